@@ -1,0 +1,59 @@
+# Slipway — developer entry points. `make install && make test` from a fresh clone.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CACHE := .cache
+CONTROLPLANE := $(CACHE)/controlplane/controlplane
+export GOTOOLCHAIN := local
+
+.PHONY: install mlflow-env controlplane crds verify lint types test test-unit test-integration \
+        cluster-up cluster-down clean
+
+install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workloads, local cluster and tests
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,workloads]'
+	touch $@
+
+# MLflow's server pins python-dateutil<3 while the kubernetes client needs >=3,
+# so the server lives in its own virtualenv; Slipway talks to it over REST.
+mlflow-env: $(CACHE)/mlflow-venv/.installed
+$(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt
+	$(PYTHON) -m venv $(CACHE)/mlflow-venv
+	$(CACHE)/mlflow-venv/bin/pip install -q -r e2e/requirements-mlflow.txt
+	touch $@
+
+controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (cached)
+$(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum e2e/controlplane/main.go e2e/controlplane/build.sh
+	bash e2e/controlplane/build.sh $(CONTROLPLANE)
+
+crds: $(VENV)/.installed  ## regenerate crds/ from the pydantic models
+	$(PY) -m slipway.crdgen crds
+
+verify: lint types  ## lint, types, CRD drift
+	$(PY) -m slipway.crdgen --check crds
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check operator e2e tests
+	$(VENV)/bin/ruff format --check operator e2e tests
+
+types: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+test: install controlplane  ## all tests: unit, then integration on the local cluster
+	$(PY) -m pytest -q tests
+
+test-unit: $(VENV)/.installed
+	$(PY) -m pytest -q tests/unit
+
+cluster-up: install controlplane  ## start the local cluster, MLflow and Prometheus in the background
+	$(PY) -m localkube up
+
+cluster-down:
+	$(PY) -m localkube down
+
+clean: cluster-down
+	rm -rf .cluster

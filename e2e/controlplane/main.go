@@ -1,0 +1,43 @@
+// Command controlplane is one binary for the local Slipway test cluster: it
+// dispatches on the name it was started as (a symlink) to etcd,
+// kube-apiserver, kube-controller-manager or kube-scheduler, built from the
+// upstream Go modules. Each component runs as its own process because they
+// share global flag and feature-gate state.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+	"k8s.io/component-base/cli"
+	_ "k8s.io/component-base/logs/json/register"
+	_ "k8s.io/component-base/metrics/prometheus/clientgo"
+	_ "k8s.io/component-base/metrics/prometheus/version"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	if name == "controlplane" && len(os.Args) > 1 {
+		// "controlplane kube-apiserver --flags..." works too.
+		name = os.Args[1]
+		os.Args = os.Args[1:]
+	}
+	switch name {
+	case "etcd":
+		etcdmain.Main(os.Args)
+	case "kube-apiserver":
+		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
+	case "kube-controller-manager":
+		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
+	case "kube-scheduler":
+		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	default:
+		fmt.Fprintf(os.Stderr, "controlplane: unknown component %q (want etcd, kube-apiserver, kube-controller-manager or kube-scheduler)\n", name)
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,82 @@
+"""Start and stop a real MLflow tracking server for tests and the local cluster.
+
+MLflow lives in its own virtualenv (``.cache/mlflow-venv``, made by ``make
+mlflow-env``) because its pins conflict with the kubernetes client's.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+MLFLOW_BIN = ROOT / ".cache" / "mlflow-venv" / "bin" / "mlflow"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class MlflowServer:
+    url: str
+    process: subprocess.Popen[bytes]
+    workdir: Path
+
+    def stop(self, timeout: float = 15) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_mlflow(
+    workdir: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    allowed_hosts: str | None = None,
+    ready_timeout: float = 90,
+) -> MlflowServer:
+    """Start ``mlflow server`` with a SQLite store under ``workdir``; wait for /health."""
+    if not MLFLOW_BIN.exists():
+        raise RuntimeError(f"{MLFLOW_BIN} is missing: run `make mlflow-env` (or `make install`) first")
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = port or free_port(host)
+    cmd = [
+        str(MLFLOW_BIN), "server",
+        "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
+        "--artifacts-destination", str(workdir / "artifacts"),
+        "--serve-artifacts",
+        "--workers", "1",
+        "--host", host, "--port", str(port),
+    ]  # fmt: skip
+    if allowed_hosts:
+        cmd += ["--allowed-hosts", allowed_hosts]
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    log = open(workdir / "mlflow.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://{host}:{port}"
+    server = MlflowServer(url=url, process=proc, workdir=workdir)
+    deadline = time.monotonic() + ready_timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mlflow server exited with {proc.returncode}; see {workdir / 'mlflow.log'}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)  # polling a starting server's /health
+    server.stop()
+    raise TimeoutError(f"mlflow server at {url} not healthy after {ready_timeout}s; see {workdir / 'mlflow.log'}")

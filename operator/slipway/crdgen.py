@@ -1,0 +1,255 @@
+"""Generate Slipway's CustomResourceDefinitions from the pydantic models.
+
+``python -m slipway.crdgen crds`` writes ``crds/*.yaml``; ``--check`` fails
+when the files on disk differ from what the models generate (CI drift check).
+
+The JSON schema pydantic emits is turned into a Kubernetes structural schema:
+``$ref`` inlined, ``title`` dropped, ``Optional`` unwrapped (absent, not null),
+``additionalProperties: false`` dropped (the API server prunes unknown fields
+instead), defaults kept only for scalars and lists of scalars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from slipway import GROUP, VERSION
+from slipway.models import (
+    InferenceDeploymentSpec,
+    InferenceDeploymentStatus,
+    ModelArtifactSpec,
+    ModelArtifactStatus,
+    TrainingRunSpec,
+    TrainingRunStatus,
+)
+
+Schema = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One custom resource kind and how kubectl shows it."""
+
+    kind: str
+    plural: str
+    short_name: str
+    spec: type[BaseModel]
+    status: type[BaseModel]
+    description: str
+    columns: tuple[dict[str, Any], ...]
+
+
+def _ready_column() -> dict[str, Any]:
+    return {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}
+
+
+def _age_column() -> dict[str, Any]:
+    return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+
+
+KINDS = (
+    Kind(
+        kind="TrainingRun",
+        plural="trainingruns",
+        short_name="tr",
+        spec=TrainingRunSpec,
+        status=TrainingRunStatus,
+        description="A training run: Jobs on GPU nodes with checkpoint/resume, an MLflow run, "
+        "and the ModelArtifact it produces when it succeeds.",
+        columns=(
+            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+            {"name": "GPUs", "type": "integer", "jsonPath": ".spec.resources.gpus"},
+            {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
+            {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+            _ready_column(),
+            {"name": "Run", "type": "string", "jsonPath": ".status.mlflow.runId", "priority": 1},
+            {"name": "Artifact", "type": "string", "jsonPath": ".status.artifactRef.name", "priority": 1},
+            _age_column(),
+        ),
+    ),
+    Kind(
+        kind="ModelArtifact",
+        plural="modelartifacts",
+        short_name="ma",
+        spec=ModelArtifactSpec,
+        status=ModelArtifactStatus,
+        description="One immutable model version in MLflow: registered, quantized and validated "
+        "against gates before its aliases move.",
+        columns=(
+            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+            {"name": "Version", "type": "string", "jsonPath": ".status.modelVersion"},
+            {"name": "Method", "type": "string", "jsonPath": ".spec.quantization.method"},
+            {"name": "Quantized", "type": "string", "jsonPath": ".status.quantizedVersion"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            _ready_column(),
+            {"name": "Size", "type": "integer", "jsonPath": ".status.sizeBytes", "priority": 1},
+            {"name": "Digest", "type": "string", "jsonPath": ".status.digest", "priority": 1},
+            _age_column(),
+        ),
+    ),
+    Kind(
+        kind="InferenceDeployment",
+        plural="inferencedeployments",
+        short_name="idep",
+        spec=InferenceDeploymentSpec,
+        status=InferenceDeploymentStatus,
+        description="Serves a validated model on autoscaled replicas and moves traffic to new "
+        "versions through canary steps gated by Prometheus analysis, with automatic rollback.",
+        columns=(
+            {"name": "Artifact", "type": "string", "jsonPath": ".spec.model.artifactRef.name"},
+            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+            {"name": "Alias", "type": "string", "jsonPath": ".spec.model.alias"},
+            {"name": "Stable", "type": "string", "jsonPath": ".status.stable.modelVersion"},
+            {"name": "Canary", "type": "string", "jsonPath": ".status.canary.modelVersion"},
+            {"name": "Weight", "type": "integer", "jsonPath": ".status.canary.weight"},
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            _ready_column(),
+            _age_column(),
+        ),
+    ),
+)
+
+
+def _is_scalar_default(value: Any) -> bool:
+    if isinstance(value, str | int | float | bool):
+        return True
+    return isinstance(value, list) and all(isinstance(v, str | int | float | bool) for v in value)
+
+
+def structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
+    """Turn one pydantic JSON schema node into a Kubernetes structural schema node."""
+    node = copy.deepcopy(schema)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").split("/")[-1]]
+        node = {**copy.deepcopy(target), **node}  # the field's description wins over the class's
+    if "anyOf" in node:
+        options = [o for o in node.pop("anyOf") if o.get("type") != "null"]
+        if len(options) != 1:
+            raise ValueError(f"cannot express a union of {len(options)} types in a structural schema: {options}")
+        inner = structural(options[0], defs)
+        for key in ("description", "default"):
+            if key in node:
+                inner[key] = node[key]
+        validations = inner.get("x-kubernetes-validations", []) + node.get("x-kubernetes-validations", [])
+        node = {**inner, **{k: v for k, v in node.items() if k != "x-kubernetes-validations"}}
+        if validations:
+            node["x-kubernetes-validations"] = validations
+    node.pop("title", None)
+    if node.get("default") is None or not _is_scalar_default(node["default"]):
+        node.pop("default", None)
+    if node.get("additionalProperties") is False:
+        node.pop("additionalProperties")
+    if "enum" in node and "type" not in node:
+        node["type"] = "string"
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        node.pop("additionalProperties", None)
+        node["type"] = "object"
+    if node.get("x-kubernetes-int-or-string"):
+        node.pop("type", None)
+    if "properties" in node:
+        node["properties"] = {k: structural(v, defs) for k, v in node["properties"].items()}
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = structural(node["additionalProperties"], defs)
+    if "items" in node:
+        node["items"] = structural(node["items"], defs)
+    return node
+
+
+def model_schema(model: type[BaseModel]) -> Schema:
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    return structural(raw, defs)
+
+
+def crd(kind: Kind) -> dict[str, Any]:
+    """The CustomResourceDefinition of one kind."""
+    spec_schema = model_schema(kind.spec)
+    status_schema = model_schema(kind.status)
+    spec_schema["description"] = kind.spec.__doc__ or ""
+    status_schema["description"] = kind.status.__doc__ or ""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{kind.plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind.kind,
+                "listKind": f"{kind.kind}List",
+                "plural": kind.plural,
+                "singular": kind.kind.lower(),
+                "shortNames": [kind.short_name],
+                "categories": ["slipway"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": list(kind.columns),
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": kind.description,
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string", "description": "API version: slipway.dev/v1alpha1."},
+                                "kind": {"type": "string", "description": f"Always {kind.kind}."},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema,
+                                "status": status_schema,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+HEADER = "# Generated by `make crds` from operator/slipway/models; do not edit by hand.\n"
+
+
+def render(kind: Kind) -> str:
+    return HEADER + yaml.safe_dump(crd(kind), sort_keys=False, width=120)
+
+
+def file_name(kind: Kind) -> str:
+    return f"{GROUP}_{kind.plural}.yaml"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slipway.crdgen", description=__doc__.splitlines()[0])
+    parser.add_argument("directory", type=Path, help="where the CRD files live (crds/)")
+    parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
+    args = parser.parse_args(argv)
+    drift = []
+    for kind in KINDS:
+        path = args.directory / file_name(kind)
+        text = render(kind)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                drift.append(str(path))
+        else:
+            args.directory.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    if drift:
+        print(f"CRDs out of date with the models: {', '.join(drift)}; run `make crds`", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

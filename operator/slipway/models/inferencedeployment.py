@@ -1,0 +1,328 @@
+"""InferenceDeployment (short name ``idep``): serve a validated model, move traffic safely."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from slipway.models.base import (
+    Condition,
+    Duration,
+    EnvVar,
+    LocalObjectReference,
+    Resources,
+    SlipwayModel,
+    StatusModel,
+    cel,
+)
+from slipway.models.modelartifact import ALIAS_CEL, ALIAS_MESSAGE, ALIAS_PATTERN, alias_problem
+
+DeploymentPhase = Literal["Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"]
+MODEL_RULE_MESSAGE = "spec.model: set either artifactRef, or name and alias"
+MODEL_ALIAS_MESSAGE = "spec.model: name and alias go together (follow an MLflow alias of a registered model)"
+CPU_METRIC_MESSAGE = "a Cpu metric needs targetAverageUtilization"
+PODS_METRIC_MESSAGE = "a Pods metric needs name and targetAverageValue"
+REPLICAS_MESSAGE = "spec.autoscaling: minReplicas must not exceed maxReplicas"
+CUSTOM_METRIC_MESSAGE = "a metric that is not built in needs a query"
+METRIC_THRESHOLD_MESSAGE = "a metric needs max, min or maxRelativeToStable"
+STEPS_EXCLUSIVE_MESSAGE = "spec.rollout: use either steps, or stepWeight and maxWeight"
+STEPS_ASCENDING_MESSAGE = "spec.rollout.steps: weights must ascend strictly"
+STEP_WEIGHT_MESSAGE = "spec.rollout: stepWeight must not exceed maxWeight"
+GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
+BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds")
+
+
+class ServedModel(SlipwayModel):
+    """Which model to serve: a ModelArtifact, or an MLflow alias to follow."""
+
+    model_config = cel(
+        ("has(self.artifactRef) != has(self.name)", MODEL_RULE_MESSAGE),
+        ("has(self.name) == has(self.alias)", MODEL_ALIAS_MESSAGE),
+    )
+
+    artifact_ref: LocalObjectReference | None = Field(
+        default=None, description="A Validated ModelArtifact in this namespace; changing it starts a rollout."
+    )
+    name: str | None = Field(
+        default=None, description="MLflow registered model whose alias is followed.", min_length=1, max_length=256
+    )
+    alias: str | None = Field(
+        default=None,
+        description="MLflow alias to follow, e.g. candidate: when it moves, a rollout starts.",
+        min_length=1,
+        max_length=255,
+        pattern=ALIAS_PATTERN,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": ALIAS_CEL, "message": ALIAS_MESSAGE}]},
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ServedModel:
+        if (self.artifact_ref is None) == (self.name is None):
+            raise ValueError(MODEL_RULE_MESSAGE)
+        if (self.name is None) != (self.alias is None):
+            raise ValueError(MODEL_ALIAS_MESSAGE)
+        if self.alias is not None and (problem := alias_problem(self.alias)):
+            raise ValueError(problem)
+        return self
+
+
+class ScalingMetric(SlipwayModel):
+    """One HPA metric: CPU utilization, or a per-pod metric such as in-flight requests."""
+
+    model_config = cel(
+        ("self.type != 'Cpu' || has(self.targetAverageUtilization)", CPU_METRIC_MESSAGE),
+        ("self.type != 'Pods' || (has(self.name) && has(self.targetAverageValue))", PODS_METRIC_MESSAGE),
+    )
+
+    type: Literal["Cpu", "Pods"] = Field(description="Cpu (resource utilization) or Pods (a custom pod metric).")
+    target_average_utilization: int | None = Field(
+        default=None, ge=1, le=100, description="For Cpu: target average utilization in percent."
+    )
+    name: str | None = Field(default=None, description="For Pods: the metric name.", max_length=253)
+    target_average_value: str | None = Field(
+        default=None, description='For Pods: target average value per pod, e.g. "8".', max_length=64
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScalingMetric:
+        if self.type == "Cpu" and self.target_average_utilization is None:
+            raise ValueError(CPU_METRIC_MESSAGE)
+        if self.type == "Pods" and (self.name is None or self.target_average_value is None):
+            raise ValueError(PODS_METRIC_MESSAGE)
+        return self
+
+
+class Autoscaling(SlipwayModel):
+    """An autoscaling/v2 HorizontalPodAutoscaler for the stable track."""
+
+    model_config = cel(
+        ("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas", REPLICAS_MESSAGE),
+    )
+
+    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas.")
+    max_replicas: int = Field(default=1, ge=1, le=1000, description="Most replicas.")
+    metrics: list[ScalingMetric] = Field(
+        default_factory=list, description="Scaling metrics (default: CPU at 80%).", max_length=8
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Autoscaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(REPLICAS_MESSAGE)
+        return self
+
+
+class RolloutStep(SlipwayModel):
+    """One canary step: a traffic weight, held for a pause while analysis runs."""
+
+    weight: int = Field(ge=1, le=100, description="Percent of traffic on the canary.")
+    pause: Duration | None = Field(default=None, description='How long to hold this step, e.g. "60s".')
+
+
+class AnalysisMetric(SlipwayModel):
+    """A metric the canary must meet at every analysis."""
+
+    model_config = cel(
+        ("has(self.query) || self.name in " + str(list(BUILTIN_METRICS)), CUSTOM_METRIC_MESSAGE),
+        ("has(self.max) || has(self.min) || has(self.maxRelativeToStable)", METRIC_THRESHOLD_MESSAGE),
+    )
+
+    name: str = Field(
+        description="A built-in (errorRate, latencyP95Seconds, latencyP99Seconds, ttftP95Seconds, "
+        "tpotP95Seconds) or, with query, any name.",
+        min_length=1,
+        max_length=63,
+    )
+    max: float | None = Field(default=None, description="The canary's value must be at most this.")
+    min: float | None = Field(default=None, description="The canary's value must be at least this.")
+    max_relative_to_stable: float | None = Field(
+        default=None,
+        gt=0,
+        description="The canary's value must be at most this multiple of the stable's, e.g. 1.5.",
+    )
+    query: str | None = Field(
+        default=None,
+        description="PromQL; may use {{ track }}, {{ namespace }} and {{ deployment }}.",
+        min_length=1,
+        max_length=4096,
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> AnalysisMetric:
+        if self.query is None and self.name not in BUILTIN_METRICS:
+            raise ValueError(f"metric {self.name!r}: {CUSTOM_METRIC_MESSAGE}")
+        if self.max is None and self.min is None and self.max_relative_to_stable is None:
+            raise ValueError(f"metric {self.name!r}: {METRIC_THRESHOLD_MESSAGE}")
+        return self
+
+
+class PrometheusSource(SlipwayModel):
+    """Where the analysis queries metrics."""
+
+    address: str = Field(
+        description="Prometheus base URL, e.g. http://prometheus.monitoring:9090.",
+        pattern=r"^https?://",
+        max_length=2048,
+    )
+
+
+class Analysis(SlipwayModel):
+    """Prometheus analysis that gates each step."""
+
+    prometheus: PrometheusSource | None = Field(
+        default=None, description="Prometheus to query (default: the operator's --prometheus-url)."
+    )
+    interval: Duration = Field(default="30s", description="How often the metrics are evaluated.")
+    failure_limit: int = Field(
+        default=2, ge=0, le=100, description="Failed analyses tolerated; one more rolls back."
+    )
+    no_data: Literal["inconclusive", "fail", "pass"] = Field(
+        default="inconclusive",
+        description="When a query returns no data: inconclusive pauses (never promotes), fail, or pass.",
+    )
+    preset: Literal["slipway", "vllm"] = Field(
+        default="slipway", description="Metric names of the server: slipway (reference server) or vllm."
+    )
+    metrics: list[AnalysisMetric] = Field(default_factory=list, description="Metrics to check.", max_length=16)
+
+
+class Rollout(SlipwayModel):
+    """How a new model version is canaried."""
+
+    model_config = cel(
+        ("!has(self.steps) || (!has(self.stepWeight) && !has(self.maxWeight))", STEPS_EXCLUSIVE_MESSAGE),
+        ("!has(self.steps) || (self.steps.map(s, s.weight).isSorted() && "
+         "self.steps.all(a, self.steps.exists_one(b, b.weight == a.weight)))", STEPS_ASCENDING_MESSAGE),
+        ("!has(self.stepWeight) || !has(self.maxWeight) || self.stepWeight <= self.maxWeight", STEP_WEIGHT_MESSAGE),
+    )  # fmt: skip
+
+    steps: list[RolloutStep] | None = Field(
+        default=None, description="Canary steps with ascending weights, e.g. [{weight: 10, pause: 60s}, …].",
+        max_length=20,
+    )
+    step_weight: int | None = Field(default=None, ge=1, le=100, description="Weight added at each step.")
+    max_weight: int | None = Field(default=None, ge=1, le=100, description="Last weight before promotion.")
+    interval: Duration = Field(default="30s", description="Time between steps (when a step has no pause).")
+    progress_deadline_seconds: int = Field(
+        default=600, ge=10, description="A canary not ready within this time is rolled back."
+    )
+    paused: bool = Field(default=False, description="Hold the current step until set back to false.")
+    max_surge_replicas: int = Field(
+        default=1, ge=1, le=100, description="GPU budget: never run more than this many extra (canary) pods."
+    )
+    analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
+
+    @model_validator(mode="after")
+    def _steps(self) -> Rollout:
+        if self.steps is not None and (self.step_weight is not None or self.max_weight is not None):
+            raise ValueError(STEPS_EXCLUSIVE_MESSAGE)
+        if self.steps:
+            weights = [s.weight for s in self.steps]
+            if any(b <= a for a, b in zip(weights, weights[1:], strict=False)):
+                raise ValueError(STEPS_ASCENDING_MESSAGE)
+        if self.step_weight is not None and self.max_weight is not None and self.step_weight > self.max_weight:
+            raise ValueError(STEP_WEIGHT_MESSAGE)
+        return self
+
+
+class ParentRef(SlipwayModel):
+    """A Gateway the HTTPRoute attaches to."""
+
+    name: str = Field(description="Gateway name.", min_length=1, max_length=253)
+    namespace: str | None = Field(default=None, description="Gateway namespace (default: this one).")
+    section_name: str | None = Field(default=None, description="Listener name.")
+
+
+class Traffic(SlipwayModel):
+    """How traffic is split between stable and canary."""
+
+    model_config = cel(
+        ("self.mode != 'GatewayAPI' || (has(self.parentRefs) && size(self.parentRefs) > 0)", GATEWAY_MESSAGE),
+    )
+
+    mode: Literal["Replicas", "GatewayAPI"] = Field(
+        default="Replicas",
+        description="Replicas: one Service over both tracks, weight = canary share of ready replicas. "
+        "GatewayAPI: an HTTPRoute with exact backend weights.",
+    )
+    parent_refs: list[ParentRef] | None = Field(
+        default=None, description="GatewayAPI: the Gateways the HTTPRoute attaches to.", max_length=8
+    )
+    hostnames: list[str] | None = Field(default=None, description="GatewayAPI: hostnames of the route.")
+
+    @model_validator(mode="after")
+    def _gateway(self) -> Traffic:
+        if self.mode == "GatewayAPI" and not self.parent_refs:
+            raise ValueError(GATEWAY_MESSAGE)
+        return self
+
+
+class InferenceDeploymentSpec(SlipwayModel):
+    """Desired state of an InferenceDeployment."""
+
+    model: ServedModel = Field(description="The model to serve.")
+    image: str = Field(description="Container image of the model server.", min_length=1, max_length=1024)
+    command: list[str] | None = Field(default=None, description="Entrypoint of the server.")
+    args: list[str] | None = Field(default=None, description="Arguments of the server.")
+    port: int = Field(default=8080, ge=1, le=65535, description="Port the server listens on.")
+    resources: Resources = Field(default_factory=Resources, description="GPUs, CPU and memory per replica.")
+    env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.", max_length=128)
+    autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Replicas of the stable track.")
+    rollout: Rollout = Field(default_factory=Rollout, description="Canary steps and analysis.")
+    traffic: Traffic = Field(default_factory=Traffic, description="How traffic is split.")
+
+
+class TrackStatus(StatusModel):
+    """One track (stable or canary)."""
+
+    model_version: str | None = Field(default=None, description="MLflow model version served.")
+    uri: str | None = Field(default=None, description="URI of the served artifact.")
+    replicas: int | None = Field(default=None, description="Pods of this track.")
+    ready_replicas: int | None = Field(default=None, description="Ready pods of this track.")
+    weight: int | None = Field(default=None, description="Percent of traffic on this track.")
+
+
+class AnalysisResult(StatusModel):
+    """One evaluation of one analysis metric."""
+
+    metric: str = Field(description="The metric.")
+    query: str | None = Field(default=None, description="The resolved PromQL.")
+    value: float | None = Field(default=None, description="The canary's value (none: no data).")
+    threshold: str | None = Field(default=None, description='The rule, e.g. "<= 0.05".')
+    result: Literal["Passed", "Failed", "Inconclusive"] = Field(description="Passed, Failed or Inconclusive.")
+    time: str = Field(description="When it was evaluated.")
+
+
+class Rollback(StatusModel):
+    """The most recent rollback."""
+
+    reason: str = Field(description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted.")
+    metric: str | None = Field(default=None, description="The failed metric, if any.")
+    value: float | None = Field(default=None, description="Its value.")
+    model_version: str | None = Field(default=None, description="The version rolled back.")
+    time: str = Field(description="When it happened.")
+
+
+class InferenceDeploymentStatus(StatusModel):
+    """Observed state of an InferenceDeployment."""
+
+    phase: DeploymentPhase | None = Field(default=None, description="Where the rollout is.")
+    stable: TrackStatus | None = Field(default=None, description="The stable track.")
+    canary: TrackStatus | None = Field(default=None, description="The canary track, with its weight.")
+    current_step: int | None = Field(default=None, description="Index of the current rollout step.")
+    analysis: list[AnalysisResult] | None = Field(default=None, description="The latest analysis results.")
+    last_rollback: Rollback | None = Field(default=None, description="The most recent rollback.")
+    observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, Reconciling, Stalled, Progressing, Degraded."
+    )
+
+
+class InferenceDeployment(SlipwayModel):
+    """Serves a validated model and moves traffic to new versions behind canary gates."""
+
+    model_config = {"extra": "ignore"}
+
+    spec: InferenceDeploymentSpec
+    status: InferenceDeploymentStatus | None = None

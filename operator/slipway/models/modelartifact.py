@@ -1,0 +1,227 @@
+"""ModelArtifact (short name ``ma``): one immutable model version and the gates it must pass."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from slipway.models.base import (
+    Condition,
+    EnvVar,
+    LocalObjectReference,
+    ModelRef,
+    SlipwayModel,
+    StatusModel,
+    cel,
+)
+
+QuantizationMethod = Literal["none", "fp16", "int8-dynamic", "int8-static"]
+ArtifactPhase = Literal["Registering", "Quantizing", "Validating", "Validated", "Rejected", "Failed"]
+
+# MLflow refuses aliases named "latest" or shaped like a version ("v3"); RE2 (the
+# API server's regex engine) has no look-ahead, so those two are a CEL rule.
+ALIAS_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+SOURCE_RULE_MESSAGE = "spec.source: set exactly one of trainingRunRef, mlflowRun or uri"
+GATE_THRESHOLD_MESSAGE = "a gate needs min, max or maxRelativeDrop"
+GATE_BASELINE_MESSAGE = "maxRelativeDrop needs a baseline (an MLflow alias such as production, or a version)"
+GATE_RANGE_MESSAGE = "a gate's min must not exceed its max"
+IMMUTABLE_MESSAGE = "spec is immutable: a new model is a new ModelArtifact (create one with another name)"
+ALIAS_MESSAGE = "an alias is a name of letters, digits, _ and -, not 'latest' and not shaped like a version (v3)"
+ALIAS_CEL = "self != 'latest' && !self.matches('^v[0-9]+$')"
+
+
+def alias_problem(alias: str) -> str | None:
+    """Why MLflow would refuse this alias, or None."""
+    if not re.fullmatch(ALIAS_PATTERN, alias) or alias == "latest" or re.fullmatch(r"v[0-9]+", alias):
+        return f"alias {alias!r}: {ALIAS_MESSAGE}"
+    return None
+
+
+class MlflowRunSource(SlipwayModel):
+    """A model logged by an MLflow run."""
+
+    run_id: str = Field(description="MLflow run id.", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9]+$")
+    artifact_path: str = Field(
+        default="model", description="Path of the model inside the run's artifacts.", min_length=1, max_length=512
+    )
+
+
+class ArtifactSource(SlipwayModel):
+    """Where the model comes from: exactly one of trainingRunRef, mlflowRun or uri."""
+
+    model_config = cel(
+        ("[has(self.trainingRunRef), has(self.mlflowRun), has(self.uri)].filter(x, x).size() == 1",
+         SOURCE_RULE_MESSAGE),
+    )  # fmt: skip
+
+    training_run_ref: LocalObjectReference | None = Field(
+        default=None, description="A TrainingRun in this namespace; its MLflow run's model is registered."
+    )
+    mlflow_run: MlflowRunSource | None = Field(default=None, description="An MLflow run and artifact path.")
+    uri: str | None = Field(
+        default=None,
+        description="A model URI MLflow can read, e.g. mlflow-artifacts:/…, runs:/<id>/model, s3://….",
+        min_length=1,
+        max_length=2048,
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ArtifactSource:
+        if sum(x is not None for x in (self.training_run_ref, self.mlflow_run, self.uri)) != 1:
+            raise ValueError(SOURCE_RULE_MESSAGE)
+        return self
+
+
+
+
+class Quantization(SlipwayModel):
+    """How the model is quantized before validation (a Job)."""
+
+    method: QuantizationMethod = Field(
+        default="none",
+        description="none (register as is), fp16, int8-dynamic or int8-static (calibrated). "
+        "The output is registered as its own MLflow model version.",
+    )
+    image: str | None = Field(default=None, description="Image of your own quantizer (default: Slipway's).")
+    command: list[str] | None = Field(default=None, description="Command of your own quantizer.")
+    args: list[str] | None = Field(default=None, description="Arguments of your own quantizer.")
+
+
+class Gate(SlipwayModel):
+    """A condition a metric must meet for the candidate to pass."""
+
+    model_config = cel(
+        ("has(self.min) || has(self.max) || has(self.maxRelativeDrop)", GATE_THRESHOLD_MESSAGE),
+        ("!has(self.maxRelativeDrop) || has(self.baseline)",
+         GATE_BASELINE_MESSAGE),
+        ("!has(self.min) || !has(self.max) || self.min <= self.max", GATE_RANGE_MESSAGE),
+    )  # fmt: skip
+
+    metric: str = Field(
+        description="Metric the evaluator logs: accuracy, latencyP95Seconds, sizeBytes, or any of your own.",
+        min_length=1,
+        max_length=250,
+    )
+    min: float | None = Field(default=None, description="The value must be at least this.")
+    max: float | None = Field(default=None, description="The value must be at most this.")
+    max_relative_drop: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Largest allowed drop relative to the baseline's value, e.g. 0.02 for 2%.",
+    )
+    baseline: str | None = Field(
+        default=None,
+        description="The version to compare with: an MLflow alias (e.g. production) or a version number.",
+        min_length=1,
+        max_length=255,
+    )
+    on_missing_baseline: Literal["pass", "fail"] = Field(
+        default="pass",
+        description="What maxRelativeDrop does when the baseline does not exist yet (e.g. the first model).",
+    )
+
+    @model_validator(mode="after")
+    def _has_threshold(self) -> Gate:
+        if self.min is None and self.max is None and self.max_relative_drop is None:
+            raise ValueError(GATE_THRESHOLD_MESSAGE)
+        if self.max_relative_drop is not None and self.baseline is None:
+            raise ValueError(GATE_BASELINE_MESSAGE)
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(GATE_RANGE_MESSAGE)
+        return self
+
+
+
+
+class Validation(SlipwayModel):
+    """How the candidate is evaluated (a Job) and the gates it must pass."""
+
+    image: str | None = Field(default=None, description="Image of your own evaluator (default: Slipway's).")
+    command: list[str] | None = Field(default=None, description="Command of your own evaluator.")
+    args: list[str] | None = Field(default=None, description="Arguments of your own evaluator.")
+    env: list[EnvVar] | None = Field(default=None, description="Extra environment of the evaluator.", max_length=64)
+    gates: list[Gate] = Field(
+        default_factory=list, description="Every gate must pass for the artifact to be Validated.", max_length=32
+    )
+
+Alias = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        pattern=ALIAS_PATTERN,
+        json_schema_extra={"x-kubernetes-validations": [{"rule": ALIAS_CEL, "message": ALIAS_MESSAGE}]},
+    ),
+]
+
+
+class ArtifactTemplate(SlipwayModel):
+    """The quantization, validation and aliases of a ModelArtifact, as a TrainingRun's template."""
+
+    quantization: Quantization = Field(default_factory=Quantization, description="Quantization step.")
+    validation: Validation | None = Field(default=None, description="Validation step; omit to skip gates.")
+    aliases: list[Alias] = Field(
+        default_factory=lambda: ["candidate"],
+        description="MLflow aliases pointed at the validated version (default: candidate).",
+        max_length=16,
+    )
+
+    @model_validator(mode="after")
+    def _aliases_valid(self) -> ArtifactTemplate:
+        for alias in self.aliases:
+            if problem := alias_problem(alias):
+                raise ValueError(problem)
+        return self
+
+
+
+
+class ModelArtifactSpec(ArtifactTemplate):
+    """Desired state of a ModelArtifact. Immutable once created: a new model is a new ModelArtifact."""
+
+    model_config = cel(("self == oldSelf", IMMUTABLE_MESSAGE))
+
+    model: ModelRef = Field(description="The MLflow registered model this version belongs to.")
+    source: ArtifactSource = Field(description="Where the model comes from.")
+
+
+
+
+class GateResult(StatusModel):
+    """The outcome of one gate."""
+
+    metric: str = Field(description="The gated metric.")
+    value: float | None = Field(default=None, description="The candidate's value.")
+    threshold: str = Field(default="", description='The rule, e.g. ">= 0.9" or "drop <= 2% of production".')
+    baseline_value: float | None = Field(default=None, description="The baseline's value, for relative gates.")
+    passed: bool = Field(description="Whether the gate passed.")
+    message: str = Field(default="", description="Why it passed or failed.")
+
+
+class ModelArtifactStatus(StatusModel):
+    """Observed state of a ModelArtifact."""
+
+    phase: ArtifactPhase | None = Field(default=None, description="Where the artifact is in its lifecycle.")
+    model_version: str | None = Field(default=None, description="The registered (unquantized) MLflow version.")
+    quantized_version: str | None = Field(default=None, description="The quantized MLflow version, if any.")
+    uri: str | None = Field(default=None, description="URI of the artifact that was validated.")
+    digest: str | None = Field(default=None, description="sha256 of the artifact files, as sha256:<hex>.")
+    size_bytes: int | None = Field(default=None, description="Size of the artifact files.")
+    gates: list[GateResult] | None = Field(default=None, description="The outcome of each gate.")
+    observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Ready, Reconciling, Stalled, Registered, Quantized, Validated.",
+    )
+
+
+class ModelArtifact(SlipwayModel):
+    """One immutable model version, its quantization and its validation gates."""
+
+    model_config = {"extra": "ignore"}
+
+    spec: ModelArtifactSpec
+    status: ModelArtifactStatus | None = None

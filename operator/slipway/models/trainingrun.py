@@ -1,0 +1,221 @@
+"""TrainingRun (short name ``tr``): training as Kubernetes Jobs on GPU nodes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from slipway.models.base import (
+    Condition,
+    EnvVar,
+    LocalObjectReference,
+    ModelRef,
+    Quantity,
+    Resources,
+    SlipwayModel,
+    StatusModel,
+    Toleration,
+    cel,
+)
+from slipway.models.modelartifact import ArtifactTemplate
+
+TrainingPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
+Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+Optimizer = Literal["adamw", "adam", "sgd", "sgd-momentum", "adafactor", "adamw-8bit"]
+ExitCode = Annotated[int, Field(ge=1, le=255)]
+
+EXIT_CODE_OVERLAP_MESSAGE = "spec.failurePolicy: an exit code cannot be both retryable and permanent"
+SIZING_GPUS_MESSAGE = "spec.sizing estimates GPU memory: set spec.resources.gpus to 1 or more"
+
+
+class Checkpoint(SlipwayModel):
+    """A PersistentVolumeClaim that outlives pods, mounted at /checkpoints."""
+
+    size: Quantity = Field(description='Size of the claim, e.g. "50Gi".')
+    storage_class_name: str | None = Field(
+        default=None, description="StorageClass of the claim (default: the cluster's default).", max_length=253
+    )
+
+
+class FailurePolicy(SlipwayModel):
+    """How failed pods are retried."""
+
+    model_config = cel(
+        ("!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || "
+         "!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)", EXIT_CODE_OVERLAP_MESSAGE),
+    )  # fmt: skip
+
+    max_restarts: int = Field(default=3, ge=0, le=1000, description="Pod failures tolerated before the run fails.")
+    retryable_exit_codes: list[ExitCode] = Field(
+        default_factory=list,
+        description="Exit codes that are retried without counting against maxRestarts (e.g. preemption).",
+        max_length=32,
+    )
+    permanent_exit_codes: list[ExitCode] = Field(
+        default_factory=list,
+        description="Exit codes that fail the run at once, without retries (e.g. a bad config).",
+        max_length=32,
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Wall-clock limit of the whole run; it fails with DeadlineExceeded."
+    )
+
+    @model_validator(mode="after")
+    def _codes(self) -> FailurePolicy:
+        if set(self.retryable_exit_codes) & set(self.permanent_exit_codes):
+            raise ValueError(EXIT_CODE_OVERLAP_MESSAGE)
+        return self
+
+
+
+class MlflowRun(SlipwayModel):
+    """The MLflow run of this training."""
+
+    experiment: str | None = Field(
+        default=None,
+        description="MLflow experiment of the run (default: the model name). Created if missing.",
+        min_length=1,
+        max_length=500,
+    )
+
+
+class Sizing(SlipwayModel):
+    """What Slipway needs to estimate GPU memory before it starts any pod."""
+
+    parameters: int = Field(ge=1, description="Number of model parameters, e.g. 7000000000.")
+    precision: Precision = Field(default="bf16", description="Precision of weights and activations.")
+    optimizer: Optimizer = Field(default="adamw", description="Optimizer; it decides the optimizer state size.")
+    batch_size: int = Field(default=1, ge=1, description="Micro-batch size per GPU.")
+    sequence_length: int = Field(default=2048, ge=1, description="Tokens per sample.")
+    hidden_size: int | None = Field(
+        default=None, ge=1, description="Hidden size; improves the activation estimate (default: from parameters)."
+    )
+    num_layers: int | None = Field(
+        default=None, ge=1, description="Transformer layers; improves the activation estimate."
+    )
+    method: Literal["full", "lora"] = Field(
+        default="full", description="full fine-tuning, or LoRA (gradients and optimizer state for adapters only)."
+    )
+    lora_trainable_fraction: float = Field(
+        default=0.01, gt=0, le=1, description="With LoRA, the fraction of parameters that are trainable."
+    )
+    activation_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass (much less activation memory)."
+    )
+    gpu_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="Memory of one GPU; default: the node label nvidia.com/gpu.memory, or the operator's table.",
+    )
+
+
+class TrainingRunSpec(SlipwayModel):
+    """Desired state of a TrainingRun."""
+
+    model_config = cel(("!has(self.sizing) || self.resources.gpus >= 1", SIZING_GPUS_MESSAGE))
+
+    model: ModelRef = Field(description="The MLflow registered model this run trains.")
+    image: str = Field(description="Container image of the training code.", min_length=1, max_length=1024)
+    command: list[str] | None = Field(default=None, description="Entrypoint of the training container.")
+    args: list[str] | None = Field(default=None, description="Arguments of the training container.")
+    env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.", max_length=128)
+    resources: Resources = Field(default_factory=Resources, description="GPUs, CPU and memory per pod.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
+    priority_class_name: str | None = Field(
+        default=None, description="PriorityClass of the pods (training is usually below inference).", max_length=253
+    )
+    nodes: int = Field(
+        default=1,
+        ge=1,
+        le=1024,
+        description="Number of pods; more than 1 runs an Indexed Job with a headless Service and torchrun env.",
+    )
+    queue_name: str | None = Field(
+        default=None,
+        description="Kueue LocalQueue; the Job gets kueue.x-k8s.io/queue-name and starts suspended.",
+        max_length=63,
+    )
+    checkpoint: Checkpoint | None = Field(
+        default=None,
+        description="Checkpoint volume at /checkpoints (SLIPWAY_CHECKPOINT_DIR): a restarted run resumes from it.",
+    )
+    failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retries and deadlines.")
+    suspend: bool = Field(default=False, description="Stop the pods and keep the checkpoint; false resumes.")
+    mlflow: MlflowRun = Field(default_factory=MlflowRun, description="The MLflow run created before the pods start.")
+    sizing: Sizing | None = Field(default=None, description="Estimate GPU memory and refuse a run that cannot fit.")
+    artifact: ArtifactTemplate | None = Field(
+        default=None,
+        description="The ModelArtifact created when the run succeeds; omit to stop after training.",
+    )
+
+
+    @model_validator(mode="after")
+    def _sizing_needs_gpus(self) -> TrainingRunSpec:
+        if self.sizing is not None and self.resources.gpus < 1:
+            raise ValueError(SIZING_GPUS_MESSAGE)
+        return self
+
+
+class CheckpointStatus(StatusModel):
+    """The newest checkpoint the workload reported."""
+
+    step: int | None = Field(default=None, description="Training step of the checkpoint.")
+    path: str | None = Field(default=None, description="Path of the checkpoint inside /checkpoints.")
+    time: str | None = Field(default=None, description="When it was written.")
+
+
+class Progress(StatusModel):
+    """Training progress, read from the MLflow run."""
+
+    step: int | None = Field(default=None, description="Latest step.")
+    total_steps: int | None = Field(default=None, description="Steps planned.")
+    metrics: dict[str, float] | None = Field(default=None, description="Latest value of each metric.")
+
+
+class MlflowRunStatus(StatusModel):
+    """The MLflow run of this training."""
+
+    run_id: str | None = Field(default=None, description="MLflow run id.")
+    run_url: str | None = Field(default=None, description="Link to the run in the MLflow UI.")
+    experiment_id: str | None = Field(default=None, description="MLflow experiment id.")
+
+
+class SizingStatus(StatusModel):
+    """The GPU memory estimate, per GPU, in GiB."""
+
+    weights_gib: float = Field(description="Model weights.")
+    gradients_gib: float = Field(description="Gradients.")
+    optimizer_gib: float = Field(description="Optimizer state.")
+    activations_gib: float = Field(description="Activations.")
+    total_gib: float = Field(description="Sum of the above, per GPU.")
+    available_gib: float | None = Field(default=None, description="Memory of the GPUs asked for, per GPU.")
+    fits: bool | None = Field(default=None, description="Whether the estimate fits.")
+
+
+class TrainingRunStatus(StatusModel):
+    """Observed state of a TrainingRun."""
+
+    phase: TrainingPhase | None = Field(default=None, description="Pending, Running, Succeeded, Failed, Suspended.")
+    restarts: int | None = Field(default=None, description="Pod restarts so far.")
+    last_checkpoint: CheckpointStatus | None = Field(default=None, description="Newest checkpoint.")
+    progress: Progress | None = Field(default=None, description="Step and latest metrics.")
+    mlflow: MlflowRunStatus | None = Field(default=None, description="The MLflow run.")
+    sizing: SizingStatus | None = Field(default=None, description="GPU memory estimate.")
+    artifact_ref: LocalObjectReference | None = Field(default=None, description="The ModelArtifact created.")
+    start_time: str | None = Field(default=None, description="When the first pod started.")
+    completion_time: str | None = Field(default=None, description="When the run finished.")
+    observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
+    conditions: list[Condition] | None = Field(
+        default=None, description="Ready, Reconciling, Stalled, Trained."
+    )
+
+
+class TrainingRun(SlipwayModel):
+    """A training run: Jobs on GPU nodes, an MLflow run, and the ModelArtifact it produces."""
+
+    model_config = {"extra": "ignore"}
+
+    spec: TrainingRunSpec
+    status: TrainingRunStatus | None = None
