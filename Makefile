@@ -7,10 +7,17 @@ CACHE := .cache
 CONTROLPLANE := $(CACHE)/controlplane/controlplane
 export GOTOOLCHAIN := local
 
-.PHONY: install mlflow-env controlplane crds verify lint types test test-unit test-integration \
+.DEFAULT_GOAL := help
+.PHONY: help system-deps install mlflow-env controlplane crds verify lint types test test-unit test-integration \
         cluster-up cluster-down clean
 
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
+
 install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workloads, local cluster and tests
+
+system-deps:  ## Debian packages the local cluster needs (Prometheus)
+	bash e2e/install-system-deps.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,13 +50,13 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane  ## all tests: unit, then integration on the local cluster
+test: install system-deps controlplane  ## all tests: unit, then integration on the local cluster
 	$(PY) -m pytest -q tests
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
 
-cluster-up: install controlplane  ## start the local cluster, MLflow and Prometheus in the background
+cluster-up: install system-deps controlplane  ## start the local cluster, MLflow and Prometheus in the background
 	$(PY) -m localkube up
 
 cluster-down:

@@ -205,7 +205,10 @@ def crd(kind: Kind) -> dict[str, Any]:
                             "description": kind.description,
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string", "description": "API version: slipway.dev/v1alpha1."},
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": "API version: slipway.dev/v1alpha1.",
+                                },
                                 "kind": {"type": "string", "description": f"Always {kind.kind}."},
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,

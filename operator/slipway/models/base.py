@@ -167,6 +167,22 @@ def cel(*rules: tuple[str, str]) -> ConfigDict:
     Each rule mirrors a pydantic validator with the same message, so a user sees
     the same words from the API server and from the operator.
     """
-    return ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]}
-    )
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]})
+
+
+def field_path(loc: tuple[int | str, ...], root: str = "spec") -> str:
+    """('validation', 'gates', 0, 'min') -> 'spec.validation.gates[0].min'."""
+    path = root
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def describe_errors(errors: list[Any], root: str = "spec") -> list[str]:
+    """pydantic's errors() as lines a user can act on, each naming the field."""
+    lines = []
+    for err in errors:
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        lines.append(msg if msg.startswith(f"{root}.") else f"{field_path(loc, root)}: {msg}")
+    return lines

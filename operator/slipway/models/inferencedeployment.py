@@ -16,7 +16,7 @@ from slipway.models.base import (
     StatusModel,
     cel,
 )
-from slipway.models.modelartifact import ALIAS_CEL, ALIAS_MESSAGE, ALIAS_PATTERN, alias_problem
+from slipway.models.modelartifact import Alias
 
 DeploymentPhase = Literal["Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"]
 MODEL_RULE_MESSAGE = "spec.model: set either artifactRef, or name and alias"
@@ -45,15 +45,13 @@ class ServedModel(SlipwayModel):
         default=None, description="A Validated ModelArtifact in this namespace; changing it starts a rollout."
     )
     name: str | None = Field(
-        default=None, description="MLflow registered model whose alias is followed.", min_length=1, max_length=256
-    )
-    alias: str | None = Field(
         default=None,
-        description="MLflow alias to follow, e.g. candidate: when it moves, a rollout starts.",
+        description="MLflow registered model whose alias is followed.",
         min_length=1,
-        max_length=255,
-        pattern=ALIAS_PATTERN,
-        json_schema_extra={"x-kubernetes-validations": [{"rule": ALIAS_CEL, "message": ALIAS_MESSAGE}]},
+        max_length=256,
+    )
+    alias: Alias | None = Field(
+        default=None, description="MLflow alias to follow, e.g. candidate: when it moves, a rollout starts."
     )
 
     @model_validator(mode="after")
@@ -62,8 +60,6 @@ class ServedModel(SlipwayModel):
             raise ValueError(MODEL_RULE_MESSAGE)
         if (self.name is None) != (self.alias is None):
             raise ValueError(MODEL_ALIAS_MESSAGE)
-        if self.alias is not None and (problem := alias_problem(self.alias)):
-            raise ValueError(problem)
         return self
 
 
@@ -97,7 +93,10 @@ class Autoscaling(SlipwayModel):
     """An autoscaling/v2 HorizontalPodAutoscaler for the stable track."""
 
     model_config = cel(
-        ("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas", REPLICAS_MESSAGE),
+        (
+            "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+            REPLICAS_MESSAGE,
+        ),
     )
 
     min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas.")
@@ -174,9 +173,7 @@ class Analysis(SlipwayModel):
         default=None, description="Prometheus to query (default: the operator's --prometheus-url)."
     )
     interval: Duration = Field(default="30s", description="How often the metrics are evaluated.")
-    failure_limit: int = Field(
-        default=2, ge=0, le=100, description="Failed analyses tolerated; one more rolls back."
-    )
+    failure_limit: int = Field(default=2, ge=0, le=100, description="Failed analyses tolerated; one more rolls back.")
     no_data: Literal["inconclusive", "fail", "pass"] = Field(
         default="inconclusive",
         description="When a query returns no data: inconclusive pauses (never promotes), fail, or pass.",
@@ -198,7 +195,8 @@ class Rollout(SlipwayModel):
     )  # fmt: skip
 
     steps: list[RolloutStep] | None = Field(
-        default=None, description="Canary steps with ascending weights, e.g. [{weight: 10, pause: 60s}, …].",
+        default=None,
+        description="Canary steps with ascending weights, e.g. [{weight: 10, pause: 60s}, …].",
         max_length=20,
     )
     step_weight: int | None = Field(default=None, ge=1, le=100, description="Weight added at each step.")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from slipway.models.base import (
     Condition,
@@ -32,11 +32,11 @@ ALIAS_MESSAGE = "an alias is a name of letters, digits, _ and -, not 'latest' an
 ALIAS_CEL = "self != 'latest' && !self.matches('^v[0-9]+$')"
 
 
-def alias_problem(alias: str) -> str | None:
-    """Why MLflow would refuse this alias, or None."""
+def _check_alias(alias: str) -> str:
+    """Refuse what MLflow would refuse as an alias."""
     if not re.fullmatch(ALIAS_PATTERN, alias) or alias == "latest" or re.fullmatch(r"v[0-9]+", alias):
-        return f"alias {alias!r}: {ALIAS_MESSAGE}"
-    return None
+        raise ValueError(ALIAS_MESSAGE)
+    return alias
 
 
 class MlflowRunSource(SlipwayModel):
@@ -44,7 +44,10 @@ class MlflowRunSource(SlipwayModel):
 
     run_id: str = Field(description="MLflow run id.", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9]+$")
     artifact_path: str = Field(
-        default="model", description="Path of the model inside the run's artifacts.", min_length=1, max_length=512
+        default="model",
+        description="Path of the model inside the run's artifacts.",
+        min_length=1,
+        max_length=512,
     )
 
 
@@ -72,8 +75,6 @@ class ArtifactSource(SlipwayModel):
         if sum(x is not None for x in (self.training_run_ref, self.mlflow_run, self.uri)) != 1:
             raise ValueError(SOURCE_RULE_MESSAGE)
         return self
-
-
 
 
 class Quantization(SlipwayModel):
@@ -134,8 +135,6 @@ class Gate(SlipwayModel):
         return self
 
 
-
-
 class Validation(SlipwayModel):
     """How the candidate is evaluated (a Job) and the gates it must pass."""
 
@@ -144,8 +143,11 @@ class Validation(SlipwayModel):
     args: list[str] | None = Field(default=None, description="Arguments of your own evaluator.")
     env: list[EnvVar] | None = Field(default=None, description="Extra environment of the evaluator.", max_length=64)
     gates: list[Gate] = Field(
-        default_factory=list, description="Every gate must pass for the artifact to be Validated.", max_length=32
+        default_factory=list,
+        description="Every gate must pass for the artifact to be Validated.",
+        max_length=32,
     )
+
 
 Alias = Annotated[
     str,
@@ -155,6 +157,7 @@ Alias = Annotated[
         pattern=ALIAS_PATTERN,
         json_schema_extra={"x-kubernetes-validations": [{"rule": ALIAS_CEL, "message": ALIAS_MESSAGE}]},
     ),
+    AfterValidator(_check_alias),
 ]
 
 
@@ -169,15 +172,6 @@ class ArtifactTemplate(SlipwayModel):
         max_length=16,
     )
 
-    @model_validator(mode="after")
-    def _aliases_valid(self) -> ArtifactTemplate:
-        for alias in self.aliases:
-            if problem := alias_problem(alias):
-                raise ValueError(problem)
-        return self
-
-
-
 
 class ModelArtifactSpec(ArtifactTemplate):
     """Desired state of a ModelArtifact. Immutable once created: a new model is a new ModelArtifact."""
@@ -186,8 +180,6 @@ class ModelArtifactSpec(ArtifactTemplate):
 
     model: ModelRef = Field(description="The MLflow registered model this version belongs to.")
     source: ArtifactSource = Field(description="Where the model comes from.")
-
-
 
 
 class GateResult(StatusModel):

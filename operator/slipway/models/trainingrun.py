@@ -34,7 +34,9 @@ class Checkpoint(SlipwayModel):
 
     size: Quantity = Field(description='Size of the claim, e.g. "50Gi".')
     storage_class_name: str | None = Field(
-        default=None, description="StorageClass of the claim (default: the cluster's default).", max_length=253
+        default=None,
+        description="StorageClass of the claim (default: the cluster's default).",
+        max_length=253,
     )
 
 
@@ -68,7 +70,6 @@ class FailurePolicy(SlipwayModel):
         return self
 
 
-
 class MlflowRun(SlipwayModel):
     """The MLflow run of this training."""
 
@@ -89,13 +90,16 @@ class Sizing(SlipwayModel):
     batch_size: int = Field(default=1, ge=1, description="Micro-batch size per GPU.")
     sequence_length: int = Field(default=2048, ge=1, description="Tokens per sample.")
     hidden_size: int | None = Field(
-        default=None, ge=1, description="Hidden size; improves the activation estimate (default: from parameters)."
+        default=None,
+        ge=1,
+        description="Hidden size; improves the activation estimate (default: from parameters).",
     )
     num_layers: int | None = Field(
         default=None, ge=1, description="Transformer layers; improves the activation estimate."
     )
     method: Literal["full", "lora"] = Field(
-        default="full", description="full fine-tuning, or LoRA (gradients and optimizer state for adapters only)."
+        default="full",
+        description="full fine-tuning, or LoRA (gradients and optimizer state for adapters only).",
     )
     lora_trainable_fraction: float = Field(
         default=0.01, gt=0, le=1, description="With LoRA, the fraction of parameters that are trainable."
@@ -124,7 +128,9 @@ class TrainingRunSpec(SlipwayModel):
     node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
     tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
     priority_class_name: str | None = Field(
-        default=None, description="PriorityClass of the pods (training is usually below inference).", max_length=253
+        default=None,
+        description="PriorityClass of the pods (training is usually below inference).",
+        max_length=253,
     )
     nodes: int = Field(
         default=1,
@@ -149,7 +155,6 @@ class TrainingRunSpec(SlipwayModel):
         default=None,
         description="The ModelArtifact created when the run succeeds; omit to stop after training.",
     )
-
 
     @model_validator(mode="after")
     def _sizing_needs_gpus(self) -> TrainingRunSpec:
@@ -207,9 +212,7 @@ class TrainingRunStatus(StatusModel):
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        default=None, description="Ready, Reconciling, Stalled, Trained."
-    )
+    conditions: list[Condition] | None = Field(default=None, description="Ready, Reconciling, Stalled, Trained.")
 
 
 class TrainingRun(SlipwayModel):

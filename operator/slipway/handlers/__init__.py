@@ -1,0 +1,1 @@
+"""kopf handlers, one module per kind: read, call pure logic, apply."""

@@ -1,0 +1,81 @@
+"""What every kind's handlers share: spec parsing with field-naming errors, and
+status writes that happen only on change, with an Event on each transition."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+import kopf
+from pydantic import BaseModel, ValidationError
+
+from slipway import metrics
+from slipway.models.base import describe_errors
+from slipway.status.conditions import READY, STALLED, Cond, get_condition, set_conditions
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class InvalidSpec(Exception):
+    """The spec passed the CRD schema but not Slipway's own checks."""
+
+    def __init__(self, kind: str, name: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{kind} {name}: {'; '.join(problems)}")
+
+
+def parse_spec(model: type[M], body: Mapping[str, Any]) -> M:
+    """Validate the spec with the pydantic model (the same rules as the CRD's CEL)."""
+    try:
+        return model.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as exc:
+        meta = body.get("metadata", {})
+        kind = body.get("kind", "object")
+        raise InvalidSpec(kind, f"{meta.get('namespace')}/{meta.get('name')}", describe_errors(exc.errors())) from exc
+
+
+def _event_for(kind: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The Event to post when a summary condition changes, as (type, reason, message)."""
+    if old is not None and old.get("status") == new["status"] and old.get("reason") == new["reason"]:
+        return None
+    warning = new["type"] == STALLED and new["status"] == "True"
+    return (
+        "Warning" if warning else "Normal",
+        new["reason"],
+        new["message"] or f"{new['type']}={new['status']}",
+    )
+
+
+def write_status(
+    kind: str,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    conditions: Iterable[Cond],
+    **fields: Any,
+) -> bool:
+    """Patch status fields and conditions that differ from what is stored; post Events on transitions.
+
+    Returns True when something was written. Nothing is written at rest, so a
+    resync or a restart causes no status churn.
+    """
+    status = body.get("status") or {}
+    generation = body.get("metadata", {}).get("generation")
+    merged = set_conditions(status.get("conditions"), conditions, generation)
+    changed = False
+    if merged != status.get("conditions"):
+        patch.status["conditions"] = merged
+        changed = True
+    for key, value in {**fields, "observedGeneration": generation}.items():
+        if status.get(key) != value:
+            patch.status[key] = value
+            changed = True
+    if "phase" in fields and status.get("phase") != fields["phase"] and fields["phase"] is not None:
+        metrics.TRANSITIONS.labels(kind, fields["phase"]).inc()
+    for type_ in (READY, STALLED):
+        new = get_condition(merged, type_)
+        if new is None:
+            continue
+        event = _event_for(kind, get_condition(status.get("conditions"), type_), new)
+        if event and (type_ == READY or event[0] == "Warning"):
+            kopf.event(body, type=event[0], reason=event[1], message=event[2])
+    return changed

@@ -1,0 +1,36 @@
+"""Prometheus metrics of the operator itself, served on /metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Histogram, start_http_server
+
+RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
+RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
+TRANSITIONS = Counter("slipway_phase_transitions_total", "Phase transitions by kind and new phase.", ["kind", "phase"])
+PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace"])
+ROLLBACKS = Counter("slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "reason"])
+GATE_RESULTS = Counter("slipway_gate_results_total", "Validation gate and analysis outcomes.", ["kind", "result"])
+
+
+@contextmanager
+def reconcile_timer(kind: str) -> Iterator[None]:
+    """Count one reconciliation and time it; an exception counts as an error."""
+    start = time.monotonic()
+    try:
+        yield
+    except Exception:
+        RECONCILES.labels(kind, "error").inc()
+        raise
+    else:
+        RECONCILES.labels(kind, "ok").inc()
+    finally:
+        RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - start)
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve /metrics in a background thread."""
+    start_http_server(port, addr=addr)

@@ -1,0 +1,65 @@
+"""The Slipway operator: kopf settings, clients in memo, and the handlers of the three kinds.
+
+``python -m slipway`` starts it; ``kopf run -m slipway.operator`` works too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from slipway import metrics
+from slipway.config import OperatorConfig
+from slipway.handlers import inferencedeployment, modelartifact, trainingrun  # noqa: F401 - registers handlers
+from slipway.kube import Kube
+from slipway.prometheus import PrometheusClient
+
+PREFIX = "slipway.dev"
+
+
+def apply_settings(settings: kopf.OperatorSettings) -> None:
+    """kopf's defaults have changed between versions: every setting Slipway relies on is explicit."""
+    settings.persistence.finalizer = f"{PREFIX}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=PREFIX, key="last-handled-configuration"
+    )
+    # Events come from explicit kopf.event() calls on transitions; only warnings from logs.
+    settings.posting.enabled = True
+    settings.posting.level = logging.WARNING
+    settings.peering.name = "slipway"
+    settings.peering.clusterwide = True
+    settings.peering.mandatory = False
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.execution.max_workers = 16
+    settings.networking.request_timeout = 30
+    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+
+
+@kopf.on.startup()
+def startup(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+) -> None:
+    """Configure kopf and create the clients every handler uses (tests may inject their own)."""
+    apply_settings(settings)
+    config: OperatorConfig = memo.get("config") or OperatorConfig()
+    memo.config = config
+    if memo.get("kube") is None:
+        memo.kube = Kube.connect()
+    if memo.get("prometheus") is None and config.prometheus_url:
+        memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
+    if memo.get("serve_metrics", True) and config.metrics_port:
+        metrics.serve(config.metrics_port)
+        logger.info("operator metrics on :%d/metrics", config.metrics_port)
+
+
+@kopf.on.cleanup()
+def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    for name in ("kube", "prometheus"):
+        client = memo.get(name)
+        if client is not None:
+            client.close()

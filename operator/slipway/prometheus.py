@@ -1,0 +1,51 @@
+"""Prometheus' HTTP API over httpx: instant queries for canary analysis."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import httpx
+
+
+class PrometheusError(Exception):
+    """Prometheus answered, but refused the query (e.g. bad PromQL)."""
+
+
+class PrometheusUnavailable(PrometheusError):
+    """Prometheus could not be reached or answered 5xx; a retry may succeed."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+class PrometheusClient:
+    """A small client of ``/api/v1/query``."""
+
+    def __init__(self, base_url: str, timeout: float = 10.0, http: httpx.Client | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._http = http or httpx.Client(timeout=timeout)
+
+    def query(self, promql: str) -> list[Sample]:
+        """Evaluate an instant query; NaN samples (e.g. 0/0 rates) are dropped as no data."""
+        try:
+            resp = self._http.get(f"{self.base_url}/api/v1/query", params={"query": promql})
+        except httpx.HTTPError as exc:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} unreachable: {exc}") from exc
+        if resp.status_code >= 500:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} answered {resp.status_code}")
+        body = resp.json() if resp.headers.get("content-type", "").startswith("application/json") else {}
+        if resp.status_code >= 400 or body.get("status") != "success":
+            raise PrometheusError(f"query {promql!r} refused: {body.get('error', resp.text[:200])}")
+        data = body["data"]
+        if data["resultType"] == "scalar":
+            samples = [Sample({}, float(data["result"][1]))]
+        else:
+            samples = [Sample(r["metric"], float(r["value"][1])) for r in data["result"]]
+        return [s for s in samples if not math.isnan(s.value)]
+
+    def close(self) -> None:
+        self._http.close()

@@ -1,0 +1,104 @@
+"""Kubernetes-style conditions with kstatus semantics.
+
+``Ready`` is the summary a user waits on (``kubectl wait --for=condition=Ready``);
+``Reconciling`` and ``Stalled`` are abnormal-true: present and True only while
+work is in flight or stuck, so Argo CD, Flux and kstatus read health without
+custom code. Functions here are pure and return new lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+Status = Literal["True", "False", "Unknown"]
+
+READY = "Ready"
+RECONCILING = "Reconciling"
+STALLED = "Stalled"
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Cond:
+    """A desired condition, before timestamps."""
+
+    type: str
+    status: Status
+    reason: str
+    message: str = ""
+
+
+def set_conditions(
+    current: Iterable[Mapping[str, Any]] | None,
+    desired: Iterable[Cond],
+    generation: int | None,
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    """Merge desired conditions into the current list.
+
+    ``lastTransitionTime`` moves only when a condition's status changes, so a
+    status that is already right produces an identical list (no write churn).
+    Conditions not mentioned in ``desired`` are kept as they are.
+    """
+    now = now or now_rfc3339()
+    result = [dict(c) for c in (current or [])]
+    by_type = {c["type"]: c for c in result}
+    for want in desired:
+        old = by_type.get(want.type)
+        new = {
+            "type": want.type,
+            "status": want.status,
+            "reason": want.reason,
+            "message": want.message,
+            "lastTransitionTime": old["lastTransitionTime"] if old and old.get("status") == want.status else now,
+            "observedGeneration": generation,
+        }
+        if old is None:
+            result.append(new)
+            by_type[want.type] = new
+        else:
+            old.clear()
+            old.update(new)
+    return result
+
+
+def get_condition(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
+def is_true(conditions: Iterable[Mapping[str, Any]] | None, type_: str) -> bool:
+    c = get_condition(conditions, type_)
+    return bool(c and c.get("status") == "True")
+
+
+def ready(reason: str, message: str = "") -> list[Cond]:
+    """All done and healthy."""
+    return [
+        Cond(READY, "True", reason, message),
+        Cond(RECONCILING, "False", reason, ""),
+        Cond(STALLED, "False", reason, ""),
+    ]
+
+
+def reconciling(reason: str, message: str) -> list[Cond]:
+    """Work in flight: not ready yet, not stuck."""
+    return [
+        Cond(READY, "False", reason, message),
+        Cond(RECONCILING, "True", reason, message),
+        Cond(STALLED, "False", reason, ""),
+    ]
+
+
+def stalled(reason: str, message: str) -> list[Cond]:
+    """Stuck until a person changes something: the message says what."""
+    return [
+        Cond(READY, "False", reason, message),
+        Cond(RECONCILING, "False", reason, ""),
+        Cond(STALLED, "True", reason, message),
+    ]
