@@ -16,6 +16,8 @@ import kopf
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from slipway import GROUP, VERSION
+
 T = TypeVar("T")
 
 RETRYABLE_STATUSES = {409, 429, 500, 502, 503, 504}
@@ -79,3 +81,116 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise kopf.PermanentError(f"{what}: API server answered {exc.status} {exc.reason}: {exc.body}") from exc
     except OSError as exc:
         raise kopf.TemporaryError(f"{what}: cannot reach the API server: {exc}", delay=5) from exc
+
+
+# kind -> (API attribute on Kube, method suffix); e.g. Job -> batch.read_namespaced_job
+KINDS: dict[str, tuple[str, str]] = {
+    "Job": ("batch", "namespaced_job"),
+    "Pod": ("core", "namespaced_pod"),
+    "PersistentVolumeClaim": ("core", "namespaced_persistent_volume_claim"),
+    "Service": ("core", "namespaced_service"),
+    "Event": ("core", "namespaced_event"),
+    "Deployment": ("apps", "namespaced_deployment"),
+    "HorizontalPodAutoscaler": ("autoscaling", "namespaced_horizontal_pod_autoscaler"),
+}
+
+
+def _method(kube: Kube, kind: str, verb: str) -> Callable[..., Any]:
+    group, suffix = KINDS[kind]
+    return getattr(getattr(kube, group), f"{verb}_{suffix}")  # type: ignore[no-any-return]
+
+
+def _plain(kube: Kube, obj: Any) -> dict[str, Any]:
+    return kube.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+
+
+def get(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """The object as a plain dict (camelCase keys), or None when it does not exist."""
+    try:
+        return _plain(kube, call(f"read {kind} {namespace}/{name}", _method(kube, kind, "read"), name, namespace))
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def list_objects(kube: Kube, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+    """Objects of a kind in a namespace matching a label selector."""
+    answer = call(f"list {kind} in {namespace}", _method(kube, kind, "list"), namespace, label_selector=selector)
+    return [_plain(kube, item) for item in answer.items]
+
+
+def create(kube: Kube, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create; if it already exists (a crash after an earlier create), return the existing one."""
+    meta = body["metadata"]
+    what = f"create {kind} {meta['namespace']}/{meta['name']}"
+    try:
+        return _plain(kube, call(what, _method(kube, kind, "create"), meta["namespace"], body))
+    except kopf.TemporaryError:
+        existing = get(kube, kind, meta["namespace"], meta["name"])
+        if existing is None:
+            raise
+        return existing
+
+
+def patch(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return _plain(kube, call(f"patch {kind} {namespace}/{name}", _method(kube, kind, "patch"), name, namespace, body))
+
+
+def delete(kube: Kube, kind: str, namespace: str, name: str) -> None:
+    """Delete with background propagation; absent is fine."""
+    try:
+        call(
+            f"delete {kind} {namespace}/{name}",
+            _method(kube, kind, "delete"),
+            name,
+            namespace,
+            propagation_policy="Background",
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def get_custom(kube: Kube, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """A slipway.dev object, or None."""
+    try:
+        obj = call(
+            f"read {plural} {namespace}/{name}",
+            kube.custom.get_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            plural,
+            name,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return dict(obj)  # type: ignore[call-overload]
+
+
+def create_custom(kube: Kube, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Create a slipway.dev object; an existing one of the same name is returned instead."""
+    meta = body["metadata"]
+    try:
+        obj = call(
+            f"create {plural} {meta['namespace']}/{meta['name']}",
+            kube.custom.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            meta["namespace"],
+            plural,
+            body,
+        )
+    except kopf.TemporaryError:
+        existing = get_custom(kube, plural, meta["namespace"], meta["name"])
+        if existing is None:
+            raise
+        return existing
+    return dict(obj)  # type: ignore[call-overload]
+
+
+def list_nodes(kube: Kube) -> list[dict[str, Any]]:
+    return [_plain(kube, n) for n in call("list nodes", kube.core.list_node).items]

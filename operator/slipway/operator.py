@@ -14,6 +14,7 @@ from slipway import metrics
 from slipway.config import OperatorConfig
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun  # noqa: F401 - registers handlers
 from slipway.kube import Kube
+from slipway.mlflow import MlflowClient
 from slipway.prometheus import PrometheusClient
 
 PREFIX = "slipway.dev"
@@ -50,6 +51,8 @@ def startup(
     memo.config = config
     if memo.get("kube") is None:
         memo.kube = Kube.connect()
+    if memo.get("mlflow") is None and config.mlflow_url:
+        memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
     if memo.get("serve_metrics", True) and config.metrics_port:
@@ -59,7 +62,7 @@ def startup(
 
 @kopf.on.cleanup()
 def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    for name in ("kube", "prometheus"):
+    for name in ("kube", "mlflow", "prometheus"):
         client = memo.get(name)
         if client is not None:
             client.close()

@@ -3,15 +3,17 @@ status writes that happen only on change, with an Event on each transition."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import kopf
 from pydantic import BaseModel, ValidationError
 
 from slipway import metrics
+from slipway.mlflow import MlflowError, MlflowUnavailable
 from slipway.models.base import describe_errors
-from slipway.status.conditions import READY, STALLED, Cond, get_condition, set_conditions
+from slipway.status.conditions import READY, STALLED, Cond, get_condition, reconciling, set_conditions, stalled
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -79,3 +81,16 @@ def write_status(
         if event and (type_ == READY or event[0] == "Warning"):
             kopf.event(body, type=event[0], reason=event[1], message=event[2])
     return changed
+
+
+@contextmanager
+def mlflow_errors(kind: str, body: kopf.Body, patch: kopf.Patch) -> Iterator[None]:
+    """MLflow trouble becomes a condition a user can read, and a retry (or a stop) for kopf."""
+    try:
+        yield
+    except MlflowUnavailable as exc:
+        write_status(kind, body, patch, reconciling("MlflowUnavailable", f"{exc}; retrying"))
+        raise kopf.TemporaryError(str(exc), delay=10) from exc
+    except MlflowError as exc:
+        write_status(kind, body, patch, stalled("MlflowError", str(exc)))
+        raise kopf.TemporaryError(str(exc), delay=60) from exc

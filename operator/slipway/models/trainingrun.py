@@ -51,7 +51,8 @@ class FailurePolicy(SlipwayModel):
     max_restarts: int = Field(default=3, ge=0, le=1000, description="Pod failures tolerated before the run fails.")
     retryable_exit_codes: list[ExitCode] = Field(
         default_factory=list,
-        description="Exit codes that are retried without counting against maxRestarts (e.g. preemption).",
+        description="Exit codes that are retried (each counts against maxRestarts); when set, any other "
+        "non-zero exit code fails the run at once. Preempted or evicted pods never count.",
         max_length=32,
     )
     permanent_exit_codes: list[ExitCode] = Field(

@@ -1,0 +1,1 @@
+"""Pure functions: a model of a Slipway object -> the manifests of its children. No I/O."""

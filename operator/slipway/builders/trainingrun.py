@@ -1,0 +1,183 @@
+"""TrainingRun -> Job, checkpoint PersistentVolumeClaim and (multi-node) headless Service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slipway.builders.common import MANAGED_BY, child_name, env_list, resource_requirements
+from slipway.models.trainingrun import TrainingRunSpec
+
+CHECKPOINT_MOUNT = "/checkpoints"
+MASTER_PORT = 29500
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+RUN_LABEL = "slipway.dev/trainingrun"
+CONTAINER = "trainer"
+
+
+@dataclass(frozen=True)
+class MlflowLink:
+    """What the pod needs to log into the run the operator created."""
+
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+
+
+def job_name(run: str) -> str:
+    return child_name(run, "train")
+
+
+def pvc_name(run: str) -> str:
+    return child_name(run, "checkpoints")
+
+
+def service_name(run: str) -> str:
+    return child_name(run, "workers")
+
+
+def labels(run: str) -> dict[str, str]:
+    return {**MANAGED_BY, RUN_LABEL: run}
+
+
+def checkpoint_pvc(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
+    """The claim that outlives pods; None without spec.checkpoint."""
+    if spec.checkpoint is None:
+        return None
+    claim: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany" if spec.nodes > 1 else "ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.checkpoint.size}},
+    }
+    if spec.checkpoint.storage_class_name:
+        claim["storageClassName"] = spec.checkpoint.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc_name(name), "namespace": namespace, "labels": labels(name)},
+        "spec": claim,
+    }
+
+
+def headless_service(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
+    """Stable DNS names for the workers of a multi-node run; None for one node."""
+    if spec.nodes <= 1:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(name), "namespace": namespace, "labels": labels(name)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {RUN_LABEL: name},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+        },
+    }
+
+
+def pod_failure_policy(spec: TrainingRunSpec) -> dict[str, Any]:
+    """Preemption never counts; permanent codes fail at once; with retryable codes listed,
+    only those are retried and any other code fails at once."""
+    policy = spec.failure_policy
+    rules: list[dict[str, Any]] = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    if policy.permanent_exit_codes:
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER,
+                    "operator": "In",
+                    "values": sorted(policy.permanent_exit_codes),
+                },
+            }
+        )
+    if policy.retryable_exit_codes:
+        codes = sorted(policy.retryable_exit_codes)
+        rules.append(
+            {"action": "Count", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes}}
+        )
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": list(codes)},
+            }
+        )
+    return {"rules": rules}
+
+
+def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) -> list[dict[str, Any]]:
+    base: dict[str, str] = {"SLIPWAY_TRAININGRUN": name, "SLIPWAY_MODEL_NAME": spec.model.name}
+    if mlflow is not None:
+        base |= {
+            "MLFLOW_TRACKING_URI": mlflow.tracking_uri,
+            "MLFLOW_RUN_ID": mlflow.run_id,
+            "MLFLOW_EXPERIMENT_ID": mlflow.experiment_id,
+        }
+    if spec.checkpoint is not None:
+        base["SLIPWAY_CHECKPOINT_DIR"] = CHECKPOINT_MOUNT
+    env = env_list(base, spec.env)
+    if spec.nodes > 1:
+        # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
+        # through the headless Service as <job>-0.<service>.
+        env += [
+            {"name": "MASTER_ADDR", "value": f"{job_name(name)}-0.{service_name(name)}"},
+            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+            {"name": "WORLD_SIZE", "value": str(spec.nodes)},
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            },
+        ]
+    return env
+
+
+def job(name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) -> dict[str, Any]:
+    """The training Job. With queueName it starts suspended, for Kueue to admit."""
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": training_env(name, spec, mlflow),
+        "resources": resource_requirements(spec.resources),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    volumes = []
+    if spec.checkpoint is not None:
+        container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(name)}})
+    if volumes:
+        pod["volumes"] = volumes
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
+    if spec.priority_class_name:
+        pod["priorityClassName"] = spec.priority_class_name
+    if spec.nodes > 1:
+        pod["subdomain"] = service_name(name)
+    job_labels = labels(name)
+    if spec.queue_name:
+        job_labels[KUEUE_QUEUE_LABEL] = spec.queue_name
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.failure_policy.max_restarts,
+        "podFailurePolicy": pod_failure_policy(spec),
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "suspend": spec.suspend or spec.queue_name is not None,
+        "template": {"metadata": {"labels": labels(name)}, "spec": pod},
+    }
+    if spec.nodes > 1:
+        job_spec["completionMode"] = "Indexed"
+    if spec.failure_policy.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = spec.failure_policy.active_deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(name), "namespace": namespace, "labels": job_labels},
+        "spec": job_spec,
+    }

@@ -1,0 +1,174 @@
+"""TrainingRun status from what is observed: its Job, its pods, the sizing check (pure)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from slipway.models.trainingrun import TrainingRunSpec
+from slipway.status.conditions import Cond, ready, reconciling, stalled
+
+TRAINED = "Trained"
+WAITING_PROBLEMS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+                    "CreateContainerError", "CrashLoopBackOff", "NoCommand"}  # fmt: skip
+_EXIT_CODE = re.compile(r"exit code (\d+)")
+
+Obj = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    """The computed status of a TrainingRun."""
+
+    phase: str
+    conditions: list[Cond]
+    restarts: int = 0
+    start_time: str | None = None
+    completion_time: str | None = None
+    failed: bool = False
+    succeeded: bool = False
+
+
+def _job_condition(job: Obj, type_: str) -> Obj | None:
+    for cond in (job.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_ and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
+    """The first reason a pod cannot run that a user can act on: (reason, message)."""
+    for pod in pods:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = cond.get("reason") or "Unschedulable"
+                return reason, f"pod {name}: {cond.get('message') or reason}"
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in WAITING_PROBLEMS:
+                return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
+    return None
+
+
+def _running_pods(pods: Sequence[Obj]) -> int:
+    return sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Running")
+
+
+def _failure(job: Obj, spec: TrainingRunSpec) -> tuple[str, str]:
+    """(reason, message) of a failed Job, in the words of the TrainingRun."""
+    cond = _job_condition(job, "Failed") or {}
+    reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
+    if reason == "PodFailurePolicy":
+        code = _EXIT_CODE.search(message)
+        number = int(code.group(1)) if code else None
+        if number is not None and number in spec.failure_policy.permanent_exit_codes:
+            return "PermanentExitCode", (
+                f"the trainer exited with code {number}, listed in spec.failurePolicy.permanentExitCodes; "
+                "fix the cause and create a new run"
+            )
+        return "NonRetryableExitCode", (
+            f"the trainer exited with code {number}, which is not in spec.failurePolicy.retryableExitCodes; "
+            "fix the cause and create a new run"
+        )
+    if reason == "BackoffLimitExceeded":
+        return reason, (
+            f"pods failed more than spec.failurePolicy.maxRestarts={spec.failure_policy.max_restarts} times; "
+            "see the pods' logs"
+        )
+    if reason == "DeadlineExceeded":
+        return reason, (
+            f"the run exceeded spec.failurePolicy.activeDeadlineSeconds={spec.failure_policy.active_deadline_seconds}"
+        )
+    return reason, message or "the training Job failed"
+
+
+def _state(phase: str, summary: str, reason: str, message: str, trained: bool = False, **kw: Any) -> TrainingState:
+    """A state whose summary conditions (ready / reconciling / stalled) and Trained agree."""
+    summary_conds = {"ready": ready, "reconciling": reconciling, "stalled": stalled}[summary](reason, message)
+    trained_cond = Cond(TRAINED, "True" if trained else "False", reason, message)
+    return TrainingState(phase, [*summary_conds, trained_cond], **kw)
+
+
+def training_state(
+    spec: TrainingRunSpec,
+    job: Obj | None,
+    pods: Sequence[Obj],
+    sizing_refusal: str | None = None,
+    artifact_pending: bool = False,
+) -> TrainingState:
+    """Phase and conditions of a TrainingRun from its children.
+
+    ``artifact_pending``: the run succeeded and its ModelArtifact is still to be
+    created (Ready waits for it).
+    """
+    if sizing_refusal is not None and job is None:
+        return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
+    if job is None:
+        return _state("Pending", "reconciling", "Creating", "creating the training Job")
+    status = job.get("status") or {}
+    restarts = int(status.get("failed") or 0)
+    kw: dict[str, Any] = {
+        "restarts": restarts,
+        "start_time": status.get("startTime"),
+        "completion_time": status.get("completionTime"),
+    }
+    if _job_condition(job, "Complete"):
+        if artifact_pending:
+            return _state("Succeeded", "reconciling", "CreatingArtifact", "training finished; creating the "
+                          "ModelArtifact", trained=True, succeeded=True, **kw)  # fmt: skip
+        return _state("Succeeded", "ready", "Succeeded", "training finished", trained=True, succeeded=True, **kw)
+    if _job_condition(job, "Failed"):
+        reason, message = _failure(job, spec)
+        return _state("Failed", "stalled", reason, message, failed=True, **kw)
+    if (job.get("spec") or {}).get("suspend"):
+        if spec.suspend:
+            message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
+            return _state("Suspended", "reconciling", "Suspended", message, **kw)
+        return _state(
+            "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
+        )
+    running = _running_pods(pods)
+    problem = _pod_problem(pods)
+    if problem is not None:
+        return _state("Running" if running else "Pending", "reconciling", *problem, **kw)
+    if running:
+        message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
+        return _state("Running", "reconciling", "Training", message, **kw)
+    return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)
+
+
+PROGRESS_KEYS = {"step", "totalSteps", "checkpointStep"}
+
+
+def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(status.progress, status.lastCheckpoint) from an MLflow run.
+
+    The contract with training code: log metric ``step`` each step and
+    ``totalSteps`` once; after each checkpoint set tags ``slipway.checkpoint``
+    (its path) and ``slipway.checkpoint.step``. Any other metric shows as latest.
+    """
+    metrics = run.metrics
+    progress: dict[str, Any] = {}
+    if "step" in metrics:
+        progress["step"] = int(metrics["step"].value)
+    elif metrics:
+        progress["step"] = max(m.step for m in metrics.values())
+    if "totalSteps" in metrics:
+        progress["totalSteps"] = int(metrics["totalSteps"].value)
+    latest = {k: round(m.value, 6) for k, m in metrics.items() if k not in PROGRESS_KEYS and m.value == m.value}
+    if latest:
+        progress["metrics"] = latest
+    checkpoint: dict[str, Any] = {}
+    if "slipway.checkpoint.step" in run.tags:
+        checkpoint["step"] = int(run.tags["slipway.checkpoint.step"])
+    if "slipway.checkpoint" in run.tags:
+        checkpoint["path"] = run.tags["slipway.checkpoint"]
+    if "checkpointStep" in metrics and metrics["checkpointStep"].timestamp:
+        ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
+        checkpoint["time"] = ts.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return progress or None, checkpoint or None

@@ -1,0 +1,124 @@
+"""TrainingRun -> Job, PVC and headless Service: the shapes users and Kubernetes rely on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipway.builders import trainingrun as build
+from slipway.builders.common import child_name
+from slipway.models import TrainingRunSpec
+
+LINK = build.MlflowLink("http://mlflow:5000", "run123", "7")
+
+
+def spec(**extra: Any) -> TrainingRunSpec:
+    return TrainingRunSpec.model_validate({"model": {"name": "digits"}, "image": "img:1", **extra})
+
+
+def env_of(job: dict[str, Any]) -> dict[str, Any]:
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_single_node_job_with_gpus_mlflow_env_and_no_service():
+    s = spec(resources={"gpus": 2, "cpu": "8", "memory": "32Gi"}, command=["python", "-m", "train"])
+    job = build.job("r1", "ns", s, LINK)
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert job["metadata"]["name"] == "r1-train"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"}
+    assert container["command"] == ["python", "-m", "train"]
+    assert pod["restartPolicy"] == "Never"
+    assert env_of(job)["MLFLOW_RUN_ID"] == "run123"
+    assert env_of(job)["MLFLOW_EXPERIMENT_ID"] == "7"
+    assert env_of(job)["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    assert "completionMode" not in job["spec"]
+    assert job["spec"]["suspend"] is False
+    assert build.headless_service("r1", "ns", s) is None
+    assert build.checkpoint_pvc("r1", "ns", s) is None
+
+
+def test_custom_gpu_resource_name():
+    job = build.job("r1", "ns", spec(resources={"gpus": 1, "gpuResourceName": "amd.com/gpu"}), LINK)
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "1"}
+
+
+def test_checkpoint_claim_is_mounted_with_env():
+    s = spec(checkpoint={"size": "10Gi", "storageClassName": "local"})
+    pvc = build.checkpoint_pvc("r1", "ns", s)
+    assert pvc is not None
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert pvc["spec"]["storageClassName"] == "local"
+    job = build.job("r1", "ns", s, LINK)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "r1-checkpoints"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/checkpoints"}]
+    assert env_of(job)["SLIPWAY_CHECKPOINT_DIR"] == "/checkpoints"
+
+
+def test_multi_node_is_indexed_job_with_torchrun_env_and_headless_service():
+    s = spec(nodes=2)
+    job = build.job("r1", "ns", s, LINK)
+    svc = build.headless_service("r1", "ns", s)
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    assert job["spec"]["template"]["spec"]["subdomain"] == "r1-workers"
+    env = env_of(job)
+    assert env["MASTER_ADDR"] == "r1-train-0.r1-workers"
+    assert env["MASTER_PORT"] == "29500"
+    assert env["WORLD_SIZE"] == "2"
+    assert env["NODE_RANK"]["fieldRef"]["fieldPath"].endswith("['batch.kubernetes.io/job-completion-index']")
+    assert svc is not None
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"] == {"slipway.dev/trainingrun": "r1"}
+
+
+def test_queue_name_sets_kueue_label_and_starts_suspended():
+    job = build.job("r1", "ns", spec(queueName="team-a"), LINK)
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert job["spec"]["suspend"] is True
+
+
+def test_failure_policy_maps_to_backoff_and_pod_failure_policy():
+    s = spec(failurePolicy={"maxRestarts": 4, "permanentExitCodes": [3], "activeDeadlineSeconds": 600})
+    job = build.job("r1", "ns", s, LINK)
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    assert job["spec"]["backoffLimit"] == 4
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+    assert rules[1]["action"] == "FailJob"
+    assert rules[1]["onExitCodes"] == {"containerName": "trainer", "operator": "In", "values": [3]}
+    assert len(rules) == 2
+
+
+def test_retryable_codes_count_and_others_fail():
+    rules = build.pod_failure_policy(spec(failurePolicy={"retryableExitCodes": [143, 137]}))["rules"]
+    assert rules[1] == {"action": "Count", "onExitCodes": {"containerName": "trainer", "operator": "In",
+                                                           "values": [137, 143]}}  # fmt: skip
+    assert rules[2]["action"] == "FailJob"
+    assert rules[2]["onExitCodes"]["operator"] == "NotIn"
+
+
+def test_user_env_wins_over_slipway_defaults():
+    job = build.job("r1", "ns", spec(env=[{"name": "MLFLOW_TRACKING_URI", "value": "https://mine"}]), LINK)
+    names = [e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]]
+    assert names.count("MLFLOW_TRACKING_URI") == 1
+    assert env_of(job)["MLFLOW_TRACKING_URI"] == "https://mine"
+
+
+def test_scheduling_fields_pass_through():
+    s = spec(nodeSelector={"pool": "gpu"}, tolerations=[{"key": "gpu", "operator": "Exists"}],
+             priorityClassName="low", suspend=True)  # fmt: skip
+    pod = build.job("r1", "ns", s, LINK)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"}
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    assert pod["priorityClassName"] == "low"
+    assert build.job("r1", "ns", s, LINK)["spec"]["suspend"] is True
+
+
+def test_child_names_are_deterministic_and_short():
+    long = "a" * 80
+    assert child_name(long, "train") == child_name(long, "train")
+    assert len(child_name(long, "train")) <= 63
+    assert child_name(long, "train").endswith("-train")
+    assert child_name("a" * 81, "train") != child_name(long, "train")

@@ -1,0 +1,113 @@
+"""TrainingRun phase and conditions from its Job and pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipway.mlflow import Metric, Run
+from slipway.models import TrainingRunSpec
+from slipway.status.conditions import Cond
+from slipway.status.trainingrun import progress_from_run, training_state
+
+SPEC = TrainingRunSpec.model_validate(
+    {"model": {"name": "m"}, "image": "i", "failurePolicy": {"permanentExitCodes": [3]}}
+)
+
+
+def job(conditions: list[dict[str, Any]] | None = None, suspend: bool = False, failed: int = 0) -> dict[str, Any]:
+    return {"spec": {"suspend": suspend}, "status": {"conditions": conditions or [], "failed": failed,
+                                                      "startTime": "2026-01-01T00:00:00Z"}}  # fmt: skip
+
+
+def pod(phase: str = "Running", **status: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "p-1"}, "status": {"phase": phase, **status}}
+
+
+def cond(state, type_: str) -> Cond:
+    return next(c for c in state.conditions if c.type == type_)
+
+
+def test_no_job_yet_is_pending():
+    state = training_state(SPEC, None, [])
+    assert state.phase == "Pending"
+    assert cond(state, "Reconciling").status == "True"
+
+
+def test_sizing_refusal_fails_before_any_job():
+    state = training_state(SPEC, None, [], sizing_refusal="needs ~90 GiB")
+    assert state.phase == "Failed"
+    assert cond(state, "Stalled").reason == "InsufficientGPUMemory"
+    assert cond(state, "Stalled").message == "needs ~90 GiB"
+
+
+def test_running_counts_restarts():
+    state = training_state(SPEC, job(failed=1), [pod()])
+    assert state.phase == "Running"
+    assert state.restarts == 1
+    assert "1 restarts" in cond(state, "Ready").message
+
+
+def test_unschedulable_carries_the_schedulers_message():
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}  # fmt: skip
+    state = training_state(SPEC, job(), [pod("Pending", conditions=[scheduled])])
+    assert state.phase == "Pending"
+    assert cond(state, "Ready").reason == "Unschedulable"
+    assert "Insufficient nvidia.com/gpu" in cond(state, "Ready").message
+
+
+def test_image_pull_backoff_is_named():
+    waiting = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}}
+    state = training_state(SPEC, job(), [pod("Pending", containerStatuses=[waiting])])
+    assert cond(state, "Ready").reason == "ImagePullBackOff"
+
+
+def test_permanent_exit_code_fails_with_the_code():
+    failed = {
+        "type": "Failed",
+        "status": "True",
+        "reason": "PodFailurePolicy",
+        "message": "Container trainer for pod ns/p-1 failed with exit code 3 matching FailJob rule at index 1",
+    }
+    state = training_state(SPEC, job([failed]), [])  # fmt: skip
+    assert state.phase == "Failed"
+    assert cond(state, "Stalled").reason == "PermanentExitCode"
+    assert "code 3" in cond(state, "Stalled").message
+
+
+def test_deadline_exceeded():
+    failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer"}
+    state = training_state(SPEC, job([failed]), [])
+    assert cond(state, "Stalled").reason == "DeadlineExceeded"
+
+
+def test_complete_is_ready_unless_the_artifact_is_pending():
+    complete = [{"type": "Complete", "status": "True"}]
+    done = training_state(SPEC, job(complete), [])
+    assert done.phase == "Succeeded"
+    assert cond(done, "Ready").status == "True"
+    assert cond(done, "Trained").status == "True"
+    pending = training_state(SPEC, job(complete), [], artifact_pending=True)
+    assert cond(pending, "Ready").status == "False"
+    assert cond(pending, "Reconciling").reason == "CreatingArtifact"
+
+
+def test_suspended_by_spec_vs_queued_by_kueue():
+    suspended = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "suspend": True})
+    assert training_state(suspended, job(suspend=True), []).phase == "Suspended"
+    queued = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "queueName": "q"})
+    state = training_state(queued, job(suspend=True), [])
+    assert state.phase == "Pending"
+    assert cond(state, "Ready").reason == "Queued"
+
+
+def test_progress_and_checkpoint_from_mlflow_run():
+    run = Run(
+        run_id="r", experiment_id="1", run_name="", status="RUNNING", artifact_uri="",
+        metrics={"step": Metric("step", 7, 7), "totalSteps": Metric("totalSteps", 30, 0),
+                 "loss": Metric("loss", 0.25, 7), "checkpointStep": Metric("checkpointStep", 5, 5, 1767225600000)},
+        tags={"slipway.checkpoint": "/checkpoints/step-5.pkl", "slipway.checkpoint.step": "5"},
+    )  # fmt: skip
+    progress, checkpoint = progress_from_run(run)
+    assert progress == {"step": 7, "totalSteps": 30, "metrics": {"loss": 0.25}}
+    assert checkpoint == {"step": 5, "path": "/checkpoints/step-5.pkl", "time": "2026-01-01T00:00:00Z"}
