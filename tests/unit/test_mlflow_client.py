@@ -1,0 +1,237 @@
+"""The MLflow client's pure parts: filters, URIs, error mapping, parsing, auth.
+
+Its conversations with a real server are in tests/integration/test_mlflow_client.py.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+
+import httpx
+import pytest
+
+from slipway import mlflow
+from slipway.mlflow import (
+    MlflowClient,
+    MlflowError,
+    MlflowNotFound,
+    MlflowUnavailable,
+    ModelVersion,
+    Run,
+    model_version_filter,
+    run_artifact_uri,
+    tag_filter,
+)
+
+
+def test_model_version_filter_quotes_tag_keys_with_backticks() -> None:
+    assert (
+        model_version_filter("digits", {"slipway.dev/uid": "1234", "method": "int8"})
+        == "name='digits' and tags.`slipway.dev/uid`='1234' and tags.`method`='int8'"
+    )
+    assert model_version_filter("digits") == "name='digits'"
+
+
+def test_tag_filter_for_runs() -> None:
+    assert tag_filter("slipway.dev/uid", "abc") == "tags.`slipway.dev/uid` = 'abc'"
+
+
+@pytest.mark.parametrize(("name", "tags"), [("it's", {}), ("m", {"k": "a'b"}), ("m", {"a`b": "v"})])
+def test_filters_refuse_what_mlflow_cannot_escape(name: str, tags: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="MLflow filters cannot express"):
+        model_version_filter(name, tags)
+
+
+def test_run_artifact_uri() -> None:
+    assert run_artifact_uri("abc", "model/") == "runs:/abc/model"
+    assert run_artifact_uri("abc") == "runs:/abc"
+
+
+def _answer(status: int, body: object = None, text: str = "") -> httpx.Response:
+    if body is not None:
+        return httpx.Response(status, json=body)
+    return httpx.Response(status, text=text)
+
+
+@pytest.mark.parametrize(
+    ("response", "what", "expected"),
+    [
+        (
+            _answer(404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "Run x not found"}),
+            "GET /runs/get",
+            MlflowNotFound,
+        ),
+        (_answer(400, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "gone"}), "GET /x", MlflowNotFound),
+        (
+            _answer(
+                400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "Registered model alias prod not found."}
+            ),
+            "GET /api/2.0/mlflow/registered-models/alias",
+            MlflowNotFound,
+        ),
+        (
+            _answer(400, {"error_code": "INVALID_PARAMETER_VALUE", "message": "Missing value for 'name'"}),
+            "GET /api/2.0/mlflow/registered-models/alias",
+            MlflowError,
+        ),
+        (_answer(400, {"error_code": "RESOURCE_ALREADY_EXISTS", "message": "exists"}), "POST /create", MlflowError),
+        (_answer(503, text="upstream down"), "GET /runs/get", MlflowUnavailable),
+        (
+            _answer(500, {"error_code": "INTERNAL_ERROR", "message": "db locked"}),
+            "POST /runs/log-batch",
+            MlflowUnavailable,
+        ),
+        (_answer(429, {"error_code": "REQUEST_LIMIT_EXCEEDED", "message": "slow down"}), "GET /x", MlflowUnavailable),
+        (_answer(403, {"error_code": "PERMISSION_DENIED", "message": "no"}), "GET /x", MlflowError),
+    ],
+)
+def test_answers_map_to_exceptions(response: httpx.Response, what: str, expected: type[MlflowError]) -> None:
+    with pytest.raises(MlflowError) as caught:
+        mlflow._raise_for_answer(response, what, "http://mlflow:5000")
+    assert type(caught.value) is expected
+    assert caught.value.status == response.status_code
+
+
+def test_error_names_the_request_code_and_fix() -> None:
+    with pytest.raises(MlflowError) as caught:
+        mlflow._raise_for_answer(
+            _answer(401, {"error_code": "UNAUTHENTICATED", "message": "bad credentials"}), "GET /runs/get", "http://m"
+        )
+    text = str(caught.value)
+    assert "GET /runs/get" in text and "UNAUTHENTICATED" in text and "HTTP 401" in text
+    assert "MLFLOW_TRACKING_TOKEN" in text
+
+
+def test_success_raises_nothing() -> None:
+    mlflow._raise_for_answer(_answer(200, {}), "GET /x", "http://m")
+
+
+def test_unreachable_server_is_unavailable() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        client = MlflowClient(f"http://127.0.0.1:{port}", timeout=2)
+        with pytest.raises(MlflowUnavailable, match="unreachable"):
+            client.get_run("abc")
+
+
+def test_only_idempotent_requests_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mlflow, "_RETRY_BACKOFF_SECONDS", (0.0,))
+    attempts: list[str] = []
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        attempts.append(request.url.path)
+        raise httpx.ConnectError("refused", request=request)
+
+    client = MlflowClient("http://mlflow:5000", retries=2, transport=httpx.MockTransport(refuse))
+    with pytest.raises(MlflowUnavailable):
+        client.get_run("abc")
+    assert len(attempts) == 3
+    attempts.clear()
+    with pytest.raises(MlflowUnavailable):
+        client.create_run("1", "r")
+    assert len(attempts) == 1
+
+
+def test_run_from_json_keeps_latest_metrics_params_and_tags() -> None:
+    run = Run.from_json(
+        {
+            "info": {
+                "run_uuid": "r1",
+                "experiment_id": "3",
+                "run_name": "train",
+                "status": "RUNNING",
+                "start_time": 1700000000000,
+                "artifact_uri": "mlflow-artifacts:/3/r1/artifacts",
+            },
+            "data": {
+                "metrics": [{"key": "loss", "value": 0.25, "timestamp": 5, "step": 7}],
+                "params": [{"key": "steps", "value": "30"}],
+                "tags": [{"key": "slipway.checkpoint.step", "value": "5"}],
+            },
+        }
+    )
+    assert run.run_id == "r1" and run.experiment_id == "3" and run.end_time is None
+    assert run.metrics["loss"].step == 7 and run.metrics["loss"].value == 0.25
+    assert run.params == {"steps": "30"} and run.tags == {"slipway.checkpoint.step": "5"}
+
+
+def test_model_version_from_json() -> None:
+    version = ModelVersion.from_json(
+        {
+            "name": "digits",
+            "version": "4",
+            "source": "runs:/r1/model",
+            "tags": [{"key": "k", "value": "v"}],
+            "aliases": ["candidate"],
+        }
+    )
+    assert version.version == "4" and version.uri == "models:/digits/4"
+    assert version.tags == {"k": "v"} and version.aliases == ("candidate",)
+
+
+@pytest.mark.parametrize(
+    ("uri", "path"),
+    [
+        ("mlflow-artifacts:/1/r1/artifacts/model", "1/r1/artifacts/model"),
+        ("mlflow-artifacts://mlflow:5000/1/r1/artifacts/model", "1/r1/artifacts/model"),
+        ("http://mlflow:5000/api/2.0/mlflow-artifacts/artifacts/1/r1/artifacts", "1/r1/artifacts"),
+    ],
+)
+def test_proxied_artifact_uris_resolve_without_a_request(uri: str, path: str) -> None:
+    assert MlflowClient("http://mlflow:5000").resolve_artifact_path(uri) == path
+
+
+def test_artifacts_outside_the_proxy_are_refused_with_the_fix() -> None:
+    with pytest.raises(MlflowError, match="--serve-artifacts"):
+        MlflowClient("http://mlflow:5000").resolve_artifact_path("s3://bucket/model")
+
+
+def test_non_finite_metrics_use_protobuf_json_spellings() -> None:
+    assert mlflow._json_number(math.nan) == "NaN"
+    assert mlflow._json_number(math.inf) == "Infinity"
+    assert mlflow._json_number(-math.inf) == "-Infinity"
+    assert mlflow._json_number(1) == 1.0
+
+
+def test_bearer_token_from_env_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "s3cr3t")
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization", ""))
+        return httpx.Response(200, json={"registered_model": {"name": "m"}})
+
+    client = MlflowClient("http://mlflow:5000", transport=httpx.MockTransport(answer))
+    client.get_registered_model("m")
+    assert seen == ["Bearer s3cr3t"]
+    assert "s3cr3t" not in repr(client) and "s3cr3t" not in repr(client._http.auth)
+
+
+def test_basic_auth_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ops")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw")
+    assert isinstance(mlflow._auth_from_env(), httpx.BasicAuth)
+
+
+def test_tracking_uri_must_be_http(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI"):
+        MlflowClient("file:///tmp/mlruns")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI is not set"):
+        MlflowClient.from_env()
+
+
+def test_run_url_points_at_the_ui() -> None:
+    client = MlflowClient("http://mlflow:5000/")
+    assert client.run_url("3", "r1") == "http://mlflow:5000/#/experiments/3/runs/r1"
+    assert (
+        client.run_url("3", "r1", ui_base="https://ml.example.com") == "https://ml.example.com/#/experiments/3/runs/r1"
+    )
+
+
+def test_update_run_refuses_unknown_status() -> None:
+    with pytest.raises(ValueError, match="run status"):
+        MlflowClient("http://mlflow:5000").update_run("r1", status="DONE")
