@@ -1,0 +1,392 @@
+"""Serve an ONNX model from MLflow over HTTP, with Prometheus metrics and fault switches.
+
+    python -m slipway.workloads.serve [--model-uri URI] [--host $POD_IP] [--port 8080]
+
+Endpoints:
+  POST /v1/predict  {"instances": [[64 pixel values 0..16], ...]}
+                    → {"predictions": [digit, ...], "probabilities": [[10 floats], ...],
+                       "modelVersion": "3"}; 400 on bad input, 503 until the model is loaded
+  GET  /healthz     200 while the process runs
+  GET  /readyz      200 once the model is loaded, 503 before and while shutting down
+  GET  /metrics     Prometheus text format:
+    slipway_requests_total{code}                    predict requests by HTTP status code
+    slipway_request_duration_seconds                histogram of predict request durations
+    slipway_time_to_first_token_seconds             histogram, streaming-style (see below)
+    slipway_time_per_output_token_seconds           histogram, streaming-style (see below)
+    slipway_requests_in_flight                      gauge, for a Pods metric in an HPA
+    slipway_model_info{version,uri}                 gauge, 1
+
+A classifier has no tokens, so the streaming metrics are simulated from real timings: each
+prediction of a request counts as one output token; time to first token is the time from the
+request's arrival to the first prediction (waiting, injected latency, and one instance's share
+of the inference); time per output token is the inference time divided by the number of
+instances. They move the way an LLM server's do when a version is slower, which is what the
+``slipway`` analysis preset measures.
+
+Environment (flags fall back to it):
+  SLIPWAY_MODEL_URI        --model-uri: models:/name/version, models:/name@alias, runs:/…,
+                           or mlflow-artifacts:/… (required)
+  MLFLOW_TRACKING_URI      the tracking server (required)
+  SLIPWAY_MODEL_VERSION    the version label for metrics (default: from a models:/ URI)
+  POD_IP, PORT             --host, --port (defaults 127.0.0.1 and 8080)
+  SLIPWAY_ORT_THREADS      ONNX Runtime intra-op threads (default 1)
+  SLIPWAY_SHUTDOWN_DELAY_SECONDS  after SIGTERM, fail readiness and keep serving this long
+                           before closing, so endpoints drop the pod first (default 0)
+  Fault switches, for rollback tests and demos:
+  SLIPWAY_FAULT_ERROR_RATE=R       answer predict with 500 with probability R (0..1)
+  SLIPWAY_FAULT_LATENCY_SECONDS=S  add S seconds to every predict request
+  SLIPWAY_FAULT_CRASH_ON_START=1   exit with code 1 at start (a crash-looping version)
+
+SIGTERM and SIGINT shut the server down cleanly (exit code 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from slipway.mlflow import MlflowClient
+from slipway.workloads.common import (
+    EXIT_ERROR,
+    INPUT_NAME,
+    N_FEATURES,
+    ConfigError,
+    WorkloadExit,
+    download_model,
+    env_flag,
+    env_float,
+    env_int,
+    env_str,
+    mlflow_client,
+    onnx_session,
+    run_workload,
+)
+
+log = logging.getLogger("slipway.workloads.serve")
+
+MAX_BODY_BYTES = 8 << 20
+MAX_INSTANCES = 4096
+
+
+class BadRequest(ValueError):
+    """The request body is not a valid prediction request; answered with 400."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    """The fault switches, read once at start."""
+
+    error_rate: float = 0.0
+    latency_seconds: float = 0.0
+    crash_on_start: bool = False
+
+    @classmethod
+    def from_env(cls) -> Faults:
+        return cls(
+            error_rate=env_float("SLIPWAY_FAULT_ERROR_RATE", 0.0, minimum=0.0, maximum=1.0),
+            latency_seconds=env_float("SLIPWAY_FAULT_LATENCY_SECONDS", 0.0, minimum=0.0),
+            crash_on_start=env_flag("SLIPWAY_FAULT_CRASH_ON_START"),
+        )
+
+    def fails(self, draw: float) -> bool:
+        """Whether a request with the uniform random ``draw`` in [0, 1) gets an injected 500."""
+        return draw < self.error_rate
+
+    def active(self) -> bool:
+        return bool(self.error_rate or self.latency_seconds or self.crash_on_start)
+
+
+class ServingMetrics:
+    """The server's Prometheus metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        disable_created_metrics()  # `*_created` series only double what Prometheus scrapes
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "slipway_requests", "Predict requests by HTTP status code.", ["code"], registry=self.registry
+        )
+        self.duration = Histogram(
+            "slipway_request_duration_seconds", "Predict request duration.", registry=self.registry
+        )
+        token_buckets = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+        self.time_to_first_token = Histogram(
+            "slipway_time_to_first_token_seconds",
+            "Time from a predict request's arrival to its first prediction (simulated streaming).",
+            buckets=(*token_buckets, 5.0, 10.0),
+            registry=self.registry,
+        )
+        self.time_per_output_token = Histogram(
+            "slipway_time_per_output_token_seconds",
+            "Inference time per prediction of a request (simulated streaming).",
+            buckets=token_buckets,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge("slipway_requests_in_flight", "Predict requests being served.", registry=self.registry)
+        self.model_info = Gauge("slipway_model_info", "The model served.", ["version", "uri"], registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class LoadedModel:
+    """An ONNX model in an ONNX Runtime session, with the version it is served as."""
+
+    def __init__(self, model_file: Path, version: str, uri: str, threads: int) -> None:
+        self.version = version
+        self.uri = uri
+        self.session = onnx_session(model_file, threads)
+
+    def predict(self, instances: Any) -> tuple[list[int], list[list[float]]]:
+        labels, probabilities = self.session.run(["label", "probabilities"], {INPUT_NAME: instances})
+        return [int(x) for x in labels.reshape(-1)], probabilities.astype(float).round(6).tolist()
+
+
+def parse_instances(body: bytes) -> Any:
+    """The float32 [N, 64] array of a ``{"instances": [...]}`` request body, or BadRequest."""
+    import numpy as np
+
+    try:
+        request = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from None
+    instances = request.get("instances") if isinstance(request, dict) else None
+    if not isinstance(instances, list) or not instances:
+        raise BadRequest('expected {"instances": [[64 numbers], ...]} with at least one instance')
+    if len(instances) > MAX_INSTANCES:
+        raise BadRequest(f"{len(instances)} instances; at most {MAX_INSTANCES} per request")
+    try:
+        array = np.asarray(instances, dtype=np.float32)
+    except (ValueError, TypeError):
+        raise BadRequest("instances must be lists of numbers") from None
+    if array.ndim != 2 or array.shape[1] != N_FEATURES:
+        raise BadRequest(f"each instance must hold {N_FEATURES} numbers (8x8 pixels), got shape {list(array.shape)}")
+    if not np.isfinite(array).all():
+        raise BadRequest("instances must be finite numbers")
+    return array
+
+
+def model_version_label(uri: str, client: MlflowClient | None = None) -> str:
+    """The version a ``models:/`` URI names (an alias is resolved through MLflow), else "unknown"."""
+    explicit = env_str("SLIPWAY_MODEL_VERSION")
+    if explicit:
+        return explicit
+    if not uri.startswith("models:/"):
+        return "unknown"
+    ref = uri[len("models:/") :].strip("/")
+    if "@" in ref and client is not None:
+        name, alias = ref.split("@", 1)
+        version = client.get_version_by_alias(name, alias)
+        return version.version if version else "unknown"
+    parts = ref.split("/")
+    return parts[1] if len(parts) >= 2 and parts[1].isdigit() else "unknown"
+
+
+class PredictionServer(ThreadingHTTPServer):
+    """The HTTP server and the state its handlers share."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], faults: Faults, metrics: ServingMetrics) -> None:
+        super().__init__(address, PredictionHandler)
+        self.faults = faults
+        self.metrics = metrics
+        self.model: LoadedModel | None = None
+        self.stopping = threading.Event()
+        self.load_error: BaseException | None = None
+        self.random = random.Random()
+
+    @property
+    def model_version(self) -> str:
+        return self.model.version if self.model else ""
+
+    @property
+    def ready(self) -> bool:
+        return self.model is not None and not self.stopping.is_set()
+
+    def serve_model(self, model: LoadedModel) -> None:
+        self.metrics.model_info.labels(version=model.version, uri=model.uri).set(1)
+        self.model = model
+
+    def stop(self, delay_seconds: float = 0.0) -> None:
+        """Fail readiness now, close after ``delay_seconds`` (from any thread but the serving one)."""
+        self.stopping.set()
+
+        def close() -> None:
+            time.sleep(delay_seconds)  # keep answering while endpoints drop this pod
+            self.shutdown()
+
+        threading.Thread(target=close, name="shutdown", daemon=True).start()
+
+
+class PredictionHandler(BaseHTTPRequestHandler):
+    server: PredictionServer
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        if self.path == "/healthz":
+            self._send_json(HTTPStatus.OK, {"status": "ok"})
+        elif self.path == "/readyz":
+            if self.server.ready:
+                self._send_json(HTTPStatus.OK, {"status": "ready", "modelVersion": self.server.model_version})
+            else:
+                self._send_json(HTTPStatus.SERVICE_UNAVAILABLE, {"status": "not ready"})
+        elif self.path == "/metrics":
+            self._send(HTTPStatus.OK, self.server.metrics.render(), CONTENT_TYPE_LATEST)
+        else:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
+
+    def do_POST(self) -> None:
+        if self.path != "/v1/predict":
+            self._read_body()
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
+            return
+        metrics = self.server.metrics
+        arrived = time.perf_counter()
+        metrics.in_flight.inc()
+        status = HTTPStatus.INTERNAL_SERVER_ERROR
+        try:
+            status, answer = self._predict(arrived)
+            self._send_json(status, answer)
+        finally:
+            metrics.in_flight.dec()
+            metrics.requests.labels(code=str(int(status))).inc()
+            metrics.duration.observe(time.perf_counter() - arrived)
+
+    def _predict(self, arrived: float) -> tuple[HTTPStatus, dict[str, Any]]:
+        server = self.server
+        body = self._read_body()
+        model = server.model
+        if model is None or not server.ready:
+            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": "model not loaded yet"}
+        if body is None:
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body over {MAX_BODY_BYTES} bytes"}
+        try:
+            instances = parse_instances(body)
+        except BadRequest as exc:
+            return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
+        if server.faults.latency_seconds:
+            time.sleep(server.faults.latency_seconds)  # the injected slowness itself
+        if server.faults.fails(server.random.random()):
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {
+                "error": f"injected fault (SLIPWAY_FAULT_ERROR_RATE={server.faults.error_rate})"
+            }
+        started = time.perf_counter()
+        predictions, probabilities = model.predict(instances)
+        finished = time.perf_counter()
+        per_token = (finished - started) / len(predictions)
+        server.metrics.time_to_first_token.observe(started - arrived + per_token)
+        server.metrics.time_per_output_token.observe(per_token)
+        return HTTPStatus.OK, {
+            "predictions": predictions,
+            "probabilities": probabilities,
+            "modelVersion": model.version,
+        }
+
+    def _read_body(self) -> bytes | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            return None
+        return self.rfile.read(length) if length else b""
+
+    def _send_json(self, status: HTTPStatus, payload: dict[str, Any]) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json")
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m slipway.workloads.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-uri", default=env_str("SLIPWAY_MODEL_URI"))
+    parser.add_argument("--host", default=env_str("POD_IP", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=env_int("PORT", 8080, minimum=1))
+    parser.add_argument("--threads", type=int, default=env_int("SLIPWAY_ORT_THREADS", 1, minimum=1))
+    args = parser.parse_args(argv)
+    if not args.model_uri:
+        raise ConfigError("no model to serve: pass --model-uri or set SLIPWAY_MODEL_URI")
+    return args
+
+
+def load_in_background(server: PredictionServer, args: argparse.Namespace, workdir: Path) -> threading.Thread:
+    """Download and load the model while /healthz already answers; stop the server if it fails."""
+
+    def load() -> None:
+        try:
+            client = mlflow_client()
+            model_file = download_model(client, args.model_uri, workdir)
+            model = LoadedModel(model_file, model_version_label(args.model_uri, client), args.model_uri, args.threads)
+            server.serve_model(model)
+            log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
+        except BaseException as exc:
+            log.error("cannot load %s: %s", args.model_uri, exc)
+            server.load_error = exc
+            server.stop()
+
+    thread = threading.Thread(target=load, name="model-loader", daemon=True)
+    thread.start()
+    return thread
+
+
+def serve(args: argparse.Namespace) -> None:
+    faults = Faults.from_env()
+    if faults.active():
+        log.warning("fault switches on: %s", faults)
+    if faults.crash_on_start:
+        raise WorkloadExit(EXIT_ERROR, "SLIPWAY_FAULT_CRASH_ON_START=1: crashing at start")
+    shutdown_delay = env_float("SLIPWAY_SHUTDOWN_DELAY_SECONDS", 0.0, minimum=0.0)
+    server = PredictionServer((args.host, args.port), faults, ServingMetrics())
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("%s: shutting down", signal.Signals(signum).name)
+        server.stop(shutdown_delay)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with tempfile.TemporaryDirectory(prefix="slipway-serve-") as workdir:
+        load_in_background(server, args, Path(workdir))
+        log.info("listening on %s:%d", args.host, args.port)
+        try:
+            server.serve_forever(poll_interval=0.2)
+        finally:
+            server.server_close()
+    if server.load_error is not None:
+        raise server.load_error  # its kind picks the exit code: 75 for MLflow unavailable, else 1 or 2
+    log.info("stopped")
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_workload(lambda: serve(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,358 @@
+"""Train a small digits classifier that checkpoints, resumes, and logs itself to MLflow.
+
+    python -m slipway.workloads.train [--steps 30] [--checkpoint-every 5] [--keep-checkpoints 3]
+                                      [--hidden-units 128] [--learning-rate 0.001]
+                                      [--batch-size 64] [--seed 0] [--threads 1]
+
+A step is one pass (epoch) of a scikit-learn ``MLPClassifier`` over the training part of the
+digits split (:func:`slipway.workloads.common.digits_split`; the test part is left for
+``validate``). At the end the scaler and classifier are exported as one ONNX model.
+
+Environment:
+  MLFLOW_TRACKING_URI       the tracking server (required)
+  MLFLOW_RUN_ID             the run to report to, created by the operator; when unset a run is
+                            created in MLFLOW_EXPERIMENT_ID or MLFLOW_EXPERIMENT_NAME (default slipway)
+  SLIPWAY_CHECKPOINT_DIR    where checkpoints go (the operator mounts a PVC at /checkpoints);
+                            when unset nothing is checkpointed and a restart starts over
+  SLIPWAY_STEPS, SLIPWAY_CHECKPOINT_EVERY   defaults for --steps and --checkpoint-every
+  NODE_RANK                 in a multi-node run only rank 0 trains and reports; other ranks exit 0
+  Test switches:
+  SLIPWAY_FAIL_AT_STEP=N    exit before step N, once (a marker file in the checkpoint directory
+                            remembers it), to simulate a preempted or crashed pod ...
+  SLIPWAY_FAIL_EXIT_CODE=C  ... with exit code C (default 1)
+  SLIPWAY_STEP_SECONDS=S    wait S seconds per step, so tests can act mid-run
+  SLIPWAY_BAD_MODEL=1       train on shuffled labels: a model that validation must reject
+
+Reported to the MLflow run:
+  params    steps, hiddenUnits, learningRate, batchSize, checkpointEvery, seed, dataset, badModel
+  metrics   per step: loss, accuracy (on the training split), step; once: totalSteps;
+            at each checkpoint: checkpointStep
+  tags      slipway.checkpoint (file path) and slipway.checkpoint.step, the newest checkpoint;
+            slipway.resumedFromStep when an attempt resumed; slipway.model.uri, .digest, .sizeBytes
+  artifacts model/model.onnx and model/slipway-model.json (see common.py for the layout)
+  status    FINISHED on success, FAILED on an error; a simulated failure or SIGTERM leaves it
+            RUNNING (the next attempt resumes it; the operator owns the final word)
+
+On SIGTERM (preemption, suspend, node drain) the current step finishes, a checkpoint is
+written and the program exits with 143.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from slipway.mlflow import Metric, MlflowClient, Run, now_millis
+from slipway.workloads import checkpoints
+from slipway.workloads.common import (
+    CLASSES,
+    EXIT_TERMINATED,
+    INPUT_NAME,
+    METADATA_FILE,
+    MODEL_ARTIFACT_PATH,
+    MODEL_FILE,
+    N_FEATURES,
+    ConfigError,
+    DigitsSplit,
+    WorkloadExit,
+    digits_split,
+    ensure_run,
+    env_flag,
+    env_float,
+    env_int,
+    env_str,
+    file_digest,
+    mlflow_client,
+    run_workload,
+    tracked_run,
+    write_json_atomic,
+)
+
+log = logging.getLogger("slipway.workloads.train")
+
+
+@dataclass
+class TrainingState:
+    """The fitted scaler, the classifier mid-training, and the last completed step."""
+
+    scaler: Any
+    classifier: Any
+    step: int = 0
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        # Plain dicts, not this class: `python -m` would pickle it as `__main__.TrainingState`.
+        return {"scaler": self.scaler, "classifier": self.classifier, "step": self.step}
+
+    @classmethod
+    def from_checkpoint(cls, payload: Any) -> TrainingState:
+        if not isinstance(payload, dict) or not {"scaler", "classifier", "step"} <= payload.keys():
+            raise ValueError("not a checkpoint of slipway.workloads.train")
+        return cls(payload["scaler"], payload["classifier"], int(payload["step"]))
+
+
+@dataclass(frozen=True)
+class FailureSwitch:
+    """SLIPWAY_FAIL_AT_STEP / SLIPWAY_FAIL_EXIT_CODE: fail once when a step is reached."""
+
+    at_step: int | None
+    exit_code: int
+    marker_dir: Path
+
+    @classmethod
+    def from_env(cls, marker_dir: Path) -> FailureSwitch:
+        at_step = env_int("SLIPWAY_FAIL_AT_STEP", 0, minimum=0) or None
+        return cls(at_step, env_int("SLIPWAY_FAIL_EXIT_CODE", 1, minimum=1), marker_dir)
+
+    def trips(self, step: int) -> bool:
+        """True the first time ``step`` reaches the failure step; remembered in a marker file."""
+        if self.at_step is None or step != self.at_step:
+            return False
+        marker = self.marker_dir / f".slipway-failed-at-step-{step}"
+        if marker.exists():
+            return False
+        self.marker_dir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"exit code {self.exit_code}\n")
+        return True
+
+
+class StopSignal:
+    """Set by SIGTERM; the training loop checks it between steps."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        log.warning("SIGTERM: finishing the current step, then checkpointing and exiting")
+        self.event.set()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m slipway.workloads.train", description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=env_int("SLIPWAY_STEPS", 30, minimum=1))
+    parser.add_argument("--checkpoint-every", type=int, default=env_int("SLIPWAY_CHECKPOINT_EVERY", 5, minimum=1))
+    parser.add_argument("--keep-checkpoints", type=int, default=3)
+    parser.add_argument("--hidden-units", type=int, default=128)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (the model is tiny: 1 is fastest)")
+    args = parser.parse_args(argv)
+    for name in ("steps", "checkpoint_every", "keep_checkpoints", "hidden_units", "batch_size", "threads"):
+        if getattr(args, name) < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def new_state(args: argparse.Namespace, data: DigitsSplit) -> TrainingState:
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.preprocessing import StandardScaler
+
+    classifier = MLPClassifier(
+        hidden_layer_sizes=(args.hidden_units,),
+        learning_rate_init=args.learning_rate,
+        batch_size=args.batch_size,
+        random_state=args.seed,
+    )
+    return TrainingState(scaler=StandardScaler().fit(data.train_x), classifier=classifier)
+
+
+def training_labels(data: DigitsSplit, bad_model: bool, seed: int) -> Any:
+    """The labels to fit; shuffled (so the model learns nothing) for SLIPWAY_BAD_MODEL=1."""
+    if not bad_model:
+        return data.train_y
+    import numpy as np
+
+    return np.random.default_rng(seed).permutation(data.train_y)
+
+
+def train_step(state: TrainingState, features: Any, labels: Any) -> dict[str, float]:
+    """One epoch of minibatch updates; returns the step's metrics."""
+    state.classifier.partial_fit(features, labels, classes=list(CLASSES))
+    state.step += 1
+    return {
+        "loss": float(state.classifier.loss_),
+        "accuracy": float(state.classifier.score(features, labels)),
+        "step": float(state.step),
+    }
+
+
+def export_model(state: TrainingState, directory: Path, metadata: dict[str, Any]) -> Path:
+    """Write ``model.onnx`` (scaler + classifier, raw pixels in) and its metadata file."""
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import Pipeline
+
+    pipeline = Pipeline([("scaler", state.scaler), ("classifier", state.classifier)])
+    model = to_onnx(
+        pipeline,
+        initial_types=[(INPUT_NAME, FloatTensorType([None, N_FEATURES]))],
+        options={MLPClassifier: {"zipmap": False}},
+        target_opset={"": 17, "ai.onnx.ml": 3},
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    model_file = directory / MODEL_FILE
+    model_file.write_bytes(model.SerializeToString())
+    write_json_atomic(directory / METADATA_FILE, metadata)
+    return model_file
+
+
+def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool) -> dict[str, Any]:
+    return {
+        "format": "onnx",
+        "file": MODEL_FILE,
+        "input": {"name": INPUT_NAME, "dtype": "float32", "shape": [None, N_FEATURES]},
+        "outputs": {"label": "int64 [N]", "probabilities": "float32 [N, 10]"},
+        "classes": list(CLASSES),
+        "dataset": "scikit-learn digits, 8x8 pixels valued 0..16, flattened row by row",
+        "framework": "scikit-learn MLPClassifier behind a StandardScaler",
+        "quantization": "none",
+        "trainedSteps": args.steps,
+        "badModel": bad_model,
+        "runId": run.run_id,
+    }
+
+
+class Trainer:
+    """The training loop, with its checkpointing and MLflow reporting."""
+
+    def __init__(self, args: argparse.Namespace, client: MlflowClient, run: Run) -> None:
+        self.args = args
+        self.client = client
+        self.run = run
+        checkpoint_dir = env_str("SLIPWAY_CHECKPOINT_DIR")
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.failure = FailureSwitch.from_env(self.checkpoint_dir or Path.cwd())
+        self.step_seconds = env_float("SLIPWAY_STEP_SECONDS", 0.0, minimum=0.0)
+        self.bad_model = env_flag("SLIPWAY_BAD_MODEL")
+        self.stop = StopSignal()
+        self.last_checkpoint_step = 0
+
+    def restore_or_start(self, data: DigitsSplit) -> TrainingState:
+        if self.checkpoint_dir is None:
+            log.warning("SLIPWAY_CHECKPOINT_DIR is not set: no checkpoints, a restart starts over")
+            return new_state(self.args, data)
+        restored = checkpoints.load_newest(self.checkpoint_dir)
+        if restored is None:
+            log.info("no checkpoint in %s: starting at step 1", self.checkpoint_dir)
+            return new_state(self.args, data)
+        checkpoint, payload = restored
+        try:
+            state = TrainingState.from_checkpoint(payload)
+        except ValueError:
+            raise ConfigError(
+                f"{checkpoint.path} is not a checkpoint of this trainer; point SLIPWAY_CHECKPOINT_DIR "
+                "at an empty directory or remove the file"
+            ) from None
+        self.last_checkpoint_step = state.step
+        log.info("resuming from %s: step %d of %d", checkpoint.path, state.step, self.args.steps)
+        self.client.set_tags(self.run.run_id, {"slipway.resumedFromStep": str(state.step)})
+        return state
+
+    def log_params(self) -> None:
+        params = {
+            "steps": self.args.steps,
+            "hiddenUnits": self.args.hidden_units,
+            "learningRate": self.args.learning_rate,
+            "batchSize": self.args.batch_size,
+            "checkpointEvery": self.args.checkpoint_every,
+            "seed": self.args.seed,
+            "dataset": "sklearn-digits",
+            "badModel": self.bad_model,
+        }
+        # MLflow params are write-once: a resumed attempt only adds what is missing.
+        logged = self.run.params
+        for key, value in params.items():
+            if key in logged and logged[key] != str(value):
+                log.warning("param %s was %s in an earlier attempt, now %s; keeping %s", key, logged[key], value, key)
+        missing = {k: v for k, v in params.items() if k not in logged}
+        self.client.log_batch(self.run.run_id, params=missing, metrics=[Metric("totalSteps", self.args.steps, 0)])
+
+    def checkpoint(self, state: TrainingState) -> None:
+        if self.checkpoint_dir is None or state.step <= self.last_checkpoint_step:
+            return
+        saved = checkpoints.save_checkpoint(self.checkpoint_dir, state.step, state.to_checkpoint())
+        checkpoints.prune_checkpoints(self.checkpoint_dir, self.args.keep_checkpoints)
+        self.last_checkpoint_step = state.step
+        self.client.log_batch(
+            self.run.run_id,
+            metrics=[Metric("checkpointStep", state.step, state.step, now_millis())],
+            tags={"slipway.checkpoint": str(saved.path), "slipway.checkpoint.step": str(state.step)},
+        )
+        log.info("checkpoint %s", saved.path)
+
+    def train(self) -> TrainingState:
+        from threadpoolctl import threadpool_limits
+
+        self.stop.install()
+        data = digits_split()
+        state = self.restore_or_start(data)
+        self.log_params()
+        features = state.scaler.transform(data.train_x)
+        labels = training_labels(data, self.bad_model, self.args.seed)
+        with threadpool_limits(limits=self.args.threads):
+            while state.step < self.args.steps:
+                step = state.step + 1
+                if self.stop.event.is_set():
+                    self.checkpoint(state)
+                    raise WorkloadExit(EXIT_TERMINATED, f"stopped by SIGTERM after step {state.step}")
+                if self.failure.trips(step):
+                    raise WorkloadExit(self.failure.exit_code, f"SLIPWAY_FAIL_AT_STEP={step}: simulated failure")
+                metrics = train_step(state, features, labels)
+                if self.step_seconds:
+                    self.stop.event.wait(self.step_seconds)
+                timestamp = now_millis()
+                self.client.log_batch(
+                    self.run.run_id, metrics=[Metric(k, v, step, timestamp) for k, v in metrics.items()]
+                )
+                log.info("step %d/%d loss=%.4f accuracy=%.4f", step, self.args.steps, *list(metrics.values())[:2])
+                if step % self.args.checkpoint_every == 0 or step == self.args.steps:
+                    self.checkpoint(state)
+        return state
+
+    def publish(self, state: TrainingState) -> None:
+        with tempfile.TemporaryDirectory(prefix="slipway-train-") as tmp:
+            model_dir = Path(tmp) / MODEL_ARTIFACT_PATH
+            model_file = export_model(state, model_dir, model_metadata(self.args, self.run, self.bad_model))
+            uri = self.client.upload_dir(self.run.run_id, model_dir, MODEL_ARTIFACT_PATH)
+            self.client.set_tags(
+                self.run.run_id,
+                {
+                    "slipway.model.uri": uri,
+                    "slipway.model.digest": file_digest(model_file),
+                    "slipway.model.sizeBytes": str(model_file.stat().st_size),
+                },
+            )
+        log.info("model uploaded to %s", uri)
+
+
+def train(args: argparse.Namespace) -> None:
+    rank = env_int("NODE_RANK", 0, minimum=0)
+    if rank != 0:
+        log.info("NODE_RANK=%d: this reference trainer is single-process; rank 0 trains and reports", rank)
+        return
+    client = mlflow_client()
+    run = ensure_run(client, run_name="train")
+    trainer = Trainer(args, client, run)
+    with tracked_run(client, run):
+        state = trainer.train()
+        trainer.publish(state)
+    log.info("finished: %s", client.run_url(run.experiment_id, run.run_id))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_workload(lambda: train(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
