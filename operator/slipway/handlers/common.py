@@ -16,6 +16,7 @@ from slipway.models.base import describe_errors
 from slipway.status.conditions import READY, STALLED, Cond, get_condition, reconciling, set_conditions, stalled
 
 M = TypeVar("M", bound=BaseModel)
+WARNING_PHASES = {"Failed", "Rejected", "RolledBack"}
 
 
 class InvalidSpec(Exception):
@@ -36,7 +37,7 @@ def parse_spec(model: type[M], body: Mapping[str, Any]) -> M:
         raise InvalidSpec(kind, f"{meta.get('namespace')}/{meta.get('name')}", describe_errors(exc.errors())) from exc
 
 
-def _event_for(kind: str, old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tuple[str, str, str] | None:
+def _event_for(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """The Event to post when a summary condition changes, as (type, reason, message)."""
     if old is not None and old.get("status") == new["status"] and old.get("reason") == new["reason"]:
         return None
@@ -71,15 +72,20 @@ def write_status(
         if status.get(key) != value:
             patch.status[key] = value
             changed = True
-    if "phase" in fields and status.get("phase") != fields["phase"] and fields["phase"] is not None:
-        metrics.TRANSITIONS.labels(kind, fields["phase"]).inc()
-    for type_ in (READY, STALLED):
-        new = get_condition(merged, type_)
-        if new is None:
-            continue
-        event = _event_for(kind, get_condition(status.get("conditions"), type_), new)
-        if event and (type_ == READY or event[0] == "Warning"):
-            kopf.event(body, type=event[0], reason=event[1], message=event[2])
+    phase = fields.get("phase")
+    if phase is not None and status.get("phase") != phase:
+        # One Event per transition: the new phase, with the Ready message as the why.
+        metrics.TRANSITIONS.labels(kind, phase).inc()
+        message = (get_condition(merged, READY) or {}).get("message", "")
+        kopf.event(body, type="Warning" if phase in WARNING_PHASES else "Normal", reason=phase, message=message)
+    else:
+        # Within a phase, a change of the Ready reason (or a new Stalled) is the transition.
+        old = status.get("conditions")
+        for type_ in (READY, STALLED):
+            new = get_condition(merged, type_)
+            event = _event_for(get_condition(old, type_), new) if new else None
+            if event and (type_ == READY or event[0] == "Warning"):
+                kopf.event(body, type=event[0], reason=event[1], message=event[2])
     return changed
 
 

@@ -14,6 +14,7 @@ from slipway.config import OperatorConfig
 from slipway.handlers.common import InvalidSpec, mlflow_errors, parse_spec, write_status
 from slipway.mlflow import MlflowClient, tag_filter
 from slipway.models import TrainingRunSpec
+from slipway.status import jobs
 from slipway.status.conditions import stalled
 from slipway.status.trainingrun import TrainingState, progress_from_run, training_state
 
@@ -184,9 +185,7 @@ def _apply_suspend(k: kube.Kube, spec: TrainingRunSpec, job: dict[str, Any]) -> 
     meta = job["metadata"]
     suspended = bool(job["spec"].get("suspend"))
     ours = (meta.get("annotations") or {}).get(USER_SUSPENDED) == "true"
-    done = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-               for c in (job.get("status") or {}).get("conditions") or [])  # fmt: skip
-    if done:
+    if jobs.is_complete(job) or jobs.failure(job):
         return job
     if spec.suspend and not suspended:
         body = {"metadata": {"annotations": {USER_SUSPENDED: "true"}}, "spec": {"suspend": True}}
@@ -202,9 +201,7 @@ def _artifact(k: kube.Kube, spec: TrainingRunSpec, body: kopf.Body, job: dict[st
     if spec.artifact is None:
         return None
     meta = body["metadata"]
-    complete = any(c.get("type") == "Complete" and c.get("status") == "True"
-                   for c in (job.get("status") or {}).get("conditions") or [])  # fmt: skip
-    if not complete:
+    if not jobs.is_complete(job):
         return None
     if kube.get_custom(k, "modelartifacts", meta["namespace"], meta["name"]) is None:
         artifact = {

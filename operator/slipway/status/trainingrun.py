@@ -10,6 +10,7 @@ from typing import Any
 
 from slipway.models.trainingrun import TrainingRunSpec
 from slipway.status.conditions import Cond, ready, reconciling, stalled
+from slipway.status.jobs import job_condition
 
 TRAINED = "Trained"
 WAITING_PROBLEMS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
@@ -30,13 +31,6 @@ class TrainingState:
     completion_time: str | None = None
     failed: bool = False
     succeeded: bool = False
-
-
-def _job_condition(job: Obj, type_: str) -> Obj | None:
-    for cond in (job.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_ and cond.get("status") == "True":
-            return cond
-    return None
 
 
 def _pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
@@ -61,7 +55,7 @@ def _running_pods(pods: Sequence[Obj]) -> int:
 
 def _failure(job: Obj, spec: TrainingRunSpec) -> tuple[str, str]:
     """(reason, message) of a failed Job, in the words of the TrainingRun."""
-    cond = _job_condition(job, "Failed") or {}
+    cond = job_condition(job, "Failed") or {}
     reason, message = cond.get("reason") or "Failed", cond.get("message") or ""
     if reason == "PodFailurePolicy":
         code = _EXIT_CODE.search(message)
@@ -117,12 +111,12 @@ def training_state(
         "start_time": status.get("startTime"),
         "completion_time": status.get("completionTime"),
     }
-    if _job_condition(job, "Complete"):
+    if job_condition(job, "Complete"):
         if artifact_pending:
             return _state("Succeeded", "reconciling", "CreatingArtifact", "training finished; creating the "
                           "ModelArtifact", trained=True, succeeded=True, **kw)  # fmt: skip
         return _state("Succeeded", "ready", "Succeeded", "training finished", trained=True, succeeded=True, **kw)
-    if _job_condition(job, "Failed"):
+    if job_condition(job, "Failed"):
         reason, message = _failure(job, spec)
         return _state("Failed", "stalled", reason, message, failed=True, **kw)
     if (job.get("spec") or {}).get("suspend"):

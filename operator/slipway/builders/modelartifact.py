@@ -1,0 +1,56 @@
+"""ModelArtifact -> its quantize and validate Jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipway.builders.common import MANAGED_BY, child_name, env_list
+from slipway.models.base import EnvVar
+
+ARTIFACT_LABEL = "slipway.dev/modelartifact"
+STEP_LABEL = "slipway.dev/step"
+DEFAULT_COMMANDS = {
+    "quantize": ["python", "-m", "slipway.workloads.quantize"],
+    "validate": ["python", "-m", "slipway.workloads.validate"],
+}
+
+
+def job_name(artifact: str, step: str) -> str:
+    return child_name(artifact, step)
+
+
+def step_job(
+    artifact: str,
+    namespace: str,
+    step: str,
+    *,
+    image: str,
+    command: list[str] | None,
+    args: list[str] | None,
+    env: dict[str, str],
+    extra_env: list[EnvVar] | None = None,
+    deadline_seconds: int = 3600,
+) -> dict[str, Any]:
+    """A Job for one step (quantize or validate): Slipway's program unless the spec names its own."""
+    labels = {**MANAGED_BY, ARTIFACT_LABEL: artifact, STEP_LABEL: step}
+    container: dict[str, Any] = {
+        "name": step,
+        "image": image,
+        "command": list(command or DEFAULT_COMMANDS[step]),
+        "env": env_list(env, extra_env),
+    }
+    if args:
+        container["args"] = list(args)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(artifact, step), "namespace": namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": deadline_seconds,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [container]},
+            },
+        },
+    }
