@@ -353,15 +353,24 @@ def test_serve_predicts_and_exposes_metrics(serving: Any) -> None:
 
 
 def test_serve_error_rate_fault_shows_as_500s(serving: Any) -> None:
-    server: Server = serving(SLIPWAY_FAULT_ERROR_RATE="1", SLIPWAY_FAULT_LATENCY_SECONDS="0.05")
+    server: Server = serving(SLIPWAY_FAULT_ERROR_RATE="1")
     server.wait_ready()
     sample = digits_split().test_x[:1].tolist()
     codes = [server.predict(sample).status_code for _ in range(10)]
     assert codes == [500] * 10
     assert server.metric('slipway_requests_total{code="500"}') == 10
     assert server.metric('slipway_requests_total{code="200"}') == 0
-    # The added latency is in every request's duration.
-    assert server.metric("slipway_request_duration_seconds_sum") >= 10 * 0.05
+    assert server.stop() == 0
+
+
+def test_serve_latency_fault_slows_every_timing(serving: Any) -> None:
+    server: Server = serving(SLIPWAY_FAULT_LATENCY_SECONDS="0.03")
+    server.wait_ready()
+    sample = digits_split().test_x[:1].tolist()
+    assert [server.predict(sample).status_code for _ in range(5)] == [200] * 5
+    for histogram in ("request_duration", "time_to_first_token", "time_per_output_token"):
+        assert server.metric(f'slipway_{histogram}_seconds_bucket{{le="0.025"}}') == 0
+        assert server.metric(f'slipway_{histogram}_seconds_bucket{{le="+Inf"}}') == 5
     assert server.stop() == 0
 
 
