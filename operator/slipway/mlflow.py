@@ -612,7 +612,11 @@ class MlflowClient:
                     response.read()
                 return response
 
-        self._send(fetch, f"download {what}", idempotent=True)
+        try:
+            self._send(fetch, f"download {what}", idempotent=True)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         partial.replace(target)
 
     # ----------------------------------------------------------------- registry

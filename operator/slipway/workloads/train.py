@@ -274,7 +274,9 @@ class Trainer:
         logged = self.run.params
         for key, value in params.items():
             if key in logged and logged[key] != str(value):
-                log.warning("param %s was %s in an earlier attempt, now %s; keeping %s", key, logged[key], value, key)
+                log.warning(
+                    "param %s=%s differs from the earlier attempt's %s; MLflow keeps the first", key, value, logged[key]
+                )
         missing = {k: v for k, v in params.items() if k not in logged}
         self.client.log_batch(self.run.run_id, params=missing, metrics=[Metric("totalSteps", self.args.steps, 0)])
 
@@ -315,7 +317,9 @@ class Trainer:
                 self.client.log_batch(
                     self.run.run_id, metrics=[Metric(k, v, step, timestamp) for k, v in metrics.items()]
                 )
-                log.info("step %d/%d loss=%.4f accuracy=%.4f", step, self.args.steps, *list(metrics.values())[:2])
+                log.info(
+                    "step %d/%d loss=%.4f accuracy=%.4f", step, self.args.steps, metrics["loss"], metrics["accuracy"]
+                )
                 if step % self.args.checkpoint_every == 0 or step == self.args.steps:
                     self.checkpoint(state)
         return state
