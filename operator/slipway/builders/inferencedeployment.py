@@ -1,0 +1,179 @@
+"""InferenceDeployment -> stable and canary Deployments, Service(s), HPA and (GatewayAPI) HTTPRoute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from slipway.builders.common import MANAGED_BY, child_name, env_list, resource_requirements
+from slipway.models.inferencedeployment import InferenceDeploymentSpec
+
+DEPLOYMENT_LABEL = "slipway.dev/deployment"
+TRACK_LABEL = "slipway.dev/track"
+VERSION_LABEL = "slipway.dev/model-version"
+URI_ANNOTATION = "slipway.dev/model-uri"
+TRACKS = ("stable", "canary")
+
+
+def deployment_name(name: str, track: str) -> str:
+    return child_name(name, track)
+
+
+def track_service_name(name: str, track: str) -> str:
+    """GatewayAPI mode: one Service per track, the HTTPRoute's backends."""
+    return child_name(name, track)
+
+
+def selector(name: str, track: str | None = None) -> dict[str, str]:
+    labels = {DEPLOYMENT_LABEL: name}
+    if track:
+        labels[TRACK_LABEL] = track
+    return labels
+
+
+def readiness_path(spec: InferenceDeploymentSpec) -> str:
+    """vLLM answers /health; Slipway's reference server /readyz."""
+    analysis = spec.rollout.analysis
+    return "/health" if analysis is not None and analysis.preset == "vllm" else "/readyz"
+
+
+def deployment(
+    name: str,
+    namespace: str,
+    spec: InferenceDeploymentSpec,
+    track: str,
+    version: str,
+    uri: str,
+    mlflow_url: str | None,
+    replicas: int | None,
+) -> dict[str, Any]:
+    """One track's Deployment, serving ``version``. ``replicas`` None leaves the count to the HPA."""
+    labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: version}
+    base_env = {
+        "SLIPWAY_MODEL_URI": uri,
+        "SLIPWAY_MODEL_VERSION": version,
+        "SLIPWAY_MODEL_NAME": spec.model.name or "",
+        "SLIPWAY_TRACK": track,
+        "PORT": str(spec.port),
+    }
+    if mlflow_url:
+        base_env["MLFLOW_TRACKING_URI"] = mlflow_url
+    env = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *env_list(base_env, spec.env),
+    ]
+    probe_port = {"port": spec.port}
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": spec.image,
+        "ports": [{"name": "http", "containerPort": spec.port}],
+        "env": env,
+        "resources": resource_requirements(spec.resources),
+        "readinessProbe": {"httpGet": {"path": readiness_path(spec), **probe_port}, "periodSeconds": 2,
+                           "failureThreshold": 2},
+        "livenessProbe": {"httpGet": {"path": "/healthz" if readiness_path(spec) == "/readyz" else "/health",
+                                      **probe_port}, "initialDelaySeconds": 15, "periodSeconds": 10},
+    }  # fmt: skip
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    body: dict[str, Any] = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": deployment_name(name, track),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {URI_ANNOTATION: uri},
+        },
+        "spec": {
+            "selector": {"matchLabels": selector(name, track)},
+            # GPU budget: a rolling update never adds more than maxSurgeReplicas pods.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": 0},
+            },
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(spec.port),
+                        "prometheus.io/path": "/metrics",
+                    },
+                },
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
+            },
+        },
+    }
+    if replicas is not None:
+        body["spec"]["replicas"] = replicas
+    return body
+
+
+def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None) -> dict[str, Any]:
+    """The Service over both tracks (track None), or one track's Service for an HTTPRoute backend."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": track_service_name(name, track) if track else name,
+            "namespace": namespace,
+            "labels": {**MANAGED_BY, **selector(name)},
+        },
+        "spec": {
+            "selector": selector(name, track),
+            "ports": [{"name": "http", "port": spec.port, "targetPort": "http"}],
+        },
+    }
+
+
+def hpa(name: str, namespace: str, spec: InferenceDeploymentSpec) -> dict[str, Any]:
+    """autoscaling/v2 HPA of the stable track (default: CPU at 80%)."""
+    metrics: list[dict[str, Any]] = []
+    for metric in spec.autoscaling.metrics:
+        if metric.type == "Cpu":
+            target = {"type": "Utilization", "averageUtilization": metric.target_average_utilization}
+            metrics.append({"type": "Resource", "resource": {"name": "cpu", "target": target}})
+        else:
+            target = {"type": "AverageValue", "averageValue": metric.target_average_value}
+            metrics.append({"type": "Pods", "pods": {"metric": {"name": metric.name}, "target": target}})
+    if not metrics:
+        target = {"type": "Utilization", "averageUtilization": 80}
+        metrics.append({"type": "Resource", "resource": {"name": "cpu", "target": target}})
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **selector(name)}},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(name, "stable")},
+            "minReplicas": spec.autoscaling.min_replicas,
+            "maxReplicas": spec.autoscaling.max_replicas,
+            "metrics": metrics,
+        },
+    }
+
+
+def http_route(name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int) -> dict[str, Any]:
+    """GatewayAPI mode: exact percentages between the track Services."""
+    parent_refs = []
+    for ref in spec.traffic.parent_refs or []:
+        parent: dict[str, Any] = {"name": ref.name}
+        if ref.namespace:
+            parent["namespace"] = ref.namespace
+        if ref.section_name:
+            parent["sectionName"] = ref.section_name
+        parent_refs.append(parent)
+    backends = [
+        {"name": track_service_name(name, "stable"), "port": spec.port, "weight": 100 - canary_weight},
+        {"name": track_service_name(name, "canary"), "port": spec.port, "weight": canary_weight},
+    ]
+    route: dict[str, Any] = {"parentRefs": parent_refs, "rules": [{"backendRefs": backends}]}
+    if spec.traffic.hostnames:
+        route["hostnames"] = list(spec.traffic.hostnames)
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **selector(name)}},
+        "spec": route,
+    }
