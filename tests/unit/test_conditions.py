@@ -19,9 +19,13 @@ def test_new_conditions_get_time_and_generation():
     conds = set_conditions(None, reconciling("Training", "step 3/10"), generation=2, now=T0)
     ready_cond = get_condition(conds, "Ready")
     assert ready_cond == {
-        "type": "Ready", "status": "False", "reason": "Training", "message": "step 3/10",
-        "lastTransitionTime": T0, "observedGeneration": 2,
-    }  # fmt: skip
+        "type": "Ready",
+        "status": "False",
+        "reason": "Training",
+        "message": "step 3/10",
+        "lastTransitionTime": T0,
+        "observedGeneration": 2,
+    }
     assert is_true(conds, "Reconciling")
     assert not is_true(conds, "Stalled")
 

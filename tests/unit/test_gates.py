@@ -59,8 +59,10 @@ def test_missing_baseline_is_a_named_outcome(policy, passed):
     g = gate(metric="accuracy", maxRelativeDrop=0.02, baseline="production", onMissingBaseline=policy)
     outcome = evaluate_gate(g, 0.9, NO_PROD)
     assert outcome.passed is passed
-    assert f"baseline production does not exist yet: {'passed' if passed else 'failed'} by onMissingBaseline={policy}" \
-        == outcome.message  # fmt: skip
+    assert (
+        f"baseline production does not exist yet: {'passed' if passed else 'failed'} by onMissingBaseline={policy}"
+        == outcome.message
+    )
 
 
 def test_baseline_without_the_metric_is_missing_too():
@@ -75,6 +77,10 @@ def test_evaluate_gates_in_order_with_status_shape():
     outcomes = evaluate_gates(gates, {"accuracy": 0.93}, {"production": PROD})
     assert [o.passed for o in outcomes] == [True, False]
     assert outcomes[1].to_status() == {
-        "metric": "accuracy", "threshold": "drop <= 1% of production", "passed": False,
-        "message": outcomes[1].message, "value": 0.93, "baselineValue": 0.95,
-    }  # fmt: skip
+        "metric": "accuracy",
+        "threshold": "drop <= 1% of production",
+        "passed": False,
+        "message": outcomes[1].message,
+        "value": 0.93,
+        "baselineValue": 0.95,
+    }

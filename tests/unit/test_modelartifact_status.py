@@ -12,8 +12,15 @@ def conds(state: states.ArtifactState) -> dict[str, tuple[str, str]]:
 
 
 def test_step_job_defaults_to_slipways_program():
-    job = build.step_job("digits", "ns", "quantize", image="img", command=None, args=None,
-                         env={"SLIPWAY_QUANTIZATION_METHOD": "int8-dynamic"})  # fmt: skip
+    job = build.step_job(
+        "digits",
+        "ns",
+        "quantize",
+        image="img",
+        command=None,
+        args=None,
+        env={"SLIPWAY_QUANTIZATION_METHOD": "int8-dynamic"},
+    )
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert job["metadata"]["name"] == "digits-quantize"
     assert container["command"] == ["python", "-m", "slipway.workloads.quantize"]

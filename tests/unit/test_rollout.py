@@ -23,9 +23,13 @@ V1, V2 = Desired("1", "models:/m/1"), Desired("2", "models:/m/2")
 
 def spec(**rollout: Any) -> InferenceDeploymentSpec:
     return InferenceDeploymentSpec.model_validate(
-        {"model": {"name": "m", "alias": "candidate"}, "image": "i", "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
-         "rollout": {"steps": [{"weight": 20}, {"weight": 50}], "interval": "30s", **rollout}}
-    )  # fmt: skip
+        {
+            "model": {"name": "m", "alias": "candidate"},
+            "image": "i",
+            "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+            "rollout": {"steps": [{"weight": 20}, {"weight": 50}], "interval": "30s", **rollout},
+        }
+    )
 
 
 def track(version: str, ready: int = 2, replicas: int | None = None, pods: int | None = None) -> Track:
@@ -33,8 +37,16 @@ def track(version: str, ready: int = 2, replicas: int | None = None, pods: int |
     return Track(version, f"models:/m/{version}", replicas, ready, replicas, True, ready if pods is None else pods)
 
 
-def observe(s: InferenceDeploymentSpec, desired=V2, stable=None, canary=None, status=None, annotations=None,
-            now=NOW, analysis=None) -> Observed:  # fmt: skip
+def observe(
+    s: InferenceDeploymentSpec,
+    desired=V2,
+    stable=None,
+    canary=None,
+    status=None,
+    annotations=None,
+    now=NOW,
+    analysis=None,
+) -> Observed:
     return Observed(s, desired, None, stable, canary, status or {}, annotations or {}, now, analysis)
 
 
@@ -67,8 +79,9 @@ def test_first_version_goes_straight_to_stable_then_promoted_with_alias():
     assert done.phase == "Promoted"
     assert cond(done, "Ready").status == "True"
     assert done.move_production_to == "1"
-    again = plan(observe(spec(), desired=V1, stable=track("1"), status={"phase": "Promoted",
-                                                                        "stable": {"modelVersion": "1"}}))  # fmt: skip
+    again = plan(
+        observe(spec(), desired=V1, stable=track("1"), status={"phase": "Promoted", "stable": {"modelVersion": "1"}})
+    )
     assert again.move_production_to is None
 
 
@@ -84,8 +97,7 @@ def test_new_version_starts_a_canary_of_one_pod():
 
 def test_ready_canary_asks_for_analysis_then_holds_step_until_interval():
     s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW),
-              "canaryStartTime": iso(NOW)}  # fmt: skip
+    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
     first = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
     assert first.analyze
     passed = AnalysisVerdict("Passed", [{"metric": "errorRate", "result": "Passed", "time": iso(NOW)}])
@@ -100,8 +112,12 @@ def test_ready_canary_asks_for_analysis_then_holds_step_until_interval():
 
 
 def test_last_step_passed_promotes_canary_first_scaled_away():
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 1, "stepStartTime": iso(NOW - timedelta(minutes=1)),
-              "canaryStartTime": iso(NOW - timedelta(minutes=2))}  # fmt: skip
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 1,
+        "stepStartTime": iso(NOW - timedelta(minutes=1)),
+        "canaryStartTime": iso(NOW - timedelta(minutes=2)),
+    }
     p = plan(observe(spec(), stable=track("1"), canary=track("2", 1), status=status))
     assert p.phase == "Promoting"
     assert p.stable is None  # the canary still has pods
@@ -117,15 +133,30 @@ def test_last_step_passed_promotes_canary_first_scaled_away():
 
 def test_failed_analyses_beyond_limit_roll_back_naming_metric_and_value():
     s = spec(analysis={"failureLimit": 1, "metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW),
-              "canaryStartTime": iso(NOW), "failedAnalyses": 1}  # fmt: skip
-    failed = AnalysisVerdict("Failed", [{"metric": "errorRate", "result": "Failed", "time": iso(NOW)}],
-                             reason="errorRate 0.31 > 0.05", metric="errorRate", value=0.31)  # fmt: skip
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 0,
+        "stepStartTime": iso(NOW),
+        "canaryStartTime": iso(NOW),
+        "failedAnalyses": 1,
+    }
+    failed = AnalysisVerdict(
+        "Failed",
+        [{"metric": "errorRate", "result": "Failed", "time": iso(NOW)}],
+        reason="errorRate 0.31 > 0.05",
+        metric="errorRate",
+        value=0.31,
+    )
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=failed))
     assert p.phase == "RolledBack"
     assert p.canary is None and p.stable is None
-    assert p.rollback == {"reason": "AnalysisFailed", "modelVersion": "2", "time": iso(NOW), "metric": "errorRate",
-                          "value": 0.31}  # fmt: skip
+    assert p.rollback == {
+        "reason": "AnalysisFailed",
+        "modelVersion": "2",
+        "time": iso(NOW),
+        "metric": "errorRate",
+        "value": 0.31,
+    }
     assert cond(p, "Stalled").status == "True"
     assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message
     after = plan(observe(s, stable=track("1"), status={"lastRollback": p.rollback}))
@@ -135,8 +166,12 @@ def test_failed_analyses_beyond_limit_roll_back_naming_metric_and_value():
 
 def test_one_failure_within_limit_holds():
     s = spec(analysis={"failureLimit": 1, "metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW - timedelta(minutes=5)),
-              "canaryStartTime": iso(NOW)}  # fmt: skip
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 0,
+        "stepStartTime": iso(NOW - timedelta(minutes=5)),
+        "canaryStartTime": iso(NOW),
+    }
     failed = AnalysisVerdict(
         "Failed", [{"metric": "errorRate", "result": "Failed", "time": iso(NOW)}], "x", "errorRate", 0.3
     )
@@ -148,10 +183,16 @@ def test_one_failure_within_limit_holds():
 
 def test_inconclusive_pauses_and_never_advances():
     s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 1, "stepStartTime": iso(NOW - timedelta(minutes=5)),
-              "canaryStartTime": iso(NOW)}  # fmt: skip
-    verdict = AnalysisVerdict("Inconclusive", [{"metric": "errorRate", "result": "Inconclusive", "time": iso(NOW),
-                                                "message": "Prometheus unreachable"}])  # fmt: skip
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 1,
+        "stepStartTime": iso(NOW - timedelta(minutes=5)),
+        "canaryStartTime": iso(NOW),
+    }
+    verdict = AnalysisVerdict(
+        "Inconclusive",
+        [{"metric": "errorRate", "result": "Inconclusive", "time": iso(NOW), "message": "Prometheus unreachable"}],
+    )
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=verdict))
     assert p.phase == "Paused"
     assert cond(p, "Ready").reason == "AnalysisInconclusive"
@@ -169,8 +210,11 @@ def test_canary_never_ready_rolls_back_at_progress_deadline():
 
 def test_abort_annotation_rolls_back_and_is_consumed():
     status = {"canary": {"modelVersion": "2"}, "canaryStartTime": iso(NOW)}
-    p = plan(observe(spec(), stable=track("1"), canary=track("2", 1), status=status,
-                     annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    p = plan(
+        observe(
+            spec(), stable=track("1"), canary=track("2", 1), status=status, annotations={"slipway.dev/abort": "true"}
+        )
+    )
     assert p.phase == "RolledBack"
     assert p.rollback is not None and p.rollback["reason"] == "Aborted"
     assert p.consumed_annotation == "slipway.dev/abort"
@@ -178,15 +222,22 @@ def test_abort_annotation_rolls_back_and_is_consumed():
 
 def test_promote_annotation_skips_remaining_steps():
     status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "canaryStartTime": iso(NOW)}
-    p = plan(observe(spec(), stable=track("1"), canary=track("2", 1), status=status,
-                     annotations={"slipway.dev/promote": "true"}))  # fmt: skip
+    p = plan(
+        observe(
+            spec(), stable=track("1"), canary=track("2", 1), status=status, annotations={"slipway.dev/promote": "true"}
+        )
+    )
     assert p.phase == "Promoting"
     assert p.consumed_annotation == "slipway.dev/promote"
 
 
 def test_paused_holds_the_step():
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW - timedelta(hours=1)),
-              "canaryStartTime": iso(NOW)}  # fmt: skip
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 0,
+        "stepStartTime": iso(NOW - timedelta(hours=1)),
+        "canaryStartTime": iso(NOW),
+    }
     p = plan(observe(spec(paused=True), stable=track("1"), canary=track("2", 1), status=status))
     assert p.phase == "Paused"
     assert p.status["currentStep"] == 0
@@ -194,17 +245,24 @@ def test_paused_holds_the_step():
 
 def test_gateway_mode_uses_exact_weights():
     s = InferenceDeploymentSpec.model_validate(
-        {"model": {"artifactRef": {"name": "a"}}, "image": "i", "rollout": {"steps": [{"weight": 10}]},
-         "traffic": {"mode": "GatewayAPI", "parentRefs": [{"name": "gw"}]}}
-    )  # fmt: skip
+        {
+            "model": {"artifactRef": {"name": "a"}},
+            "image": "i",
+            "rollout": {"steps": [{"weight": 10}]},
+            "traffic": {"mode": "GatewayAPI", "parentRefs": [{"name": "gw"}]},
+        }
+    )
     status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
     p = plan(observe(s, stable=track("1", 4), canary=track("2", 1), status=status))
     assert p.weight == 10
 
 
 def test_unresolvable_model_keeps_stable_serving():
-    p = plan(Observed(spec(), None, "alias candidate of model m does not exist", track("1"), None, {"phase": "Promoted"},
-                      {}, NOW))  # fmt: skip
+    p = plan(
+        Observed(
+            spec(), None, "alias candidate of model m does not exist", track("1"), None, {"phase": "Promoted"}, {}, NOW
+        )
+    )
     assert p.phase == "Promoted"
     assert cond(p, "Stalled").reason == "ModelUnavailable"
     assert p.stable is None

@@ -49,8 +49,15 @@ def test_refusal_names_numbers_fields_and_fixes():
     message = sizing.refusal("team-a/llm-ft", spec, gpus_per_pod=1, nodes=1, gpu_memory_bytes=80 * GIB)
     assert message is not None
     assert message.startswith("TrainingRun team-a/llm-ft: needs ~")
-    for words in ("weights 13.0", "optimizer state", "80.0 GiB", "spec.resources.gpus=1", "ask for",
-                  "spec.sizing.batchSize", "LoRA"):  # fmt: skip
+    for words in (
+        "weights 13.0",
+        "optimizer state",
+        "80.0 GiB",
+        "spec.resources.gpus=1",
+        "ask for",
+        "spec.sizing.batchSize",
+        "LoRA",
+    ):
         assert words in message
 
 

@@ -93,8 +93,10 @@ def test_failure_policy_maps_to_backoff_and_pod_failure_policy():
 
 def test_retryable_codes_count_and_others_fail():
     rules = build.pod_failure_policy(spec(failurePolicy={"retryableExitCodes": [143, 137]}))["rules"]
-    assert rules[1] == {"action": "Count", "onExitCodes": {"containerName": "trainer", "operator": "In",
-                                                           "values": [137, 143]}}  # fmt: skip
+    assert rules[1] == {
+        "action": "Count",
+        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [137, 143]},
+    }
     assert rules[2]["action"] == "FailJob"
     assert rules[2]["onExitCodes"]["operator"] == "NotIn"
 
@@ -107,8 +109,12 @@ def test_user_env_wins_over_slipway_defaults():
 
 
 def test_scheduling_fields_pass_through():
-    s = spec(nodeSelector={"pool": "gpu"}, tolerations=[{"key": "gpu", "operator": "Exists"}],
-             priorityClassName="low", suspend=True)  # fmt: skip
+    s = spec(
+        nodeSelector={"pool": "gpu"},
+        tolerations=[{"key": "gpu", "operator": "Exists"}],
+        priorityClassName="low",
+        suspend=True,
+    )
     pod = build.job("r1", "ns", s, LINK)["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]

@@ -15,8 +15,10 @@ SPEC = TrainingRunSpec.model_validate(
 
 
 def job(conditions: list[dict[str, Any]] | None = None, suspend: bool = False, failed: int = 0) -> dict[str, Any]:
-    return {"spec": {"suspend": suspend}, "status": {"conditions": conditions or [], "failed": failed,
-                                                      "startTime": "2026-01-01T00:00:00Z"}}  # fmt: skip
+    return {
+        "spec": {"suspend": suspend},
+        "status": {"conditions": conditions or [], "failed": failed, "startTime": "2026-01-01T00:00:00Z"},
+    }
 
 
 def pod(phase: str = "Running", **status: Any) -> dict[str, Any]:
@@ -48,8 +50,12 @@ def test_running_counts_restarts():
 
 
 def test_unschedulable_carries_the_schedulers_message():
-    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."}  # fmt: skip
+    scheduled = {
+        "type": "PodScheduled",
+        "status": "False",
+        "reason": "Unschedulable",
+        "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+    }
     state = training_state(SPEC, job(), [pod("Pending", conditions=[scheduled])])
     assert state.phase == "Pending"
     assert cond(state, "Ready").reason == "Unschedulable"
@@ -69,7 +75,7 @@ def test_permanent_exit_code_fails_with_the_code():
         "reason": "PodFailurePolicy",
         "message": "Container trainer for pod ns/p-1 failed with exit code 3 matching FailJob rule at index 1",
     }
-    state = training_state(SPEC, job([failed]), [])  # fmt: skip
+    state = training_state(SPEC, job([failed]), [])
     assert state.phase == "Failed"
     assert cond(state, "Stalled").reason == "PermanentExitCode"
     assert "code 3" in cond(state, "Stalled").message
@@ -103,11 +109,19 @@ def test_suspended_by_spec_vs_queued_by_kueue():
 
 def test_progress_and_checkpoint_from_mlflow_run():
     run = Run(
-        run_id="r", experiment_id="1", run_name="", status="RUNNING", artifact_uri="",
-        metrics={"step": Metric("step", 7, 7), "totalSteps": Metric("totalSteps", 30, 0),
-                 "loss": Metric("loss", 0.25, 7), "checkpointStep": Metric("checkpointStep", 5, 5, 1767225600000)},
+        run_id="r",
+        experiment_id="1",
+        run_name="",
+        status="RUNNING",
+        artifact_uri="",
+        metrics={
+            "step": Metric("step", 7, 7),
+            "totalSteps": Metric("totalSteps", 30, 0),
+            "loss": Metric("loss", 0.25, 7),
+            "checkpointStep": Metric("checkpointStep", 5, 5, 1767225600000),
+        },
         tags={"slipway.checkpoint": "/checkpoints/step-5.pkl", "slipway.checkpoint.step": "5"},
-    )  # fmt: skip
+    )
     progress, checkpoint = progress_from_run(run)
     assert progress == {"step": 7, "totalSteps": 30, "metrics": {"loss": 0.25}}
     assert checkpoint == {"step": 5, "path": "/checkpoints/step-5.pkl", "time": "2026-01-01T00:00:00Z"}
