@@ -41,7 +41,8 @@ class Kube:
             config.load_incluster_config()
             api = client.ApiClient()
         else:
-            api = config.new_client_from_config(config_file=kubeconfig)
+            # KUBECONFIG read now: the client's own default is fixed when it is first imported.
+            api = config.new_client_from_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
         return cls.from_api_client(api)
 
     @classmethod
@@ -194,3 +195,33 @@ def create_custom(kube: Kube, plural: str, body: dict[str, Any]) -> dict[str, An
 
 def list_nodes(kube: Kube) -> list[dict[str, Any]]:
     return [_plain(kube, n) for n in call("list nodes", kube.core.list_node).items]
+
+
+def replace(kube: Kube, kind: str, body: dict[str, Any]) -> dict[str, Any]:
+    """PUT the whole object (lists such as env replaced, not merged); a conflict retries."""
+    meta = body["metadata"]
+    what = f"replace {kind} {meta['namespace']}/{meta['name']}"
+    return _plain(kube, call(what, _method(kube, kind, "replace"), meta["name"], meta["namespace"], body))
+
+
+def apply_route(kube: Kube, body: dict[str, Any]) -> None:
+    """Create the Gateway API HTTPRoute, or merge-patch its spec (weights) when it exists."""
+    meta = body["metadata"]
+    args = ("gateway.networking.k8s.io", "v1", meta["namespace"], "httproutes")
+    try:
+        call(
+            f"patch HTTPRoute {meta['namespace']}/{meta['name']}",
+            kube.custom.patch_namespaced_custom_object,
+            *args,
+            meta["name"],
+            {"spec": body["spec"]},
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        call(
+            f"create HTTPRoute {meta['namespace']}/{meta['name']}",
+            kube.custom.create_namespaced_custom_object,
+            *args,
+            body,
+        )

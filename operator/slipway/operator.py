@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import kopf
@@ -39,6 +40,14 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.execution.max_workers = 16
     settings.networking.request_timeout = 30
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """The pod's service account in a cluster, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return kopf.login_with_service_account(**kwargs)
+    return kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.startup()

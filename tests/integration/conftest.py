@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+
+# The operator's timers resync every second in tests (read when the handlers are imported).
+os.environ.setdefault("SLIPWAY_RESYNC_SECONDS", "1")
 
 from localkube.mlflow_server import MlflowServer, start_mlflow
 from slipway.mlflow import MlflowClient
@@ -24,3 +28,34 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowSe
 def mlflow_client(mlflow_server: MlflowServer) -> Iterator[MlflowClient]:
     with MlflowClient(mlflow_server.url) as client:
         yield client
+
+
+# --------------------------------------------------------------------------- the operator on the local cluster
+
+
+@pytest.fixture(scope="session")
+def slipway_crds(cluster, kube_api) -> list[str]:
+    """Slipway's CRDs installed from crds/ and Established."""
+    from slipway_testing import install_crds
+
+    return install_crds(kube_api)
+
+
+@pytest.fixture
+def operator(cluster, slipway_crds, namespace, monkeypatch):
+    """A factory for the Slipway operator running in-process (kopf) against the local cluster,
+    watching the test's namespace, with the cluster's MLflow and Prometheus; stopped after the test."""
+    from slipway_testing import OperatorProcess
+
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    running: list[OperatorProcess] = []
+
+    def start(mlflow_url: str | None = None) -> OperatorProcess:
+        op = OperatorProcess(cluster, namespace, mlflow_url)
+        op.start()
+        running.append(op)
+        return op
+
+    yield start
+    for op in running:
+        op.stop()

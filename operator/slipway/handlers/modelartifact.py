@@ -9,6 +9,7 @@ line picks up where MLflow and the cluster say the artifact is.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
 
 KIND = "ModelArtifact"
 PLURAL = "modelartifacts"
-RESYNC_SECONDS = 5.0
+RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
 OWNER_TAG = "slipway.dev/modelartifact"

@@ -1,0 +1,167 @@
+"""Helpers for the operator's integration tests: CRD install, the operator in-process, waiting on status."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kopf.testing import KopfRunner
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from localkube.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP, VERSION = "slipway.dev", "v1alpha1"
+
+
+def install_crds(api: client.ApiClient) -> list[str]:
+    """Create or update the CRDs from crds/ and wait until the API server serves them."""
+    ext = client.ApiextensionsV1Api(api)
+    names = []
+    for path in sorted((ROOT / "crds").glob("slipway.dev_*.yaml")):
+        body = yaml.safe_load(path.read_text())
+        name = body["metadata"]["name"]
+        try:
+            current = ext.read_custom_resource_definition(name)
+            body["metadata"]["resourceVersion"] = current.metadata.resource_version
+            ext.replace_custom_resource_definition(name, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            ext.create_custom_resource_definition(body)
+        names.append(name)
+
+    def established() -> bool:
+        for name in names:
+            crd = ext.read_custom_resource_definition(name)
+            conditions = {c.type: c.status for c in crd.status.conditions or []}
+            if conditions.get("Established") != "True":
+                return False
+        return True
+
+    wait_for(established, 30, "the Slipway CRDs to be established")
+    return names
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class OperatorProcess:
+    """The operator under kopf's test runner (a thread of this process), watching one namespace."""
+
+    def __init__(self, cluster: Any, namespace: str, mlflow_url: str | None = None) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.mlflow_url = mlflow_url or cluster.mlflow_url
+        self.runner: KopfRunner | None = None
+
+    def start(self) -> None:
+        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
+        os.environ["SLIPWAY_MLFLOW_URL"] = self.mlflow_url or ""
+        os.environ["SLIPWAY_PROMETHEUS_URL"] = self.cluster.prometheus_url or ""
+        os.environ["SLIPWAY_METRICS_PORT"] = "0"
+        args = ["run", "--standalone", "--namespace", self.namespace, "-m", "slipway.operator"]
+        args += ["--liveness", f"http://127.0.0.1:{free_port()}/healthz"]
+        self.runner = KopfRunner(args, timeout=60)
+        self.runner.__enter__()
+
+    def stop(self) -> None:
+        """Stop as a crash would look to the cluster: no cleanup of children or status."""
+        if self.runner is not None:
+            runner, self.runner = self.runner, None
+            runner.__exit__(None, None, None)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def custom(api: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api)
+
+
+def apply_object(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    plural = body["kind"].lower() + "s"
+    return custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)  # type: ignore[no-any-return]
+
+
+def get_object(api: client.ApiClient, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    return custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, kind.lower() + "s", name)  # type: ignore[no-any-return]
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond["type"] == type_:
+            return cond  # type: ignore[no-any-return]
+    return {}
+
+
+def wait_status(
+    api: client.ApiClient,
+    namespace: str,
+    kind: str,
+    name: str,
+    predicate: Callable[[dict[str, Any]], bool],
+    timeout: float,
+    what: str,
+) -> dict[str, Any]:
+    """Poll the object until ``predicate`` holds; on timeout, fail showing its last status."""
+    last: dict[str, Any] = {}
+
+    def check() -> dict[str, Any] | None:
+        nonlocal last
+        last = get_object(api, namespace, kind, name)
+        return last if predicate(last) else None
+
+    try:
+        return wait_for(check, timeout, f"{kind} {namespace}/{name}: {what}")  # type: ignore[no-any-return]
+    except Exception as exc:
+        raise AssertionError(f"{exc}\nlast status: {yaml.safe_dump(last.get('status'))}") from exc
+
+
+def events_for(api: client.ApiClient, namespace: str, name: str) -> list[tuple[str, str]]:
+    events = client.CoreV1Api(api).list_namespaced_event(namespace, field_selector=f"involvedObject.name={name}")
+    return [(e.reason, e.message) for e in events.items]
+
+
+def train_run(mlflow_url: str, experiment: str, steps: int = 6, bad: bool = False) -> str:
+    """Train the reference model into a new MLflow run (as a local process); return the run id."""
+    import subprocess
+    import sys
+
+    from slipway.mlflow import MlflowClient
+
+    with MlflowClient(mlflow_url) as mlflow:
+        run_id = mlflow.create_run(mlflow.get_or_create_experiment(experiment), "train").run_id
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_url, "MLFLOW_RUN_ID": run_id}
+    if bad:
+        env["SLIPWAY_BAD_MODEL"] = "1"
+    subprocess.run(
+        [sys.executable, "-m", "slipway.workloads.train", "--steps", str(steps)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return run_id
+
+
+def model_artifact(name: str, model: str, source: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ModelArtifact",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": model}, "source": source, **spec},
+    }
+
+
+def phase_in(*phases: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda obj: (obj.get("status") or {}).get("phase") in phases
