@@ -38,4 +38,6 @@ def load_invalid() -> list[InvalidCase]:
 
 
 def load_valid() -> list[tuple[Path, dict[str, Any]]]:
-    return [(p, yaml.safe_load(p.read_text())) for p in sorted((DATA / "valid").glob("*.yaml"))]
+    """Valid examples: tests/data/valid and the samples/ users copy from."""
+    paths = sorted((DATA / "valid").glob("*.yaml")) + sorted((DATA.parents[1] / "samples").glob("*.yaml"))
+    return [(p, yaml.safe_load(p.read_text())) for p in paths]
