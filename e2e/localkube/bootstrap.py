@@ -1,0 +1,119 @@
+"""Objects every local cluster starts with: RBAC for localkube's own clients, the
+default StorageClass ``local``, and (on request) the Gateway API CRDs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from localkube.kube import Kube
+
+PROVISIONER_USER = "localkube:provisioner"
+PROMETHEUS_USER = "localkube:prometheus"
+PROVISIONER_NAME = "slipway.dev/local"
+STORAGE_CLASS = "local"
+GATEWAY_API_VERSION = "v1.4.1"
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def _cluster_role(name: str, user: str, rules: list[dict[str, object]]) -> list[tuple[str, dict[str, object]]]:
+    role: dict[str, object] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": name},
+        "rules": rules,
+    }
+    binding: dict[str, object] = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    return [(f"{RBAC}/clusterroles", role), (f"{RBAC}/clusterrolebindings", binding)]
+
+
+def objects() -> list[tuple[str, dict[str, object]]]:
+    """(collection path, object) pairs created right after the API server is ready."""
+    read = ["get", "list", "watch"]
+    out = _cluster_role(
+        PROVISIONER_USER,
+        PROVISIONER_USER,
+        [
+            {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": [*read, "create", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": read},
+            {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": read},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        ],
+    )
+    out += _cluster_role(
+        PROMETHEUS_USER,
+        PROMETHEUS_USER,
+        [
+            {"apiGroups": [""], "resources": ["pods", "services", "endpoints", "nodes"], "verbs": read},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        ],
+    )
+    out.append(
+        (
+            "/apis/storage.k8s.io/v1/storageclasses",
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {
+                    "name": STORAGE_CLASS,
+                    "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+                },
+                "provisioner": PROVISIONER_NAME,
+                "reclaimPolicy": "Delete",
+                "volumeBindingMode": "Immediate",
+            },
+        )
+    )
+    return out
+
+
+def apply(kube: Kube) -> None:
+    """Create the bootstrap objects (idempotent)."""
+    for path, obj in objects():
+        kube.ensure(path, obj)
+
+
+def gateway_api_crd_dir(version: str = GATEWAY_API_VERSION) -> Path:
+    """Download ``sigs.k8s.io/gateway-api@version`` with ``go mod download``; return its standard CRDs."""
+    out = subprocess.run(
+        ["go", "mod", "download", "-json", f"sigs.k8s.io/gateway-api@{version}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod"),
+        cwd="/",
+    ).stdout
+    crds = Path(json.loads(out)["Dir"]) / "config" / "crd" / "standard"
+    if not crds.is_dir():
+        raise FileNotFoundError(f"{crds} not found in the gateway-api module")
+    return crds
+
+
+def apply_gateway_api_crds(kube: Kube, version: str = GATEWAY_API_VERSION) -> list[str]:
+    """Create (or replace) the standard-channel Gateway API CRDs; return their names."""
+    names = []
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for file in sorted(gateway_api_crd_dir(version).glob("*.yaml")):
+        for doc in yaml.safe_load_all(file.read_text()):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            current = kube.get_or_none(f"{path}/{doc['metadata']['name']}")
+            if current is None:
+                kube.create(path, doc)
+            else:
+                doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                kube.request("PUT", f"{path}/{doc['metadata']['name']}", doc)
+            names.append(doc["metadata"]["name"])
+    return names

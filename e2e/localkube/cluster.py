@@ -1,0 +1,461 @@
+"""Start and stop the local cluster: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler (all from ``.cache/controlplane``), node agents, the volume
+provisioner, Prometheus and MLflow, each a detached process logging to
+``<dir>/logs/<name>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from localkube import bootstrap, prometheus
+from localkube.kube import Kube, write_kubeconfig
+from localkube.mlflow_server import free_port, start_mlflow
+from localkube.pki import CertificateAuthority, CertPair, service_account_keys
+from localkube.procs import Proc, spawn, start_ticks
+from localkube.state import ROOT, ClusterInfo
+from localkube.wait import wait_for
+
+log = logging.getLogger(__name__)
+
+CONTROLPLANE = ROOT / ".cache" / "controlplane" / "controlplane"
+SERVICE_CIDR = "10.0.0.0/24"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass
+class ClusterConfig:
+    """What ``localkube up`` starts."""
+
+    directory: Path
+    nodes: int = 1
+    node_name: str = "slipway-local"
+    cpu: str = "16"
+    memory: str = "64Gi"
+    pods: int = 110
+    gpus: int = 4
+    gpu_memory_mib: int = 81920
+    gpu_product: str = "NVIDIA-A100-SXM4-80GB"
+    mlflow: bool = True
+    prometheus: bool = True
+    scrape_interval: str = "5s"
+    gateway_api: bool = False
+    restart_backoff: float = 10.0
+    binary: Path = CONTROLPLANE
+
+    def node_names(self) -> list[str]:
+        """``slipway-local``, then ``slipway-local-2``, ``slipway-local-3``..."""
+        return [self.node_name if i == 0 else f"{self.node_name}-{i + 1}" for i in range(self.nodes)]
+
+
+class ClusterRunning(RuntimeError):
+    """A cluster recorded in the directory is still running."""
+
+
+class Launcher:
+    """Brings a cluster up step by step, recording each process as soon as it starts."""
+
+    def __init__(self, cfg: ClusterConfig) -> None:
+        self.cfg = cfg
+        self.dir = cfg.directory
+        self.info = ClusterInfo(directory=self.dir)
+        self.logs = self.dir / "logs"
+
+    # -- helpers ---------------------------------------------------------------
+    def _component(self, name: str) -> list[str]:
+        link = self.cfg.binary.parent / name
+        return [str(link)] if link.exists() else [str(self.cfg.binary), name]
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> Proc:
+        proc = spawn(name, cmd, self.logs / f"{name}.log", env=env, cwd=self.dir)
+        self.info.processes.append(proc)
+        self.info.save()
+        log.info("started %s (pid %d)", name, proc.pid)
+        return proc
+
+    def _wait_healthy(self, proc: Proc, url: str, timeout: float, **kw: object) -> None:
+        """Wait until ``url`` answers 200; fail at once if ``proc`` exits."""
+        exited = False
+
+        def check() -> bool:
+            nonlocal exited
+            if not proc.alive():
+                exited = True
+                return True
+            try:
+                return httpx.get(url, timeout=2, **kw).status_code == 200  # type: ignore[arg-type]
+            except httpx.HTTPError:
+                return False
+
+        try:
+            wait_for(check, timeout, f"{proc.name} at {url}")
+        except TimeoutError as e:
+            raise TimeoutError(f"{e}; see {proc.log}") from None
+        if exited:
+            raise RuntimeError(f"{proc.name} exited while starting; see {proc.log}")
+
+    def _kubeconfig(self, name: str, pair: CertPair) -> Path:
+        path = self.dir / "kubeconfigs" / f"{name}.kubeconfig"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_kubeconfig(path, self.info.apiserver_url, self.ca.pair.cert, pair.cert, pair.key, user=name)
+        return path
+
+    # -- steps -----------------------------------------------------------------
+    def prepare(self) -> None:
+        if not self.cfg.binary.exists():
+            raise FileNotFoundError(f"{self.cfg.binary} is missing: run `make controlplane` first")
+        if self.cfg.prometheus:
+            prometheus.binary()  # fail before starting anything
+        previous = ClusterInfo.load(self.dir)
+        if previous and not previous.stopped and previous.any_alive():
+            raise ClusterRunning(f"a cluster is already running in {self.dir} (stop it with `localkube down`)")
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.logs.mkdir(parents=True)
+        self.ports = {
+            name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
+        }
+        self.info.apiserver_url = f"https://127.0.0.1:{self.ports['apiserver']}"
+        self.info.nodes = self.cfg.node_names()
+        self.info.save()
+        self._pki()
+
+    def _pki(self) -> None:
+        self.ca = CertificateAuthority(self.info.pki)
+        ca = self.ca
+        self.certs = {
+            "apiserver": ca.issue(
+                "apiserver",
+                "kube-apiserver",
+                server=True,
+                dns_names=(
+                    "localhost",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                ),
+                ip_addresses=("127.0.0.1", "10.0.0.1"),
+            ),
+            "admin": ca.issue("admin", "localkube-admin", ("system:masters",)),
+            "controller-manager": ca.issue("controller-manager", "system:kube-controller-manager"),
+            "scheduler": ca.issue("scheduler", "system:kube-scheduler"),
+            "provisioner": ca.issue("provisioner", bootstrap.PROVISIONER_USER),
+            "prometheus": ca.issue("prometheus", bootstrap.PROMETHEUS_USER),
+            "front-proxy-client": ca.issue("front-proxy-client", "front-proxy-client"),
+        }
+        for node in self.info.nodes:
+            self.certs[f"node-{node}"] = ca.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+        self.sa = service_account_keys(self.info.pki)
+
+    def start_etcd(self) -> None:
+        port, peer = self.ports["etcd"], self.ports["etcd-peer"]
+        proc = self._spawn(
+            "etcd",
+            self._component("etcd")
+            + [
+                "--name=localkube",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{port}",
+                f"--advertise-client-urls=http://127.0.0.1:{port}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=localkube=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        self._wait_healthy(proc, f"http://127.0.0.1:{port}/health", 30)
+
+    def start_apiserver(self) -> None:
+        pki = self.info.pki
+        cmd = self._component("kube-apiserver") + [
+            f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}",
+            f"--cert-dir={self.dir / 'apiserver-certs'}",
+            f"--tls-cert-file={self.certs['apiserver'].cert}",
+            f"--tls-private-key-file={self.certs['apiserver'].key}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={self.sa.cert}",
+            f"--service-account-signing-key-file={self.sa.key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            "--profiling=false",
+            # Aggregation-layer settings (also stop the components' "missing requestheader CA" noise).
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.certs['front-proxy-client'].cert}",
+            f"--proxy-client-key-file={self.certs['front-proxy-client'].key}",
+        ]
+        # Pods live on 127.0.x.y: the build accepts loopback endpoints only with this (see build.sh).
+        env = dict(os.environ, LOCALKUBE_ALLOW_LOOPBACK_ENDPOINTS="true")
+        proc = self._spawn("kube-apiserver", cmd, env=env)
+        kubeconfig = self.info.kubeconfig
+        write_kubeconfig(
+            kubeconfig, self.info.apiserver_url, self.ca.pair.cert, self.certs["admin"].cert, self.certs["admin"].key
+        )
+        self._wait_healthy(proc, f"{self.info.apiserver_url}/readyz", 90, verify=self.info.admin_ssl_context())
+        self.kube = Kube(kubeconfig)
+        bootstrap.apply(self.kube)
+
+    def start_controller_manager(self) -> None:
+        kc = self._kubeconfig("controller-manager", self.certs["controller-manager"])
+        pki = self.info.pki
+        port = self.ports["controller-manager"]
+        self.kcm = self._spawn(
+            "kube-controller-manager",
+            self._component("kube-controller-manager")
+            + [
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.dir / 'controller-manager-certs'}",
+                "--leader-elect=false",
+                "--controllers=*",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={self.sa.key}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                f"--cluster-signing-key-file={pki / 'ca.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+            ],
+        )
+
+    def start_scheduler(self) -> None:
+        kc = self._kubeconfig("scheduler", self.certs["scheduler"])
+        self.scheduler = self._spawn(
+            "kube-scheduler",
+            self._component("kube-scheduler")
+            + [
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={self.ports['scheduler']}",
+                f"--cert-dir={self.dir / 'scheduler-certs'}",
+                "--leader-elect=false",
+            ],
+        )
+
+    def wait_controllers(self) -> None:
+        for proc, port in ((self.kcm, "controller-manager"), (self.scheduler, "scheduler")):
+            self._wait_healthy(proc, f"https://127.0.0.1:{self.ports[port]}/healthz", 60, verify=False)
+
+    def start_provisioner(self) -> None:
+        kc = self._kubeconfig("provisioner", self.certs["provisioner"])
+        self._spawn(
+            "provisioner",
+            [
+                sys.executable,
+                "-m",
+                "localkube.provisioner",
+                f"--kubeconfig={kc}",
+                f"--volumes-dir={self.dir / 'volumes'}",
+            ],
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
+
+    def start_node_agents(self) -> None:
+        cfg = self.cfg
+        for index, node in enumerate(self.info.nodes):
+            kc = self._kubeconfig(f"node-{node}", self.certs[f"node-{node}"])
+            self._spawn(
+                f"nodeagent-{node}",
+                [
+                    sys.executable,
+                    "-m",
+                    "localkube.nodeagent",
+                    f"--kubeconfig={kc}",
+                    f"--node-name={node}",
+                    f"--node-index={index}",
+                    f"--state-dir={self.dir / 'nodes' / node}",
+                    f"--pods-dir={self.dir / 'pods'}",
+                    f"--ca-file={self.ca.pair.cert}",
+                    f"--cpu={cfg.cpu}",
+                    f"--memory={cfg.memory}",
+                    f"--pods={cfg.pods}",
+                    f"--gpus={cfg.gpus}",
+                    f"--gpu-memory-mib={cfg.gpu_memory_mib}",
+                    f"--gpu-product={cfg.gpu_product}",
+                    f"--restart-backoff={cfg.restart_backoff}",
+                ],
+                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            )
+
+    def wait_nodes_ready(self, timeout: float = 90) -> None:
+        def ready() -> bool:
+            for name in self.info.nodes:
+                node = self.kube.get_or_none(f"/api/v1/nodes/{name}")
+                if node is None:
+                    return False
+                conditions = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+                taints = {t["key"] for t in node.get("spec", {}).get("taints", [])}
+                if conditions.get("Ready") != "True" or "node.kubernetes.io/not-ready" in taints:
+                    return False
+            return True
+
+        wait_for(ready, timeout, f"nodes {self.info.nodes} Ready without the not-ready taint", interval=0.3)
+        # The serviceaccount and root-ca publisher controllers make "default" usable for pods.
+        wait_for(
+            lambda: (
+                self.kube.get_or_none("/api/v1/namespaces/default/serviceaccounts/default")
+                and self.kube.get_or_none("/api/v1/namespaces/default/configmaps/kube-root-ca.crt")
+            ),
+            timeout,
+            "the default service account and kube-root-ca.crt",
+        )
+
+    def start_prometheus(self) -> None:
+        port = free_port()
+        pdir = self.dir / "prometheus"
+        pdir.mkdir()
+        config = prometheus.write_config(
+            pdir / "prometheus.yml",
+            apiserver_url=self.info.apiserver_url,
+            ca=self.ca.pair.cert,
+            client=self.certs["prometheus"],
+            scrape_interval=self.cfg.scrape_interval,
+        )
+        proc = self._spawn("prometheus", prometheus.command(config, pdir / "data", port))
+        url = f"http://127.0.0.1:{port}"
+        self._wait_healthy(proc, f"{url}/-/ready", 60)
+        self.info.prometheus_url = url
+        self.info.save()
+
+    def start_mlflow_async(self) -> threading.Thread:
+        """Start MLflow in a thread (it takes seconds to boot) while the control plane comes up."""
+        self._mlflow_error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                server = start_mlflow(self.dir / "mlflow")
+                proc = Proc(
+                    name="mlflow",
+                    pid=server.process.pid,
+                    ticks=start_ticks(server.process.pid) or 0,
+                    log=str(self.dir / "mlflow" / "mlflow.log"),
+                )
+                self._mlflow = (server.url, proc)
+            except BaseException as e:  # reported by finish_mlflow
+                self._mlflow_error = e
+
+        thread = threading.Thread(target=run, name="mlflow-start", daemon=True)
+        thread.start()
+        return thread
+
+    def finish_mlflow(self, thread: threading.Thread) -> None:
+        thread.join()
+        if self._mlflow_error:
+            raise self._mlflow_error
+        url, proc = self._mlflow
+        self.info.processes.append(proc)
+        self.info.mlflow_url = url
+        self.info.save()
+
+    def apply_gateway_api(self) -> None:
+        bootstrap.apply_gateway_api_crds(self.kube)
+
+
+def up(cfg: ClusterConfig) -> ClusterInfo:
+    """Start a cluster in ``cfg.directory``; return its info once everything is ready.
+
+    On failure everything started so far is stopped again.
+    """
+    launcher = Launcher(cfg)
+    launcher.prepare()
+    mlflow_thread = None
+    try:
+        if cfg.mlflow:
+            mlflow_thread = launcher.start_mlflow_async()
+        launcher.start_etcd()
+        launcher.start_apiserver()
+        launcher.start_controller_manager()
+        launcher.start_scheduler()
+        launcher.start_provisioner()
+        launcher.start_node_agents()
+        launcher.wait_controllers()
+        launcher.wait_nodes_ready()
+        if cfg.prometheus:
+            launcher.start_prometheus()
+        if cfg.gateway_api:
+            launcher.apply_gateway_api()
+        if mlflow_thread:
+            launcher.finish_mlflow(mlflow_thread)
+            mlflow_thread = None
+    except BaseException:
+        if mlflow_thread:
+            mlflow_thread.join()
+            mlflow = getattr(launcher, "_mlflow", None)
+            if mlflow:
+                launcher.info.processes.append(mlflow[1])
+        down(cfg.directory)
+        raise
+    return launcher.info
+
+
+def down(directory: Path) -> ClusterInfo | None:
+    """Stop every process recorded in ``directory``'s state file, newest first, and their pods."""
+    info = ClusterInfo.load(directory)
+    if info is None:
+        return None
+    for proc in reversed(info.processes):
+        proc.stop(timeout=20 if proc.name.startswith("nodeagent-") else 10)
+    # A node agent that died hard leaves its pods' processes behind: stop those too.
+    from localkube.nodeagent.tracking import kill_tracked_processes
+
+    for node_dir in sorted((directory / "nodes").glob("*")):
+        kill_tracked_processes(node_dir)
+    info.stopped = True
+    info.save()
+    return info
+
+
+def restart(directory: Path, name: str) -> Proc:
+    """Stop the recorded process ``name`` (if alive) and start it again with the same command.
+
+    Meant for node agents and the provisioner (tests of crash recovery).
+    """
+    info = ClusterInfo.load(directory)
+    if info is None:
+        raise FileNotFoundError(f"no cluster recorded in {directory}")
+    index = next(i for i, p in enumerate(info.processes) if p.name == name)
+    old = info.processes[index]
+    old.stop()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    new = spawn(name, old.cmd, Path(old.log), env=env, cwd=directory)
+    info.processes[index] = new
+    info.save()
+    return new
+
+
+def process_report(directory: Path) -> str:
+    """One line per process: name, pid, alive, RSS."""
+    from localkube.procs import rss_kib
+
+    info = ClusterInfo.load(directory)
+    if info is None:
+        return f"no cluster recorded in {directory}"
+    lines = []
+    for p in info.processes:
+        alive = p.alive()
+        rss = f"{rss_kib(p.pid) / 1024:.0f} MiB" if alive else "-"
+        lines.append(f"{p.name:32} pid {p.pid:<8} {'running' if alive else 'stopped':8} rss {rss}")
+    return "\n".join(lines)

@@ -1,0 +1,102 @@
+"""Prometheus, discovering pods through the local API server (``kubernetes_sd_configs``).
+
+Debian's ``prometheus`` package cannot do this (Debian removed Kubernetes
+service discovery in 1.5.0 because of its dependencies), so localkube runs
+upstream Prometheus built from the Go module proxy with only Kubernetes
+discovery (``e2e/controlplane/build-prometheus.sh``, into
+``.cache/prometheus/prometheus``; ``$LOCALKUBE_PROMETHEUS`` overrides).
+
+Pods are scraped when annotated ``prometheus.io/scrape: "true"``; the port and
+path come from ``prometheus.io/port`` and ``prometheus.io/path`` (default
+``/metrics``). Pod labels become metric labels, plus ``namespace``, ``pod`` and
+``node``. Service discovery authenticates with its own client certificate
+(user ``localkube:prometheus``, allowed to list and watch pods).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from localkube.pki import CertPair
+from localkube.state import ROOT
+
+PROMETHEUS_BIN = ROOT / ".cache" / "prometheus" / "prometheus"
+
+
+def binary() -> Path:
+    """The Prometheus binary to run; raises FileNotFoundError with the command that builds it."""
+    path = Path(os.environ.get("LOCALKUBE_PROMETHEUS", PROMETHEUS_BIN))
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} is missing: run `make prometheus` (bash e2e/controlplane/build-prometheus.sh {PROMETHEUS_BIN}); "
+            "Debian's prometheus has no kubernetes_sd_configs"
+        )
+    return path
+
+
+def scrape_config(apiserver_url: str, ca: Path, client: CertPair) -> dict[str, object]:
+    """The ``kubernetes-pods`` scrape job."""
+    return {
+        "job_name": "kubernetes-pods",
+        "kubernetes_sd_configs": [
+            {
+                "role": "pod",
+                "api_server": apiserver_url,
+                "tls_config": {"ca_file": str(ca), "cert_file": str(client.cert), "key_file": str(client.key)},
+            }
+        ],
+        "relabel_configs": [
+            {
+                "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"],
+                "action": "keep",
+                "regex": "true",
+            },
+            {
+                "source_labels": ["__meta_kubernetes_pod_phase"],
+                "action": "drop",
+                "regex": "Succeeded|Failed",
+            },
+            {
+                "source_labels": ["__meta_kubernetes_pod_annotation_prometheus_io_path"],
+                "action": "replace",
+                "regex": "(.+)",
+                "target_label": "__metrics_path__",
+            },
+            {
+                "source_labels": ["__address__", "__meta_kubernetes_pod_annotation_prometheus_io_port"],
+                "action": "replace",
+                "regex": r"([^:]+)(?::\d+)?;(\d+)",
+                "replacement": "$1:$2",
+                "target_label": "__address__",
+            },
+            {"action": "labelmap", "regex": "__meta_kubernetes_pod_label_(.+)"},
+            {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
+        ],
+    }
+
+
+def write_config(path: Path, apiserver_url: str, ca: Path, client: CertPair, scrape_interval: str = "5s") -> Path:
+    """Write ``prometheus.yml``; return its path."""
+    doc = {
+        "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+        "scrape_configs": [scrape_config(apiserver_url, ca, client)],
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def command(config: Path, data_dir: Path, port: int) -> list[str]:
+    """The Prometheus command line, listening on 127.0.0.1:``port``."""
+    return [
+        str(binary()),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={data_dir}",
+        "--storage.tsdb.retention.time=1d",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-lifecycle",
+    ]

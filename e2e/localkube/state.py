@@ -1,0 +1,99 @@
+"""What ``localkube up`` started, kept in ``<cluster dir>/state.json`` so ``down`` stops exactly that."""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from localkube.procs import Proc
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DIR = Path(os.environ.get("LOCALKUBE_DIR", ROOT / ".cluster"))
+
+
+@dataclass
+class ClusterInfo:
+    """A local cluster: where it lives, how to reach it and which processes make it up."""
+
+    directory: Path
+    apiserver_url: str = ""
+    mlflow_url: str | None = None
+    prometheus_url: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    processes: list[Proc] = field(default_factory=list)
+    stopped: bool = False
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "kubeconfig"
+
+    @property
+    def pki(self) -> Path:
+        return self.directory / "pki"
+
+    @property
+    def state_file(self) -> Path:
+        return self.directory / "state.json"
+
+    def save(self) -> None:
+        doc: dict[str, Any] = {
+            "directory": str(self.directory),
+            "apiserver_url": self.apiserver_url,
+            "kubeconfig": str(self.kubeconfig),
+            "mlflow_url": self.mlflow_url,
+            "prometheus_url": self.prometheus_url,
+            "nodes": self.nodes,
+            "processes": [p.to_dict() for p in self.processes],
+            "stopped": self.stopped,
+        }
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n")
+        tmp.replace(self.state_file)
+
+    @classmethod
+    def load(cls, directory: Path) -> ClusterInfo | None:
+        try:
+            doc = json.loads((directory / "state.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return cls(
+            directory=directory,
+            apiserver_url=doc["apiserver_url"],
+            mlflow_url=doc.get("mlflow_url"),
+            prometheus_url=doc.get("prometheus_url"),
+            nodes=doc.get("nodes", []),
+            processes=[Proc.from_dict(p) for p in doc.get("processes", [])],
+            stopped=doc.get("stopped", False),
+        )
+
+    def any_alive(self) -> bool:
+        return any(p.alive() for p in self.processes)
+
+    def admin_ssl_context(self) -> ssl.SSLContext:
+        """TLS context trusting the cluster CA and presenting the admin client certificate."""
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def apiserver_ready(self) -> bool:
+        """True if the API server answers ``/readyz`` with ok."""
+        try:
+            r = httpx.get(f"{self.apiserver_url}/readyz", verify=self.admin_ssl_context(), timeout=3)
+        except (httpx.HTTPError, OSError):
+            return False
+        return r.status_code == 200
+
+    def healthy(self) -> bool:
+        """All recorded processes alive and the API server ready."""
+        return (
+            not self.stopped
+            and bool(self.processes)
+            and all(p.alive() for p in self.processes)
+            and self.apiserver_ready()
+        )

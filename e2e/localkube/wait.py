@@ -1,0 +1,30 @@
+"""Wait for a condition with a deadline (the only place that polls)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Call ``check`` until it returns something truthy; return that, or raise ``TimeoutError``.
+
+    Exceptions from ``check`` count as "not yet"; the last one is quoted in the error.
+    """
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    last_value: T | None = None
+    while True:
+        try:
+            last_value = check()
+            if last_value:
+                return last_value
+        except Exception as e:  # the thing we wait for may not exist yet
+            last_error = e
+        if time.monotonic() >= deadline:
+            detail = f": last error {last_error!r}" if last_error else f": last value {last_value!r}"
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        time.sleep(interval)  # short poll interval inside a deadline
