@@ -1,0 +1,85 @@
+"""Start one container process: private mount (and UTS) namespace, bind mounts, exec.
+
+Run by the node agent as ``python -I -S podexec.py SPEC.json`` (standard
+library only, so it starts fast). SPEC holds ``argv``, ``env``, ``cwd``,
+``hostname`` and ``mounts`` (``source``, ``target``, ``readOnly``). Mount points
+that do not exist are created on the host as empty directories or files (they
+stay empty outside pods). Exit code 128 with ``SPEC.error`` written means the
+container could not start (the kubelet's ``StartError``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    src = source.encode() if source else None
+    _check(_libc.mount(src, target.encode(), None, flags, None), f"mount {source} on {target}")
+
+
+def _mount_point(source: str, target: str) -> None:
+    if os.path.lexists(target):
+        return
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target) or "/", exist_ok=True)
+        open(target, "a").close()  # noqa: SIM115 - an empty file to mount a file onto
+
+
+def isolate(spec: dict) -> None:  # type: ignore[type-arg]
+    """Enter private namespaces and bind the volumes onto their mount paths."""
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWUTS), "unshare")
+    _mount(None, "/", MS_REC | MS_PRIVATE)
+    hostname = spec.get("hostname", "")[:63].encode()
+    if hostname:
+        _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
+    for m in spec.get("mounts", []):
+        _mount_point(m["source"], m["target"])
+        _mount(m["source"], m["target"], MS_BIND | MS_REC)
+        if m.get("readOnly"):
+            _mount(None, m["target"], MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+def main() -> None:
+    spec_path = sys.argv[1]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    try:
+        if spec.get("mounts") or spec.get("hostname"):
+            isolate(spec)
+        os.chdir(spec.get("cwd") or "/")
+        argv = spec["argv"]
+        if not argv:
+            raise ValueError("no command")
+        os.execvpe(argv[0], argv, spec["env"])
+    except (OSError, ValueError) as e:
+        message = f"failed to start container: {e}"
+        print(f"localkube: {message}", file=sys.stderr, flush=True)
+        with open(spec_path + ".error", "w") as f:
+            f.write(message)
+        os._exit(128)
+
+
+if __name__ == "__main__":
+    main()

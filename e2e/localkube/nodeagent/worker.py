@@ -1,0 +1,393 @@
+"""One thread per pod: set up, run and supervise its first container, report status,
+apply the restart policy with back-off, and carry out graceful deletion."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kubernetes.client.exceptions import ApiException
+
+from localkube.nodeagent import envvars, runtime, volumes
+from localkube.nodeagent.probes import Prober
+from localkube.nodeagent.status import ContainerStatus, PodStatus, other_containers
+
+if TYPE_CHECKING:
+    from localkube.nodeagent.agent import Agent
+
+log = logging.getLogger(__name__)
+
+JSON = dict[str, Any]
+MAX_BACKOFF = 300.0
+BACKOFF_RESET_AFTER = 600.0
+TERMINATION_LOG_LINES = 80
+
+
+@dataclass
+class Outcome:
+    """How a container run ended."""
+
+    exit_code: int
+    reason: str
+    message: str = ""
+
+
+class PodWorker(threading.Thread):
+    """Runs one pod bound to this node until it is deleted."""
+
+    def __init__(self, agent: Agent, pod: JSON) -> None:
+        meta = pod["metadata"]
+        super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
+        self.agent = agent
+        self.kube = agent.kube
+        self.pod = pod
+        self.uid: str = meta["uid"]
+        self.ns: str = meta["namespace"]
+        self.pod_name: str = meta["name"]
+        self.pod_dir = agent.pods_dir / f"{self.ns}_{self.pod_name}"
+        self.run_dir = self.pod_dir / self.uid
+        self.wake = threading.Event()
+        self.lock = threading.Lock()
+        self.gone = False  # the API object is deleted
+        self.shutting_down = False  # the agent stops: kill, report nothing
+        self.container: runtime.ContainerProcess | None = None
+        self.volumes: volumes.PodVolumes | None = None
+        self._published: JSON | None = None
+        self._crashes = 0
+
+    # -- called from the agent's watch thread ----------------------------------
+    def update(self, pod: JSON) -> None:
+        with self.lock:
+            self.pod = pod
+        self.wake.set()
+
+    def deleted(self) -> None:
+        self.gone = True
+        self.wake.set()
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+        self.wake.set()
+
+    # -- helpers -----------------------------------------------------------------
+    @property
+    def spec(self) -> JSON:
+        return self.pod["spec"]
+
+    @property
+    def container_spec(self) -> JSON:
+        return self.spec["containers"][0]
+
+    def stopping(self) -> bool:
+        return self.gone or self.shutting_down or bool(self.pod["metadata"].get("deletionTimestamp"))
+
+    def sleep(self, seconds: float) -> None:
+        """Wait up to ``seconds`` or until something happens to the pod."""
+        self.wake.wait(max(seconds, 0))
+        self.wake.clear()
+
+    def publish(self) -> None:
+        """Patch the pod's status if it changed (strategic merge, as the kubelet does)."""
+        if self.gone or self.shutting_down:
+            return
+        status = self.status.to_dict()
+        if status == self._published:
+            return
+        try:
+            self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{self.pod_name}/status", {"status": status})
+            self._published = status
+        except ApiException as e:
+            if e.status == 404:
+                self.gone = True
+            else:
+                log.warning("%s: status update failed: %s %s", self.name, e.status, e.body)
+
+    # -- lifecycle ---------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._run()
+        except Exception:
+            log.exception("%s: worker failed", self.name)
+            if self.container:
+                self.container.stop(0)
+        finally:
+            self.agent.forget(self.uid)
+
+    def _run(self) -> None:
+        previous = self.pod.get("status", {})
+        c = self.container_spec
+        cs = ContainerStatus(name=c["name"], image=c.get("image", ""))
+        self.status = PodStatus(container=cs, others=other_containers(self.pod))
+        self.status.start_time = previous.get("startTime") or self.status.start_time
+        self._adopt_previous(previous)
+        if self.status.phase in ("Succeeded", "Failed"):
+            self._finish()
+            return
+        self.status.pod_ip = self.agent.ipam.allocate(self.uid)
+        self.publish()
+        while not self.stopping():
+            outcome = self._run_once()
+            if outcome is None:
+                break
+            if not self._after_exit(outcome):
+                self._finish()
+                return
+        self._terminate()
+
+    def _adopt_previous(self, previous: JSON) -> None:
+        """Pick up the status of a pod an earlier agent ran (its processes were killed on start)."""
+        cs = self.status.container
+        old = next((s for s in previous.get("containerStatuses", []) if s["name"] == cs.name), None)
+        self.status.phase = previous.get("phase", "Pending")
+        if not old:
+            return
+        cs.restart_count = old.get("restartCount", 0)
+        cs.last_state = old.get("lastState", {})
+        cs.container_id = old.get("containerID", "")
+        if "running" in old.get("state", {}) and self.status.phase not in ("Succeeded", "Failed"):
+            cs.state = old["state"]
+            cs.terminated(137, "Error", "container killed: the node agent restarted")
+            self.status.pod_ip = previous.get("podIP", "")
+            self._after_exit(Outcome(137, "Error"))
+        elif "terminated" in old.get("state", {}):
+            cs.state = old["state"]
+
+    def _run_once(self) -> Outcome | None:
+        """Set up and run the container once; None if the pod is going away."""
+        cs = self.status.container
+        while not self.stopping():
+            try:
+                argv, env, mounts = self._prepare()
+                break
+            except envvars.ConfigError as e:
+                cs.waiting(e.reason, str(e))
+                self.publish()
+                self.sleep(2)
+            except ApiException as e:
+                cs.waiting("ContainerCreating", f"API error {e.status}: {e.reason}")
+                self.publish()
+                self.sleep(2)
+        else:
+            return None
+        self.status.sandbox_ready = True
+        if not argv:
+            cs.waiting("NoCommand", "localkube runs the container's command and args; none are set (no images here)")
+            self.publish()
+            while not self.stopping():
+                self.sleep(60)
+            return None
+        self.container = runtime.start(
+            name=f"{self.ns}/{self.pod_name}",
+            argv=argv,
+            env=env,
+            cwd=self.container_spec.get("workingDir") or str(self._workdir()),
+            hostname=self.spec.get("hostname") or self.pod_name,
+            mounts=mounts,
+            run_dir=self.run_dir,
+            log=self.pod_dir / "container.log",
+            on_exit=self.wake.set,
+        )
+        self.agent.tracker.record(self.uid, self.container.proc, f"{self.ns}/{self.pod_name}")
+        cs.running(self.container.pid)
+        self.status.phase = "Running"
+        return self._supervise(env)
+
+    def _workdir(self) -> Path:
+        work = self.run_dir / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        return work
+
+    def _prepare(self) -> tuple[list[str], dict[str, str], list[JSON]]:
+        c = self.container_spec
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # The downward API must see the pod IP before the API object does.
+        pod = dict(self.pod, status=dict(self.pod.get("status", {}), **self._ip_fields()))
+        builder = volumes.VolumeBuilder(self.kube, pod, self.run_dir, self.agent.allocatable)
+        env = envvars.build_env(
+            pod,
+            c,
+            self.agent.base_env(self.status.pod_ip, self._workdir(), self.spec.get("hostname") or self.pod_name),
+            lambda ns, name: builder.get("configmaps", name),
+            lambda ns, name: builder.get("secrets", name),
+            self.agent.allocatable,
+        )
+        self.volumes = builder.build()
+        self._volume_builder = builder
+        mounts = volumes.mounts(c, self.volumes)
+        mounts += self._pod_files(c)
+        return envvars.command_line(c, env), env, mounts
+
+    def _ip_fields(self) -> JSON:
+        ip = self.status.pod_ip
+        return {"podIP": ip, "podIPs": [{"ip": ip}], "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}]}
+
+    def _pod_files(self, c: JSON) -> list[JSON]:
+        """/etc/hosts, /etc/hostname and the termination-message file, as the kubelet provides them."""
+        hostname = self.spec.get("hostname") or self.pod_name
+        etc = self.run_dir / "etc"
+        etc.mkdir(parents=True, exist_ok=True)
+        (etc / "hosts").write_text(
+            f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{self.status.pod_ip}\t{hostname}\n"
+        )
+        (etc / "hostname").write_text(hostname + "\n")
+        term = self.run_dir / "termination-log"
+        term.write_text("")
+        return [
+            {"source": str(etc / "hosts"), "target": "/etc/hosts", "readOnly": False},
+            {"source": str(etc / "hostname"), "target": "/etc/hostname", "readOnly": False},
+            {
+                "source": str(term),
+                "target": c.get("terminationMessagePath") or "/dev/termination-log",
+                "readOnly": False,
+            },
+        ]
+
+    def _supervise(self, env: dict[str, str]) -> Outcome | None:
+        """Watch the running container: probes, token refresh, exit, deletion."""
+        assert self.container is not None
+        c = self.container_spec
+        cs = self.status.container
+        started = time.monotonic()
+        readiness = Prober(c["readinessProbe"], started, result=False) if c.get("readinessProbe") else None
+        liveness = Prober(c["livenessProbe"], started, result=True) if c.get("livenessProbe") else None
+        cs.ready = readiness is None
+        self.publish()
+        while True:
+            if self.stopping():
+                return None
+            code = self.container.exit_code()
+            if code is not None:
+                return self._outcome(code)
+            now = time.monotonic()
+            pid = self.container.pid
+            if readiness and readiness.due(now) and readiness.run(self.status.pod_ip, c, pid, env):
+                cs.ready = readiness.result
+                self.publish()
+            if liveness and liveness.due(now):
+                liveness.run(self.status.pod_ip, c, pid, env)
+                if not liveness.result:
+                    log.info("%s: liveness probe failed, killing the container", self.name)
+                    code = self.container.stop(self._grace(c["livenessProbe"]))
+                    return Outcome(code, "Error", "liveness probe failed")
+            refresh = self.volumes.next_refresh() if self.volumes else None
+            if refresh is not None and now >= refresh:
+                self._refresh_tokens()
+            deadlines = [p.next_at for p in (readiness, liveness) if p] + ([refresh] if refresh else [])
+            self.sleep(min([*deadlines, now + 5]) - time.monotonic())
+
+    def _refresh_tokens(self) -> None:
+        assert self.volumes is not None
+        for token in self.volumes.tokens:
+            if time.monotonic() >= token.refresh_at:
+                try:
+                    self._volume_builder.refresh_token(token)
+                except ApiException as e:
+                    log.warning("%s: token refresh failed: %s", self.name, e.status)
+                    token.refresh_at = time.monotonic() + 10
+
+    def _outcome(self, code: int) -> Outcome:
+        assert self.container is not None
+        self.container.stop(0)  # reap the rest of the process group
+        start_error = self.container.start_error()
+        if start_error:
+            return Outcome(128, "StartError", start_error)
+        message = self._termination_message(code)
+        return Outcome(code, "Completed" if code == 0 else "Error", message)
+
+    def _termination_message(self, code: int) -> str:
+        try:
+            message = (self.run_dir / "termination-log").read_text()[-4096:]
+        except OSError:
+            message = ""
+        if not message and code != 0 and self.container_spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            try:
+                lines = (self.pod_dir / "container.log").read_text(errors="replace").splitlines()
+                message = "\n".join(lines[-TERMINATION_LOG_LINES:])[-2048:]
+            except OSError:
+                pass
+        return message
+
+    def _after_exit(self, outcome: Outcome) -> bool:
+        """Record the exit; apply the restart policy. False if the pod is now finished."""
+        cs = self.status.container
+        if "terminated" not in cs.state:
+            cs.terminated(outcome.exit_code, outcome.reason, outcome.message)
+        self.agent.tracker.forget(self.uid)
+        policy = self.spec.get("restartPolicy", "Always")
+        if policy == "Never" or (policy == "OnFailure" and outcome.exit_code == 0):
+            self.status.phase = "Succeeded" if outcome.exit_code == 0 else "Failed"
+            return False
+        ran = time.monotonic() - self.container.started_mono if self.container else 0
+        if ran >= BACKOFF_RESET_AFTER:
+            self._crashes = 0
+        delay = 0.0 if self._crashes == 0 else min(self.agent.restart_backoff * 2 ** (self._crashes - 1), MAX_BACKOFF)
+        self._crashes += 1
+        cs.last_state = cs.state
+        if delay > 0:
+            cs.waiting(
+                "CrashLoopBackOff",
+                f"back-off {delay:g}s restarting failed container={cs.name} pod={self.pod_name}_{self.ns}({self.uid})",
+            )
+            self.publish()
+            deadline = time.monotonic() + delay
+            while not self.stopping() and time.monotonic() < deadline:
+                self.sleep(deadline - time.monotonic())
+        cs.restart_count += 1
+        return True
+
+    def _grace(self, probe: JSON | None = None) -> float:
+        if probe and probe.get("terminationGracePeriodSeconds") is not None:
+            return float(probe["terminationGracePeriodSeconds"])
+        meta = self.pod["metadata"]
+        if meta.get("deletionGracePeriodSeconds") is not None:
+            return float(meta["deletionGracePeriodSeconds"])
+        return float(self.spec.get("terminationGracePeriodSeconds", 30))
+
+    def _finish(self) -> None:
+        """The pod reached Succeeded/Failed: report, free its address and scratch space, await deletion."""
+        self.status.container.ready = False
+        self.publish()
+        self._release()
+        while not self.stopping():
+            self.sleep(60)
+        self._terminate()
+
+    def _release(self) -> None:
+        self.agent.ipam.release(self.uid)
+        self.agent.tracker.forget(self.uid)
+        volumes.remove_pod_volumes(self.run_dir)
+
+    def _terminate(self) -> None:
+        """Graceful deletion: SIGTERM, grace period, SIGKILL; then confirm with a grace-0 delete.
+
+        The grace period is re-read while waiting, so a shorter one requested
+        later (``kubectl delete --grace-period``) takes effect; a pod whose API
+        object is already gone (force deletion) is killed at once.
+        """
+        if self.container and self.container.exit_code() is None:
+            log.info("%s: stopping container", self.name)
+            self.container.signal_group(signal.SIGTERM)
+            started = time.monotonic()
+            while self.container.exit_code() is None and not self.gone:
+                grace = 5.0 if self.shutting_down else self._grace()
+                remaining = started + grace - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.sleep(min(0.5, remaining))
+            self.container.stop(0)
+        self._release()
+        if self.shutting_down or self.gone:
+            return
+        try:
+            self.kube.delete(
+                f"/api/v1/namespaces/{self.ns}/pods/{self.pod_name}",
+                {"gracePeriodSeconds": 0, "preconditions": {"uid": self.uid}},
+            )
+        except ApiException as e:
+            if e.status != 409:  # 409: the name now belongs to another pod
+                raise
