@@ -1,0 +1,97 @@
+"""Helpers for tests on a real cluster: wait for Jobs, pods and Deployments, read pod output.
+
+Everything waits on an observable condition with a deadline (``wait_for``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+
+from localkube.wait import wait_for
+
+PYTHON = "python"  # the node agent puts the project's .venv/bin first on PATH
+
+
+def job_condition(api: client.ApiClient, ns: str, name: str, kinds: tuple[str, ...], timeout: float = 60) -> Any:
+    """Wait until the Job has a true condition of one of ``kinds``; return that condition."""
+    batch = client.BatchV1Api(api)
+
+    def check() -> Any:
+        job = batch.read_namespaced_job_status(name, ns)
+        for c in (job.status and job.status.conditions) or []:
+            if c.type in kinds and c.status == "True":
+                return c
+        return None
+
+    return wait_for(check, timeout, f"job {ns}/{name} to be {'/'.join(kinds)}")
+
+
+def pod_phase(api: client.ApiClient, ns: str, name: str, phases: tuple[str, ...], timeout: float = 60) -> Any:
+    """Wait until the pod is in one of ``phases``; return the pod."""
+    core = client.CoreV1Api(api)
+
+    def check() -> Any:
+        pod = core.read_namespaced_pod(name, ns)
+        return pod if pod.status and pod.status.phase in phases else None
+
+    return wait_for(check, timeout, f"pod {ns}/{name} to be {'/'.join(phases)}")
+
+
+def pod_gone(api: client.ApiClient, ns: str, name: str, timeout: float = 60) -> None:
+    """Wait until the pod no longer exists."""
+    core = client.CoreV1Api(api)
+
+    def check() -> bool:
+        try:
+            core.read_namespaced_pod(name, ns)
+        except client.ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
+    wait_for(check, timeout, f"pod {ns}/{name} to be deleted")
+
+
+def termination_message(pod: Any) -> str:
+    """The message the pod's first container left in its termination-message file."""
+    state = pod.status.container_statuses[0].state
+    return (state.terminated.message or "") if state.terminated else ""
+
+
+def deployment_available(api: client.ApiClient, ns: str, name: str, timeout: float = 60) -> Any:
+    """Wait until the Deployment's Available condition is true and all replicas are ready."""
+    apps = client.AppsV1Api(api)
+
+    def check() -> Any:
+        d = apps.read_namespaced_deployment_status(name, ns)
+        if d.status is None or d.spec is None:
+            return None
+        conds = {c.type: c.status for c in (d.status.conditions or [])}
+        ready = d.status.ready_replicas or 0
+        return d if conds.get("Available") == "True" and ready == d.spec.replicas else None
+
+    return wait_for(check, timeout, f"deployment {ns}/{name} to be Available")
+
+
+def simple_pod(
+    name: str,
+    command: list[str],
+    *,
+    restart_policy: str = "Never",
+    image: str = "localkube/none",
+    **container: Any,
+) -> dict[str, Any]:
+    """A one-container pod manifest (as a dict)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "image": image, "command": command, **container}],
+        },
+    }

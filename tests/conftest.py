@@ -1,0 +1,3 @@
+"""Shared pytest configuration: the local cluster fixtures (cluster, kube_api, namespace)."""
+
+pytest_plugins = ["localkube.pytest_plugin"]

@@ -1,0 +1,227 @@
+"""The node agent behaves like a kubelet: environment, volumes, probes, restarts, deletion, recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from localkube.cluster import restart
+from localkube.procs import start_ticks
+from localkube.state import ClusterInfo
+from localkube.testing import PYTHON, pod_gone, pod_phase, simple_pod, termination_message
+from localkube.wait import wait_for
+
+pytestmark = pytest.mark.cluster
+
+INSPECT_SCRIPT = textwrap.dedent(
+    """
+    import json, os, socket, stat, sys
+    def read(path):
+        with open(path) as f:
+            return f.read()
+    scratch = "/scratch/probe"
+    open(scratch, "w").write("x")
+    out = {
+        "argv": sys.argv[1:],
+        "env": {k: os.environ.get(k) for k in (
+            "POD_NAME", "POD_NAMESPACE", "POD_IP", "NODE_NAME", "GREETING", "PASSWORD", "CFG_mode",
+            "EXPANDED", "KUBERNETES_SERVICE_HOST")},
+        "config": read("/etc/app/settings.ini"),
+        "secret": read("/etc/creds/password"),
+        "secret_mode": oct(stat.S_IMODE(os.stat("/etc/creds/password").st_mode)),
+        "labels": read("/etc/podinfo/labels"),
+        "scratch": os.path.exists(scratch),
+        "hostname": socket.gethostname(),
+        "sa_files": sorted(os.listdir("/var/run/secrets/kubernetes.io/serviceaccount")),
+    }
+    open("/dev/termination-log", "w").write(json.dumps(out))
+    """
+)
+
+
+def test_environment_and_volumes_reach_the_process(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_config_map(
+        namespace, {"metadata": {"name": "app"}, "data": {"greeting": "hello", "mode": "fast", "settings.ini": "a=1\n"}}
+    )
+    core.create_namespaced_secret(namespace, {"metadata": {"name": "creds"}, "stringData": {"password": "s3cret"}})
+
+    def field(path: str) -> dict[str, object]:
+        return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+    pod = simple_pod(
+        "inspect",
+        [PYTHON, "-c", INSPECT_SCRIPT],
+        args=["$(GREETING)-arg", "$$(GREETING)"],
+        env=[
+            {"name": "POD_NAME", **field("metadata.name")},
+            {"name": "POD_NAMESPACE", **field("metadata.namespace")},
+            {"name": "POD_IP", **field("status.podIP")},
+            {"name": "NODE_NAME", **field("spec.nodeName")},
+            {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "greeting"}}},
+            {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+            {"name": "EXPANDED", "value": "$(POD_NAME)@$(NODE_NAME)"},
+        ],
+        envFrom=[{"prefix": "CFG_", "configMapRef": {"name": "app"}}],
+        volumeMounts=[
+            {"name": "config", "mountPath": "/etc/app", "readOnly": True},
+            {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+            {"name": "podinfo", "mountPath": "/etc/podinfo"},
+            {"name": "scratch", "mountPath": "/scratch"},
+        ],
+    )
+    pod["metadata"]["labels"] = {"tier": "test"}
+    pod["spec"]["volumes"] = [
+        {"name": "config", "configMap": {"name": "app", "items": [{"key": "settings.ini", "path": "settings.ini"}]}},
+        {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o400}},
+        {
+            "name": "podinfo",
+            "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+        },
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    core.create_namespaced_pod(namespace, pod)
+
+    done = pod_phase(kube_api, namespace, "inspect", ("Succeeded", "Failed"))
+
+    assert done.status.phase == "Succeeded", termination_message(done)
+    seen = json.loads(termination_message(done))
+    assert seen["argv"] == ["hello-arg", "$(GREETING)"]
+    assert seen["env"] == {
+        "POD_NAME": "inspect",
+        "POD_NAMESPACE": namespace,
+        "POD_IP": done.status.pod_ip,
+        "NODE_NAME": "slipway-local",
+        "GREETING": "hello",
+        "PASSWORD": "s3cret",
+        "CFG_mode": "fast",
+        "EXPANDED": "inspect@slipway-local",
+        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+    }
+    assert done.status.pod_ip.startswith("127.0.") and done.status.host_ip == "127.0.0.1"
+    assert seen["config"] == "a=1\n"
+    assert seen["secret"] == "s3cret" and seen["secret_mode"] == "0o400"
+    assert seen["labels"] == 'tier="test"'
+    assert seen["scratch"] is True
+    assert seen["hostname"] == "inspect"
+    assert seen["sa_files"] == ["ca.crt", "namespace", "token"]
+
+
+def test_missing_configmap_keeps_the_container_waiting(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod(
+        "needs-config",
+        ["true"],
+        env=[{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "x"}}}],
+    )
+    core.create_namespaced_pod(namespace, pod)
+
+    def waiting_reason() -> str | None:
+        statuses = core.read_namespaced_pod("needs-config", namespace).status.container_statuses or []
+        waiting = statuses[0].state.waiting if statuses else None
+        return waiting.reason if waiting and waiting.reason != "ContainerCreating" else None
+
+    assert wait_for(waiting_reason, 30, "a waiting reason") == "CreateContainerConfigError"
+
+
+def test_crashing_container_restarts_with_back_off(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_pod(namespace, simple_pod("crasher", ["sh", "-c", "exit 1"], restart_policy="Always"))
+
+    def in_back_off() -> object:
+        s = core.read_namespaced_pod("crasher", namespace).status.container_statuses or []
+        waiting = s and s[0].state.waiting
+        return waiting and waiting.reason == "CrashLoopBackOff" and s[0]
+
+    status = wait_for(in_back_off, 30, "CrashLoopBackOff")
+    assert status.restart_count >= 1
+    assert status.last_state.terminated.exit_code == 1
+    assert status.last_state.terminated.reason == "Error"
+    assert "back-off" in status.state.waiting.message
+    assert core.read_namespaced_pod("crasher", namespace).status.phase == "Running"
+
+
+def test_failing_liveness_probe_restarts_the_container(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod(
+        "unhealthy",
+        ["sleep", "600"],
+        restart_policy="Always",
+        livenessProbe={"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 2},
+    )
+    core.create_namespaced_pod(namespace, pod)
+
+    def restarted() -> object:
+        s = core.read_namespaced_pod("unhealthy", namespace).status.container_statuses or []
+        return s and s[0].restart_count >= 1 and s[0]
+
+    status = wait_for(restarted, 30, "a restart after the liveness probe failed")
+    assert status.last_state.terminated.exit_code == 128 + signal.SIGTERM
+
+
+def test_pod_without_command_reports_no_command(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod("imageonly", [])
+    del pod["spec"]["containers"][0]["command"]
+    core.create_namespaced_pod(namespace, pod)
+
+    def reason() -> str | None:
+        s = core.read_namespaced_pod("imageonly", namespace).status.container_statuses or []
+        waiting = s[0].state.waiting if s else None
+        return waiting.reason if waiting and waiting.reason == "NoCommand" else None
+
+    assert wait_for(reason, 30, "waiting reason NoCommand") == "NoCommand"
+
+
+def _pid(pod: client.V1Pod) -> int:
+    return int(pod.status.container_statuses[0].container_id.removeprefix("localkube://"))
+
+
+def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    pod = simple_pod("stubborn", [PYTHON, "-c", stubborn], restart_policy="Always")
+    pod["spec"]["terminationGracePeriodSeconds"] = 2
+    core.create_namespaced_pod(namespace, pod)
+    pid = _pid(pod_phase(kube_api, namespace, "stubborn", ("Running",)))
+    ticks = start_ticks(pid)
+    assert ticks is not None
+
+    started = time.monotonic()
+    core.delete_namespaced_pod("stubborn", namespace)
+    pod_gone(kube_api, namespace, "stubborn", timeout=30)
+
+    assert time.monotonic() - started >= 1.5, "the process ignored SIGTERM, so the grace period had to pass"
+    assert start_ticks(pid) != ticks, "the process was killed"
+
+
+def test_restarted_node_agent_kills_orphans_and_restarts_pods(
+    cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_pod(namespace, simple_pod("survivor", ["sleep", "600"], restart_policy="Always"))
+    old_pid = _pid(pod_phase(kube_api, namespace, "survivor", ("Running",)))
+    old_ticks = start_ticks(old_pid)
+    agent = next(p for p in cluster.processes if p.name == "nodeagent-slipway-local")
+    agent = next(p for p in (ClusterInfo.load(cluster.directory) or cluster).processes if p.name == agent.name)
+
+    os.kill(agent.pid, signal.SIGKILL)  # a crash: no chance to stop its pods
+    wait_for(lambda: not agent.alive(), 10, "the node agent to die")
+    assert start_ticks(old_pid) == old_ticks, "the pod process outlived its agent"
+    restart(Path(cluster.directory), agent.name)
+
+    def restarted() -> object:
+        s = core.read_namespaced_pod("survivor", namespace).status.container_statuses or []
+        return s and s[0].restart_count >= 1 and s[0].state.running and s[0]
+
+    status = wait_for(restarted, 30, "the pod to run again")
+    assert start_ticks(old_pid) != old_ticks, "the orphan was killed"
+    assert status.last_state.terminated.exit_code == 137
+    assert core.read_node("slipway-local").status.conditions[-1].status == "True"
