@@ -315,8 +315,8 @@ class Server:
 def serving(workloads: Workloads, trained_run: str) -> Iterator[Any]:
     servers: list[Server] = []
 
-    def start(**env: str) -> Server:
-        server = Server(workloads, run_artifact_uri(trained_run, "model"), **env)
+    def start(model_uri: str | None = None, **env: str) -> Server:
+        server = Server(workloads, model_uri or run_artifact_uri(trained_run, "model"), **env)
         servers.append(server)
         return server
 
@@ -378,3 +378,37 @@ def test_serve_crash_on_start_exits_1(serving: Any) -> None:
     server: Server = serving(SLIPWAY_FAULT_CRASH_ON_START="1")
     assert server.process.wait(timeout=30) == 1
     assert "SLIPWAY_FAULT_CRASH_ON_START" in server.output()
+
+
+def test_serve_takes_faults_from_the_model_version_tags(workloads: Workloads, trained_run: str, serving: Any) -> None:
+    """A canary and a stable pod get the same environment: the bad version carries its fault in a tag."""
+    client = workloads.client
+    name = f"digits-{uuid.uuid4().hex[:8]}"
+    client.get_or_create_registered_model(name)
+    source = client.get_run(trained_run).artifact_uri + "/model"
+    bad = client.create_model_version(name, source, run_id=trained_run)
+    client.set_model_version_tag(name, bad.version, "slipway.fault.errorRate", "1.0")
+    good = client.create_model_version(name, source, run_id=trained_run)
+    client.set_alias(name, "stable", good.version)
+
+    # No SLIPWAY_FAULT_* variables: Workloads.env drops the test process's SLIPWAY_* environment.
+    canary: Server = serving(model_uri=f"models:/{name}/{bad.version}")
+    stable: Server = serving(model_uri=f"models:/{name}@stable")
+    canary.wait_ready()
+    stable.wait_ready()
+    sample = digits_split().test_x[:1].tolist()
+
+    answers = [canary.predict(sample) for _ in range(5)]
+    assert [a.status_code for a in answers] == [500] * 5
+    assert "slipway.fault.errorRate" in answers[0].json()["error"]
+    assert canary.metric('slipway_requests_total{code="500"}') == 5
+    assert canary.metric('slipway_requests_total{code="200"}') == 0
+
+    answer = stable.predict(sample)
+    assert answer.status_code == 200 and answer.json()["modelVersion"] == good.version
+    assert stable.metric('slipway_requests_total{code="200"}') == 1
+    assert stable.metric('slipway_requests_total{code="500"}') == 0
+
+    assert canary.stop() == 0 and stable.stop() == 0
+    assert "fault switches: errorRate=1.0 (model version tag slipway.fault.errorRate)" in canary.output()
+    assert "fault switches: none set" in stable.output()

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from slipway.mlflow import ModelVersion
 from slipway.workloads import serve
 from slipway.workloads.common import ConfigError
 
@@ -62,6 +63,139 @@ def test_error_rate_out_of_range_is_a_config_error(monkeypatch: pytest.MonkeyPat
 )
 def test_error_rate_decides_by_draw(rate: float, draws: list[float], failures: int) -> None:
     assert sum(serve.Faults(error_rate=rate).fails(d) for d in draws) == failures
+
+
+# --------------------------------------------------------------------------- faults carried by the model
+
+ENV = {"SLIPWAY_FAULT_ERROR_RATE": "0.5", "SLIPWAY_FAULT_LATENCY_SECONDS": "0.1", "SLIPWAY_FAULT_CRASH_ON_START": "0"}
+TAGS = {"slipway.fault.errorRate": "0.25", "slipway.fault.latencySeconds": "0.2", "slipway.fault.crashOnStart": "1"}
+METADATA = {"errorRate": 0.75, "latencySeconds": 0.3, "crashOnStart": True}
+
+
+@pytest.mark.parametrize(
+    ("env", "tags", "metadata", "expected"),
+    [
+        ({}, {}, {}, serve.Faults()),
+        (ENV, TAGS, METADATA, serve.Faults(0.5, 0.1, False)),  # env wins, even to switch a fault off
+        ({}, TAGS, METADATA, serve.Faults(0.25, 0.2, True)),  # then the version's tags
+        ({}, {}, METADATA, serve.Faults(0.75, 0.3, True)),  # then the model's metadata
+        # Each switch on its own: one from each place.
+        (
+            {"SLIPWAY_FAULT_LATENCY_SECONDS": "0.1"},
+            {"slipway.fault.errorRate": "1.0"},
+            METADATA,
+            serve.Faults(1.0, 0.1, True),
+        ),
+        # Empty values set nothing.
+        (
+            {"SLIPWAY_FAULT_ERROR_RATE": " "},
+            {"slipway.fault.errorRate": ""},
+            {"errorRate": 0.75},
+            serve.Faults(error_rate=0.75),
+        ),
+    ],
+)
+def test_resolve_faults_precedence(
+    env: dict[str, str], tags: dict[str, str], metadata: dict[str, object], expected: serve.Faults
+) -> None:
+    assert serve.resolve_faults(env, tags, metadata) == expected
+
+
+def test_resolve_faults_says_where_each_switch_came_from() -> None:
+    faults = serve.resolve_faults(
+        {"SLIPWAY_FAULT_LATENCY_SECONDS": "0"}, {"slipway.fault.errorRate": "1"}, {"crashOnStart": False}
+    )
+    assert faults.sources == {
+        "errorRate": "model version tag slipway.fault.errorRate",
+        "latencySeconds": "env SLIPWAY_FAULT_LATENCY_SECONDS",
+        "crashOnStart": "slipway-model.json faults.crashOnStart",
+    }
+    assert faults.describe() == (
+        "errorRate=1.0 (model version tag slipway.fault.errorRate), "
+        "latencySeconds=0.0 (env SLIPWAY_FAULT_LATENCY_SECONDS), "
+        "crashOnStart=False (slipway-model.json faults.crashOnStart)"
+    )
+    assert serve.resolve_faults({}).describe() == "none set"
+
+
+@pytest.mark.parametrize(
+    ("tags", "metadata", "message"),
+    [
+        ({"slipway.fault.errorRate": "often"}, {}, "model version tag slipway.fault.errorRate='often'"),
+        ({"slipway.fault.errorRate": "1.5"}, {}, r"slipway.fault.errorRate='1.5' must be a number in \[0, 1\]"),
+        ({"slipway.fault.latencySeconds": "-1"}, {}, "slipway.fault.latencySeconds='-1' must be a number"),
+        ({"slipway.fault.crashOnStart": "maybe"}, {}, "slipway.fault.crashOnStart='maybe' is not a boolean"),
+        ({}, {"errorRate": True}, "slipway-model.json faults.errorRate=True must be a number"),
+        ({}, {"latencySeconds": "inf"}, "slipway-model.json faults.latencySeconds='inf'"),
+        ({}, {"crashOnStart": 2}, "slipway-model.json faults.crashOnStart=2 is not a boolean"),
+    ],
+)
+def test_bad_fault_values_say_where_they_are(tags: dict[str, str], metadata: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        serve.resolve_faults({}, tags, metadata)
+
+
+def test_a_bad_env_value_wins_over_a_good_tag() -> None:
+    with pytest.raises(ConfigError, match="env SLIPWAY_FAULT_ERROR_RATE='x'"):
+        serve.resolve_faults({"SLIPWAY_FAULT_ERROR_RATE": "x"}, {"slipway.fault.errorRate": "1"})
+
+
+def test_metadata_faults_must_be_an_object() -> None:
+    with pytest.raises(ConfigError, match="faults must be an object"):
+        serve.resolve_faults({}, {}, [1])
+
+
+def test_unknown_fault_switches_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    faults = serve.resolve_faults({}, {"slipway.fault.errorrate": "1", "other": "x"}, {"latency": 1})
+    assert faults == serve.Faults()
+    assert "slipway.fault.errorrate" in caplog.text and "faults.latency" in caplog.text
+    assert "other" not in caplog.text
+
+
+def test_json_metadata_values() -> None:
+    assert serve.resolve_faults({}, {}, {"errorRate": 1, "latencySeconds": "0.5", "crashOnStart": 1}) == serve.Faults(
+        1.0, 0.5, True
+    )
+
+
+class _Registry:
+    """The two registry calls of :func:`serve.registry_version`, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def get_model_version(self, name: str, version: str) -> ModelVersion:
+        self.calls.append(("version", name, version))
+        return ModelVersion(name, version, "src", tags={"slipway.fault.errorRate": "1"})
+
+    def get_version_by_alias(self, name: str, alias: str) -> ModelVersion | None:
+        self.calls.append(("alias", name, alias))
+        return ModelVersion(name, "4", "src") if alias == "canary" else None
+
+
+@pytest.mark.parametrize(
+    ("uri", "version", "call"),
+    [
+        ("models:/digits/3", "3", ("version", "digits", "3")),
+        ("models:/digits/3/sub/dir", "3", ("version", "digits", "3")),
+        ("models:/digits@canary", "4", ("alias", "digits", "canary")),
+        ("models:/digits@gone", None, ("alias", "digits", "gone")),
+        ("models:/m-abc", None, None),
+        ("runs:/abc/model", None, None),
+        ("mlflow-artifacts:/1/abc/artifacts/model", None, None),
+    ],
+)
+def test_registry_version(uri: str, version: str | None, call: tuple[str, ...] | None) -> None:
+    registry = _Registry()
+    found = serve.registry_version(registry, uri)  # type: ignore[arg-type]
+    assert (found.version if found else None) == version
+    assert registry.calls == ([call] if call else [])
+
+
+def test_model_version_label_of_a_resolved_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLIPWAY_MODEL_VERSION", raising=False)
+    assert serve.model_version_label("models:/digits@canary", ModelVersion("digits", "4", "src")) == "4"
+    assert serve.model_version_label("models:/digits@canary") == "unknown"
 
 
 @pytest.mark.parametrize(

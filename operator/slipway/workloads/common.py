@@ -5,7 +5,8 @@ Model layout in MLflow (written by ``train``, rewritten by ``quantize``)::
 
     <artifact path>/model.onnx           the model; input "input" float32 [N, 64] (raw pixels 0..16),
                                          outputs "label" int64 [N] and "probabilities" float32 [N, 10]
-    <artifact path>/slipway-model.json   metadata: input/outputs, classes, quantization, lineage
+    <artifact path>/slipway-model.json   metadata: input/outputs, classes, quantization, lineage,
+                                         and "faults", the switches serve honours (see serve.py)
 
 The digest of a model is ``sha256:<hex>`` of ``model.onnx``, its size the bytes of that file.
 """

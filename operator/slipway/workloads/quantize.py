@@ -24,7 +24,9 @@ Environment (each flag falls back to it):
   SLIPWAY_RESULT_PATH          --output-json (default ./slipway-result.json)
 
 Output: ``<artifact path>/model.onnx`` and ``slipway-model.json`` in the run (the default
-artifact path ``model-<method>`` never overwrites a training run's ``model``), and:
+artifact path ``model-<method>`` never overwrites a training run's ``model``). The metadata is
+the source model's (its serve fault switches ``faults`` included) with ``quantization``,
+``parentUri`` and ``parentDigest`` set. Also:
   tags      slipway.quantize.method, .uri, .digest, .sizeBytes, .sourceUri
   params    quantizeMethod, sourceUri
   metrics   sizeBytes, sourceSizeBytes, sizeRatio

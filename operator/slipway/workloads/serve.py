@@ -32,11 +32,26 @@ Environment (flags fall back to it):
   SLIPWAY_ORT_THREADS      ONNX Runtime intra-op threads (default 1)
   SLIPWAY_SHUTDOWN_DELAY_SECONDS  after SIGTERM, fail readiness and keep serving this long
                            before closing, so endpoints drop the pod first (default 0)
-  Fault switches, for rollback tests and demos:
+  SLIPWAY_FAULT_*          the fault switches, below
+
+Fault switches, for rollback tests and demos:
   SLIPWAY_FAULT_ERROR_RATE=R       answer predict with 500 (at once) with probability R (0..1)
   SLIPWAY_FAULT_LATENCY_SECONDS=S  add S seconds to the inference of every predict request
                                    (request duration, time to first token and per token all grow)
   SLIPWAY_FAULT_CRASH_ON_START=1   exit with code 1 at start (a crash-looping version)
+
+In a canary rollout the stable and the canary pods get the same environment, so a bad version
+must carry its faults itself. Each switch is taken from the first of these that sets it:
+  1. the environment variable above (set to 0 to switch off a fault the model carries)
+  2. the model version's tags slipway.fault.errorRate, slipway.fault.latencySeconds,
+     slipway.fault.crashOnStart (for models:/name/version and models:/name@alias URIs;
+     an alias is resolved once, so files, tags and version label are of one version)
+  3. the "faults" object of the model's slipway-model.json: {"errorRate": R,
+     "latencySeconds": S, "crashOnStart": true}, written by train from SLIPWAY_SERVE_FAULT_*
+     and kept by quantize
+Values: a number for the rate and the seconds, 1/0 or true/false for the crash. A bad value
+is a configuration error (exit code 2). The switches in force, and where each came from, are
+logged at start. A crash from tags or metadata happens once the model is downloaded.
 
 SIGTERM and SIGINT shut the server down cleanly (exit code 0).
 """
@@ -44,14 +59,18 @@ SIGTERM and SIGINT shut the server down cleanly (exit code 0).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import math
+import os
 import random
 import signal
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -68,20 +87,21 @@ from prometheus_client import (
     generate_latest,
 )
 
-from slipway.mlflow import MlflowClient
+from slipway.mlflow import MlflowClient, ModelVersion
 from slipway.workloads.common import (
     EXIT_ERROR,
     INPUT_NAME,
+    METADATA_FILE,
     N_FEATURES,
     ConfigError,
     WorkloadExit,
     download_model,
-    env_flag,
     env_float,
     env_int,
     env_str,
     mlflow_client,
     onnx_session,
+    read_metadata,
     run_workload,
 )
 
@@ -93,6 +113,14 @@ MAX_BODY_BYTES = 8 << 20
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 TOKEN_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 MAX_INSTANCES = 4096
+# The fault switches: their names in model version tags (after the prefix) and in the "faults"
+# object of slipway-model.json, and their environment variables.
+FAULT_TAG_PREFIX = "slipway.fault."
+FAULT_ENV = {
+    "errorRate": "SLIPWAY_FAULT_ERROR_RATE",
+    "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
+    "crashOnStart": "SLIPWAY_FAULT_CRASH_ON_START",
+}
 
 
 class BadRequest(ValueError):
@@ -101,19 +129,18 @@ class BadRequest(ValueError):
 
 @dataclass(frozen=True)
 class Faults:
-    """The fault switches, read once at start."""
+    """The fault switches, settled once at start (see "Fault switches" in the module docstring)."""
 
     error_rate: float = 0.0
     latency_seconds: float = 0.0
     crash_on_start: bool = False
+    # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
     def from_env(cls) -> Faults:
-        return cls(
-            error_rate=env_float("SLIPWAY_FAULT_ERROR_RATE", 0.0, minimum=0.0, maximum=1.0),
-            latency_seconds=env_float("SLIPWAY_FAULT_LATENCY_SECONDS", 0.0, minimum=0.0),
-            crash_on_start=env_flag("SLIPWAY_FAULT_CRASH_ON_START"),
-        )
+        """The switches the environment sets, without the model's own."""
+        return resolve_faults(os.environ)
 
     def fails(self, draw: float) -> bool:
         """Whether a request with the uniform random ``draw`` in [0, 1) gets an injected 500."""
@@ -121,6 +148,78 @@ class Faults:
 
     def active(self) -> bool:
         return bool(self.error_rate or self.latency_seconds or self.crash_on_start)
+
+    def source(self, switch: str) -> str:
+        return self.sources.get(switch, "no source")
+
+    def describe(self) -> str:
+        """Each switch that was set, with its value and where it came from; "none set" if none was."""
+        values = {
+            "errorRate": self.error_rate,
+            "latencySeconds": self.latency_seconds,
+            "crashOnStart": self.crash_on_start,
+        }
+        return ", ".join(f"{switch}={values[switch]} ({where})" for switch, where in self.sources.items()) or "none set"
+
+
+def resolve_faults(
+    env: Mapping[str, str], tags: Mapping[str, str] | None = None, metadata_faults: Any = None
+) -> Faults:
+    """The fault switches, each from the first that sets it (a non-empty value) of: the
+    environment ``env``, the model version ``tags`` (``slipway.fault.<switch>``), and the
+    ``faults`` object of the model's metadata. A bad value is a ConfigError that says where it is."""
+    tags = tags or {}
+    metadata_faults = {} if metadata_faults is None else metadata_faults
+    if not isinstance(metadata_faults, Mapping):
+        raise ConfigError(f"{METADATA_FILE}: faults must be an object, not {metadata_faults!r}")
+    unknown = [
+        f"model version tag {key}"
+        for key in tags
+        if key.startswith(FAULT_TAG_PREFIX) and key[len(FAULT_TAG_PREFIX) :] not in FAULT_ENV
+    ] + [f"{METADATA_FILE} faults.{key}" for key in metadata_faults if key not in FAULT_ENV]
+    if unknown:
+        log.warning("ignoring unknown fault switches: %s (known: %s)", ", ".join(unknown), ", ".join(FAULT_ENV))
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for switch, variable in FAULT_ENV.items():
+        tag = FAULT_TAG_PREFIX + switch
+        candidates = (
+            (env.get(variable), f"env {variable}"),
+            (tags.get(tag), f"model version tag {tag}"),
+            (metadata_faults.get(switch), f"{METADATA_FILE} faults.{switch}"),
+        )
+        for raw, where in candidates:
+            if raw is None or (isinstance(raw, str) and not raw.strip()):
+                continue
+            values[switch] = _fault_value(switch, raw, where)
+            sources[switch] = where
+            break
+    return Faults(
+        error_rate=values.get("errorRate", 0.0),
+        latency_seconds=values.get("latencySeconds", 0.0),
+        crash_on_start=values.get("crashOnStart", False),
+        sources=sources,
+    )
+
+
+def _fault_value(switch: str, raw: object, where: str) -> float | bool:
+    """One switch's value from a string (env, tag) or a JSON value (metadata)."""
+    if switch == "crashOnStart":
+        text = str(raw).strip().lower()  # JSON true/false arrive as True/False
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}={raw!r} is not a boolean (use 1 or 0)")
+    maximum = 1.0 if switch == "errorRate" else math.inf
+    value = math.nan
+    if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):  # JSON true is no number
+        with contextlib.suppress(ValueError):
+            value = float(raw)
+    if not (math.isfinite(value) and 0.0 <= value <= maximum):
+        bounds = "in [0, 1]" if switch == "errorRate" else "of seconds, at least 0"
+        raise ConfigError(f"{where}={raw!r} must be a number {bounds}")
+    return value
 
 
 class ServingMetrics:
@@ -194,20 +293,37 @@ def parse_instances(body: bytes) -> Any:
     return array
 
 
-def model_version_label(uri: str, client: MlflowClient | None = None) -> str:
-    """The version a ``models:/`` URI names (an alias is resolved through MLflow), else "unknown"."""
+def registry_version(client: MlflowClient, uri: str) -> ModelVersion | None:
+    """The registered model version a ``models:/name/version`` or ``models:/name@alias`` URI
+    names, with its tags; None for other URIs and for an alias that does not exist."""
+    if not uri.startswith("models:/"):
+        return None
+    ref = uri[len("models:/") :].strip("/")
+    if "@" in ref:
+        name, alias = ref.split("@", 1)
+        return client.get_version_by_alias(name, alias)
+    name, _, rest = ref.partition("/")
+    number = rest.partition("/")[0]
+    return client.get_model_version(name, number) if number.isdigit() else None
+
+
+def model_version_label(uri: str, version: ModelVersion | None = None) -> str:
+    """``$SLIPWAY_MODEL_VERSION``, else the registered ``version`` served, else the version a
+    ``models:/name/version`` URI names, else "unknown"."""
     explicit = env_str("SLIPWAY_MODEL_VERSION")
     if explicit:
         return explicit
+    if version is not None:
+        return version.version
     if not uri.startswith("models:/"):
         return "unknown"
-    ref = uri[len("models:/") :].strip("/")
-    if "@" in ref and client is not None:
-        name, alias = ref.split("@", 1)
-        version = client.get_version_by_alias(name, alias)
-        return version.version if version else "unknown"
-    parts = ref.split("/")
+    parts = uri[len("models:/") :].strip("/").split("/")
     return parts[1] if len(parts) >= 2 and parts[1].isdigit() else "unknown"
+
+
+def crash_if_asked(faults: Faults) -> None:
+    if faults.crash_on_start:
+        raise WorkloadExit(EXIT_ERROR, f"crashOnStart ({faults.source('crashOnStart')}): crashing at start")
 
 
 class PredictionServer(ThreadingHTTPServer):
@@ -293,13 +409,14 @@ class PredictionHandler(BaseHTTPRequestHandler):
             instances = parse_instances(body)
         except BadRequest as exc:
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
-        if server.faults.fails(server.random.random()):
+        faults = server.faults
+        if faults.fails(server.random.random()):
             return HTTPStatus.INTERNAL_SERVER_ERROR, {
-                "error": f"injected fault (SLIPWAY_FAULT_ERROR_RATE={server.faults.error_rate})"
+                "error": f"injected fault (errorRate={faults.error_rate} from {faults.source('errorRate')})"
             }
         started = time.perf_counter()
-        if server.faults.latency_seconds:
-            time.sleep(server.faults.latency_seconds)  # a slower model: the injected slowness itself
+        if faults.latency_seconds:
+            time.sleep(faults.latency_seconds)  # a slower model: the injected slowness itself
         predictions, probabilities = model.predict(instances)
         finished = time.perf_counter()
         per_token = (finished - started) / len(predictions)
@@ -345,15 +462,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def load_in_background(server: PredictionServer, args: argparse.Namespace, workdir: Path) -> threading.Thread:
-    """Download and load the model while /healthz already answers; stop the server if it fails."""
+    """Download and load the model, and settle the fault switches it carries, while /healthz
+    already answers; stop the server if it fails (or a fault switch says to crash)."""
 
     def load() -> None:
         try:
             client = mlflow_client()
-            model_file = download_model(client, args.model_uri, workdir)
-            model = LoadedModel(model_file, model_version_label(args.model_uri, client), args.model_uri, args.threads)
+            version = registry_version(client, args.model_uri)
+            # An alias is resolved once: the files, the fault tags and the version label are of one version.
+            source = version.uri if version is not None and "@" in args.model_uri else args.model_uri
+            model_file = download_model(client, source, workdir)
+            faults = resolve_faults(
+                os.environ, version.tags if version else {}, read_metadata(model_file).get("faults")
+            )
+            log.info("fault switches: %s", faults.describe())
+            crash_if_asked(faults)
+            model = LoadedModel(model_file, model_version_label(args.model_uri, version), args.model_uri, args.threads)
+            server.faults = faults  # before the model: no request is served without them
             server.serve_model(model)
             log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
+        except WorkloadExit as exc:
+            server.load_error = exc
+            server.stop()
         except BaseException as exc:
             log.error("cannot load %s: %s", args.model_uri, exc)
             server.load_error = exc
@@ -365,11 +495,8 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
 
 
 def serve(args: argparse.Namespace) -> None:
-    faults = Faults.from_env()
-    if faults.active():
-        log.warning("fault switches on: %s", faults)
-    if faults.crash_on_start:
-        raise WorkloadExit(EXIT_ERROR, "SLIPWAY_FAULT_CRASH_ON_START=1: crashing at start")
+    faults = Faults.from_env()  # checked at once; the model's own switches join once it is downloaded
+    crash_if_asked(faults)
     shutdown_delay = env_float("SLIPWAY_SHUTDOWN_DELAY_SECONDS", 0.0, minimum=0.0)
     server = PredictionServer((args.host, args.port), faults, ServingMetrics())
 

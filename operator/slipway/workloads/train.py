@@ -22,6 +22,11 @@ Environment:
   SLIPWAY_FAIL_EXIT_CODE=C  ... with exit code C (default 1)
   SLIPWAY_STEP_SECONDS=S    wait S seconds per step, so tests can act mid-run
   SLIPWAY_BAD_MODEL=1       train on shuffled labels: a model that validation must reject
+  Fault switches the model carries into serving (the "faults" object of slipway-model.json,
+  which serve reads when its own environment does not set the switch; see serve.py):
+  SLIPWAY_SERVE_FAULT_ERROR_RATE=R       serve answers predict with 500 with probability R (0..1)
+  SLIPWAY_SERVE_FAULT_LATENCY_SECONDS=S  serve adds S seconds to every predict request
+  SLIPWAY_SERVE_FAULT_CRASH_ON_START=1   serve exits with code 1 at start
 
 Reported to the MLflow run:
   params    steps, hiddenUnits, learningRate, batchSize, checkpointEvery, seed, dataset, badModel
@@ -29,7 +34,8 @@ Reported to the MLflow run:
             at each checkpoint: checkpointStep
   tags      slipway.checkpoint (file path) and slipway.checkpoint.step, the newest checkpoint;
             slipway.resumedFromStep when an attempt resumed; slipway.model.uri, .digest, .sizeBytes
-  artifacts model/model.onnx and model/slipway-model.json (see common.py for the layout)
+  artifacts model/model.onnx and model/slipway-model.json (see common.py for the layout;
+            "faults" holds the SLIPWAY_SERVE_FAULT_* switches that were set, if any)
   status    FINISHED on success, FAILED on an error; a simulated failure or SIGTERM leaves it
             RUNNING (the next attempt resumes it; the operator owns the final word)
 
@@ -207,8 +213,20 @@ def export_model(state: TrainingState, directory: Path, metadata: dict[str, Any]
     return model_file
 
 
-def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool) -> dict[str, Any]:
-    return {
+def serve_faults_from_env() -> dict[str, Any]:
+    """The ``faults`` object of the model's metadata: the SLIPWAY_SERVE_FAULT_* switches that are set."""
+    faults: dict[str, Any] = {}
+    if env_str("SLIPWAY_SERVE_FAULT_ERROR_RATE"):
+        faults["errorRate"] = env_float("SLIPWAY_SERVE_FAULT_ERROR_RATE", 0.0, minimum=0.0, maximum=1.0)
+    if env_str("SLIPWAY_SERVE_FAULT_LATENCY_SECONDS"):
+        faults["latencySeconds"] = env_float("SLIPWAY_SERVE_FAULT_LATENCY_SECONDS", 0.0, minimum=0.0)
+    if env_str("SLIPWAY_SERVE_FAULT_CRASH_ON_START"):
+        faults["crashOnStart"] = env_flag("SLIPWAY_SERVE_FAULT_CRASH_ON_START")
+    return faults
+
+
+def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool, faults: dict[str, Any]) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
         "format": "onnx",
         "file": MODEL_FILE,
         "input": {"name": INPUT_NAME, "dtype": "float32", "shape": [None, N_FEATURES]},
@@ -221,6 +239,9 @@ def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool) -> dict[
         "badModel": bad_model,
         "runId": run.run_id,
     }
+    if faults:
+        metadata["faults"] = faults
+    return metadata
 
 
 class Trainer:
@@ -235,6 +256,7 @@ class Trainer:
         self.failure = FailureSwitch.from_env(self.checkpoint_dir or Path.cwd())
         self.step_seconds = env_float("SLIPWAY_STEP_SECONDS", 0.0, minimum=0.0)
         self.bad_model = env_flag("SLIPWAY_BAD_MODEL")
+        self.serve_faults = serve_faults_from_env()  # checked now, not after the last step
         self.stop = StopSignal()
         self.last_checkpoint_step = 0
 
@@ -327,7 +349,8 @@ class Trainer:
     def publish(self, state: TrainingState) -> None:
         with tempfile.TemporaryDirectory(prefix="slipway-train-") as tmp:
             model_dir = Path(tmp) / MODEL_ARTIFACT_PATH
-            model_file = export_model(state, model_dir, model_metadata(self.args, self.run, self.bad_model))
+            metadata = model_metadata(self.args, self.run, self.bad_model, self.serve_faults)
+            model_file = export_model(state, model_dir, metadata)
             uri = self.client.upload_dir(self.run.run_id, model_dir, MODEL_ARTIFACT_PATH)
             self.client.set_tags(
                 self.run.run_id,
@@ -338,6 +361,8 @@ class Trainer:
                 },
             )
         log.info("model uploaded to %s", uri)
+        if self.serve_faults:
+            log.warning("the model carries serve fault switches: %s", self.serve_faults)
 
 
 def train(args: argparse.Namespace) -> None:
