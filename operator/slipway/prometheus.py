@@ -47,5 +47,19 @@ class PrometheusClient:
             samples = [Sample(r["metric"], float(r["value"][1])) for r in data["result"]]
         return [s for s in samples if not math.isnan(s.value)]
 
+    def query_value(self, promql: str) -> float | None:
+        """The single value of an instant query, or None when it has no data.
+
+        A query that answers several series is refused: an analysis compares one number per
+        track, so the query must aggregate (e.g. ``sum(...)``).
+        """
+        samples = self.query(promql)
+        if len(samples) > 1:
+            labels = ", ".join(str(s.labels) for s in samples[:3]) + (", …" if len(samples) > 3 else "")
+            raise PrometheusError(
+                f"query {promql!r} answered {len(samples)} series ({labels}); aggregate it to one, e.g. sum(...)"
+            )
+        return samples[0].value if samples else None
+
     def close(self) -> None:
         self._http.close()

@@ -1,0 +1,374 @@
+"""Canary analysis: the metrics that gate each rollout step, from PromQL to a verdict.
+
+Three parts, the first two pure:
+
+- ``resolve_query``: a metric of ``spec.rollout.analysis.metrics[]`` → PromQL for one track.
+  Built-in names map to queries per ``preset`` (the metric names of the model server);
+  a ``query`` of the user's own has its ``{{ track }}``, ``{{ namespace }}`` and
+  ``{{ deployment }}`` filled in.
+- ``evaluate``: the canary's (and, for ``maxRelativeToStable``, the stable's) measurements →
+  one ``MetricResult`` per metric, shaped as ``status.analysis[]``.
+- ``run_analysis``: the one function with I/O; asks Prometheus and evaluates.
+
+Safety rules: no data follows ``noData`` (``inconclusive`` | ``fail`` | ``pass``); a Prometheus
+that cannot be reached, or refuses a query, makes the metric Inconclusive whatever ``noData``
+says: never promote blind, never roll back because monitoring is down.
+
+Series are selected by labels that Prometheus derives from pod labels with
+``labelmap __meta_kubernetes_pod_label_(.+)`` (``slipway.dev/track`` becomes
+``slipway_dev_track``), plus the ``namespace`` label of pod discovery.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from slipway.models.base import parse_duration
+from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric
+from slipway.prometheus import PrometheusClient, PrometheusError, PrometheusUnavailable
+
+Verdict = Literal["Passed", "Failed", "Inconclusive"]
+NoDataPolicy = Literal["inconclusive", "fail", "pass"]
+
+# Series labels, as Prometheus' labelmap of the pod labels slipway.dev/deployment and
+# slipway.dev/track names them, and the namespace label of Kubernetes pod discovery.
+NAMESPACE_LABEL = "namespace"
+DEPLOYMENT_LABEL = "slipway_dev_deployment"
+TRACK_LABEL = "slipway_dev_track"
+CANARY_TRACK = "canary"
+STABLE_TRACK = "stable"
+
+# rate() needs two samples in its window: 20s holds at least two at a 5s scrape interval
+# even when a scrape is late, so a short analysis interval still measures something.
+MIN_WINDOW_SECONDS = 20.0
+
+# With no metrics in the spec the canary must keep its 5xx share at or under 5% and its p95
+# latency within 1.5× the stable's: the two regressions every model server can show.
+DEFAULT_METRICS: tuple[AnalysisMetric, ...] = (
+    AnalysisMetric(name="errorRate", max=0.05),
+    AnalysisMetric(name="latencyP95Seconds", max_relative_to_stable=1.5),
+)
+
+ANALYSIS_FAILED = "AnalysisFailed"  # status.lastRollback.reason of a failed analysis
+
+_NO_DATA_VERDICT: dict[str, Verdict] = {"inconclusive": "Inconclusive", "fail": "Failed", "pass": "Passed"}
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+PLACEHOLDERS = ("track", "namespace", "deployment")
+
+
+class QueryError(ValueError):
+    """A metric's query cannot be resolved (e.g. an unknown placeholder)."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The metric names of one model server.
+
+    ``tpot`` lists histograms in order of preference: the first with data answers (vLLM
+    renamed its per-token histogram).
+    """
+
+    requests: str  # counter of requests
+    failed_requests: str  # label matcher selecting the failed ones on that counter
+    latency: str  # histogram of request durations (without _bucket)
+    ttft: str  # histogram of time to first token
+    tpot: tuple[str, ...]  # histograms of time per output token
+
+
+# The reference server (slipway.workloads.serve): requests by HTTP code, and histograms.
+SLIPWAY_PRESET = Preset(
+    requests="slipway_requests_total",
+    failed_requests='code=~"5.."',
+    latency="slipway_request_duration_seconds",
+    ttft="slipway_time_to_first_token_seconds",
+    tpot=("slipway_time_per_output_token_seconds",),
+)
+
+# vLLM's OpenAI-compatible server.
+# - errorRate: vLLM's engine counts only requests that finished (vllm:request_success_total by
+#   finished_reason stop|length|abort, and error in recent versions); a request refused or
+#   crashed before the engine never shows there, and ``abort`` is mostly clients hanging up.
+#   So the 5xx share comes from the HTTP counter its API server exports through
+#   prometheus-fastapi-instrumentator, http_requests_total{handler,method,status}, whose status
+#   is grouped as "5xx" by default ("5.." matches both "5xx" and "503"). Limits: it counts every
+#   instrumented handler (completions, chat, embeddings...), not /health nor /metrics; a server
+#   started with its HTTP metrics off gives no data.
+# - latency: vllm:e2e_request_latency_seconds, per finished request including queueing; it
+#   grows with output length, so compare it to the stable's (maxRelativeToStable) rather than
+#   with an absolute max when prompts vary.
+# - ttft: vllm:time_to_first_token_seconds.
+# - tpot: vllm:inter_token_latency_seconds (vLLM >= 0.11), else the older
+#   vllm:time_per_output_token_seconds (deprecated in 0.11, gone in 0.13). Both observe the
+#   time between engine steps, which with speculative decoding can carry several tokens;
+#   a custom query over vllm:request_time_per_output_token_seconds gives per-request TPOT.
+VLLM_PRESET = Preset(
+    requests="http_requests_total",
+    failed_requests='status=~"5.."',
+    latency="vllm:e2e_request_latency_seconds",
+    ttft="vllm:time_to_first_token_seconds",
+    tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+)
+
+PRESETS: dict[str, Preset] = {"slipway": SLIPWAY_PRESET, "vllm": VLLM_PRESET}
+
+
+def _error_ratio(preset: Preset, selector: str, window: str) -> str:
+    failed = f"sum(rate({preset.requests}{{{selector}, {preset.failed_requests}}}[{window}]))"
+    total = f"sum(rate({preset.requests}{{{selector}}}[{window}]))"
+    # A labelled counter has no 5xx series until the first failure: none yet is 0, not no data.
+    return f"({failed} or vector(0)) / {total}"
+
+
+def _quantile(q: float, histograms: Sequence[str], selector: str, window: str) -> str:
+    per_histogram = [
+        f"histogram_quantile({q}, sum by (le) (rate({name}_bucket{{{selector}}}[{window}])))" for name in histograms
+    ]
+    return " or ".join(per_histogram)
+
+
+_BUILTIN_QUERIES: dict[str, Callable[[Preset, str, str], str]] = {
+    "errorRate": _error_ratio,
+    "latencyP95Seconds": lambda p, s, w: _quantile(0.95, [p.latency], s, w),
+    "latencyP99Seconds": lambda p, s, w: _quantile(0.99, [p.latency], s, w),
+    "ttftP95Seconds": lambda p, s, w: _quantile(0.95, [p.ttft], s, w),
+    "tpotP95Seconds": lambda p, s, w: _quantile(0.95, p.tpot, s, w),
+}
+
+
+def _label_value(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def track_selector(namespace: str, deployment: str, track: str) -> str:
+    """The label matchers of one track's series, without braces."""
+    return (
+        f"{NAMESPACE_LABEL}={_label_value(namespace)}, {DEPLOYMENT_LABEL}={_label_value(deployment)}, "
+        f"{TRACK_LABEL}={_label_value(track)}"
+    )
+
+
+def _duration_text(seconds: float) -> str:
+    return f"{int(seconds)}s" if seconds == int(seconds) else f"{round(seconds * 1000)}ms"
+
+
+def analysis_window(interval: str) -> str:
+    """The rate() window of an analysis: its interval, but never under ``MIN_WINDOW_SECONDS``."""
+    return _duration_text(max(parse_duration(interval).total_seconds(), MIN_WINDOW_SECONDS))
+
+
+def resolve_query(metric: AnalysisMetric, preset: str, track: str, namespace: str, deployment: str, window: str) -> str:
+    """The PromQL of ``metric`` for one track: the user's query if given, else the built-in of ``preset``."""
+    if metric.query is not None:
+        values = {"track": track, "namespace": namespace, "deployment": deployment}
+
+        def fill(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in values:
+                known = ", ".join("{{ " + p + " }}" for p in PLACEHOLDERS)
+                raise QueryError(f"metric {metric.name}: unknown placeholder {match.group(0)} in query; use {known}")
+            return values[name]
+
+        return _PLACEHOLDER.sub(fill, metric.query)
+    if metric.name not in _BUILTIN_QUERIES:
+        raise QueryError(f"metric {metric.name}: not built in ({', '.join(BUILTIN_METRICS)}); give it a query")
+    if preset not in PRESETS:
+        raise QueryError(f"preset {preset!r} unknown; use one of {', '.join(PRESETS)}")
+    return _BUILTIN_QUERIES[metric.name](PRESETS[preset], track_selector(namespace, deployment, track), window)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What Prometheus answered for one metric of one track."""
+
+    query: str
+    value: float | None = None  # None: no data (no series, or NaN such as 0/0 without traffic)
+    error: str | None = None  # why there is no answer at all: unreachable, query refused
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """One evaluation of one metric, as ``status.analysis[]`` records it, with a message for people."""
+
+    metric: str
+    query: str
+    value: float | None
+    threshold: str
+    result: Verdict
+    time: str
+    message: str
+    stable_value: float | None = None
+
+    def to_status(self) -> dict[str, object]:
+        """The ``AnalysisResult`` of the status (no message field there; infinities left out)."""
+        out: dict[str, object] = {"metric": self.metric, "query": self.query, "threshold": self.threshold,
+                                  "result": self.result, "time": self.time}  # fmt: skip
+        if self.value is not None and math.isfinite(self.value):
+            out["value"] = self.value
+        return out
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}" if math.isfinite(value) else ("+Inf" if value > 0 else str(value))
+
+
+def threshold_text(metric: AnalysisMetric, stable_value: float | None = None) -> str:
+    """The rule as people read it, e.g. ``<= 0.05`` or ``<= 1.5 × stable (0.12)``."""
+    parts = []
+    if metric.min is not None:
+        parts.append(f">= {_fmt(metric.min)}")
+    if metric.max is not None:
+        parts.append(f"<= {_fmt(metric.max)}")
+    if metric.max_relative_to_stable is not None:
+        relative = f"<= {_fmt(metric.max_relative_to_stable)} × stable"
+        parts.append(f"{relative} ({_fmt(stable_value)})" if stable_value is not None else relative)
+    return " and ".join(parts)
+
+
+def evaluate_metric(
+    metric: AnalysisMetric, canary: Measurement, stable: Measurement | None, no_data: NoDataPolicy | str, now: str
+) -> MetricResult:
+    """Judge one metric: ``min``/``max`` on the canary, then ``maxRelativeToStable`` against the stable."""
+    stable_value = stable.value if stable is not None and stable.error is None else None
+    threshold = threshold_text(metric, stable_value)
+    name = metric.name
+
+    def result(verdict: Verdict, message: str) -> MetricResult:
+        return MetricResult(name, canary.query, canary.value, threshold, verdict, now, message, stable_value)
+
+    if canary.error is not None:
+        return result("Inconclusive", f"{name}: no answer for the canary, so no verdict: {canary.error}")
+    if canary.value is None:
+        return result(
+            _NO_DATA_VERDICT[no_data],
+            f"{name}: no data for the canary (noData: {no_data}); is traffic reaching it, and is it scraped?",
+        )
+    value = canary.value
+    if metric.min is not None and value < metric.min:
+        return result("Failed", f"{name} of the canary is {_fmt(value)}, below the minimum {_fmt(metric.min)}")
+    if metric.max is not None and value > metric.max:
+        return result("Failed", f"{name} of the canary is {_fmt(value)}, above the maximum {_fmt(metric.max)}")
+    factor = metric.max_relative_to_stable
+    if factor is not None:
+        if stable is None or stable.error is not None:
+            why = stable.error if stable is not None else "not measured"
+            return result("Inconclusive", f"{name}: no answer for the stable track to compare with: {why}")
+        if stable.value is None:
+            return result(
+                _NO_DATA_VERDICT[no_data], f"{name}: no data for the stable track to compare with (noData: {no_data})"
+            )
+        if value > factor * stable.value:
+            return result(
+                "Failed",
+                f"{name} of the canary is {_fmt(value)}, above {_fmt(factor)} × the stable's {_fmt(stable.value)}",
+            )
+    return result("Passed", f"{name} of the canary is {_fmt(value)}, within {threshold}")
+
+
+def evaluate(
+    metrics: Sequence[AnalysisMetric],
+    canary: Sequence[Measurement],
+    stable: Sequence[Measurement | None],
+    no_data: NoDataPolicy | str,
+    now: str,
+) -> list[MetricResult]:
+    """Judge every metric; ``canary`` and ``stable`` are aligned with ``metrics`` (stable None: not measured)."""
+    return [evaluate_metric(m, c, s, no_data, now) for m, c, s in zip(metrics, canary, stable, strict=True)]
+
+
+@dataclass(frozen=True)
+class AnalysisOutcome:
+    """The results of one analysis and their verdict: Failed if any failed, Passed if all passed.
+
+    ``metric`` and ``value`` name the first failure (for ``status.lastRollback``, whose reason is
+    ``ANALYSIS_FAILED``); ``reason`` says why the verdict is what it is, for conditions and Events.
+    """
+
+    results: tuple[MetricResult, ...]
+    prometheus_unavailable: bool = False  # true: Inconclusive because monitoring is down
+
+    @property
+    def verdict(self) -> Verdict:
+        verdicts = {r.result for r in self.results}
+        if "Failed" in verdicts:
+            return "Failed"
+        return "Passed" if verdicts == {"Passed"} else "Inconclusive"
+
+    @property
+    def first_failure(self) -> MetricResult | None:
+        return next((r for r in self.results if r.result == "Failed"), None)
+
+    @property
+    def metric(self) -> str | None:
+        failure = self.first_failure
+        return failure.metric if failure else None
+
+    @property
+    def value(self) -> float | None:
+        failure = self.first_failure
+        return failure.value if failure and failure.value is not None and math.isfinite(failure.value) else None
+
+    @property
+    def reason(self) -> str:
+        verdict = self.verdict
+        if verdict == "Passed":
+            return f"all {len(self.results)} analysis metrics passed"
+        deciding = next(r for r in self.results if r.result == verdict)
+        return deciding.message
+
+    def to_status(self) -> list[dict[str, object]]:
+        """``status.analysis``."""
+        return [r.to_status() for r in self.results]
+
+
+class _Probe:
+    """Measures metrics on one Prometheus; once it is found unreachable, asks no more."""
+
+    def __init__(self, client: PrometheusClient) -> None:
+        self.client = client
+        self.unavailable: str | None = None
+
+    def measure(self, query: str) -> Measurement:
+        if self.unavailable is not None:
+            return Measurement(query, error=self.unavailable)
+        try:
+            return Measurement(query, value=self.client.query_value(query))
+        except PrometheusUnavailable as exc:
+            self.unavailable = f"{exc} (monitoring down: the step waits, it neither promotes nor rolls back)"
+            return Measurement(query, error=self.unavailable)
+        except PrometheusError as exc:
+            return Measurement(query, error=f"{exc}; fix the metric's query in spec.rollout.analysis.metrics")
+
+
+def timestamp(now: datetime | str) -> str:
+    """``now`` as the status writes times: RFC 3339 in UTC, to the second (naive means UTC)."""
+    if isinstance(now, str):
+        return now
+    if now.tzinfo is not None:
+        now = now.astimezone(UTC)
+    return now.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
+
+
+def run_analysis(
+    client: PrometheusClient, analysis: Analysis, namespace: str, deployment: str, now: datetime | str
+) -> AnalysisOutcome:
+    """Query the canary (and the stable where a metric compares with it) and judge every metric."""
+    metrics = list(analysis.metrics) or list(DEFAULT_METRICS)
+    window = analysis_window(analysis.interval)
+    probe = _Probe(client)
+
+    def measure(metric: AnalysisMetric, track: str) -> Measurement:
+        try:
+            query = resolve_query(metric, analysis.preset, track, namespace, deployment, window)
+        except QueryError as exc:
+            return Measurement(metric.query or "", error=str(exc))
+        return probe.measure(query)
+
+    canary = [measure(m, CANARY_TRACK) for m in metrics]
+    stable = [measure(m, STABLE_TRACK) if m.max_relative_to_stable is not None else None for m in metrics]
+    results = evaluate(metrics, canary, stable, analysis.no_data, timestamp(now))
+    return AnalysisOutcome(tuple(results), prometheus_unavailable=probe.unavailable is not None)

@@ -1,0 +1,257 @@
+"""Canary analysis against a real Prometheus (Debian's) scraping the reference server's metrics.
+
+Each track of two InferenceDeployments is a ``/metrics`` endpoint exporting the reference
+server's own ``ServingMetrics``. Prometheus scrapes them every second from a static config whose
+target labels stand in for what pod discovery and ``labelmap`` give in a cluster (``namespace``,
+``slipway_dev_deployment``, ``slipway_dev_track``). A traffic thread counts requests on them:
+
+- ``good``: both tracks answer 200 in 20 ms; the canary has never failed, so it has no 5xx series;
+- ``bad``: the canary fails 30% of its requests and takes 200 ms; its stable is healthy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from wsgiref.simple_server import WSGIServer
+
+import httpx
+import pytest
+import yaml
+from prometheus_client import start_http_server
+
+from localkube.mlflow_server import free_port
+from localkube.wait import wait_for
+from slipway.analysis import AnalysisOutcome, run_analysis
+from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.prometheus import PrometheusClient
+from slipway.workloads.serve import ServingMetrics
+
+# Static targets need no Kubernetes discovery: Debian's package will do.
+PROMETHEUS_BIN = shutil.which("prometheus") or "/usr/bin/prometheus"
+NAMESPACE = "team-a"
+NOW = "2025-01-01T00:00:00Z"
+TICK_SECONDS = 0.05  # the traffic thread's pace: 200 requests per second per track
+DATA_TIMEOUT = 30.0  # Prometheus scrapes every second; rate() needs two scrapes
+
+
+@dataclass
+class Track:
+    """One track's pods, as the model server's metrics see them."""
+
+    deployment: str
+    track: str
+    latency_seconds: float
+    failures_per_tick: int = 0
+    successes_per_tick: int = 10
+
+    def __post_init__(self) -> None:
+        self.metrics = ServingMetrics()
+        self.server: WSGIServer | None = None
+
+    def serve(self) -> str:
+        self.server, _ = start_http_server(0, addr="127.0.0.1", registry=self.metrics.registry)
+        return f"127.0.0.1:{self.server.server_port}"
+
+    def handle_requests(self) -> None:
+        """Count one tick of requests the way the reference server does."""
+        m = self.metrics
+        for _ in range(self.successes_per_tick):
+            m.requests.labels(code="200").inc()
+            m.duration.observe(self.latency_seconds)
+            m.time_to_first_token.observe(self.latency_seconds / 2)
+            m.time_per_output_token.observe(self.latency_seconds / 4)
+        for _ in range(self.failures_per_tick):
+            m.requests.labels(code="500").inc()
+            m.duration.observe(self.latency_seconds)
+
+    def scrape_target(self, address: str) -> dict[str, object]:
+        labels = {"namespace": NAMESPACE, "slipway_dev_deployment": self.deployment, "slipway_dev_track": self.track}
+        return {"targets": [address], "labels": labels}
+
+
+TRACKS = [
+    Track("good", "stable", latency_seconds=0.02),
+    Track("good", "canary", latency_seconds=0.02),
+    Track("bad", "stable", latency_seconds=0.02),
+    Track("bad", "canary", latency_seconds=0.2, failures_per_tick=3, successes_per_tick=7),
+]
+
+
+@dataclass
+class RunningPrometheus:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_prometheus(workdir: Path, static_configs: list[dict[str, object]]) -> RunningPrometheus:
+    """Debian's Prometheus on a free loopback port, scraping ``static_configs`` every second."""
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "model-servers", "static_configs": static_configs}],
+    }
+    config_file = workdir / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    port = free_port()
+    log = workdir / "prometheus.log"
+    cmd = [
+        PROMETHEUS_BIN,
+        f"--config.file={config_file}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    prometheus = RunningPrometheus(f"http://127.0.0.1:{port}", process, log)
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"prometheus exited with {process.returncode}: {log.read_text()[-2000:]}")
+        return httpx.get(f"{prometheus.url}/-/ready", timeout=2).status_code == 200
+
+    try:
+        wait_for(ready, 30, "Prometheus to be ready")
+    except BaseException:
+        prometheus.stop()
+        raise
+    return prometheus
+
+
+@pytest.fixture(scope="module")
+def traffic() -> Iterator[list[dict[str, object]]]:
+    """The four tracks serving /metrics, with requests counted on them until the module ends."""
+    static_configs = [t.scrape_target(t.serve()) for t in TRACKS]
+    stop = threading.Event()
+
+    def drive() -> None:
+        while not stop.is_set():
+            for t in TRACKS:
+                t.handle_requests()
+            stop.wait(TICK_SECONDS)  # the pace of the simulated traffic
+
+    driver = threading.Thread(target=drive, name="traffic", daemon=True)
+    driver.start()
+    try:
+        yield static_configs
+    finally:
+        stop.set()
+        driver.join(5)
+        for t in TRACKS:
+            if t.server is not None:
+                t.server.shutdown()
+                t.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(traffic: list[dict[str, object]], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    running = start_prometheus(tmp_path_factory.mktemp("prometheus"), traffic)
+    try:
+        yield running.url
+    finally:
+        running.stop()
+
+
+def analyse_when_measured(client: PrometheusClient, analysis: Analysis, deployment: str) -> AnalysisOutcome:
+    """Analyse until every metric has data for every track it needs, then return that analysis."""
+
+    def measured() -> AnalysisOutcome | None:
+        outcome = run_analysis(client, analysis, NAMESPACE, deployment, NOW)
+        complete = all(
+            r.value is not None and (m.max_relative_to_stable is None or r.stable_value is not None)
+            for r, m in zip(outcome.results, analysis.metrics or [], strict=False)
+        )
+        return outcome if complete and outcome.results else None
+
+    return wait_for(measured, DATA_TIMEOUT, f"Prometheus to measure every metric of {deployment}", interval=0.5)
+
+
+def metric(**kw: object) -> AnalysisMetric:
+    return AnalysisMetric.model_validate(kw)
+
+
+DEFAULTS = [metric(name="errorRate", max=0.05), metric(name="latencyP95Seconds", maxRelativeToStable=1.5)]
+
+
+def test_a_failing_canary_fails_on_its_error_rate_and_latency(prometheus: str) -> None:
+    with httpx.Client(timeout=5) as http:
+        client = PrometheusClient(prometheus, http=http)
+        outcome = analyse_when_measured(client, Analysis(interval="5s", metrics=DEFAULTS), "bad")
+
+    assert outcome.verdict == "Failed", outcome.reason
+    assert outcome.metric == "errorRate" and outcome.reason.startswith("errorRate of the canary is 0.")
+    assert outcome.value is not None and 0.2 <= outcome.value <= 0.4
+    error_rate, latency = outcome.results
+    assert error_rate.threshold == "<= 0.05" and "[20s]" in error_rate.query
+    assert latency.result == "Failed" and latency.value is not None and latency.stable_value is not None
+    assert latency.value > 5 * latency.stable_value, latency.message
+    assert latency.threshold.startswith("<= 1.5 × stable (")
+
+
+def test_a_healthy_canary_passes_every_builtin_and_a_custom_query(prometheus: str) -> None:
+    custom = (
+        'sum(rate(slipway_requests_total{namespace="{{ namespace }}", slipway_dev_deployment="{{deployment}}",'
+        ' slipway_dev_track="{{ track }}"}[20s]))'
+    )
+    analysis = Analysis(
+        interval="5s",
+        metrics=[
+            *DEFAULTS,
+            metric(name="latencyP99Seconds", max=0.1),
+            metric(name="ttftP95Seconds", max=0.1, maxRelativeToStable=1.5),
+            metric(name="tpotP95Seconds", max=0.1),
+            metric(name="requestsPerSecond", min=10, query=custom),
+        ],
+    )
+    with httpx.Client(timeout=5) as http:
+        client = PrometheusClient(prometheus, http=http)
+        outcome = analyse_when_measured(client, analysis, "good")
+
+    assert outcome.verdict == "Passed", [r.message for r in outcome.results]
+    by_name = {r.metric: r for r in outcome.results}
+    assert by_name["errorRate"].value == 0.0  # no 5xx series at all is a rate of 0, not "no data"
+    # rate() divides by the whole window, so a series younger than the window shows less than 200/s
+    assert by_name["requestsPerSecond"].value is not None and by_name["requestsPerSecond"].value >= 10
+    assert all(r.to_status()["result"] == "Passed" for r in outcome.results)
+
+
+def test_a_deployment_without_series_follows_the_no_data_policy(prometheus: str) -> None:
+    with httpx.Client(timeout=5) as http:
+        client = PrometheusClient(prometheus, http=http)
+        analyse_when_measured(client, Analysis(interval="5s", metrics=DEFAULTS), "good")  # Prometheus has data
+        inconclusive = run_analysis(client, Analysis(metrics=DEFAULTS), NAMESPACE, "absent", NOW)
+        failed = run_analysis(client, Analysis(metrics=DEFAULTS, noData="fail"), NAMESPACE, "absent", NOW)
+
+    assert inconclusive.verdict == "Inconclusive" and "no data for the canary" in inconclusive.reason
+    assert not inconclusive.prometheus_unavailable
+    assert failed.verdict == "Failed" and failed.metric == "errorRate" and failed.value is None
+
+
+def test_a_stopped_prometheus_makes_the_analysis_inconclusive(traffic: list[dict[str, object]], tmp_path: Path) -> None:
+    running = start_prometheus(tmp_path, traffic)
+    try:
+        with httpx.Client(timeout=5) as http:
+            client = PrometheusClient(running.url, http=http)
+            assert client.query_value("vector(1)") == 1.0
+            running.stop()
+            outcome = run_analysis(client, Analysis(metrics=DEFAULTS, noData="fail"), NAMESPACE, "bad", NOW)
+    finally:
+        running.stop()
+
+    assert outcome.verdict == "Inconclusive" and outcome.prometheus_unavailable
+    assert outcome.metric is None
+    assert "unreachable" in outcome.reason
+    assert all(r.result == "Inconclusive" for r in outcome.results)
