@@ -204,9 +204,15 @@ class MetricResult:
     stable_value: float | None = None
 
     def to_status(self) -> dict[str, object]:
-        """The ``AnalysisResult`` of the status (no message field there; infinities left out)."""
-        out: dict[str, object] = {"metric": self.metric, "query": self.query, "threshold": self.threshold,
-                                  "result": self.result, "time": self.time}  # fmt: skip
+        """The ``AnalysisResult`` of the status (infinities left out: JSON cannot carry them)."""
+        out: dict[str, object] = {
+            "metric": self.metric,
+            "query": self.query,
+            "threshold": self.threshold,
+            "result": self.result,
+            "time": self.time,
+            "message": self.message,
+        }
         if self.value is not None and math.isfinite(self.value):
             out["value"] = self.value
         return out

@@ -6,7 +6,8 @@ when the files on disk differ from what the models generate (CI drift check).
 The JSON schema pydantic emits is turned into a Kubernetes structural schema:
 ``$ref`` inlined, ``title`` dropped, ``Optional`` unwrapped (absent, not null),
 ``additionalProperties: false`` dropped (the API server prunes unknown fields
-instead), defaults kept only for scalars and lists of scalars.
+instead), exclusive bounds in OpenAPI v3.0's boolean form, defaults kept only
+for scalars and lists of scalars.
 """
 
 from __future__ import annotations
@@ -149,6 +150,11 @@ def structural(schema: Schema, defs: dict[str, Schema]) -> Schema:
         node.pop("default", None)
     if node.get("additionalProperties") is False:
         node.pop("additionalProperties")
+    for bound, limit in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        # JSON Schema 2020-12 writes exclusive bounds as numbers; OpenAPI v3.0 (CRDs) as booleans.
+        if isinstance(node.get(bound), int | float) and not isinstance(node[bound], bool):
+            node[limit] = node.pop(bound)
+            node[bound] = True
     if "enum" in node and "type" not in node:
         node["type"] = "string"
     if node.get("x-kubernetes-preserve-unknown-fields"):

@@ -254,7 +254,8 @@ def test_result_to_status_matches_the_status_model():
     result = evaluate_metric(metric(name="errorRate", max=0.05), data(0.3), None, "inconclusive", NOW)
     status = result.to_status()
     assert status == {"metric": "errorRate", "query": Q, "value": 0.3, "threshold": "<= 0.05", "result": "Failed",
-                      "time": NOW}  # fmt: skip
+                      "time": NOW, "message": result.message}  # fmt: skip
+    assert "0.3" in result.message
     AnalysisResult.model_validate(status)
 
 

@@ -68,6 +68,7 @@ def test_schema_is_structural_and_described(kind):
     schema = crdgen.crd(KINDS[kind])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
         assert not {"$ref", "anyOf", "oneOf", "allOf", "title", "$defs"} & set(node), path
+        assert node.get("exclusiveMinimum") in (None, True) and node.get("exclusiveMaximum") in (None, True), path
         assert node.get("additionalProperties") is not False, path
         scalar_item = path.endswith(("[]", "{}")) and node.get("type") != "object"
         if (path.count(".") >= 2 or path in (".spec", ".status")) and not scalar_item:
@@ -86,3 +87,8 @@ def test_model_artifact_spec_is_immutable():
 def test_union_of_types_is_refused():
     with pytest.raises(ValueError, match="union"):
         crdgen.structural({"anyOf": [{"type": "string"}, {"type": "integer"}]}, {})
+
+
+def test_exclusive_bounds_use_openapi_v3_booleans():
+    node = crdgen.structural({"type": "number", "exclusiveMinimum": 0, "maximum": 1}, {})
+    assert node == {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1}

@@ -289,6 +289,7 @@ class AnalysisResult(StatusModel):
     value: float | None = Field(default=None, description="The canary's value (none: no data).")
     threshold: str | None = Field(default=None, description='The rule, e.g. "<= 0.05".')
     result: Literal["Passed", "Failed", "Inconclusive"] = Field(description="Passed, Failed or Inconclusive.")
+    message: str | None = Field(default=None, description="Why, in words (e.g. no data, Prometheus unreachable).")
     time: str = Field(description="When it was evaluated.")
 
 
