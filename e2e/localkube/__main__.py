@@ -31,7 +31,7 @@ def _up(a: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         info = up(cfg)
-    except ClusterRunning as e:
+    except (ClusterRunning, FileExistsError, FileNotFoundError) as e:
         print(f"localkube: {e}", file=sys.stderr)
         return 1
     print(f"cluster ready in {time.monotonic() - started:.1f}s")

@@ -118,6 +118,8 @@ class Launcher:
         if previous and not previous.stopped and previous.any_alive():
             raise ClusterRunning(f"a cluster is already running in {self.dir} (stop it with `localkube down`)")
         if self.dir.exists():
+            if previous is None and any(self.dir.iterdir()):
+                raise FileExistsError(f"{self.dir} is not empty and holds no localkube cluster; not touching it")
             shutil.rmtree(self.dir)
         self.logs.mkdir(parents=True)
         self.ports = {
@@ -447,8 +449,8 @@ def restart(directory: Path, name: str) -> Proc:
 
 
 def process_report(directory: Path) -> str:
-    """One line per process: name, pid, alive, RSS."""
-    from localkube.procs import rss_kib
+    """One line per process: name, pid, alive, RSS of its process group."""
+    from localkube.procs import group_rss_kib
 
     info = ClusterInfo.load(directory)
     if info is None:
@@ -456,6 +458,6 @@ def process_report(directory: Path) -> str:
     lines = []
     for p in info.processes:
         alive = p.alive()
-        rss = f"{rss_kib(p.pid) / 1024:.0f} MiB" if alive else "-"
+        rss = f"{group_rss_kib(p.pid) / 1024:.0f} MiB" if alive else "-"
         lines.append(f"{p.name:32} pid {p.pid:<8} {'running' if alive else 'stopped':8} rss {rss}")
     return "\n".join(lines)

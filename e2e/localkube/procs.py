@@ -109,6 +109,20 @@ def spawn(
     return Proc(name=name, pid=popen.pid, ticks=ticks, log=str(log), cmd=list(cmd))
 
 
+def group_rss_kib(pgid: int) -> int:
+    """Total resident set size of the processes in process group ``pgid``, in KiB."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid:
+            total += rss_kib(int(stat.parent.name))
+    return total
+
+
 def rss_kib(pid: int) -> int:
     """Resident set size of ``pid`` in KiB (0 if it is gone)."""
     try:

@@ -225,3 +225,30 @@ def test_restarted_node_agent_kills_orphans_and_restarts_pods(
     assert start_ticks(old_pid) != old_ticks, "the orphan was killed"
     assert status.last_state.terminated.exit_code == 137
     assert core.read_node("slipway-local").status.conditions[-1].status == "True"
+
+
+def test_init_containers_are_refused_explicitly(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod("with-init", ["true"])
+    pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "command": ["true"]}]
+    core.create_namespaced_pod(namespace, pod)
+
+    def reason() -> str | None:
+        s = core.read_namespaced_pod("with-init", namespace).status.container_statuses or []
+        waiting = s[0].state.waiting if s else None
+        return waiting.reason if waiting and waiting.reason != "ContainerCreating" else None
+
+    assert wait_for(reason, 30, "a waiting reason") == "InitContainersNotSupported"
+
+
+def test_host_network_pod_uses_the_host_address(kube_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod("on-host", ["sh", "-c", "printf %s $POD_IP > /dev/termination-log"])
+    pod["spec"]["hostNetwork"] = True
+    pod["spec"]["containers"][0]["env"] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    core.create_namespaced_pod(namespace, pod)
+
+    done = pod_phase(kube_api, namespace, "on-host", ("Succeeded", "Failed"))
+
+    assert done.status.pod_ip == "127.0.0.1"
+    assert termination_message(done) == "127.0.0.1"

@@ -128,8 +128,11 @@ class PodWorker(threading.Thread):
         if self.status.phase in ("Succeeded", "Failed"):
             self._finish()
             return
-        self.status.pod_ip = self.agent.ipam.allocate(self.uid)
+        # hostNetwork pods share the host's address; all others get their own.
+        self.status.pod_ip = "127.0.0.1" if self.spec.get("hostNetwork") else self.agent.ipam.allocate(self.uid)
         self.publish()
+        if self.spec.get("initContainers"):
+            self._refuse("InitContainersNotSupported", "localkube does not run init containers")
         while not self.stopping():
             outcome = self._run_once()
             if outcome is None:
@@ -176,10 +179,7 @@ class PodWorker(threading.Thread):
             return None
         self.status.sandbox_ready = True
         if not argv:
-            cs.waiting("NoCommand", "localkube runs the container's command and args; none are set (no images here)")
-            self.publish()
-            while not self.stopping():
-                self.sleep(60)
+            self._refuse("NoCommand", "localkube runs the container's command and args; none are set (no images here)")
             return None
         self.container = runtime.start(
             name=f"{self.ns}/{self.pod_name}",
@@ -193,6 +193,7 @@ class PodWorker(threading.Thread):
             on_exit=self.wake.set,
         )
         self.agent.tracker.record(self.uid, self.container.proc, f"{self.ns}/{self.pod_name}")
+        log.info("%s: started %s (pid %d) on %s", self.name, argv[0], self.container.pid, self.status.pod_ip)
         cs.running(self.container.pid)
         self.status.phase = "Running"
         return self._supervise(env)
@@ -290,8 +291,16 @@ class PodWorker(threading.Thread):
                     log.warning("%s: token refresh failed: %s", self.name, e.status)
                     token.refresh_at = time.monotonic() + 10
 
+    def _refuse(self, reason: str, message: str) -> None:
+        """Keep the container waiting with ``reason`` until the pod is deleted."""
+        self.status.container.waiting(reason, message)
+        self.publish()
+        while not self.stopping():
+            self.sleep(60)
+
     def _outcome(self, code: int) -> Outcome:
         assert self.container is not None
+        log.info("%s: pid %d exited with %d", self.name, self.container.pid, code)
         self.container.stop(0)  # reap the rest of the process group
         start_error = self.container.start_error()
         if start_error:
