@@ -34,6 +34,9 @@ def _up(a: argparse.Namespace) -> int:
     except (ClusterRunning, FileExistsError, FileNotFoundError) as e:
         print(f"localkube: {e}", file=sys.stderr)
         return 1
+    except (RuntimeError, TimeoutError) as e:
+        print(f"localkube: up failed, everything it started is stopped again: {e}", file=sys.stderr)
+        return 1
     print(f"cluster ready in {time.monotonic() - started:.1f}s")
     _print_info(info)
     return 0

@@ -10,7 +10,6 @@ import logging
 import os
 import shutil
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import httpx
 
 from localkube import bootstrap, prometheus
 from localkube.kube import Kube, write_kubeconfig
-from localkube.mlflow_server import free_port, start_mlflow
+from localkube.mlflow_server import free_port, launch_mlflow, wait_healthy
 from localkube.pki import CertificateAuthority, CertPair, service_account_keys
 from localkube.procs import Proc, spawn, start_ticks
 from localkube.state import ROOT, ClusterInfo
@@ -342,34 +341,18 @@ class Launcher:
         self.info.prometheus_url = url
         self.info.save()
 
-    def start_mlflow_async(self) -> threading.Thread:
-        """Start MLflow in a thread (it takes seconds to boot) while the control plane comes up."""
-        self._mlflow_error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                server = start_mlflow(self.dir / "mlflow")
-                proc = Proc(
-                    name="mlflow",
-                    pid=server.process.pid,
-                    ticks=start_ticks(server.process.pid) or 0,
-                    log=str(self.dir / "mlflow" / "mlflow.log"),
-                )
-                self._mlflow = (server.url, proc)
-            except BaseException as e:  # reported by finish_mlflow
-                self._mlflow_error = e
-
-        thread = threading.Thread(target=run, name="mlflow-start", daemon=True)
-        thread.start()
-        return thread
-
-    def finish_mlflow(self, thread: threading.Thread) -> None:
-        thread.join()
-        if self._mlflow_error:
-            raise self._mlflow_error
-        url, proc = self._mlflow
+    def launch_mlflow(self) -> None:
+        """Start MLflow first (it takes seconds to boot) and record it; see :meth:`wait_mlflow`."""
+        self.mlflow = launch_mlflow(self.dir / "mlflow")
+        pid = self.mlflow.process.pid
+        proc = Proc(name="mlflow", pid=pid, ticks=start_ticks(pid) or 0, log=str(self.dir / "mlflow" / "mlflow.log"))
+        proc.cmd = [str(a) for a in self.mlflow.process.args]  # type: ignore[union-attr]
         self.info.processes.append(proc)
-        self.info.mlflow_url = url
+        self.info.save()
+
+    def wait_mlflow(self) -> None:
+        wait_healthy(self.mlflow)
+        self.info.mlflow_url = self.mlflow.url
         self.info.save()
 
     def apply_gateway_api(self) -> None:
@@ -383,10 +366,9 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
     """
     launcher = Launcher(cfg)
     launcher.prepare()
-    mlflow_thread = None
     try:
         if cfg.mlflow:
-            mlflow_thread = launcher.start_mlflow_async()
+            launcher.launch_mlflow()
         launcher.start_etcd()
         launcher.start_apiserver()
         launcher.start_controller_manager()
@@ -399,15 +381,9 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
             launcher.start_prometheus()
         if cfg.gateway_api:
             launcher.apply_gateway_api()
-        if mlflow_thread:
-            launcher.finish_mlflow(mlflow_thread)
-            mlflow_thread = None
+        if cfg.mlflow:
+            launcher.wait_mlflow()
     except BaseException:
-        if mlflow_thread:
-            mlflow_thread.join()
-            mlflow = getattr(launcher, "_mlflow", None)
-            if mlflow:
-                launcher.info.processes.append(mlflow[1])
         down(cfg.directory)
         raise
     return launcher.info

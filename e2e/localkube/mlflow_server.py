@@ -41,14 +41,16 @@ class MlflowServer:
                 self.process.wait()
 
 
-def start_mlflow(
+def launch_mlflow(
     workdir: Path,
     host: str = "127.0.0.1",
     port: int | None = None,
     allowed_hosts: str | None = None,
-    ready_timeout: float = 90,
 ) -> MlflowServer:
-    """Start ``mlflow server`` with a SQLite store under ``workdir``; wait for /health."""
+    """Start ``mlflow server`` (SQLite store and artifacts under ``workdir``) without waiting for it.
+
+    The server runs in its own session: its pid is also its process group.
+    """
     if not MLFLOW_BIN.exists():
         raise RuntimeError(f"{MLFLOW_BIN} is missing: run `make mlflow-env` (or `make install`) first")
     workdir.mkdir(parents=True, exist_ok=True)
@@ -66,8 +68,13 @@ def start_mlflow(
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
     log = open(workdir / "mlflow.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://{host}:{port}"
-    server = MlflowServer(url=url, process=proc, workdir=workdir)
+    log.close()
+    return MlflowServer(url=f"http://{host}:{port}", process=proc, workdir=workdir)
+
+
+def wait_healthy(server: MlflowServer, ready_timeout: float = 90) -> MlflowServer:
+    """Wait until ``server`` answers /health; stop it and raise if it exits or times out."""
+    proc, url, workdir = server.process, server.url, server.workdir
     deadline = time.monotonic() + ready_timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -80,3 +87,14 @@ def start_mlflow(
         time.sleep(0.3)  # polling a starting server's /health
     server.stop()
     raise TimeoutError(f"mlflow server at {url} not healthy after {ready_timeout}s; see {workdir / 'mlflow.log'}")
+
+
+def start_mlflow(
+    workdir: Path,
+    host: str = "127.0.0.1",
+    port: int | None = None,
+    allowed_hosts: str | None = None,
+    ready_timeout: float = 90,
+) -> MlflowServer:
+    """Start ``mlflow server`` with a SQLite store under ``workdir``; wait for /health."""
+    return wait_healthy(launch_mlflow(workdir, host, port, allowed_hosts), ready_timeout)
