@@ -39,7 +39,7 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.connect_timeout = 10
     settings.execution.max_workers = 16
     settings.networking.request_timeout = 30
-    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 
 
 @kopf.on.login()
