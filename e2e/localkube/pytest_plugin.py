@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,9 +34,13 @@ from localkube.wait import wait_for
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     """The local cluster for this test session."""
     running = ClusterInfo.load(DEFAULT_DIR)
-    if running is not None and running.healthy():
-        yield running
-        return
+    if running is not None:
+        reason = running.unhealthy_reason()
+        if reason is None:
+            yield running
+            return
+        if not running.stopped:
+            warnings.warn(f"not reusing the cluster in {DEFAULT_DIR}: {reason}; starting one", stacklevel=1)
     env_dir = os.environ.get("LOCALKUBE_TEST_DIR")
     directory = Path(env_dir).resolve() if env_dir else tmp_path_factory.mktemp("localkube")
     try:

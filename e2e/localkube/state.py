@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,11 +90,22 @@ class ClusterInfo:
             return False
         return r.status_code == 200
 
+    def unhealthy_reason(self, ready_timeout: float = 10) -> str | None:
+        """Why this cluster cannot be used (stopped, a process gone, API not ready), or None."""
+        if self.stopped:
+            return "it was stopped"
+        if not self.processes:
+            return "no processes are recorded"
+        dead = [p.name for p in self.processes if not p.alive()]
+        if dead:
+            return f"not running: {', '.join(dead)}"
+        deadline = time.monotonic() + ready_timeout
+        while not self.apiserver_ready():
+            if time.monotonic() > deadline:
+                return f"{self.apiserver_url}/readyz is not ok"
+            time.sleep(0.5)  # a busy API server may need a moment
+        return None
+
     def healthy(self) -> bool:
         """All recorded processes alive and the API server ready."""
-        return (
-            not self.stopped
-            and bool(self.processes)
-            and all(p.alive() for p in self.processes)
-            and self.apiserver_ready()
-        )
+        return self.unhealthy_reason() is None
