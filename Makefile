@@ -5,10 +5,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CACHE := .cache
 CONTROLPLANE := $(CACHE)/controlplane/controlplane
+PROMETHEUS := $(CACHE)/prometheus/prometheus
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help system-deps install mlflow-env controlplane crds verify lint types test test-unit test-integration \
+.PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-integration \
         cluster-up cluster-down clean
 
 help:  ## list the targets
@@ -16,8 +17,6 @@ help:  ## list the targets
 
 install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workloads, local cluster and tests
 
-system-deps:  ## Debian packages the local cluster needs (Prometheus)
-	bash e2e/install-system-deps.sh
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +36,11 @@ controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (
 $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum e2e/controlplane/main.go e2e/controlplane/build.sh
 	bash e2e/controlplane/build.sh $(CONTROLPLANE)
 
+# Upstream Prometheus with Kubernetes service discovery (Debian's package has none).
+prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
+$(PROMETHEUS): e2e/controlplane/build-prometheus.sh
+	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
+
 crds: $(VENV)/.installed  ## regenerate crds/ from the pydantic models
 	$(PY) -m slipway.crdgen crds
 
@@ -50,13 +54,13 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install system-deps controlplane  ## all tests: unit, then integration on the local cluster
+test: install controlplane prometheus  ## all tests: unit, then integration on the local cluster
 	$(PY) -m pytest -q tests
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
 
-cluster-up: install system-deps controlplane  ## start the local cluster, MLflow and Prometheus in the background
+cluster-up: install controlplane prometheus  ## start the local cluster, MLflow and Prometheus in the background
 	$(PY) -m localkube up
 
 cluster-down:

@@ -165,3 +165,55 @@ def model_artifact(name: str, model: str, source: dict[str, Any], **spec: Any) -
 
 def phase_in(*phases: str) -> Callable[[dict[str, Any]], bool]:
     return lambda obj: (obj.get("status") or {}).get("phase") in phases
+
+
+class TcpRelay:
+    """A TCP relay on 127.0.0.1 to a target, that a test can cut and restore (an outage on demand)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._server: socket.socket | None = None
+        self._threads: list[Any] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        import threading
+
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(16)
+        self._server = server
+
+        def pipe(src: socket.socket, dst: socket.socket) -> None:
+            try:
+                while data := src.recv(65536):
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                for s in (src, dst):
+                    s.close()
+
+        def accept() -> None:
+            while True:
+                try:
+                    conn, _ = server.accept()
+                except OSError:
+                    return
+                upstream = socket.create_connection(self.target)
+                for a, b in ((conn, upstream), (upstream, conn)):
+                    threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None

@@ -11,7 +11,6 @@ target labels stand in for what pod discovery and ``labelmap`` give in a cluster
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -25,14 +24,15 @@ import yaml
 from prometheus_client import start_http_server
 
 from localkube.mlflow_server import free_port
+from localkube.prometheus import binary as prometheus_binary
 from localkube.wait import wait_for
 from slipway.analysis import AnalysisOutcome, run_analysis
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
 from slipway.prometheus import PrometheusClient
 from slipway.workloads.serve import ServingMetrics
 
-# Static targets need no Kubernetes discovery: Debian's package will do.
-PROMETHEUS_BIN = shutil.which("prometheus") or "/usr/bin/prometheus"
+# The same Prometheus as the local cluster's (`make prometheus`), here with static targets.
+PROMETHEUS_BIN = str(prometheus_binary())
 NAMESPACE = "team-a"
 NOW = "2025-01-01T00:00:00Z"
 TICK_SECONDS = 0.05  # the traffic thread's pace: 200 requests per second per track
