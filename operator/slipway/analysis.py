@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -40,6 +40,8 @@ NoDataPolicy = Literal["inconclusive", "fail", "pass"]
 NAMESPACE_LABEL = "namespace"
 DEPLOYMENT_LABEL = "slipway_dev_deployment"
 TRACK_LABEL = "slipway_dev_track"
+# The model version label: a canary's window must not count the pods of an earlier canary.
+VERSION_LABEL = "slipway_dev_model_version"
 CANARY_TRACK = "canary"
 STABLE_TRACK = "stable"
 
@@ -58,7 +60,7 @@ ANALYSIS_FAILED = "AnalysisFailed"  # status.lastRollback.reason of a failed ana
 
 _NO_DATA_VERDICT: dict[str, Verdict] = {"inconclusive": "Inconclusive", "fail": "Failed", "pass": "Passed"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-PLACEHOLDERS = ("track", "namespace", "deployment")
+PLACEHOLDERS = ("track", "namespace", "deployment", "version")
 
 
 class QueryError(ValueError):
@@ -144,12 +146,13 @@ def _label_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def track_selector(namespace: str, deployment: str, track: str) -> str:
-    """The label matchers of one track's series, without braces."""
-    return (
+def track_selector(namespace: str, deployment: str, track: str, version: str | None = None) -> str:
+    """The label matchers of one track's series (of one model version, if given), without braces."""
+    selector = (
         f"{NAMESPACE_LABEL}={_label_value(namespace)}, {DEPLOYMENT_LABEL}={_label_value(deployment)}, "
         f"{TRACK_LABEL}={_label_value(track)}"
     )
+    return selector if version is None else f"{selector}, {VERSION_LABEL}={_label_value(version)}"
 
 
 def _duration_text(seconds: float) -> str:
@@ -161,10 +164,18 @@ def analysis_window(interval: str) -> str:
     return _duration_text(max(parse_duration(interval).total_seconds(), MIN_WINDOW_SECONDS))
 
 
-def resolve_query(metric: AnalysisMetric, preset: str, track: str, namespace: str, deployment: str, window: str) -> str:
+def resolve_query(
+    metric: AnalysisMetric,
+    preset: str,
+    track: str,
+    namespace: str,
+    deployment: str,
+    window: str,
+    version: str | None = None,
+) -> str:
     """The PromQL of ``metric`` for one track: the user's query if given, else the built-in of ``preset``."""
     if metric.query is not None:
-        values = {"track": track, "namespace": namespace, "deployment": deployment}
+        values = {"track": track, "namespace": namespace, "deployment": deployment, "version": version or ""}
 
         def fill(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -178,7 +189,8 @@ def resolve_query(metric: AnalysisMetric, preset: str, track: str, namespace: st
         raise QueryError(f"metric {metric.name}: not built in ({', '.join(BUILTIN_METRICS)}); give it a query")
     if preset not in PRESETS:
         raise QueryError(f"preset {preset!r} unknown; use one of {', '.join(PRESETS)}")
-    return _BUILTIN_QUERIES[metric.name](PRESETS[preset], track_selector(namespace, deployment, track), window)
+    selector = track_selector(namespace, deployment, track, version)
+    return _BUILTIN_QUERIES[metric.name](PRESETS[preset], selector, window)
 
 
 @dataclass(frozen=True)
@@ -360,16 +372,25 @@ def timestamp(now: datetime | str) -> str:
 
 
 def run_analysis(
-    client: PrometheusClient, analysis: Analysis, namespace: str, deployment: str, now: datetime | str
+    client: PrometheusClient,
+    analysis: Analysis,
+    namespace: str,
+    deployment: str,
+    now: datetime | str,
+    versions: Mapping[str, str] | None = None,
 ) -> AnalysisOutcome:
-    """Query the canary (and the stable where a metric compares with it) and judge every metric."""
+    """Query the canary (and the stable where a metric compares with it) and judge every metric.
+
+    ``versions`` (track -> model version) narrows each track to the pods of that version.
+    """
     metrics = list(analysis.metrics) or list(DEFAULT_METRICS)
     window = analysis_window(analysis.interval)
     probe = _Probe(client)
 
     def measure(metric: AnalysisMetric, track: str) -> Measurement:
         try:
-            query = resolve_query(metric, analysis.preset, track, namespace, deployment, window)
+            version = (versions or {}).get(track)
+            query = resolve_query(metric, analysis.preset, track, namespace, deployment, window, version)
         except QueryError as exc:
             return Measurement(metric.query or "", error=str(exc))
         return probe.measure(query)

@@ -398,3 +398,10 @@ def test_times_are_written_as_the_status_writes_them(now, text):
     client, _ = prometheus(lambda q: (200, vector(0.0)))
     o = run_analysis(client, Analysis(metrics=[metric(name="errorRate", max=0.05)]), "a", "b", now)
     assert o.results[0].time == text
+
+
+def test_a_version_narrows_the_track_to_its_pods():
+    query = resolve_query(metric(name="errorRate", max=0.05), "slipway", "canary", "team-a", "digits", "20s", "7")
+    assert 'slipway_dev_track="canary", slipway_dev_model_version="7"' in query
+    custom = metric(name="q", max=1, query='up{slipway_dev_model_version="{{ version }}"}')
+    assert resolve_query(custom, "slipway", "canary", "ns", "d", "20s", "7") == 'up{slipway_dev_model_version="7"}'
