@@ -214,6 +214,11 @@ class TcpRelay:
         self._threads.append(thread)
 
     def stop(self) -> None:
+        """Stop listening: new connections are refused (shutdown wakes the blocked accept)."""
         if self._server is not None:
+            try:
+                self._server.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._server.close()
             self._server = None
