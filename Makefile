@@ -10,7 +10,7 @@ export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
 .PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-integration \
-        cluster-up cluster-down clean
+        cluster-up cluster-down demo demo-down clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -62,6 +62,11 @@ test-unit: $(VENV)/.installed
 
 cluster-up: install controlplane prometheus  ## start the local cluster, MLflow and Prometheus in the background
 	$(PY) -m localkube up
+
+demo: install controlplane prometheus  ## the whole lifecycle on the local cluster, live, with a summary
+	$(PY) -m slipway_e2e.demo
+
+demo-down: cluster-down  ## stop the demo's cluster
 
 cluster-down:
 	$(PY) -m localkube down

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -216,9 +217,7 @@ class TcpRelay:
     def stop(self) -> None:
         """Stop listening: new connections are refused (shutdown wakes the blocked accept)."""
         if self._server is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self._server.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self._server.close()
             self._server = None

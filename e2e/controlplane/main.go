@@ -1,6 +1,6 @@
 // Command controlplane is one binary for the local Slipway test cluster: it
 // dispatches on the name it was started as (a symlink) to etcd,
-// kube-apiserver, kube-controller-manager or kube-scheduler, built from the
+// kube-apiserver, kube-controller-manager, kube-scheduler or kubectl, built from the
 // upstream Go modules. Each component runs as its own process because they
 // share global flag and feature-gate state.
 package main
@@ -15,6 +15,9 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -36,8 +39,12 @@ func main() {
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
 	case "kube-scheduler":
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "kubectl":
+		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+			kubectlutil.CheckErr(err)
+		}
 	default:
-		fmt.Fprintf(os.Stderr, "controlplane: unknown component %q (want etcd, kube-apiserver, kube-controller-manager or kube-scheduler)\n", name)
+		fmt.Fprintf(os.Stderr, "controlplane: unknown component %q (want etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kubectl)\n", name)
 		os.Exit(2)
 	}
 }

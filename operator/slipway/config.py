@@ -24,4 +24,6 @@ class OperatorConfig:
         default_factory=lambda: os.environ.get("SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0")
     )
     metrics_port: int = field(default_factory=lambda: _env_int("SLIPWAY_METRICS_PORT", 8080))
+    # Where /metrics listens; a pod IP where pods share one network (the local test cluster).
+    metrics_address: str = field(default_factory=lambda: os.environ.get("SLIPWAY_METRICS_ADDRESS", "0.0.0.0"))
     http_timeout_seconds: float = 10.0

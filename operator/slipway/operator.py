@@ -44,9 +44,13 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
 
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """The pod's service account in a cluster, else the kubeconfig ($KUBECONFIG or ~/.kube/config)."""
+    """The pod's service account in a cluster, else the kubeconfig ($KUBECONFIG or ~/.kube/config).
+
+    In a pod, the official client's in-cluster config: it reaches the API server at
+    $KUBERNETES_SERVICE_HOST, with no need for cluster DNS.
+    """
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return kopf.login_with_service_account(**kwargs)
+        return kopf.login_via_client(**kwargs)
     return kopf.login_with_kubeconfig(**kwargs)
 
 
@@ -65,8 +69,8 @@ def startup(
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
     if memo.get("serve_metrics", True) and config.metrics_port:
-        metrics.serve(config.metrics_port)
-        logger.info("operator metrics on :%d/metrics", config.metrics_port)
+        metrics.serve(config.metrics_port, config.metrics_address)
+        logger.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
 
 
 @kopf.on.cleanup()

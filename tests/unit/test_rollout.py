@@ -266,3 +266,10 @@ def test_unresolvable_model_keeps_stable_serving():
     assert p.phase == "Promoted"
     assert cond(p, "Stalled").reason == "ModelUnavailable"
     assert p.stable is None
+
+
+def test_waiting_for_the_first_model_is_progress_not_failure():
+    p = plan(Observed(spec(), None, "MLflow model m has no alias candidate (yet)", None, None, {}, {}, NOW))
+    assert p.phase == "Progressing"
+    assert cond(p, "Reconciling").reason == "WaitingForModel"
+    assert cond(p, "Stalled").status == "False"

@@ -54,21 +54,36 @@ def isolate(spec: dict) -> None:  # type: ignore[type-arg]
     hostname = spec.get("hostname", "")[:63].encode()
     if hostname:
         _check(_libc.sethostname(hostname, len(hostname)), "sethostname")
-    for m in spec.get("mounts", []):
-        _mount_point(m["source"], m["target"])
-        _mount(m["source"], m["target"], MS_BIND | MS_REC)
+    mounts = spec.get("mounts", [])
+    # Hold every source and the working directory open first (in the new namespace: a
+    # descriptor from before unshare would name the old namespace's mounts, and renames
+    # between the two fail with EXDEV): a volume mounted over a parent directory (an
+    # emptyDir on /tmp, say) must not hide what the mounts after it, or the process, need.
+    sources = [os.open(m["source"], os.O_PATH) for m in mounts]
+    cwd = os.open(spec.get("cwd") or "/", os.O_PATH | os.O_DIRECTORY)
+    for m, fd in zip(mounts, sources, strict=True):
+        source = f"/proc/self/fd/{fd}"
+        _mount_point(source, m["target"])
+        _mount(source, m["target"], MS_BIND | MS_REC)
         if m.get("readOnly"):
             _mount(None, m["target"], MS_REMOUNT | MS_BIND | MS_RDONLY)
+    for fd in sources:
+        os.close(fd)
+    os.fchdir(cwd)
+    os.close(cwd)
 
 
 def main() -> None:
     spec_path = sys.argv[1]
     with open(spec_path) as f:
         spec = json.load(f)
+    # Opened before the mounts, which may hide the pod's directory (e.g. under /tmp).
+    spec_dir = os.open(os.path.dirname(os.path.abspath(spec_path)), os.O_PATH | os.O_DIRECTORY)
     try:
         if spec.get("mounts") or spec.get("hostname"):
             isolate(spec)
-        os.chdir(spec.get("cwd") or "/")
+        else:
+            os.chdir(spec.get("cwd") or "/")
         argv = spec["argv"]
         if not argv:
             raise ValueError("no command")
@@ -76,7 +91,9 @@ def main() -> None:
     except (OSError, ValueError) as e:
         message = f"failed to start container: {e}"
         print(f"localkube: {message}", file=sys.stderr, flush=True)
-        with open(spec_path + ".error", "w") as f:
+        error_file = os.path.basename(spec_path) + ".error"
+        fd = os.open(error_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=spec_dir)
+        with os.fdopen(fd, "w") as f:
             f.write(message)
         os._exit(128)
 

@@ -156,8 +156,10 @@ def plan(obs: Observed) -> Plan:
     """What to do next, from what is observed."""
     if obs.desired is None:
         message = obs.desired_problem or "the model to serve cannot be resolved"
-        serving = obs.stable is not None and obs.stable.version is not None
-        phase = (obs.status.get("phase") or "Promoted") if serving else "Failed"
+        if obs.stable is None or obs.stable.version is None:
+            # Nothing served yet: typically the first model is still being trained or validated.
+            return _plan("Progressing", reconciling, "WaitingForModel", message)
+        phase = obs.status.get("phase") or "Promoted"
         return _plan(phase, stalled, "ModelUnavailable", message, progressing="False", degraded=True)
     stable = obs.stable
     if stable is None or stable.version is None or stable.version == obs.desired.version:

@@ -1,0 +1,167 @@
+"""The whole lifecycle with the operator deployed from manifests/ (its own ServiceAccount and RBAC):
+train, register, quantize, validate, canary, promote; the operator pod deleted mid-canary; a faulty
+version rolled back. Readiness is checked with `kubectl wait --for=condition=Ready`, as CI and
+GitOps tools would; every stage's duration is recorded."""
+
+from __future__ import annotations
+
+import copy
+import time
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from localkube.wait import wait_for
+from slipway.loadgen import LoadDriver
+from slipway.mlflow import MlflowClient, model_version_filter
+from slipway_e2e.deploy import NAMESPACE as SYSTEM
+from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operator_pod, wait_operator_replaced
+
+pytestmark = pytest.mark.cluster
+GROUP, VERSION = "slipway.dev", "v1alpha1"
+
+
+@pytest.fixture(scope="module")
+def deployed_operator(cluster):
+    """The operator from manifests/, running as a pod; removed after the module."""
+    start = time.monotonic()
+    deploy_operator(cluster)
+    print(f"\noperator deployed from manifests/ in {time.monotonic() - start:.1f}s")
+    yield
+    kubectl(cluster, "-n", SYSTEM, "delete", "deployment", OPERATOR, "--wait=true", check=False)
+
+
+def sample(name: str) -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "samples" / name).read_text())  # type: ignore[no-any-return]
+
+
+def training(name: str, model: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    body = copy.deepcopy(sample("trainingrun-digits.yaml"))
+    body["metadata"] = {"name": name}
+    body["spec"]["model"]["name"] = model
+    body["spec"]["mlflow"]["experiment"] = model
+    body["spec"]["args"] = ["--steps", "12", "--checkpoint-every", "4"]
+    if env:
+        body["spec"]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return body
+
+
+def serving(model: str) -> dict[str, Any]:
+    body = copy.deepcopy(sample("inferencedeployment-digits.yaml"))
+    body["spec"]["model"]["name"] = model
+    body["spec"]["rollout"]["steps"] = [{"weight": 20, "pause": "10s"}, {"weight": 50, "pause": "10s"}]
+    body["spec"]["rollout"]["analysis"]["interval"] = "5s"
+    return body
+
+
+class Stages:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+        self.times: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        self.times[name] = time.monotonic() - self.start
+
+    def report(self) -> str:
+        return "\n".join(f"  {name:<40} {t:6.1f}s" for name, t in self.times.items())
+
+
+def apply(cluster, namespace: str, body: dict[str, Any], tmp_path) -> None:
+    path = tmp_path / f"{body['kind']}-{body['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    kubectl(cluster, "-n", namespace, "apply", "-f", str(path))
+
+
+def wait_ready(cluster, namespace: str, resource: str, timeout: int) -> None:
+    """kstatus through kubectl: the exit code is what CI scripts and GitOps health checks see."""
+    wait_for(
+        lambda: kubectl(cluster, "-n", namespace, "get", resource, check=False).returncode == 0,
+        timeout,
+        f"{resource} to exist",
+    )
+    result = kubectl(
+        cluster,
+        "-n",
+        namespace,
+        "wait",
+        "--for=condition=Ready",
+        resource,
+        f"--timeout={timeout}s",
+        check=False,
+        timeout=timeout + 30,
+    )
+    assert result.returncode == 0, f"kubectl wait {resource}: {result.stderr}"
+
+
+def status(kube_api, namespace: str, plural: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+    return obj.get("status") or {}
+
+
+def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, deployed_operator, tmp_path):
+    model = f"digits-{namespace}"
+    stages = Stages()
+    apply(cluster, namespace, training("v1", model), tmp_path)
+    apply(cluster, namespace, serving(model), tmp_path)
+    wait_ready(cluster, namespace, "trainingrun/v1", 300)
+    stages.mark("v1 trained")
+    wait_ready(cluster, namespace, "modelartifact/v1", 300)
+    stages.mark("v1 quantized and validated")
+    wait_ready(cluster, namespace, "inferencedeployment/digits", 300)
+    stages.mark("v1 serving in production")
+    v1 = status(kube_api, namespace, "modelartifacts", "v1")["quantizedVersion"]
+    assert status(kube_api, namespace, "inferencedeployments", "digits")["stable"]["modelVersion"] == v1
+
+    with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=900):
+        apply(cluster, namespace, training("v2", model), tmp_path)
+        wait_for(
+            lambda: status(kube_api, namespace, "inferencedeployments", "digits").get("phase") == "Analyzing",
+            400,
+            "the v2 canary under analysis",
+        )
+        stages.mark("v2 canary under analysis")
+        old = operator_pod(cluster)
+        assert old is not None
+        client.CoreV1Api(kube_api).delete_namespaced_pod(old, SYSTEM)
+        new = wait_operator_replaced(cluster, old)
+        stages.mark(f"operator pod replaced ({new})")
+        v2 = status(kube_api, namespace, "modelartifacts", "v2")["quantizedVersion"]
+        wait_for(
+            lambda: (
+                (s := status(kube_api, namespace, "inferencedeployments", "digits")).get("phase") == "Promoted"
+                and s["stable"]["modelVersion"] == v2
+            ),
+            300,
+            "v2 promoted",
+        )
+        stages.mark("v2 promoted")
+        wait_ready(cluster, namespace, "inferencedeployment/digits", 60)
+
+        apply(cluster, namespace, training("v3", model, {"SLIPWAY_SERVE_FAULT_ERROR_RATE": "0.3"}), tmp_path)
+        wait_ready(cluster, namespace, "modelartifact/v3", 300)
+        v3 = status(kube_api, namespace, "modelartifacts", "v3")["quantizedVersion"]
+        wait_for(
+            lambda: (
+                (status(kube_api, namespace, "inferencedeployments", "digits").get("lastRollback") or {}).get(
+                    "modelVersion"
+                )
+                == v3
+            ),
+            300,
+            "v3 rolled back",
+        )
+        stages.mark("v3 (30% errors) rolled back")
+
+    jobs = client.BatchV1Api(kube_api).list_namespaced_job(namespace).items
+    names = sorted(j.metadata.name for j in jobs)
+    assert names == sorted(f"v{i}-{step}" for i in (1, 2, 3) for step in ("train", "quantize", "validate")), names
+    with MlflowClient(cluster.mlflow_url) as mlflow:
+        versions = mlflow.search_model_versions(model_version_filter(model))
+        assert len(versions) == 6, [(v.version, v.tags.get("slipway.dev/role")) for v in versions]
+        assert mlflow.get_version_by_alias(model, "production").version == v2
+        assert mlflow.get_version_by_alias(model, "candidate").version == v3
+    idep = status(kube_api, namespace, "inferencedeployments", "digits")
+    assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
+    print("\nstage durations since the first apply:\n" + stages.report())
