@@ -328,7 +328,7 @@ class Canary:
         if metric is not None:
             record["metric"] = metric
         if value is not None:
-            record["value"] = value
+            record["value"] = float(f"{value:.6g}")
         text = f"rolled back version {self.desired.version}: {message}; stable keeps serving {self.stable.version}"
         return _plan(
             "RolledBack",
