@@ -10,7 +10,7 @@ export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
 .PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-integration \
-        cluster-up cluster-down demo demo-down clean
+        cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -67,6 +67,9 @@ demo: install controlplane prometheus  ## the whole lifecycle on the local clust
 	$(PY) -m slipway_e2e.demo
 
 demo-down: cluster-down  ## stop the demo's cluster
+
+e2e-kind:  ## the lifecycle on kind (needs Docker, kind, kubectl; not available on Slipway's CI machine)
+	bash e2e/kind/run.sh
 
 cluster-down:
 	$(PY) -m localkube down
