@@ -3,15 +3,16 @@ status writes that happen only on change, with an Event on each transition."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from slipway import metrics
-from slipway.mlflow import MlflowError, MlflowUnavailable
+from slipway import GROUP, VERSION, metrics
+from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
 from slipway.models.base import describe_errors
 from slipway.status.conditions import READY, STALLED, Cond, get_condition, reconciling, set_conditions, stalled
 
@@ -100,3 +101,49 @@ def mlflow_errors(kind: str, body: kopf.Body, patch: kopf.Patch) -> Iterator[Non
     except MlflowError as exc:
         write_status(kind, body, patch, stalled("MlflowError", str(exc)))
         raise kopf.TemporaryError(str(exc), delay=60) from exc
+
+
+# How often every object is reconciled even when nothing about it changed (level-based).
+RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
+MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def level_based(plural: str, *, on_update: bool = True) -> Callable[[F], F]:
+    """Register one reconcile function for resume, create, spec updates and a resync timer."""
+
+    def register(fn: F) -> F:
+        kopf.timer(GROUP, VERSION, plural, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)(fn)
+        if on_update:
+            kopf.on.update(GROUP, VERSION, plural, field="spec")(fn)
+        kopf.on.create(GROUP, VERSION, plural)(fn)
+        kopf.on.resume(GROUP, VERSION, plural)(fn)
+        return fn
+
+    return register
+
+
+def reconcile_with(
+    kind: str,
+    model: type[M],
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    step: Callable[[M, MlflowClient | None], None],
+    *,
+    needs_mlflow: bool = True,
+) -> None:
+    """The frame of every reconcile: timed and counted, the spec parsed (an invalid one is Stalled
+    with the field named), MLflow required if asked, MLflow trouble turned into a condition."""
+    with metrics.reconcile_timer(kind):
+        try:
+            spec = parse_spec(model, body)
+        except InvalidSpec as exc:
+            write_status(kind, body, patch, stalled("InvalidSpec", str(exc)))
+            return
+        client: MlflowClient | None = memo.get("mlflow")
+        if client is None and needs_mlflow:
+            write_status(kind, body, patch, stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
+            return
+        with mlflow_errors(kind, body, patch):
+            step(spec, client)

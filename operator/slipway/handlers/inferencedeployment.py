@@ -9,49 +9,36 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 
-from slipway import GROUP, VERSION, analysis, kube, metrics
+from slipway import analysis, kube, metrics
 from slipway.builders import inferencedeployment as build
 from slipway.config import OperatorConfig
-from slipway.handlers.common import InvalidSpec, mlflow_errors, parse_spec, write_status
+from slipway.handlers.common import level_based, reconcile_with, write_status
 from slipway.mlflow import MlflowClient
 from slipway.models import InferenceDeploymentSpec
 from slipway.prometheus import PrometheusClient
-from slipway.status.conditions import stalled
 from slipway.status.rollout import AnalysisVerdict, Desired, Observed, Plan, Track, plan
 
 KIND = "InferenceDeployment"
 PLURAL = "inferencedeployments"
-RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
 TEMPLATE_HASH = "slipway.dev/template-hash"
 PRODUCTION_ALIAS = "production"
 ROLLBACK_TAG = "slipway.dev/rollback"
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@level_based(PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Bring the tracks, traffic and MLflow aliases in line with the spec and the canary's health."""
-    with metrics.reconcile_timer(KIND):
-        try:
-            spec = parse_spec(InferenceDeploymentSpec, body)
-        except InvalidSpec as exc:
-            write_status(KIND, body, patch, stalled("InvalidSpec", str(exc)))
-            return
-        client: MlflowClient | None = memo.get("mlflow")
-        if client is None:
-            message = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
-            write_status(KIND, body, patch, stalled("MlflowNotConfigured", message))
-            return
-        with mlflow_errors(KIND, body, patch):
-            Reconciler(body, spec, patch, memo, client).run()
+
+    def step(spec: InferenceDeploymentSpec, client: MlflowClient | None) -> None:
+        assert client is not None
+        Reconciler(body, spec, patch, memo, client).run()
+
+    reconcile_with(KIND, InferenceDeploymentSpec, body, patch, memo, step)
 
 
 class Reconciler:

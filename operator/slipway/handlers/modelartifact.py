@@ -9,26 +9,23 @@ line picks up where MLflow and the cluster say the artifact is.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
-from slipway import GROUP, VERSION, kube, metrics
+from slipway import kube, metrics
 from slipway.builders import modelartifact as build
 from slipway.config import OperatorConfig
-from slipway.handlers.common import InvalidSpec, mlflow_errors, parse_spec, write_status
+from slipway.handlers.common import level_based, reconcile_with, write_status
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run, model_version_filter, tag_filter
 from slipway.models import ModelArtifactSpec
 from slipway.status import jobs
 from slipway.status import modelartifact as states
-from slipway.status.conditions import stalled
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
 
 KIND = "ModelArtifact"
 PLURAL = "modelartifacts"
-RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
 OWNER_TAG = "slipway.dev/modelartifact"
@@ -41,27 +38,18 @@ METRIC_TAG = "slipway.metric."
 FINAL = ("Validated", "Rejected")
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@level_based(PLURAL, on_update=False)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Carry the artifact from registration to a decision. The spec is immutable (CEL)."""
     status = body.get("status") or {}
     if status.get("phase") in FINAL and status.get("observedGeneration") == body["metadata"].get("generation"):
         return  # decided; the spec cannot change
-    with metrics.reconcile_timer(KIND):
-        try:
-            spec = parse_spec(ModelArtifactSpec, body)
-        except InvalidSpec as exc:
-            write_status(KIND, body, patch, stalled("InvalidSpec", str(exc)))
-            return
-        client: MlflowClient | None = memo.get("mlflow")
-        if client is None:
-            message = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
-            write_status(KIND, body, patch, stalled("MlflowNotConfigured", message))
-            return
-        with mlflow_errors(KIND, body, patch):
-            Lifecycle(body, spec, patch, memo.kube, client, memo.config).run()
+
+    def step(spec: ModelArtifactSpec, client: MlflowClient | None) -> None:
+        assert client is not None
+        Lifecycle(body, spec, patch, memo.kube, client, memo.config).run()
+
+    reconcile_with(KIND, ModelArtifactSpec, body, patch, memo, step)
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,14 @@ resume and a timer, that recomputes everything from the cluster and MLflow."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import kopf
 
-from slipway import API_VERSION, GROUP, VERSION, kube, metrics, sizing
+from slipway import API_VERSION, kube, sizing
 from slipway.builders import trainingrun as build
 from slipway.config import OperatorConfig
-from slipway.handlers.common import InvalidSpec, mlflow_errors, parse_spec, write_status
+from slipway.handlers.common import MLFLOW_NOT_CONFIGURED, level_based, reconcile_with, write_status
 from slipway.mlflow import MlflowClient, tag_filter
 from slipway.models import TrainingRunSpec
 from slipway.status import jobs
@@ -21,24 +20,21 @@ from slipway.status.trainingrun import TrainingState, progress_from_run, trainin
 KIND = "TrainingRun"
 PLURAL = "trainingruns"
 UID_TAG = "slipway.dev/uid"
-RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
 USER_SUSPENDED = "slipway.dev/suspended-by-spec"
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@level_based(PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Bring the run's children and status in line with its spec and what actually happened."""
-    with metrics.reconcile_timer(KIND):
-        try:
-            spec = parse_spec(TrainingRunSpec, body)
-        except InvalidSpec as exc:
-            write_status(KIND, body, patch, stalled("InvalidSpec", str(exc)))
-            return
-        with mlflow_errors(KIND, body, patch):
-            _reconcile(body, spec, patch, memo)
+    reconcile_with(
+        KIND,
+        TrainingRunSpec,
+        body,
+        patch,
+        memo,
+        lambda spec, _: _reconcile(body, spec, patch, memo),
+        needs_mlflow=False,
+    )
 
 
 def _reconcile(body: kopf.Body, spec: TrainingRunSpec, patch: kopf.Patch, memo: kopf.Memo) -> None:
@@ -55,8 +51,7 @@ def _reconcile(body: kopf.Body, spec: TrainingRunSpec, patch: kopf.Patch, memo: 
 
     client: MlflowClient | None = memo.get("mlflow")
     if client is None:
-        message = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
-        write_status(KIND, body, patch, stalled("MlflowNotConfigured", message))
+        write_status(KIND, body, patch, stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return
     run = _mlflow_run(client, config, spec, body)
     link = build.MlflowLink(config.mlflow_url or client.tracking_uri, run.run_id, run.experiment_id)
