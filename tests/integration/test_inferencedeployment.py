@@ -238,3 +238,45 @@ def test_prometheus_outage_holds_the_rollout_then_it_resumes(kube_api, namespace
     finally:
         relay.stop()
     assert versions.alias("production") == v2
+
+
+def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator, mlflow, trained, cluster):
+    from localkube.bootstrap import apply_gateway_api_crds
+    from localkube.kube import Kube
+
+    apply_gateway_api_crds(Kube(cluster.kubeconfig))
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    body = deployment(versions.model)
+    body["spec"]["rollout"].pop("analysis")
+    body["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": ["digits.test"]}
+    wait_for(lambda: apply_object(kube_api, namespace, body), 30, "the InferenceDeployment (HTTPRoute CRD served)")
+    serving(kube_api, namespace, v1)
+    custom = client.CustomObjectsApi(kube_api)
+
+    def route_weights() -> tuple[int, int]:
+        route = custom.get_namespaced_custom_object(
+            "gateway.networking.k8s.io", "v1", namespace, "httproutes", "digits"
+        )
+        backends = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+        return backends["digits-stable"], backends["digits-canary"]
+
+    assert route_weights() == (100, 0)
+    v2 = versions.publish()
+    seen: set[tuple[int, int]] = set()
+
+    def promoted() -> bool:
+        seen.add(route_weights())
+        status = get_object(kube_api, namespace, "InferenceDeployment", "digits").get("status") or {}
+        return status.get("phase") == "Promoted" and (status.get("stable") or {}).get("modelVersion") == v2
+
+    wait_for(promoted, 180, "v2 promoted through the route's steps", interval=0.1)
+    assert {(75, 25), (50, 50)} <= seen, seen
+    assert route_weights() == (100, 0)
+    for track in ("stable", "canary"):
+        svc = client.CoreV1Api(kube_api).read_namespaced_service(f"digits-{track}", namespace)
+        assert svc.spec.selector == {"slipway.dev/deployment": "digits", "slipway.dev/track": track}
+    hpa = client.AutoscalingV2Api(kube_api).read_namespaced_horizontal_pod_autoscaler("digits", namespace)
+    assert hpa.spec.scale_target_ref.name == "digits-stable"
+    assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 2)

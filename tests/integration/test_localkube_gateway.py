@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 from kubernetes import client
 
@@ -15,7 +13,6 @@ from localkube.wait import wait_for
 pytestmark = pytest.mark.cluster
 
 
-@pytest.mark.skipif(shutil.which("go") is None, reason="needs Go to fetch sigs.k8s.io/gateway-api")
 def test_gateway_api_crds_are_served(cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str) -> None:
     names = apply_gateway_api_crds(Kube(cluster.kubeconfig))
 
