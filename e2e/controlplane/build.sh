@@ -23,7 +23,9 @@ cd "$here"
 # variable the binary behaves as upstream. Go refuses overlays of files in the
 # module cache, so the module is hard-linked into a patched copy (outside the
 # repo) that a build-time copy of go.mod substitutes; go.mod stays upstream.
+go mod download k8s.io/kubernetes   # a fresh module cache has nothing to list yet
 kmod="$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)"
+[ -n "$kmod" ] || { echo "build.sh: k8s.io/kubernetes is not in the module cache after go mod download" >&2; exit 1; }
 patched_dir="$(dirname "$out")/kubernetes-$k8s_version-localkube"
 rel=pkg/apis/core/validation/validation.go
 if ! grep -q LOCALKUBE_ALLOW_LOOPBACK_ENDPOINTS "$patched_dir/$rel" 2>/dev/null; then
