@@ -7,12 +7,14 @@ can fix is a TemporaryError with a delay, what it cannot is a PermanentError.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import kopf
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -74,14 +76,23 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if exc.status in RETRYABLE_STATUSES:
             raise kopf.TemporaryError(f"{what}: API server answered {exc.status} {exc.reason}", delay=5) from exc
         if exc.status == 403:
-            # RBAC can be fixed without restarting the operator: keep retrying, slowly.
+            # RBAC, quotas and admission policies can be fixed without restarting: retry slowly.
             raise kopf.TemporaryError(
-                f"{what}: forbidden ({exc.reason}); the operator's ClusterRole in manifests/ must allow it",
+                f"{what}: forbidden: {_status_message(exc)} (RBAC: the operator's ClusterRole in manifests/; "
+                "or a ResourceQuota or admission policy of the namespace)",
                 delay=60,
             ) from exc
         raise kopf.PermanentError(f"{what}: API server answered {exc.status} {exc.reason}: {exc.body}") from exc
-    except OSError as exc:
+    except (OSError, urllib3.exceptions.HTTPError) as exc:
         raise kopf.TemporaryError(f"{what}: cannot reach the API server: {exc}", delay=5) from exc
+
+
+def _status_message(exc: ApiException) -> str:
+    """The API server's own words from a Status body, else the HTTP reason."""
+    try:
+        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
+    except ValueError:
+        return str(exc.reason)
 
 
 # kind -> (API attribute on Kube, method suffix); e.g. Job -> batch.read_namespaced_job

@@ -202,7 +202,8 @@ def test_inconclusive_pauses_and_never_advances():
 
 def test_canary_never_ready_rolls_back_at_progress_deadline():
     s = spec(progressDeadlineSeconds=60)
-    status = {"canary": {"modelVersion": "2"}, "canaryStartTime": iso(NOW - timedelta(seconds=61))}
+    long_ago = iso(NOW - timedelta(seconds=61))
+    status = {"canary": {"modelVersion": "2"}, "canaryStartTime": long_ago, "stepStartTime": long_ago}
     p = plan(observe(s, stable=track("1"), canary=track("2", 0, replicas=1, pods=1), status=status))
     assert p.phase == "RolledBack"
     assert p.rollback is not None and p.rollback["reason"] == "ProgressDeadlineExceeded"
@@ -273,3 +274,46 @@ def test_waiting_for_the_first_model_is_progress_not_failure():
     assert p.phase == "Progressing"
     assert cond(p, "Reconciling").reason == "WaitingForModel"
     assert cond(p, "Stalled").status == "False"
+
+
+def test_leftover_manual_annotation_is_dropped_when_no_canary_runs():
+    p = plan(observe(spec(), desired=V1, stable=track("1"), annotations={"slipway.dev/promote": "true"}))
+    assert p.phase == "Promoted"
+    assert p.consumed_annotation == "slipway.dev/promote"
+
+
+def test_scale_up_of_a_promoted_stable_stays_promoted():
+    promoted = {"phase": "Promoted", "stable": {"modelVersion": "1"}}
+    scaling = Track("1", "models:/m/1", replicas=4, ready=2, updated=4, generation_observed=True, pods=4)
+    p = plan(observe(spec(), desired=V1, stable=scaling, status=promoted))
+    assert p.phase == "Promoted"
+    assert p.move_production_to is None
+
+
+def test_lost_stable_track_is_restored_not_replaced_by_the_new_version():
+    status = {"stable": {"modelVersion": "1", "uri": "models:/m/1"}, "canary": {"modelVersion": "2"}}
+    p = plan(observe(spec(), desired=V2, stable=None, status=status))
+    assert p.stable == V1
+    assert p.phase == "Progressing"
+    assert cond(p, "Ready").reason == "RestoringStable"
+
+
+def test_a_new_canary_starts_without_the_previous_analysis():
+    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
+    old = {"canary": {"modelVersion": "2"}, "analysis": [{"metric": "errorRate", "result": "Passed", "time": iso(NOW)}]}
+    p = plan(observe(s, desired=Desired("3", "models:/m/3"), stable=track("1"), status=old))
+    assert p.status["analysis"] is None
+
+
+def test_results_from_an_earlier_step_do_not_advance_this_one():
+    s = spec(analysis={"interval": "1m", "metrics": [{"name": "errorRate", "max": 0.05}]})
+    earlier = iso(NOW - timedelta(seconds=40))
+    status = {
+        "canary": {"modelVersion": "2"},
+        "currentStep": 1,
+        "stepStartTime": iso(NOW - timedelta(seconds=31)),
+        "canaryStartTime": earlier,
+        "analysis": [{"metric": "errorRate", "result": "Passed", "time": earlier}],
+    }
+    p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
+    assert p.phase != "Promoting"

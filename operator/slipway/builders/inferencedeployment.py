@@ -88,11 +88,7 @@ def deployment(
         },
         "spec": {
             "selector": {"matchLabels": selector(name, track)},
-            # GPU budget: a rolling update never adds more than maxSurgeReplicas pods.
-            "strategy": {
-                "type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": 0},
-            },
+            "strategy": strategy(spec, track),
             "template": {
                 "metadata": {
                     "labels": labels,
@@ -109,6 +105,17 @@ def deployment(
     if replicas is not None:
         body["spec"]["replicas"] = replicas
     return body
+
+
+def strategy(spec: InferenceDeploymentSpec, track: str) -> dict[str, Any]:
+    """GPU budget: the stable track's rolling update adds at most maxSurgeReplicas pods; the canary,
+    already the budget's extra pods, replaces its pods rather than surging."""
+    if track == "canary":
+        return {"type": "Recreate"}
+    return {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": 0},
+    }
 
 
 def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None) -> dict[str, Any]:

@@ -4,6 +4,7 @@ status writes that happen only on change, with an Event on each transition."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -71,7 +72,8 @@ def write_status(
         changed = True
     for key, value in {**fields, "observedGeneration": generation}.items():
         if status.get(key) != value:
-            patch.status[key] = value
+            # Status is merge-patched: keys the new value lacks must be sent as null to go away.
+            patch.status[key] = _with_removals(status.get(key), value)
             changed = True
     phase = fields.get("phase")
     if phase is not None and status.get("phase") != phase:
@@ -90,6 +92,15 @@ def write_status(
     return changed
 
 
+def _with_removals(old: Any, new: Any) -> Any:
+    """``new``, plus ``None`` for every key of ``old`` (recursively) that ``new`` no longer has."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return new
+    merged = {key: _with_removals(old.get(key), value) for key, value in new.items()}
+    merged.update({key: None for key in old if key not in new})
+    return merged
+
+
 @contextmanager
 def mlflow_errors(kind: str, body: kopf.Body, patch: kopf.Patch) -> Iterator[None]:
     """MLflow trouble becomes a condition a user can read, and a retry (or a stop) for kopf."""
@@ -105,6 +116,7 @@ def mlflow_errors(kind: str, body: kopf.Body, patch: kopf.Patch) -> Iterator[Non
 
 # How often every object is reconciled even when nothing about it changed (level-based).
 RESYNC_SECONDS = float(os.environ.get("SLIPWAY_RESYNC_SECONDS", "5"))
+LOCK_TIMEOUT_SECONDS = 120.0
 MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,5 +157,26 @@ def reconcile_with(
         if client is None and needs_mlflow:
             write_status(kind, body, patch, stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
             return
-        with mlflow_errors(kind, body, patch):
-            step(spec, client)
+        # One pass at a time per object: the timer runs beside the create/update/resume
+        # handlers, and two passes racing could both create what each looked up first.
+        lock: threading.Lock = memo.setdefault("reconcile_lock", threading.Lock())
+        if not lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
+            raise kopf.TemporaryError("another reconciliation of this object is still running", delay=5)
+        try:
+            with mlflow_errors(kind, body, patch), kubernetes_errors(kind, body, patch):
+                step(spec, client)
+        finally:
+            lock.release()
+
+
+@contextmanager
+def kubernetes_errors(kind: str, body: kopf.Body, patch: kopf.Patch) -> Iterator[None]:
+    """Kubernetes API trouble (already in kopf's error vocabulary) also becomes a condition."""
+    try:
+        yield
+    except kopf.PermanentError as exc:
+        write_status(kind, body, patch, stalled("KubernetesError", str(exc)))
+        raise kopf.TemporaryError(str(exc), delay=60) from exc
+    except kopf.TemporaryError as exc:
+        write_status(kind, body, patch, reconciling("KubernetesUnavailable", f"{exc}; retrying"))
+        raise

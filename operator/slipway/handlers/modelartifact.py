@@ -35,7 +35,7 @@ ALIASES_TAG = "slipway.dev/aliases-set"
 PARENT_TAG = "slipway.dev/parent-version"
 METHOD_TAG = "slipway.dev/quantization-method"
 METRIC_TAG = "slipway.metric."
-FINAL = ("Validated", "Rejected")
+FINAL = ("Validated", "Rejected", "Failed")
 
 
 @level_based(PLURAL, on_update=False)
@@ -103,14 +103,29 @@ class Lifecycle:
         if outcomes is None:
             return
         passed = all(o.passed for o in outcomes)
-        if passed and candidate.tags.get(ALIASES_TAG) != "true":
-            for alias in self.spec.aliases:
-                self.mlflow.set_alias(self.model, alias, candidate.version)
-            self.mlflow.set_model_version_tag(self.model, candidate.version, ALIASES_TAG, "true")
+        moved = self.spec.aliases
+        if passed and candidate.tags.get(ALIASES_TAG) is None:
+            moved = self.move_aliases(candidate.version)
+            self.mlflow.set_model_version_tag(self.model, candidate.version, ALIASES_TAG, ",".join(moved) or "-")
+        elif passed:
+            moved = [a for a in candidate.tags[ALIASES_TAG].split(",") if a and a != "-"]
         for outcome in outcomes:
             metrics.GATE_RESULTS.labels(KIND, "passed" if outcome.passed else "failed").inc()
         self.fields["gates"] = [o.to_status() for o in outcomes]
-        self.write(states.decided(outcomes, self.spec.aliases if passed else [], candidate.version))
+        self.write(states.decided(outcomes, moved if passed else [], candidate.version))
+
+    def move_aliases(self, version: str) -> list[str]:
+        """Point the spec's aliases at ``version``, but never back at an older version than they hold."""
+        moved = []
+        for alias in self.spec.aliases:
+            current = self.mlflow.get_version_by_alias(self.model, alias)
+            if current is not None and int(current.version) > int(version):
+                message = f"alias {alias} stays on the newer version {current.version}"
+                kopf.event(self.body, type="Normal", reason="AliasKept", message=message)
+                continue
+            self.mlflow.set_alias(self.model, alias, version)
+            moved.append(alias)
+        return moved
 
     # -- source and registration -------------------------------------------------------------
 

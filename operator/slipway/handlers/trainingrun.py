@@ -26,6 +26,8 @@ USER_SUSPENDED = "slipway.dev/suspended-by-spec"
 @level_based(PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     """Bring the run's children and status in line with its spec and what actually happened."""
+    if _finished(body):
+        return  # nothing changes any more: no I/O at rest
     reconcile_with(
         KIND,
         TrainingRunSpec,
@@ -35,6 +37,15 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> 
         lambda spec, _: _reconcile(body, spec, patch, memo),
         needs_mlflow=False,
     )
+
+
+def _finished(body: kopf.Body) -> bool:
+    """Succeeded (with its artifact) or Failed, at the current generation."""
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation"):
+        return False
+    artifact_done = not (body.get("spec") or {}).get("artifact") or status.get("artifactRef")
+    return status.get("phase") == "Failed" or (status.get("phase") == "Succeeded" and bool(artifact_done))
 
 
 def _reconcile(body: kopf.Body, spec: TrainingRunSpec, patch: kopf.Patch, memo: kopf.Memo) -> None:
@@ -65,6 +76,9 @@ def _reconcile(body: kopf.Body, spec: TrainingRunSpec, patch: kopf.Patch, memo: 
         if child is not None and kube.get(k, child["kind"], namespace, child["metadata"]["name"]) is None:
             kopf.adopt(child, owner=body)
             kube.create(k, child["kind"], child)
+    if job is None and status.get("completionTime"):
+        # The Job of a finished run was deleted (TTL, clean-up): never train again into a closed run.
+        return
     if job is None:
         desired = build.job(name, namespace, spec, link)
         kopf.adopt(desired, owner=body)

@@ -27,6 +27,7 @@ from slipway.status.conditions import Cond, Status, ready, reconciling, stalled
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
+MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION)
 DEFAULT_STEPS = (20, 50)
 
 
@@ -51,8 +52,15 @@ class Track:
     pods: int  # non-terminated pods
 
     @property
+    def current_ready(self) -> int:
+        """Ready pods of the current template (a rolling update's old pods do not count)."""
+        return min(self.ready, self.updated) if self.generation_observed else 0
+
+    @property
     def rolled_out(self) -> bool:
-        return self.generation_observed and self.updated >= self.replicas and self.ready >= self.replicas
+        """Every pod runs the current template and at least one is ready. A scale-up (the HPA)
+        does not make a rolled-out track roll out again."""
+        return self.generation_observed and self.updated >= self.replicas and self.current_ready >= 1
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,14 @@ def _plan(
 
 def plan(obs: Observed) -> Plan:
     """What to do next, from what is observed."""
+    result = _plan_for(obs)
+    if result.consumed_annotation is None:
+        # A promote or abort with no canary to act on is dropped, not kept for the next version.
+        result.consumed_annotation = next((a for a in MANUAL_ANNOTATIONS if obs.annotations.get(a)), None)
+    return result
+
+
+def _plan_for(obs: Observed) -> Plan:
     if obs.desired is None:
         message = obs.desired_problem or "the model to serve cannot be resolved"
         if obs.stable is None or obs.stable.version is None:
@@ -162,6 +178,18 @@ def plan(obs: Observed) -> Plan:
         phase = obs.status.get("phase") or "Promoted"
         return _plan(phase, stalled, "ModelUnavailable", message, progressing="False", degraded=True)
     stable = obs.stable
+    served = obs.status.get("stable") or {}
+    if (
+        (stable is None or stable.version is None)
+        and served.get("modelVersion")
+        and served.get("uri")
+        and (served["modelVersion"] != obs.desired.version)
+    ):
+        # The stable Deployment is gone while a new version is pending: bring back what was served,
+        # never the unanalysed new version.
+        restored = Desired(str(served["modelVersion"]), str(served["uri"]))
+        message = f"restoring the stable track (version {restored.version}) before any canary"
+        return _plan("Progressing", reconciling, "RestoringStable", message, stable=restored)
     if stable is None or stable.version is None or stable.version == obs.desired.version:
         return _stable_only(obs, obs.desired, stable)
     last = obs.status.get("lastRollback") or {}
@@ -210,17 +238,24 @@ class Canary:
         self.started = (_ts(status.get("canaryStartTime")) if self.same else None) or self.now
         self.step_started = (_ts(status.get("stepStartTime")) if self.same else None) or self.now
         self.failed = int(status.get("failedAnalyses") or 0) if self.same else 0
-        self.previous_results = (status.get("analysis") or []) if self.same else []
+        # Only analyses of this canary at this step count towards advancing it.
+        self.previous_results = [
+            r
+            for r in (status.get("analysis") or [])
+            if self.same and (_ts(r.get("time")) or self.now) >= self.step_started
+        ]
         self.promoting = self.same and status.get("phase") == "Promoting"
 
     def status(self, **changes: Any) -> dict[str, Any]:
-        return {
+        fields: dict[str, Any] = {
             "currentStep": self.step,
             "stepStartTime": _iso(self.step_started),
             "canaryStartTime": _iso(self.started),
             "failedAnalyses": self.failed,
-            **changes,
         }
+        if not self.same:
+            fields["analysis"] = None  # a new canary starts without the last one's results
+        return {**fields, **changes}
 
     def plan(self) -> Plan:
         annotations = self.obs.annotations
@@ -233,7 +268,7 @@ class Canary:
             promoted.consumed_annotation = PROMOTE_ANNOTATION if annotations.get(PROMOTE_ANNOTATION) else None
             return promoted
         canary = self.obs.canary
-        canary_ready = canary.ready if canary and canary.version == self.desired.version else 0
+        canary_ready = canary.current_ready if canary and canary.version == self.desired.version else 0
         replicas = canary_replicas_for(self.weights[self.step], self.stable.ready, self.spec.rollout.max_surge_replicas)
         weight = self.weight(canary_ready, replicas)
         serve: dict[str, Any] = {"canary": self.desired, "canary_replicas": replicas, "weight": weight,
@@ -287,7 +322,7 @@ class Canary:
 
     def starting(self, canary_ready: int, replicas: int, serve: dict[str, Any]) -> Plan:
         deadline = self.spec.rollout.progress_deadline_seconds
-        if self.now - self.started > timedelta(seconds=deadline):
+        if self.now - self.step_started > timedelta(seconds=deadline):
             message = f"the canary was not ready within spec.rollout.progressDeadlineSeconds={deadline}"
             return self.rollback("ProgressDeadlineExceeded", message)
         message = f"starting canary version {self.desired.version}: {canary_ready}/{replicas} pods ready"
