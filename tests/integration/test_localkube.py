@@ -325,7 +325,7 @@ def test_prometheus_scrapes_a_pod_and_answers_promql(
     cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str
 ) -> None:
     if not cluster.prometheus_url:
-        pytest.skip("this cluster was started without Prometheus")
+        pytest.fail("this cluster was started without Prometheus: start it without --no-prometheus")
     pod = simple_pod("exporter", [PYTHON, "-c", METRICS_SCRIPT], restart_policy="Always", env=POD_IP_ENV)
     pod["metadata"]["labels"] = {"app": "metrics-demo"}
     pod["metadata"]["annotations"] = {
@@ -351,7 +351,7 @@ def test_prometheus_scrapes_a_pod_and_answers_promql(
 
 def test_mlflow_answers_health(cluster: ClusterInfo) -> None:
     if not cluster.mlflow_url:
-        pytest.skip("this cluster was started without MLflow")
+        pytest.fail("this cluster was started without MLflow: start it without --no-mlflow")
     r = httpx.get(f"{cluster.mlflow_url}/health", timeout=5)
     assert r.status_code == 200
     assert r.text.strip() == "OK"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 import socket
+import socketserver
+import threading
 
 import httpx
 import pytest
@@ -117,21 +119,26 @@ def test_unreachable_server_is_unavailable() -> None:
 
 
 def test_only_idempotent_requests_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mlflow, "_RETRY_BACKOFF_SECONDS", (0.0,))
-    attempts: list[str] = []
+    """A real server that drops every connection: reads are retried, creates are not."""
+    monkeypatch.setattr(mlflow, "_RETRY_BACKOFF_SECONDS", (0.0,))  # no waiting between retries
+    connections = 0
 
-    def refuse(request: httpx.Request) -> httpx.Response:
-        attempts.append(request.url.path)
-        raise httpx.ConnectError("refused", request=request)
+    class Drop(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            nonlocal connections
+            connections += 1
+            self.request.recv(65536)  # read the request, then close without an answer
 
-    client = MlflowClient("http://mlflow:5000", retries=2, transport=httpx.MockTransport(refuse))
-    with pytest.raises(MlflowUnavailable):
-        client.get_run("abc")
-    assert len(attempts) == 3
-    attempts.clear()
-    with pytest.raises(MlflowUnavailable):
-        client.create_run("1", "r")
-    assert len(attempts) == 1
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Drop) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        client = MlflowClient(f"http://127.0.0.1:{server.server_address[1]}", retries=2, timeout=5)
+        with pytest.raises(MlflowUnavailable):
+            client.get_run("abc")
+        assert connections == 3
+        with pytest.raises(MlflowUnavailable):
+            client.create_run("1", "r")
+        assert connections == 4
+        server.shutdown()
 
 
 def test_run_from_json_keeps_latest_metrics_params_and_tags() -> None:
