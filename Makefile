@@ -55,7 +55,7 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 test: install controlplane prometheus  ## all tests: unit, then integration on the local cluster
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests e2e/tests
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
