@@ -61,6 +61,7 @@ def isolate(spec: dict) -> None:  # type: ignore[type-arg]
     # emptyDir on /tmp, say) must not hide what the mounts after it, or the process, need.
     sources = [os.open(m["source"], os.O_PATH) for m in mounts]
     cwd = os.open(spec.get("cwd") or "/", os.O_PATH | os.O_DIRECTORY)
+    keep = [(p, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p in spec.get("keep", []) if os.path.isdir(p)]
     for m, fd in zip(mounts, sources, strict=True):
         source = f"/proc/self/fd/{fd}"
         _mount_point(source, m["target"])
@@ -68,6 +69,17 @@ def isolate(spec: dict) -> None:  # type: ignore[type-arg]
         if m.get("readOnly"):
             _mount(None, m["target"], MS_REMOUNT | MS_BIND | MS_RDONLY)
     for fd in sources:
+        os.close(fd)
+    # The workload environment (the project and its .venv) stays visible even when a volume
+    # covers a directory above it (an emptyDir on /tmp over a checkout in /tmp).
+    for path, fd in keep:
+        try:
+            hidden = not os.path.samestat(os.stat(path), os.fstat(fd))
+        except FileNotFoundError:
+            hidden = True
+        if hidden:
+            os.makedirs(path, exist_ok=True)
+            _mount(f"/proc/self/fd/{fd}", path, MS_BIND | MS_REC)
         os.close(fd)
     os.fchdir(cwd)
     os.close(cwd)

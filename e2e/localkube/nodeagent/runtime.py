@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from localkube.procs import Proc, start_ticks
+from localkube.state import ROOT
 
 PODEXEC = Path(__file__).with_name("podexec.py")
+WORKLOAD_ROOT = ROOT  # the project: its .venv runs the pods' commands
 
 
 @dataclass
@@ -84,7 +86,8 @@ def start(
     Path(str(spec_path) + ".error").unlink(missing_ok=True)
     fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # env may hold secrets
     with os.fdopen(fd, "w") as f:
-        json.dump({"argv": argv, "env": env, "cwd": cwd, "hostname": hostname, "mounts": mounts}, f)
+        keep = [str(WORKLOAD_ROOT)]
+        json.dump({"argv": argv, "env": env, "cwd": cwd, "hostname": hostname, "mounts": mounts, "keep": keep}, f)
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         popen = subprocess.Popen(
