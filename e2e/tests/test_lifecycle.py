@@ -18,6 +18,7 @@ from slipway.loadgen import LoadDriver
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operator_pod, wait_operator_replaced
+from slipway_testing import report
 
 pytestmark = pytest.mark.cluster
 GROUP, VERSION = "slipway.dev", "v1alpha1"
@@ -28,7 +29,7 @@ def deployed_operator(cluster):
     """The operator from manifests/, running as a pod; removed after the module."""
     start = time.monotonic()
     deploy_operator(cluster)
-    print(f"\noperator deployed from manifests/ in {time.monotonic() - start:.1f}s")
+    report(f"\noperator deployed from manifests/ in {time.monotonic() - start:.1f}s")
     yield
     kubectl(cluster, "-n", SYSTEM, "delete", "deployment", OPERATOR, "--wait=true", check=False)
 
@@ -164,4 +165,4 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
         assert mlflow.get_version_by_alias(model, "candidate").version == v3
     idep = status(kube_api, namespace, "inferencedeployments", "digits")
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
-    print("\nstage durations since the first apply:\n" + stages.report())
+    report("\nstage durations since the first apply:\n" + stages.report())

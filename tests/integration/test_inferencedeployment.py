@@ -12,9 +12,11 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.loadgen import LoadDriver
 from slipway.mlflow import MlflowClient
-from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, train_run, wait_status
+from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, train_run, wait_status
 
 pytestmark = pytest.mark.cluster
+
+
 SERVE = ["python", "-m", "slipway.workloads.serve"]
 
 
@@ -168,7 +170,7 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
         stats = load.stats()
     assert versions.alias("production") == v2
     assert watch.max_canary_pods <= 1, f"canary pods exceeded maxSurgeReplicas: {watch.max_canary_pods}"
-    print(
+    report(
         f"\nbreach to traffic back on stable: {back_on_stable:.1f}s (analysis interval 5s, scrape 5s); "
         f"responses {dict(stats.by_code)}"
     )

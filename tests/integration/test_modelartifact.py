@@ -11,9 +11,20 @@ from kubernetes import client
 from localkube.mlflow_server import start_mlflow
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter
-from slipway_testing import apply_object, condition, get_object, model_artifact, phase_in, train_run, wait_status
+from slipway_testing import (
+    apply_object,
+    condition,
+    get_object,
+    model_artifact,
+    phase_in,
+    report,
+    train_run,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
+
+
 GATES = [
     {"metric": "accuracy", "min": 0.8},
     {"metric": "accuracy", "maxRelativeDrop": 0.05, "baseline": "production"},
@@ -76,7 +87,7 @@ def test_training_run_artifact_is_quantized_validated_and_aliased(kube_api, name
     assert gates[0]["value"] > 0.8 and gates[0]["threshold"] == ">= 0.8"
     assert "does not exist yet: passed by onMissingBaseline=pass" in gates[1]["message"]
     assert quantized.tags["slipway.dev/validation"] == "passed"
-    print(
+    report(
         f"\nint8/fp32 size ratio {ratio:.2f} ({status['sizeBytes']} / {fp32_size} B), "
         f"int8 accuracy {gates[0]['value']:.4f}"
     )
