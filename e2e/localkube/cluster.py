@@ -18,6 +18,7 @@ import httpx
 from localkube import bootstrap, prometheus
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port, launch_mlflow, wait_healthy
+from localkube.nodeagent.node import NodeSpec
 from localkube.pki import CertificateAuthority, CertPair, service_account_keys
 from localkube.procs import Proc, spawn, start_ticks
 from localkube.state import ROOT, ClusterInfo
@@ -37,12 +38,13 @@ class ClusterConfig:
     directory: Path
     nodes: int = 1
     node_name: str = "slipway-local"
-    cpu: str = "16"
-    memory: str = "64Gi"
-    pods: int = 110
-    gpus: int = 4
-    gpu_memory_mib: int = 81920
-    gpu_product: str = "NVIDIA-A100-SXM4-80GB"
+    # What each node advertises: the node agent's defaults, in one place.
+    cpu: str = NodeSpec.cpu
+    memory: str = NodeSpec.memory
+    pods: int = NodeSpec.pods
+    gpus: int = NodeSpec.gpus
+    gpu_memory_mib: int = NodeSpec.gpu_memory_mib
+    gpu_product: str = NodeSpec.gpu_product
     mlflow: bool = True
     prometheus: bool = True
     scrape_interval: str = "5s"
