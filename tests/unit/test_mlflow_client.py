@@ -5,6 +5,8 @@ Its conversations with a real server are in tests/integration/test_mlflow_client
 
 from __future__ import annotations
 
+import http.server
+import json
 import math
 import socket
 import socketserver
@@ -203,15 +205,28 @@ def test_non_finite_metrics_use_protobuf_json_spellings() -> None:
 
 
 def test_bearer_token_from_env_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real HTTP server records the Authorization header the client sends."""
     monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "s3cr3t")
     seen: list[str] = []
 
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request.headers.get("authorization", ""))
-        return httpx.Response(200, json={"registered_model": {"name": "m"}})
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("authorization", ""))
+            body = json.dumps({"registered_model": {"name": "m"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    client = MlflowClient("http://mlflow:5000", transport=httpx.MockTransport(answer))
-    client.get_registered_model("m")
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        client = MlflowClient(f"http://127.0.0.1:{server.server_address[1]}")
+        client.get_registered_model("m")
+        server.shutdown()
     assert seen == ["Bearer s3cr3t"]
     assert "s3cr3t" not in repr(client) and "s3cr3t" not in repr(client._http.auth)
 
