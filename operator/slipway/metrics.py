@@ -14,6 +14,12 @@ TRANSITIONS = Counter("slipway_phase_transitions_total", "Phase transitions by k
 PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace"])
 ROLLBACKS = Counter("slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "reason"])
 GATE_RESULTS = Counter("slipway_gate_results_total", "Validation gate and analysis outcomes.", ["kind", "result"])
+# One per HTTP request sent to MLflow or Prometheus (each retry too): at rest it stays still.
+EXTERNAL_REQUESTS = Counter(
+    "slipway_external_requests_total",
+    "HTTP requests sent to external services, by service (mlflow, prometheus) and outcome (ok, error).",
+    ["service", "outcome"],
+)
 
 
 @contextmanager
@@ -29,6 +35,18 @@ def reconcile_timer(kind: str) -> Iterator[None]:
         RECONCILES.labels(kind, "ok").inc()
     finally:
         RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - start)
+
+
+@contextmanager
+def external_request(service: str) -> Iterator[None]:
+    """Count one HTTP request sent to ``service``: ``ok`` unless the block raises."""
+    try:
+        yield
+    except BaseException:
+        EXTERNAL_REQUESTS.labels(service, "error").inc()
+        raise
+    else:
+        EXTERNAL_REQUESTS.labels(service, "ok").inc()
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

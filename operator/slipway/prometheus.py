@@ -1,4 +1,7 @@
-"""Prometheus' HTTP API over httpx: instant queries for canary analysis."""
+"""Prometheus' HTTP API over httpx: instant queries for canary analysis.
+
+Every query sent counts in ``slipway_external_requests_total{service="prometheus"}``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,8 @@ import math
 from dataclasses import dataclass
 
 import httpx
+
+from slipway import metrics
 
 
 class PrometheusError(Exception):
@@ -31,6 +36,10 @@ class PrometheusClient:
 
     def query(self, promql: str) -> list[Sample]:
         """Evaluate an instant query; NaN samples (e.g. 0/0 rates) are dropped as no data."""
+        with metrics.external_request("prometheus"):
+            return self._query(promql)
+
+    def _query(self, promql: str) -> list[Sample]:
         try:
             resp = self._http.get(f"{self.base_url}/api/v1/query", params={"query": promql})
         except httpx.HTTPError as exc:

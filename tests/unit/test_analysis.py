@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
 from slipway.analysis import (
     _BUILTIN_QUERIES,
@@ -322,6 +323,12 @@ def prometheus(answer) -> tuple[PrometheusClient, list[str]]:
     return PrometheusClient("http://prom:9090", http=httpx.Client(transport=httpx.MockTransport(handle))), asked
 
 
+def sent(outcome: str) -> float:
+    """How many queries were sent to Prometheus with this outcome, as the operator's metric counts them."""
+    labels = {"service": "prometheus", "outcome": outcome}
+    return REGISTRY.get_sample_value("slipway_external_requests_total", labels) or 0
+
+
 def vector(value: float | None) -> dict[str, object]:
     result = [] if value is None else [{"metric": {}, "value": [0, json.dumps(value)]}]
     return {"status": "success", "data": {"resultType": "vector", "result": result}}
@@ -334,8 +341,10 @@ def test_run_analysis_with_default_metrics_queries_both_tracks_where_needed():
         return 200, vector(0.2 if 'track="canary"' in q else 0.1)
 
     client, asked = prometheus(answer)
+    ok = sent("ok")
     o = run_analysis(client, Analysis(interval="10s"), "team-a", "digits", NOW)
     assert len(asked) == 3  # errorRate on the canary; p95 latency on both tracks
+    assert sent("ok") == ok + 3
     assert all("[20s]" in q for q in asked)  # the window floor
     assert o.verdict == "Failed"
     assert (o.metric, o.value) == ("errorRate", 0.3)
@@ -349,9 +358,10 @@ def test_run_analysis_unreachable_is_inconclusive_and_stops_asking():
         raise httpx.ConnectError("connection refused")
 
     client, asked = prometheus(answer)
+    errors = sent("error")
     o = run_analysis(client, Analysis(noData="fail"), "team-a", "digits", NOW)
     assert o.verdict == "Inconclusive" and o.prometheus_unavailable
-    assert len(asked) == 1
+    assert len(asked) == 1 and sent("error") == errors + 1
     assert "unreachable" in o.reason and "neither promotes nor rolls back" in o.reason
     assert o.metric is None and o.value is None
 

@@ -14,19 +14,25 @@ import threading
 
 import httpx
 import pytest
+from prometheus_client import REGISTRY
 
-from slipway import mlflow
 from slipway.mlflow import (
     MlflowClient,
     MlflowError,
     MlflowNotFound,
     MlflowUnavailable,
+    ModelUri,
     ModelVersion,
     Run,
+    RunUri,
     model_version_filter,
+    parse_model_uri,
+    parse_run_uri,
     run_artifact_uri,
     tag_filter,
 )
+from slipway.mlflow import http as mlflow_http
+from slipway.mlflow import tracking as mlflow_tracking
 
 
 def test_model_version_filter_quotes_tag_keys_with_backticks() -> None:
@@ -50,6 +56,45 @@ def test_filters_refuse_what_mlflow_cannot_escape(name: str, tags: dict[str, str
 def test_run_artifact_uri() -> None:
     assert run_artifact_uri("abc", "model/") == "runs:/abc/model"
     assert run_artifact_uri("abc") == "runs:/abc"
+
+
+@pytest.mark.parametrize(
+    ("uri", "parsed"),
+    [
+        ("models:/digits/3", ModelUri("digits", version="3")),
+        ("models:/digits/3/sub/dir/", ModelUri("digits", version="3", path="sub/dir")),
+        ("models://digits/3", ModelUri("digits", version="3")),
+        ("models:/digits@production", ModelUri("digits", alias="production")),
+        ("models:/digits/Production", ModelUri("digits", version="Production")),  # a stage: no registered version
+        ("models:/m-abc", ModelUri("m-abc")),  # an MLflow 3 logged model
+        ("runs:/abc/model", None),
+        ("mlflow-artifacts:/1/abc/artifacts", None),
+    ],
+)
+def test_model_uris(uri: str, parsed: ModelUri | None) -> None:
+    assert parse_model_uri(uri) == parsed
+
+
+@pytest.mark.parametrize(
+    ("uri", "version"),
+    [("models:/d/3", "3"), ("models:/d/Production", None), ("models:/d@a", None), ("models:/x", None)],
+)
+def test_only_numbered_versions_are_registered_versions(uri: str, version: str | None) -> None:
+    model = parse_model_uri(uri)
+    assert model is not None and model.registered_version == version
+
+
+@pytest.mark.parametrize(
+    ("uri", "parsed"),
+    [
+        ("runs:/abc/model", RunUri("abc", "model")),
+        ("runs://abc/model/model.onnx", RunUri("abc", "model/model.onnx")),
+        ("runs:/abc", RunUri("abc")),
+        ("models:/digits/3", None),
+    ],
+)
+def test_run_uris(uri: str, parsed: RunUri | None) -> None:
+    assert parse_run_uri(uri) == parsed
 
 
 def _answer(status: int, body: object = None, text: str = "") -> httpx.Response:
@@ -92,14 +137,14 @@ def _answer(status: int, body: object = None, text: str = "") -> httpx.Response:
 )
 def test_answers_map_to_exceptions(response: httpx.Response, what: str, expected: type[MlflowError]) -> None:
     with pytest.raises(MlflowError) as caught:
-        mlflow._raise_for_answer(response, what, "http://mlflow:5000")
+        mlflow_http._raise_for_answer(response, what, "http://mlflow:5000")
     assert type(caught.value) is expected
     assert caught.value.status == response.status_code
 
 
 def test_error_names_the_request_code_and_fix() -> None:
     with pytest.raises(MlflowError) as caught:
-        mlflow._raise_for_answer(
+        mlflow_http._raise_for_answer(
             _answer(401, {"error_code": "UNAUTHENTICATED", "message": "bad credentials"}), "GET /runs/get", "http://m"
         )
     text = str(caught.value)
@@ -108,7 +153,7 @@ def test_error_names_the_request_code_and_fix() -> None:
 
 
 def test_success_raises_nothing() -> None:
-    mlflow._raise_for_answer(_answer(200, {}), "GET /x", "http://m")
+    mlflow_http._raise_for_answer(_answer(200, {}), "GET /x", "http://m")
 
 
 def test_unreachable_server_is_unavailable() -> None:
@@ -120,9 +165,14 @@ def test_unreachable_server_is_unavailable() -> None:
             client.get_run("abc")
 
 
+def sent(outcome: str) -> float:
+    """How many requests the client has sent to MLflow with this outcome, as the operator's metric counts them."""
+    return REGISTRY.get_sample_value("slipway_external_requests_total", {"service": "mlflow", "outcome": outcome}) or 0
+
+
 def test_only_idempotent_requests_are_retried(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real server that drops every connection: reads are retried, creates are not."""
-    monkeypatch.setattr(mlflow, "_RETRY_BACKOFF_SECONDS", (0.0,))  # no waiting between retries
+    """A real server that drops every connection: reads are retried, creates are not; each try counts."""
+    monkeypatch.setattr(mlflow_http, "_RETRY_BACKOFF_SECONDS", (0.0,))  # no waiting between retries
     connections = 0
 
     class Drop(socketserver.BaseRequestHandler):
@@ -134,12 +184,13 @@ def test_only_idempotent_requests_are_retried(monkeypatch: pytest.MonkeyPatch) -
     with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Drop) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         client = MlflowClient(f"http://127.0.0.1:{server.server_address[1]}", retries=2, timeout=5)
+        errors = sent("error")
         with pytest.raises(MlflowUnavailable):
             client.get_run("abc")
-        assert connections == 3
+        assert connections == 3 and sent("error") == errors + 3
         with pytest.raises(MlflowUnavailable):
             client.create_run("1", "r")
-        assert connections == 4
+        assert connections == 4 and sent("error") == errors + 4
         server.shutdown()
 
 
@@ -198,10 +249,10 @@ def test_artifacts_outside_the_proxy_are_refused_with_the_fix() -> None:
 
 
 def test_non_finite_metrics_use_protobuf_json_spellings() -> None:
-    assert mlflow._json_number(math.nan) == "NaN"
-    assert mlflow._json_number(math.inf) == "Infinity"
-    assert mlflow._json_number(-math.inf) == "-Infinity"
-    assert mlflow._json_number(1) == 1.0
+    assert mlflow_tracking._json_number(math.nan) == "NaN"
+    assert mlflow_tracking._json_number(math.inf) == "Infinity"
+    assert mlflow_tracking._json_number(-math.inf) == "-Infinity"
+    assert mlflow_tracking._json_number(1) == 1.0
 
 
 def test_bearer_token_from_env_is_sent_and_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,9 +276,10 @@ def test_bearer_token_from_env_is_sent_and_never_shown(monkeypatch: pytest.Monke
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answer) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         client = MlflowClient(f"http://127.0.0.1:{server.server_address[1]}")
+        ok = sent("ok")
         client.get_registered_model("m")
         server.shutdown()
-    assert seen == ["Bearer s3cr3t"]
+    assert seen == ["Bearer s3cr3t"] and sent("ok") == ok + 1
     assert "s3cr3t" not in repr(client) and "s3cr3t" not in repr(client._http.auth)
 
 
@@ -235,7 +287,7 @@ def test_basic_auth_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ops")
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "pw")
-    assert isinstance(mlflow._auth_from_env(), httpx.BasicAuth)
+    assert isinstance(mlflow_http._auth_from_env(), httpx.BasicAuth)
 
 
 def test_tracking_uri_must_be_http(monkeypatch: pytest.MonkeyPatch) -> None:

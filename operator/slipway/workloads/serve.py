@@ -87,7 +87,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from slipway.mlflow import MlflowClient, ModelVersion
+from slipway.mlflow import MlflowClient, ModelVersion, parse_model_uri
 from slipway.workloads.common import (
     EXIT_ERROR,
     INPUT_NAME,
@@ -296,15 +296,13 @@ def parse_instances(body: bytes) -> Any:
 def registry_version(client: MlflowClient, uri: str) -> ModelVersion | None:
     """The registered model version a ``models:/name/version`` or ``models:/name@alias`` URI
     names, with its tags; None for other URIs and for an alias that does not exist."""
-    if not uri.startswith("models:/"):
+    model = parse_model_uri(uri)
+    if model is None:
         return None
-    ref = uri[len("models:/") :].strip("/")
-    if "@" in ref:
-        name, alias = ref.split("@", 1)
-        return client.get_version_by_alias(name, alias)
-    name, _, rest = ref.partition("/")
-    number = rest.partition("/")[0]
-    return client.get_model_version(name, number) if number.isdigit() else None
+    if model.alias is not None:
+        return client.get_version_by_alias(model.name, model.alias)
+    number = model.registered_version
+    return client.get_model_version(model.name, number) if number is not None else None
 
 
 def model_version_label(uri: str, version: ModelVersion | None = None) -> str:
@@ -315,10 +313,8 @@ def model_version_label(uri: str, version: ModelVersion | None = None) -> str:
         return explicit
     if version is not None:
         return version.version
-    if not uri.startswith("models:/"):
-        return "unknown"
-    parts = uri[len("models:/") :].strip("/").split("/")
-    return parts[1] if len(parts) >= 2 and parts[1].isdigit() else "unknown"
+    model = parse_model_uri(uri)
+    return (model.registered_version if model else None) or "unknown"
 
 
 def crash_if_asked(faults: Faults) -> None:
@@ -470,7 +466,8 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
             client = mlflow_client()
             version = registry_version(client, args.model_uri)
             # An alias is resolved once: the files, the fault tags and the version label are of one version.
-            source = version.uri if version is not None and "@" in args.model_uri else args.model_uri
+            named = parse_model_uri(args.model_uri)
+            source = version.uri if version is not None and named and named.alias is not None else args.model_uri
             model_file = download_model(client, source, workdir)
             faults = resolve_faults(
                 os.environ, version.tags if version else {}, read_metadata(model_file).get("faults")

@@ -1,0 +1,57 @@
+"""A small, typed, synchronous client for MLflow's REST API (tracking, registry, artifacts).
+
+This is the only package in Slipway that talks to MLflow. It speaks plain REST over
+``httpx`` because the ``mlflow`` package pins dependencies that conflict with the
+Kubernetes client. :class:`MlflowClient` is the one object callers use; it is composed of:
+
+- :mod:`.http` — the connection, auth, retries and the error mapping
+  (:class:`MlflowError`, :class:`MlflowNotFound`, :class:`MlflowUnavailable`);
+- :mod:`.tracking` — experiments, runs, metrics, params and tags;
+- :mod:`.registry` — registered models, versions, version tags and aliases;
+- :mod:`.artifacts` — upload, list and download, and artifact URI resolution;
+
+with two pure helpers: :mod:`.uris` (the ``models:/`` and ``runs:/`` URI parser) and
+:mod:`.filters` (search filters).
+"""
+
+from __future__ import annotations
+
+from slipway.mlflow.artifacts import ARTIFACT_PROXY, ArtifactFile, Artifacts
+from slipway.mlflow.filters import model_version_filter, tag_filter
+from slipway.mlflow.http import API, MlflowError, MlflowNotFound, MlflowUnavailable
+from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
+from slipway.mlflow.tracking import RUN_STATUSES, TERMINAL_RUN_STATUSES, Metric, Run, Tracking, now_millis
+from slipway.mlflow.uris import ModelUri, RunUri, model_version_uri, parse_model_uri, parse_run_uri, run_artifact_uri
+
+__all__ = [
+    "API",
+    "ARTIFACT_PROXY",
+    "RUN_STATUSES",
+    "TERMINAL_RUN_STATUSES",
+    "ArtifactFile",
+    "Metric",
+    "MlflowClient",
+    "MlflowError",
+    "MlflowNotFound",
+    "MlflowUnavailable",
+    "ModelUri",
+    "ModelVersion",
+    "RegisteredModel",
+    "Run",
+    "RunUri",
+    "model_version_filter",
+    "model_version_uri",
+    "now_millis",
+    "parse_model_uri",
+    "parse_run_uri",
+    "run_artifact_uri",
+    "tag_filter",
+]
+
+
+class MlflowClient(Artifacts, Tracking, Registry):
+    """A synchronous client for one MLflow tracking server: tracking, registry and artifacts.
+
+    ``retries`` applies only to idempotent requests answered with :class:`MlflowUnavailable`;
+    keep it 0 inside operator handlers (kopf retries with backoff) and raise it in workloads.
+    """
