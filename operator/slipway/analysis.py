@@ -1,6 +1,6 @@
 """Canary analysis: the metrics that gate each rollout step, from PromQL to a verdict.
 
-Three parts, the first two pure:
+Pure: no I/O here. Three parts:
 
 - ``resolve_query``: a metric of ``spec.rollout.analysis.metrics[]`` → PromQL for one track.
   Built-in names map to queries per ``preset`` (the metric names of the model server);
@@ -8,7 +8,7 @@ Three parts, the first two pure:
   ``{{ deployment }}`` filled in.
 - ``evaluate``: the canary's (and, for ``maxRelativeToStable``, the stable's) measurements →
   one ``MetricResult`` per metric, shaped as ``status.analysis[]``.
-- ``run_analysis``: the one function with I/O; asks Prometheus and evaluates.
+- ``slipway.prometheus.run_analysis``: the I/O; asks Prometheus and evaluates.
 
 Safety rules: no data follows ``noData`` (``inconclusive`` | ``fail`` | ``pass``); a Prometheus
 that cannot be reached, or refuses a query, makes the metric Inconclusive whatever ``noData``
@@ -26,11 +26,13 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric
-from slipway.prometheus import PrometheusClient, PrometheusError, PrometheusUnavailable
+
+if TYPE_CHECKING:
+    from slipway.prometheus import PrometheusClient
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
 NoDataPolicy = Literal["inconclusive", "fail", "pass"]
@@ -343,25 +345,6 @@ class AnalysisOutcome:
         return [r.to_status() for r in self.results]
 
 
-class _Probe:
-    """Measures metrics on one Prometheus; once it is found unreachable, asks no more."""
-
-    def __init__(self, client: PrometheusClient) -> None:
-        self.client = client
-        self.unavailable: str | None = None
-
-    def measure(self, query: str) -> Measurement:
-        if self.unavailable is not None:
-            return Measurement(query, error=self.unavailable)
-        try:
-            return Measurement(query, value=self.client.query_value(query))
-        except PrometheusUnavailable as exc:
-            self.unavailable = f"{exc} (monitoring down: the step waits, it neither promotes nor rolls back)"
-            return Measurement(query, error=self.unavailable)
-        except PrometheusError as exc:
-            return Measurement(query, error=f"{exc}; fix the metric's query in spec.rollout.analysis.metrics")
-
-
 def timestamp(now: datetime | str) -> str:
     """``now`` as the status writes times: RFC 3339 in UTC, to the second (naive means UTC)."""
     if isinstance(now, str):
@@ -379,23 +362,11 @@ def run_analysis(
     now: datetime | str,
     versions: Mapping[str, str] | None = None,
 ) -> AnalysisOutcome:
-    """Query the canary (and the stable where a metric compares with it) and judge every metric.
+    """Deprecated: call :func:`slipway.prometheus.run_analysis`, the module that does the I/O.
 
-    ``versions`` (track -> model version) narrows each track to the pods of that version.
+    Kept only until handlers/inferencedeployment.py calls it there; imported late because
+    slipway.prometheus imports this module.
     """
-    metrics = list(analysis.metrics) or list(DEFAULT_METRICS)
-    window = analysis_window(analysis.interval)
-    probe = _Probe(client)
+    from slipway import prometheus
 
-    def measure(metric: AnalysisMetric, track: str) -> Measurement:
-        try:
-            version = (versions or {}).get(track)
-            query = resolve_query(metric, analysis.preset, track, namespace, deployment, window, version)
-        except QueryError as exc:
-            return Measurement(metric.query or "", error=str(exc))
-        return probe.measure(query)
-
-    canary = [measure(m, CANARY_TRACK) for m in metrics]
-    stable = [measure(m, STABLE_TRACK) if m.max_relative_to_stable is not None else None for m in metrics]
-    results = evaluate(metrics, canary, stable, analysis.no_data, timestamp(now))
-    return AnalysisOutcome(tuple(results), prometheus_unavailable=probe.unavailable is not None)
+    return prometheus.run_analysis(client, analysis, namespace, deployment, now, versions)

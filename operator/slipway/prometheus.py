@@ -1,16 +1,21 @@
-"""Prometheus' HTTP API over httpx: instant queries for canary analysis.
+"""Prometheus' HTTP API over httpx: instant queries, and the canary analysis that asks them.
 
-Every query sent counts in ``slipway_external_requests_total{service="prometheus"}``.
+The only module that talks to Prometheus; :mod:`slipway.analysis` builds the queries and judges
+the answers without I/O. Every query sent counts in
+``slipway_external_requests_total{service="prometheus"}``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 import httpx
 
-from slipway import metrics
+from slipway import analysis, metrics
+from slipway.models.inferencedeployment import Analysis, AnalysisMetric
 
 
 class PrometheusError(Exception):
@@ -72,3 +77,53 @@ class PrometheusClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+class _Probe:
+    """Measures metrics on one Prometheus; once it is found unreachable, asks no more."""
+
+    def __init__(self, client: PrometheusClient) -> None:
+        self.client = client
+        self.unavailable: str | None = None
+
+    def measure(self, query: str) -> analysis.Measurement:
+        if self.unavailable is not None:
+            return analysis.Measurement(query, error=self.unavailable)
+        try:
+            return analysis.Measurement(query, value=self.client.query_value(query))
+        except PrometheusUnavailable as exc:
+            self.unavailable = f"{exc} (monitoring down: the step waits, it neither promotes nor rolls back)"
+            return analysis.Measurement(query, error=self.unavailable)
+        except PrometheusError as exc:
+            return analysis.Measurement(query, error=f"{exc}; fix the metric's query in spec.rollout.analysis.metrics")
+
+
+def run_analysis(
+    client: PrometheusClient,
+    settings: Analysis,
+    namespace: str,
+    deployment: str,
+    now: datetime | str,
+    versions: Mapping[str, str] | None = None,
+) -> analysis.AnalysisOutcome:
+    """Query the canary (and the stable where a metric compares with it) and judge every metric.
+
+    ``settings`` is ``spec.rollout.analysis``; ``versions`` (track -> model version) narrows each
+    track to the pods of that version.
+    """
+    metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
+    window = analysis.analysis_window(settings.interval)
+    probe = _Probe(client)
+
+    def measure(metric: AnalysisMetric, track: str) -> analysis.Measurement:
+        try:
+            version = (versions or {}).get(track)
+            query = analysis.resolve_query(metric, settings.preset, track, namespace, deployment, window, version)
+        except analysis.QueryError as exc:
+            return analysis.Measurement(metric.query or "", error=str(exc))
+        return probe.measure(query)
+
+    canary = [measure(m, analysis.CANARY_TRACK) for m in metric_rules]
+    stable = [measure(m, analysis.STABLE_TRACK) if m.max_relative_to_stable is not None else None for m in metric_rules]
+    results = analysis.evaluate(metric_rules, canary, stable, settings.no_data, analysis.timestamp(now))
+    return analysis.AnalysisOutcome(tuple(results), prometheus_unavailable=probe.unavailable is not None)

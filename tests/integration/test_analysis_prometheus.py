@@ -26,9 +26,9 @@ from prometheus_client import start_http_server
 from localkube.mlflow_server import free_port
 from localkube.prometheus import binary as prometheus_binary
 from localkube.wait import wait_for
-from slipway.analysis import AnalysisOutcome, run_analysis
+from slipway.analysis import AnalysisOutcome
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
-from slipway.prometheus import PrometheusClient
+from slipway.prometheus import PrometheusClient, run_analysis
 from slipway.workloads.serve import ServingMetrics
 
 # The same Prometheus as the local cluster's (`make prometheus`), here with static targets.

@@ -1,5 +1,6 @@
-"""Canary analysis: query resolution per preset, evaluation of each rule, verdicts, and run_analysis
-over a Prometheus answering through httpx.MockTransport (the real one is in tests/integration)."""
+"""Canary analysis: query resolution per preset, evaluation of each rule, verdicts, and
+slipway.prometheus.run_analysis over a Prometheus answering through httpx.MockTransport (the real
+one is in tests/integration)."""
 
 from __future__ import annotations
 
@@ -23,12 +24,11 @@ from slipway.analysis import (
     evaluate,
     evaluate_metric,
     resolve_query,
-    run_analysis,
     threshold_text,
     timestamp,
 )
 from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric, AnalysisResult
-from slipway.prometheus import PrometheusClient
+from slipway.prometheus import PrometheusClient, run_analysis
 
 NOW = "2025-01-01T00:00:00Z"
 SELECTOR = 'namespace="team-a", slipway_dev_deployment="digits", slipway_dev_track="canary"'
