@@ -14,10 +14,10 @@ import yaml
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.loadgen import LoadDriver
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operator_pod, wait_operator_replaced
+from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import report
 
 pytestmark = pytest.mark.cluster

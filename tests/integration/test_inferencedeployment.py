@@ -10,8 +10,8 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.loadgen import LoadDriver
 from slipway.mlflow import MlflowClient
+from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, train_run, wait_status
 
 pytestmark = pytest.mark.cluster

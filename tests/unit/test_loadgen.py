@@ -14,8 +14,8 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.loadgen import Endpoint, LoadDriver, RoundRobin, predict_payload, ready_endpoints
 from slipway.workloads.serve import parse_instances
+from slipway_e2e.loadgen import Endpoint, LoadDriver, RoundRobin, predict_payload, ready_endpoints
 
 
 def endpoint_slice(*endpoints: dict[str, Any], ports=(("http", 8080),), address_type: str = "IPv4") -> dict[str, Any]:
