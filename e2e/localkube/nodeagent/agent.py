@@ -12,7 +12,7 @@ from localkube.kube import Kube
 from localkube.nodeagent.ipam import IPAM
 from localkube.nodeagent.node import NodeReporter, NodeSpec
 from localkube.nodeagent.tracking import Tracker
-from localkube.nodeagent.worker import PodWorker
+from localkube.nodeagent.worker import NodeContext, PodWorker
 from localkube.state import ROOT
 
 log = logging.getLogger(__name__)
@@ -41,34 +41,25 @@ class Agent:
         self.kube = Kube(cfg.kubeconfig)
         self.node = NodeReporter(self.kube, cfg.node)
         cfg.state_dir.mkdir(parents=True, exist_ok=True)
-        self.pods_dir = cfg.pods_dir
         self.ipam = IPAM(cfg.state_dir, cfg.node_index)
         self.tracker = Tracker(cfg.state_dir)
-        self.restart_backoff = cfg.restart_backoff
-        self.allocatable = cfg.node.capacity()
         self.workers: dict[str, PodWorker] = {}
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         host = self.kube.api.configuration.host.removeprefix("https://")
-        self.api_host, _, self.api_port = host.partition(":")
-
-    def base_env(self, pod_ip: str, home: Path, hostname: str) -> dict[str, str]:
-        """Variables every container gets; the API server is reached on its real address."""
-        port = self.api_port or "443"
-        return {
-            "PATH": f"{self.cfg.workload_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            "HOME": str(home),
-            "HOSTNAME": hostname,
-            "LANG": "C.UTF-8",
-            "KUBERNETES_SERVICE_HOST": self.api_host,
-            "KUBERNETES_SERVICE_PORT": port,
-            "KUBERNETES_SERVICE_PORT_HTTPS": port,
-            "KUBERNETES_PORT": f"tcp://{self.api_host}:{port}",
-            "KUBERNETES_PORT_443_TCP": f"tcp://{self.api_host}:{port}",
-            "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
-            "KUBERNETES_PORT_443_TCP_ADDR": self.api_host,
-            "KUBERNETES_PORT_443_TCP_PORT": port,
-        }
+        api_host, _, api_port = host.partition(":")
+        self.context = NodeContext(
+            kube=self.kube,
+            pods_dir=cfg.pods_dir,
+            ipam=self.ipam,
+            tracker=self.tracker,
+            allocatable=cfg.node.capacity(),
+            restart_backoff=cfg.restart_backoff,
+            workload_bin=cfg.workload_bin,
+            api_host=api_host,
+            api_port=api_port,
+            forget=self.forget,
+        )
 
     # -- pods ------------------------------------------------------------------
     def on_list(self, pods: list[JSON]) -> None:
@@ -99,7 +90,7 @@ class Agent:
             phase = pod.get("status", {}).get("phase")
             if phase in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp"):
                 return  # finished before this agent started: nothing to run
-            worker = PodWorker(self, pod)
+            worker = PodWorker(self.context, pod)
             self.workers[uid] = worker
         worker.start()
 

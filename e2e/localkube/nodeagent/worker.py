@@ -7,18 +7,19 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from localkube.kube import Kube
 from localkube.nodeagent import envvars, runtime, volumes
+from localkube.nodeagent.ipam import IPAM
 from localkube.nodeagent.probes import Prober
 from localkube.nodeagent.status import ContainerStatus, PodStatus, other_containers
-
-if TYPE_CHECKING:
-    from localkube.nodeagent.agent import Agent
+from localkube.nodeagent.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -37,19 +38,53 @@ class Outcome:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class NodeContext:
+    """What the node agent shares with each of its pod workers."""
+
+    kube: Kube
+    pods_dir: Path
+    ipam: IPAM
+    tracker: Tracker
+    allocatable: dict[str, str]  # the node's, for resourceFieldRef without limits
+    restart_backoff: float
+    workload_bin: Path  # first on every container's PATH
+    api_host: str  # the API server's real address, as containers reach it
+    api_port: str
+    forget: Callable[[str], None]  # called with the pod's uid when its worker ends
+
+    def base_env(self, pod_ip: str, home: Path, hostname: str) -> dict[str, str]:
+        """Variables every container gets; the API server is reached on its real address."""
+        port = self.api_port or "443"
+        return {
+            "PATH": f"{self.workload_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(home),
+            "HOSTNAME": hostname,
+            "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": self.api_host,
+            "KUBERNETES_SERVICE_PORT": port,
+            "KUBERNETES_SERVICE_PORT_HTTPS": port,
+            "KUBERNETES_PORT": f"tcp://{self.api_host}:{port}",
+            "KUBERNETES_PORT_443_TCP": f"tcp://{self.api_host}:{port}",
+            "KUBERNETES_PORT_443_TCP_PROTO": "tcp",
+            "KUBERNETES_PORT_443_TCP_ADDR": self.api_host,
+            "KUBERNETES_PORT_443_TCP_PORT": port,
+        }
+
+
 class PodWorker(threading.Thread):
     """Runs one pod bound to this node until it is deleted."""
 
-    def __init__(self, agent: Agent, pod: JSON) -> None:
+    def __init__(self, node: NodeContext, pod: JSON) -> None:
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
-        self.agent = agent
-        self.kube = agent.kube
+        self.node = node
+        self.kube = node.kube
         self.pod = pod
         self.uid: str = meta["uid"]
         self.ns: str = meta["namespace"]
         self.pod_name: str = meta["name"]
-        self.pod_dir = agent.pods_dir / f"{self.ns}_{self.pod_name}"
+        self.pod_dir = node.pods_dir / f"{self.ns}_{self.pod_name}"
         self.run_dir = self.pod_dir / self.uid
         self.wake = threading.Event()
         self.lock = threading.Lock()
@@ -116,7 +151,7 @@ class PodWorker(threading.Thread):
             if self.container:
                 self.container.stop(0)
         finally:
-            self.agent.forget(self.uid)
+            self.node.forget(self.uid)
 
     def _run(self) -> None:
         previous = self.pod.get("status", {})
@@ -129,7 +164,7 @@ class PodWorker(threading.Thread):
             self._finish()
             return
         # hostNetwork pods share the host's address; all others get their own.
-        self.status.pod_ip = "127.0.0.1" if self.spec.get("hostNetwork") else self.agent.ipam.allocate(self.uid)
+        self.status.pod_ip = "127.0.0.1" if self.spec.get("hostNetwork") else self.node.ipam.allocate(self.uid)
         self.publish()
         if self.spec.get("initContainers"):
             self._refuse("InitContainersNotSupported", "localkube does not run init containers")
@@ -192,7 +227,7 @@ class PodWorker(threading.Thread):
             log=self.pod_dir / "container.log",
             on_exit=self.wake.set,
         )
-        self.agent.tracker.record(self.uid, self.container.proc, f"{self.ns}/{self.pod_name}")
+        self.node.tracker.record(self.uid, self.container.proc, f"{self.ns}/{self.pod_name}")
         log.info("%s: started %s (pid %d) on %s", self.name, argv[0], self.container.pid, self.status.pod_ip)
         cs.running(self.container.pid)
         self.status.phase = "Running"
@@ -208,14 +243,14 @@ class PodWorker(threading.Thread):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # The downward API must see the pod IP before the API object does.
         pod = dict(self.pod, status=dict(self.pod.get("status", {}), **self._ip_fields()))
-        builder = volumes.VolumeBuilder(self.kube, pod, self.run_dir, self.agent.allocatable)
+        builder = volumes.VolumeBuilder(self.kube, pod, self.run_dir, self.node.allocatable)
         env = envvars.build_env(
             pod,
             c,
-            self.agent.base_env(self.status.pod_ip, self._workdir(), self.spec.get("hostname") or self.pod_name),
+            self.node.base_env(self.status.pod_ip, self._workdir(), self.spec.get("hostname") or self.pod_name),
             lambda ns, name: builder.get("configmaps", name),
             lambda ns, name: builder.get("secrets", name),
-            self.agent.allocatable,
+            self.node.allocatable,
         )
         self.volumes = builder.build()
         self._volume_builder = builder
@@ -326,7 +361,7 @@ class PodWorker(threading.Thread):
         cs = self.status.container
         if "terminated" not in cs.state:
             cs.terminated(outcome.exit_code, outcome.reason, outcome.message)
-        self.agent.tracker.forget(self.uid)
+        self.node.tracker.forget(self.uid)
         policy = self.spec.get("restartPolicy", "Always")
         if policy == "Never" or (policy == "OnFailure" and outcome.exit_code == 0):
             self.status.phase = "Succeeded" if outcome.exit_code == 0 else "Failed"
@@ -334,7 +369,7 @@ class PodWorker(threading.Thread):
         ran = time.monotonic() - self.container.started_mono if self.container else 0
         if ran >= BACKOFF_RESET_AFTER:
             self._crashes = 0
-        delay = 0.0 if self._crashes == 0 else min(self.agent.restart_backoff * 2 ** (self._crashes - 1), MAX_BACKOFF)
+        delay = 0.0 if self._crashes == 0 else min(self.node.restart_backoff * 2 ** (self._crashes - 1), MAX_BACKOFF)
         self._crashes += 1
         cs.last_state = cs.state
         if delay > 0:
@@ -367,8 +402,8 @@ class PodWorker(threading.Thread):
         self._terminate()
 
     def _release(self) -> None:
-        self.agent.ipam.release(self.uid)
-        self.agent.tracker.forget(self.uid)
+        self.node.ipam.release(self.uid)
+        self.node.tracker.forget(self.uid)
         volumes.remove_pod_volumes(self.run_dir)
 
     def _terminate(self) -> None:
