@@ -194,6 +194,41 @@ def test_only_idempotent_requests_are_retried(monkeypatch: pytest.MonkeyPatch) -
         server.shutdown()
 
 
+def paged_server(pages: dict[str, list[object]], asked: list[httpx.Request]) -> MlflowClient:
+    """An MLflow that answers every search from ``pages`` (page token -> items), linking them in order."""
+    tokens = list(pages)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request)
+        body = json.loads(request.content) if request.content else dict(request.url.params)
+        token = body.get("page_token", "")
+        following = tokens[tokens.index(token) + 1 :]
+        items = pages[token]
+        key = "runs" if "runs" in request.url.path else "model_versions"
+        return httpx.Response(200, json={key: items, "next_page_token": following[0] if following else ""})
+
+    return MlflowClient("http://mlflow:5000", transport=httpx.MockTransport(answer))
+
+
+def test_searches_follow_pages_and_stop_at_max_results() -> None:
+    def run(i: int) -> dict[str, object]:
+        return {"info": {"run_id": f"r{i}", "experiment_id": "1"}}
+
+    asked: list[httpx.Request] = []
+    client = paged_server({"": [run(1), run(2)], "p2": [run(3)], "p3": [run(4)]}, asked)
+    assert [r.run_id for r in client.search_runs(["1"])] == ["r1", "r2", "r3", "r4"]
+    assert len(asked) == 3 and json.loads(asked[2].content)["page_token"] == "p3"
+    asked.clear()
+    assert [r.run_id for r in client.search_runs(["1"], max_results=2)] == ["r1", "r2"]
+    assert len(asked) == 1  # the first page held enough: the next is not asked for
+
+    asked.clear()
+    versions = [{"name": "m", "version": str(i)} for i in (3, 2, 1)]
+    client = paged_server({"": versions[:2], "p2": versions[2:]}, asked)
+    assert [v.version for v in client.search_model_versions("name='m'")] == ["3", "2", "1"]
+    assert [r.url.params.get("page_token") for r in asked] == [None, "p2"]
+
+
 def test_run_from_json_keeps_latest_metrics_params_and_tags() -> None:
     run = Run.from_json(
         {

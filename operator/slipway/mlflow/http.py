@@ -20,7 +20,7 @@ import logging
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, Self
 
 import httpx
@@ -143,6 +143,21 @@ class MlflowHttp:
     ) -> dict[str, Any]:
         """One request to ``/api/2.0<path>``; returns the decoded JSON answer."""
         return self._call_raw(method, API + path, params=params, json=json, idempotent=idempotent)
+
+    def _pages(
+        self, method: str, path: str, request: Mapping[str, Any], items: str, *, idempotent: bool | None = None
+    ) -> Iterator[Any]:
+        """The ``items`` of each page of a paginated answer, asking for the next page (following
+        ``next_page_token``) only when the caller wants more."""
+        page_token = ""
+        while True:
+            page = {**request, "page_token": page_token} if page_token else request
+            as_body = {"params": page} if method == "GET" else {"json": page}
+            answer = self._call(method, path, **as_body, idempotent=idempotent)
+            yield from answer.get(items, [])
+            page_token = answer.get("next_page_token", "")
+            if not page_token:
+                return
 
     def _call_raw(
         self,

@@ -111,17 +111,9 @@ class Registry(MlflowHttp):
     ) -> list[ModelVersion]:
         """Model versions matching ``filter`` (see :func:`~slipway.mlflow.filters.model_version_filter`),
         newest first."""
-        versions: list[ModelVersion] = []
-        page_token = ""
-        while True:
-            params: dict[str, Any] = {"filter": filter, "max_results": 1000, "order_by": list(order_by)}
-            if page_token:
-                params["page_token"] = page_token
-            answer = self._call("GET", "/mlflow/model-versions/search", params=params)
-            versions.extend(ModelVersion.from_json(v) for v in answer.get("model_versions", []))
-            page_token = answer.get("next_page_token", "")
-            if not page_token:
-                return versions
+        request = {"filter": filter, "max_results": 1000, "order_by": list(order_by)}
+        found = self._pages("GET", "/mlflow/model-versions/search", request, "model_versions")
+        return [ModelVersion.from_json(v) for v in found]
 
     def get_model_version(self, name: str, version: str | int) -> ModelVersion:
         answer = self._call("GET", "/mlflow/model-versions/get", params={"name": name, "version": str(version)})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -147,23 +148,15 @@ class Tracking(MlflowHttp):
         max_results: int | None = None,
     ) -> list[Run]:
         """Active runs matching ``filter`` (e.g. :func:`~slipway.mlflow.filters.tag_filter`), following pagination."""
-        runs: list[Run] = []
-        page_token = ""
-        while True:
-            body: dict[str, Any] = {
-                "experiment_ids": list(experiment_ids),
-                "filter": filter,
-                "run_view_type": "ACTIVE_ONLY",
-                "max_results": min(max_results or 1000, 1000),
-                "order_by": list(order_by),
-            }
-            if page_token:
-                body["page_token"] = page_token
-            answer = self._call("POST", "/mlflow/runs/search", json=body, idempotent=True)
-            runs.extend(Run.from_json(r) for r in answer.get("runs", []))
-            page_token = answer.get("next_page_token", "")
-            if not page_token or (max_results and len(runs) >= max_results):
-                return runs[:max_results] if max_results else runs
+        request = {
+            "experiment_ids": list(experiment_ids),
+            "filter": filter,
+            "run_view_type": "ACTIVE_ONLY",
+            "max_results": min(max_results or 1000, 1000),
+            "order_by": list(order_by),
+        }
+        found = self._pages("POST", "/mlflow/runs/search", request, "runs", idempotent=True)
+        return [Run.from_json(r) for r in itertools.islice(found, max_results or None)]
 
     def update_run(
         self, run_id: str, status: str | None = None, end_time: int | None = None, run_name: str | None = None
@@ -231,17 +224,8 @@ class Tracking(MlflowHttp):
 
     def get_metric_history(self, run_id: str, key: str) -> list[Metric]:
         """Every logged sample of metric ``key``, in the order MLflow returns them."""
-        samples: list[Metric] = []
-        page_token = ""
-        while True:
-            params: dict[str, Any] = {"run_id": run_id, "metric_key": key, "max_results": 25000}
-            if page_token:
-                params["page_token"] = page_token
-            answer = self._call("GET", "/mlflow/metrics/get-history", params=params)
-            samples.extend(Metric.from_json(m) for m in answer.get("metrics", []))
-            page_token = answer.get("next_page_token", "")
-            if not page_token:
-                return samples
+        request = {"run_id": run_id, "metric_key": key, "max_results": 25000}
+        return [Metric.from_json(m) for m in self._pages("GET", "/mlflow/metrics/get-history", request, "metrics")]
 
     def run_url(self, experiment_id: str, run_id: str, ui_base: str | None = None) -> str:
         """The MLflow UI link of a run (``ui_base`` defaults to the tracking URI)."""
