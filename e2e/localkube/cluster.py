@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from localkube import bootstrap, prometheus
+from localkube import audit, bootstrap, prometheus
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port, launch_mlflow, wait_healthy
 from localkube.nodeagent.node import NodeSpec
@@ -180,6 +180,9 @@ class Launcher:
 
     def start_apiserver(self) -> None:
         pki = self.info.pki
+        # Requests of users in localkube:audited only (see localkube.audit), written as each one completes.
+        audit_policy = audit.write_policy(self.dir / audit.POLICY_FILE)
+        audit_log = self.dir / audit.LOG_FILE
         cmd = self._component("kube-apiserver") + [
             f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
             "--bind-address=127.0.0.1",
@@ -205,9 +208,16 @@ class Launcher:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={self.certs['front-proxy-client'].cert}",
             f"--proxy-client-key-file={self.certs['front-proxy-client'].key}",
+            f"--audit-policy-file={audit_policy}",
+            f"--audit-log-path={audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # each event written as its stage happens: no batching delay
+            "--audit-log-maxsize=50",
+            "--audit-log-maxbackup=1",
         ]
         # Pods live on 127.0.x.y: the build accepts loopback endpoints only with this (see build.sh).
         env = dict(os.environ, LOCALKUBE_ALLOW_LOOPBACK_ENDPOINTS="true")
+        self.info.audit_log = audit_log  # recorded with the process
         proc = self._spawn("kube-apiserver", cmd, env=env)
         kubeconfig = self.info.kubeconfig
         write_kubeconfig(

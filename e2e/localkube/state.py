@@ -26,6 +26,8 @@ class ClusterInfo:
     apiserver_url: str = ""
     mlflow_url: str | None = None
     prometheus_url: str | None = None
+    audit_log: Path | None = None
+    """The kube-apiserver's audit log (see :mod:`localkube.audit`); None for a cluster started without one."""
     nodes: list[str] = field(default_factory=list)
     processes: list[Proc] = field(default_factory=list)
     stopped: bool = False
@@ -49,6 +51,7 @@ class ClusterInfo:
             "kubeconfig": str(self.kubeconfig),
             "mlflow_url": self.mlflow_url,
             "prometheus_url": self.prometheus_url,
+            "audit_log": str(self.audit_log) if self.audit_log else None,
             "nodes": self.nodes,
             "processes": [p.to_dict() for p in self.processes],
             "stopped": self.stopped,
@@ -68,6 +71,7 @@ class ClusterInfo:
             apiserver_url=doc["apiserver_url"],
             mlflow_url=doc.get("mlflow_url"),
             prometheus_url=doc.get("prometheus_url"),
+            audit_log=Path(doc["audit_log"]) if doc.get("audit_log") else None,
             nodes=doc.get("nodes", []),
             processes=[Proc.from_dict(p) for p in doc.get("processes", [])],
             stopped=doc.get("stopped", False),
