@@ -5,15 +5,18 @@ Every test runs in its own namespace of the one session cluster.
 
 from __future__ import annotations
 
+import json
 import secrets
 import textwrap
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from localkube.audit import AUDITED_GROUP, AuditRecord, audited_kubeconfig, requests_by, summarize
+from localkube.kube import api_client
 from localkube.state import ClusterInfo
 from localkube.testing import (
     PYTHON,
@@ -355,3 +358,44 @@ def test_mlflow_answers_health(cluster: ClusterInfo) -> None:
     r = httpx.get(f"{cluster.mlflow_url}/health", timeout=5)
     assert r.status_code == 200
     assert r.text.strip() == "OK"
+
+
+def test_audit_log_counts_the_requests_of_an_audited_identity_only(
+    cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str
+) -> None:
+    admin = client.CoreV1Api(kube_api)
+    admin.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}})
+    since = datetime.now(UTC)
+    admin.read_namespaced_config_map("settings", namespace)  # the admin is not audited
+    user = "localkube-test-audited"
+    audited = api_client(audited_kubeconfig(cluster, user))
+    try:
+        core = client.CoreV1Api(audited)
+        core.list_namespaced_pod(namespace)
+        core.read_namespaced_config_map("settings", namespace)
+        # A watch still open counts from the moment it starts.
+        watch = core.list_namespaced_config_map(namespace, watch=True, timeout_seconds=60, _preload_content=False)
+        try:
+
+            def three_requests() -> list[AuditRecord]:
+                found = requests_by(cluster, user, since)
+                return found if len(found) >= 3 else []
+
+            records = wait_for(three_requests, 10, f"3 requests of {user} in {cluster.audit_log}", interval=0.1)
+        finally:
+            watch.close()  # type: ignore[attr-defined]  # _preload_content=False: the raw HTTP response
+    finally:
+        audited.close()
+
+    assert summarize(records) == {"get configmaps": 1, "list pods": 1, "watch configmaps": 1}
+    assert [(r.verb, r.resource, r.subresource, r.namespace, r.name, r.code) for r in records] == [
+        ("list", "pods", None, namespace, None, 200),
+        ("get", "configmaps", None, namespace, "settings", 200),
+        ("watch", "configmaps", None, namespace, None, 200),
+    ]
+    assert records[1].uri == f"/api/v1/namespaces/{namespace}/configmaps/settings"
+    assert requests_by(cluster, user, since, until=records[1].time) == records[:1]
+    assert requests_by(cluster, "localkube-admin", since) == []
+    assert cluster.audit_log is not None
+    events = [json.loads(line) for line in cluster.audit_log.read_text().splitlines() if line.strip()]
+    assert all(AUDITED_GROUP in e["user"].get("groups", []) for e in events), "only the audited group is logged"
