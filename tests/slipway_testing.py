@@ -59,14 +59,15 @@ def free_port() -> int:
 class OperatorProcess:
     """The operator under kopf's test runner (a thread of this process), watching one namespace."""
 
-    def __init__(self, cluster: Any, namespace: str, mlflow_url: str | None = None) -> None:
+    def __init__(self, cluster: Any, namespace: str, mlflow_url: str | None = None, kubeconfig: Any = None) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.mlflow_url = mlflow_url or cluster.mlflow_url
+        self.kubeconfig = kubeconfig or cluster.kubeconfig  # another identity, e.g. an audited one
         self.runner: KopfRunner | None = None
 
     def start(self) -> None:
-        os.environ["KUBECONFIG"] = str(self.cluster.kubeconfig)
+        os.environ["KUBECONFIG"] = str(self.kubeconfig)
         os.environ["SLIPWAY_MLFLOW_URL"] = self.mlflow_url or ""
         os.environ["SLIPWAY_PROMETHEUS_URL"] = self.cluster.prometheus_url or ""
         os.environ["SLIPWAY_METRICS_PORT"] = "0"

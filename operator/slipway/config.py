@@ -11,6 +11,11 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value else default
 
 
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value else default
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     """Everything the operator needs to know about its surroundings."""
@@ -27,3 +32,7 @@ class OperatorConfig:
     # Where /metrics listens; a pod IP where pods share one network (the local test cluster).
     metrics_address: str = field(default_factory=lambda: os.environ.get("SLIPWAY_METRICS_ADDRESS", "0.0.0.0"))
     http_timeout_seconds: float = 10.0
+    # Time is the input: how often a deployment that follows an MLflow alias looks it up, and how
+    # often a running TrainingRun reads its progress from MLflow. Nothing else polls.
+    alias_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_ALIAS_POLL_SECONDS", 30.0))
+    progress_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_PROGRESS_POLL_SECONDS", 15.0))

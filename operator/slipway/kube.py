@@ -1,16 +1,19 @@
 """The Kubernetes API, through the official (blocking) client.
 
-Handlers are sync, so kopf runs them in its thread pool and these calls never
-block the event loop. API errors become kopf's error vocabulary: what a retry
-can fix is a TemporaryError with a delay, what it cannot is a PermanentError.
+Reconciliation passes run in worker threads, so these calls never block the
+event loop. Every call has a timeout. API errors become kopf's error
+vocabulary: what a retry can fix is a TemporaryError with a delay, what it
+cannot is a PermanentError. Objects travel as plain dicts (camelCase keys).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
@@ -23,6 +26,11 @@ from slipway import GROUP, VERSION
 T = TypeVar("T")
 
 RETRYABLE_STATUSES = {409, 429, 500, 502, 503, 504}
+MERGE_PATCH = "application/merge-patch+json"
+# (connect, read) seconds: a half-open connection must not hold a pass for ever.
+REQUEST_TIMEOUT = (5.0, 30.0)
+FIELD_MANAGER = "slipway"
+COMPONENT = "slipway-operator"
 
 
 @dataclass
@@ -45,6 +53,11 @@ class Kube:
         else:
             # KUBECONFIG read now: the client's own default is fixed when it is first imported.
             api = config.new_client_from_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+        # TCP keep-alive: a peer that vanished is noticed instead of waiting on a dead socket.
+        api.configuration.socket_options = [
+            *urllib3.connection.HTTPConnection.default_socket_options,
+            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
+        ]
         return cls.from_api_client(api)
 
     @classmethod
@@ -67,27 +80,32 @@ def is_not_found(exc: BaseException) -> bool:
 
 
 def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Call the API; translate failures into kopf errors that name ``what`` was attempted."""
+    """Call the API with a timeout; translate failures into kopf errors that name ``what`` was attempted.
+
+    404 is left to the caller (absent is often fine)."""
     try:
-        return fn(*args, **kwargs)
+        return fn(*args, _request_timeout=REQUEST_TIMEOUT, **kwargs)
     except ApiException as exc:
         if exc.status == 404:
             raise
         if exc.status in RETRYABLE_STATUSES:
-            raise kopf.TemporaryError(f"{what}: API server answered {exc.status} {exc.reason}", delay=5) from exc
+            delay = 1 if exc.status == 409 else 5
+            raise kopf.TemporaryError(f"{what}: API server answered {exc.status} {exc.reason}", delay=delay) from exc
         if exc.status == 403:
             # RBAC, quotas and admission policies can be fixed without restarting: retry slowly.
             raise kopf.TemporaryError(
-                f"{what}: forbidden: {_status_message(exc)} (RBAC: the operator's ClusterRole in manifests/; "
+                f"{what}: forbidden: {status_message(exc)} (RBAC: the operator's ClusterRole in manifests/; "
                 "or a ResourceQuota or admission policy of the namespace)",
                 delay=60,
             ) from exc
-        raise kopf.PermanentError(f"{what}: API server answered {exc.status} {exc.reason}: {exc.body}") from exc
+        raise kopf.PermanentError(
+            f"{what}: API server answered {exc.status} {exc.reason}: {status_message(exc)}"
+        ) from exc
     except (OSError, urllib3.exceptions.HTTPError) as exc:
         raise kopf.TemporaryError(f"{what}: cannot reach the API server: {exc}", delay=5) from exc
 
 
-def _status_message(exc: ApiException) -> str:
+def status_message(exc: ApiException) -> str:
     """The API server's own words from a Status body, else the HTTP reason."""
     try:
         return str(json.loads(exc.body or "{}").get("message") or exc.reason)
@@ -95,7 +113,16 @@ def _status_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-# kind -> (API attribute on Kube, method suffix); e.g. Job -> batch.read_namespaced_job
+@dataclass(frozen=True)
+class Custom:
+    """A kind served through the custom-objects API (any group): its group, version and plural."""
+
+    group: str
+    version: str
+    plural: str
+
+
+# kind -> (API attribute on Kube, method suffix) for built-in kinds; e.g. Job -> batch.read_namespaced_job
 KINDS: dict[str, tuple[str, str]] = {
     "Job": ("batch", "namespaced_job"),
     "Pod": ("core", "namespaced_pod"),
@@ -104,6 +131,12 @@ KINDS: dict[str, tuple[str, str]] = {
     "Event": ("core", "namespaced_event"),
     "Deployment": ("apps", "namespaced_deployment"),
     "HorizontalPodAutoscaler": ("autoscaling", "namespaced_horizontal_pod_autoscaler"),
+}
+CUSTOM: dict[str, Custom] = {
+    "HTTPRoute": Custom("gateway.networking.k8s.io", "v1", "httproutes"),
+    "TrainingRun": Custom(GROUP, VERSION, "trainingruns"),
+    "ModelArtifact": Custom(GROUP, VERSION, "modelartifacts"),
+    "InferenceDeployment": Custom(GROUP, VERSION, "inferencedeployments"),
 }
 
 
@@ -116,10 +149,19 @@ def _plain(kube: Kube, obj: Any) -> dict[str, Any]:
     return kube.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
 
 
+def _custom_call(kube: Kube, kind: str, verb: str, what: str, namespace: str, *args: Any, **kw: Any) -> dict[str, Any]:
+    c = CUSTOM[kind]
+    fn = getattr(kube.custom, f"{verb}_namespaced_custom_object")
+    return dict(call(what, fn, c.group, c.version, namespace, c.plural, *args, **kw))
+
+
 def get(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """The object as a plain dict (camelCase keys), or None when it does not exist."""
+    """The object, or None when it does not exist."""
+    what = f"read {kind} {namespace}/{name}"
     try:
-        return _plain(kube, call(f"read {kind} {namespace}/{name}", _method(kube, kind, "read"), name, namespace))
+        if kind in CUSTOM:
+            return _custom_call(kube, kind, "get", what, namespace, name)
+        return _plain(kube, call(what, _method(kube, kind, "read"), name, namespace))
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -132,107 +174,124 @@ def list_objects(kube: Kube, kind: str, namespace: str, selector: str) -> list[d
     return [_plain(kube, item) for item in answer.items]
 
 
-def create(kube: Kube, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Create; if it already exists (a crash after an earlier create), return the existing one."""
-    meta = body["metadata"]
+def create(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
+    """Create the object. An existing one of the same name raises AlreadyExists (the caller decides)."""
+    kind, meta = body["kind"], body["metadata"]
     what = f"create {kind} {meta['namespace']}/{meta['name']}"
     try:
-        return _plain(kube, call(what, _method(kube, kind, "create"), meta["namespace"], body))
-    except kopf.TemporaryError:
-        existing = get(kube, kind, meta["namespace"], meta["name"])
-        if existing is None:
-            raise
-        return existing
+        if kind in CUSTOM:
+            return _custom_call(kube, kind, "create", what, meta["namespace"], body, field_manager=FIELD_MANAGER)
+        return _plain(
+            kube, call(what, _method(kube, kind, "create"), meta["namespace"], body, field_manager=FIELD_MANAGER)
+        )
+    except kopf.TemporaryError as exc:
+        if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 409:
+            raise AlreadyExists(kind, meta["namespace"], meta["name"]) from exc
+        raise
+
+
+class AlreadyExists(Exception):
+    """A create found an object of that name (made by an earlier pass, or by someone else)."""
+
+    def __init__(self, kind: str, namespace: str, name: str) -> None:
+        self.kind, self.namespace, self.name = kind, namespace, name
+        super().__init__(f"{kind} {namespace}/{name} already exists")
+
+
+def replace(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
+    """PUT the whole object (lists such as env replaced, not merged). Its resourceVersion makes
+    a concurrent change a conflict (409: retried with what the cluster now holds)."""
+    kind, meta = body["kind"], body["metadata"]
+    what = f"replace {kind} {meta['namespace']}/{meta['name']}"
+    if kind in CUSTOM:
+        return _custom_call(kube, kind, "replace", what, meta["namespace"], meta["name"], body)
+    fn = _method(kube, kind, "replace")
+    return _plain(kube, call(what, fn, meta["name"], meta["namespace"], body, field_manager=FIELD_MANAGER))
 
 
 def patch(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
-    return _plain(kube, call(f"patch {kind} {namespace}/{name}", _method(kube, kind, "patch"), name, namespace, body))
+    """JSON merge patch (RFC 7386): ``None`` removes a key."""
+    what = f"patch {kind} {namespace}/{name}"
+    if kind in CUSTOM:
+        return _custom_call(kube, kind, "patch", what, namespace, name, body, _content_type=MERGE_PATCH)
+    fn = _method(kube, kind, "patch")
+    return _plain(kube, call(what, fn, name, namespace, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH))
 
 
-def delete(kube: Kube, kind: str, namespace: str, name: str) -> None:
-    """Delete with background propagation; absent is fine."""
+def patch_status(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the status subresource of a Slipway object; ``metadata.resourceVersion`` in
+    ``body`` makes it conditional on the object not having changed since it was read."""
+    what = f"write the status of {kind} {namespace}/{name}"
+    c = CUSTOM[kind]
+    fn = kube.custom.patch_namespaced_custom_object_status
+    return dict(call(what, fn, c.group, c.version, namespace, c.plural, name, body, _content_type=MERGE_PATCH))
+
+
+def delete(kube: Kube, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+    """Delete with background propagation; absent is fine. ``uid`` makes it delete only that object."""
+    what = f"delete {kind} {namespace}/{name}"
+    options: dict[str, Any] = {"propagationPolicy": "Background"}
+    if uid:
+        options["preconditions"] = {"uid": uid}
     try:
-        call(
-            f"delete {kind} {namespace}/{name}",
-            _method(kube, kind, "delete"),
-            name,
-            namespace,
-            propagation_policy="Background",
-        )
+        if kind in CUSTOM:
+            _custom_call(kube, kind, "delete", what, namespace, name, body=options)
+        else:
+            call(what, _method(kube, kind, "delete"), name, namespace, body=options)
     except ApiException as exc:
         if exc.status != 404:
             raise
-
-
-def get_custom(kube: Kube, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """A slipway.dev object, or None."""
-    try:
-        obj = call(
-            f"read {plural} {namespace}/{name}",
-            kube.custom.get_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            plural,
-            name,
-        )
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return dict(obj)  # type: ignore[call-overload]
-
-
-def create_custom(kube: Kube, plural: str, body: dict[str, Any]) -> dict[str, Any]:
-    """Create a slipway.dev object; an existing one of the same name is returned instead."""
-    meta = body["metadata"]
-    try:
-        obj = call(
-            f"create {plural} {meta['namespace']}/{meta['name']}",
-            kube.custom.create_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            meta["namespace"],
-            plural,
-            body,
-        )
-    except kopf.TemporaryError:
-        existing = get_custom(kube, plural, meta["namespace"], meta["name"])
-        if existing is None:
-            raise
-        return existing
-    return dict(obj)  # type: ignore[call-overload]
 
 
 def list_nodes(kube: Kube) -> list[dict[str, Any]]:
     return [_plain(kube, n) for n in call("list nodes", kube.core.list_node).items]
 
 
-def replace(kube: Kube, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-    """PUT the whole object (lists such as env replaced, not merged); a conflict retries."""
-    meta = body["metadata"]
-    what = f"replace {kind} {meta['namespace']}/{meta['name']}"
-    return _plain(kube, call(what, _method(kube, kind, "replace"), meta["name"], meta["namespace"], body))
+def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
+    """A controller reference to ``owner``: deleting the owner deletes the child."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
-def apply_route(kube: Kube, body: dict[str, Any]) -> None:
-    """Create the Gateway API HTTPRoute, or merge-patch its spec (weights) when it exists."""
-    meta = body["metadata"]
-    args = ("gateway.networking.k8s.io", "v1", meta["namespace"], "httproutes")
-    try:
-        call(
-            f"patch HTTPRoute {meta['namespace']}/{meta['name']}",
-            kube.custom.patch_namespaced_custom_object,
-            *args,
-            meta["name"],
-            {"spec": body["spec"]},
-        )
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        call(
-            f"create HTTPRoute {meta['namespace']}/{meta['name']}",
-            kube.custom.create_namespaced_custom_object,
-            *args,
-            body,
-        )
+def controller_uid(obj: dict[str, Any]) -> str | None:
+    """The uid of the object's controller (its owner with ``controller: true``), if any."""
+    for ref in obj.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def post_event(kube: Kube, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
+    """A core/v1 Event on ``involved``, as ``kubectl describe`` and ``kubectl get events`` show it."""
+    meta = involved["metadata"]
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name'][:200]}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": involved.get("apiVersion"),
+            "kind": involved.get("kind"),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    call(f"post Event {reason} on {meta['namespace']}/{meta['name']}", kube.core.create_namespaced_event,
+         meta["namespace"], body)  # fmt: skip

@@ -20,6 +20,9 @@ EXTERNAL_REQUESTS = Counter(
     "HTTP requests sent to external services, by service (mlflow, prometheus) and outcome (ok, error).",
     ["service", "outcome"],
 )
+CHILD_ACTIONS = Counter(
+    "slipway_child_actions_total", "Children created, updated or deleted, by kind and action.", ["kind", "action"]
+)
 
 
 @contextmanager

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 
-from slipway import metrics
+from slipway import metrics, watches
 from slipway.config import OperatorConfig
-from slipway.handlers import inferencedeployment, modelartifact, trainingrun  # noqa: F401 - registers handlers
+from slipway.controller import Cache, Key, Scheduler
+from slipway.handlers import inferencedeployment, modelartifact, trainingrun
+from slipway.handlers.common import Context
 from slipway.kube import Kube
 from slipway.mlflow import MlflowClient
 from slipway.prometheus import PrometheusClient
@@ -37,7 +40,7 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
-    settings.execution.max_workers = 16
+    settings.execution.max_workers = 4  # concurrent reconciliation passes (each in a thread)
     settings.networking.request_timeout = 30
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 
@@ -54,12 +57,39 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_kubeconfig(**kwargs)
 
 
+PASSES = {
+    "trainingruns": trainingrun.PASS,
+    "modelartifacts": modelartifact.PASS,
+    "inferencedeployments": inferencedeployment.PASS,
+}
+
+
+def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
+    """The function the scheduler runs for one object: its freshest body, a context, its kind's pass."""
+    memories: dict[Key, dict[str, Any]] = {}
+
+    def run(key: Key) -> float | None:
+        body = memo.cache.parent(key)
+        if body is None:
+            memories.pop(key, None)
+            return None  # deleted: its children go with it (ownerReferences)
+        status_model, step = PASSES[key[0]]
+        ctx = Context(key, body, status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
+                      memo.get("prometheus"), memory=memories.setdefault(key, {}))  # fmt: skip
+        return step(ctx)
+
+    return run
+
+
 @kopf.on.startup()
-def startup(
-    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **_: Any
+async def startup(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **kwargs: Any
 ) -> None:
-    """Configure kopf and create the clients every handler uses (tests may inject their own)."""
+    """Configure kopf and create the clients, the cache and the scheduler (tests may inject clients)."""
     apply_settings(settings)
+    memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
+    memo.seen = {}
+    memo.scheduler = Scheduler(make_pass(memo), workers=settings.execution.max_workers or 4)
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     memo.config = config
     if memo.get("kube") is None:

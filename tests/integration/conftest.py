@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-# The operator's timers resync every second in tests (read when the handlers are imported).
-os.environ.setdefault("SLIPWAY_RESYNC_SECONDS", "1")
+# MLflow sends no events: in tests the operator looks at aliases and training progress every 2 s.
+os.environ.setdefault("SLIPWAY_ALIAS_POLL_SECONDS", "2")
+os.environ.setdefault("SLIPWAY_PROGRESS_POLL_SECONDS", "2")
 
 from localkube.mlflow_server import MlflowServer, start_mlflow
 from slipway.mlflow import MlflowClient
@@ -50,8 +51,8 @@ def operator(cluster, slipway_crds, namespace, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     running: list[OperatorProcess] = []
 
-    def start(mlflow_url: str | None = None) -> OperatorProcess:
-        op = OperatorProcess(cluster, namespace, mlflow_url)
+    def start(mlflow_url: str | None = None, kubeconfig=None) -> OperatorProcess:
+        op = OperatorProcess(cluster, namespace, mlflow_url, kubeconfig)
         op.start()
         running.append(op)
         return op

@@ -1,71 +1,63 @@
-"""kopf handlers of InferenceDeployment: serve a validated model, canary new versions, promote or roll back.
+"""InferenceDeployment passes: serve a validated model, canary new versions, promote or roll back.
 
-One level-based reconcile (create, update, resume, timer): resolve the version
+One level-based pass (woken by the object, its Deployments, Services, HPA and HTTPRoute, its
+ModelArtifact, and timers while a rollout is in flight or an alias is followed): resolve the version
 the spec asks for, observe the track Deployments, let the pure state machine
 (``status/rollout.py``) plan, run the analysis it asks for, then apply the plan.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
-
-from slipway import analysis, kube, metrics
+from slipway import kube, metrics
 from slipway.builders import inferencedeployment as build
 from slipway.config import OperatorConfig
-from slipway.handlers.common import level_based, reconcile_with, write_status
+from slipway.handlers.common import Context, run_pass, write_status
 from slipway.mlflow import MlflowClient
 from slipway.models import InferenceDeploymentSpec
-from slipway.prometheus import PrometheusClient
+from slipway.models.base import parse_duration
+from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.prometheus import PrometheusClient, run_analysis
 from slipway.status.rollout import AnalysisVerdict, Desired, Observed, Plan, Track, plan
 
 KIND = "InferenceDeployment"
-PLURAL = "inferencedeployments"
-TEMPLATE_HASH = "slipway.dev/template-hash"
+ROLLOUT_TICK_SECONDS = 5.0  # while a rollout is in flight: steps, pauses and deadlines are time
 PRODUCTION_ALIAS = "production"
 ROLLBACK_TAG = "slipway.dev/rollback"
 
 
-@level_based(PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+def reconcile(ctx: Context, spec: InferenceDeploymentSpec) -> float | None:
     """Bring the tracks, traffic and MLflow aliases in line with the spec and the canary's health."""
+    assert ctx.mlflow is not None
+    return Reconciler(ctx, spec, ctx.mlflow).run()
 
-    def step(spec: InferenceDeploymentSpec, client: MlflowClient | None) -> None:
-        assert client is not None
-        Reconciler(body, spec, patch, memo, client).run()
 
-    reconcile_with(KIND, InferenceDeploymentSpec, body, patch, memo, step)
+PASS = (InferenceDeploymentStatus, lambda ctx: run_pass(ctx, InferenceDeploymentSpec, reconcile))
+ACTIVE = ("Progressing", "Analyzing", "Paused", "Promoting")
 
 
 class Reconciler:
-    def __init__(
-        self, body: kopf.Body, spec: InferenceDeploymentSpec, patch: kopf.Patch, memo: kopf.Memo, client: MlflowClient
-    ) -> None:
-        self.body, self.spec, self.patch, self.mlflow = body, spec, patch, client
-        self.k: kube.Kube = memo.kube
-        self.config: OperatorConfig = memo.config
-        self.default_prometheus: PrometheusClient | None = memo.get("prometheus")
-        meta = body["metadata"]
-        self.name, self.namespace = meta["name"], meta["namespace"]
+    def __init__(self, ctx: Context, spec: InferenceDeploymentSpec, client: MlflowClient) -> None:
+        self.ctx, self.spec, self.mlflow = ctx, spec, client
+        self.config: OperatorConfig = ctx.config
+        self.default_prometheus: PrometheusClient | None = ctx.prometheus
+        self.name, self.namespace = ctx.name, ctx.namespace
         self.model_name: str = spec.model.name or ""  # for an artifactRef: read from the artifact
 
-    def run(self) -> None:
+    def run(self) -> float | None:
         desired, problem = self.resolve()
-        deployments = {
-            t: kube.get(self.k, "Deployment", self.namespace, build.deployment_name(self.name, t)) for t in build.TRACKS
-        }
+        deployments = {t: self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS}
         observed = Observed(
             spec=self.spec,
             desired=desired,
             desired_problem=problem,
             stable=_track(deployments["stable"]),
             canary=_track(deployments["canary"]),
-            status=dict(self.body.get("status") or {}),
-            annotations=dict(self.body["metadata"].get("annotations") or {}),
+            status=self.ctx.status,
+            annotations=dict(self.ctx.body["metadata"].get("annotations") or {}),
             now=datetime.now(UTC),
         )
         decision = plan(observed)
@@ -76,8 +68,20 @@ class Reconciler:
             observed.analysis = self.analyse(observed.now, versions)
             decision = plan(observed)
         self.ensure_services()
-        self.apply(decision, deployments)
+        deployments = self.apply(decision, deployments)
         self.write(decision, deployments)
+        return self.next_pass(decision)
+
+    def next_pass(self, decision: Plan) -> float | None:
+        """Time is the input only while a rollout is in flight (steps, analysis, deadlines) and for
+        the alias poll; a settled deployment is woken by changes alone."""
+        delays = []
+        if decision.phase in ACTIVE:
+            interval = self.spec.rollout.analysis.interval if self.spec.rollout.analysis else self.spec.rollout.interval
+            delays.append(min(parse_duration(interval).total_seconds(), ROLLOUT_TICK_SECONDS))
+        if self.spec.model.alias is not None:
+            delays.append(self.config.alias_poll_seconds)
+        return max(1.0, min(delays)) if delays else None
 
     # -- what to serve ---------------------------------------------------------------------------
 
@@ -85,7 +89,7 @@ class Reconciler:
         """The version the spec asks for: a Validated ModelArtifact's, or the one an MLflow alias points at."""
         ref = self.spec.model.artifact_ref
         if ref is not None:
-            artifact = kube.get_custom(self.k, "modelartifacts", self.namespace, ref.name)
+            artifact = self.ctx.cache.get("modelartifacts", self.namespace, ref.name)
             if artifact is None:
                 return None, f"ModelArtifact {self.namespace}/{ref.name} does not exist"
             status = artifact.get("status") or {}
@@ -98,10 +102,23 @@ class Reconciler:
             version = status.get("quantizedVersion") or status["modelVersion"]
             return Desired(str(version), f"models:/{self.model_name}/{version}"), None
         assert self.spec.model.name is not None and self.spec.model.alias is not None
-        found = self.mlflow.get_version_by_alias(self.spec.model.name, self.spec.model.alias)
+        found = self.alias_target(self.spec.model.name, self.spec.model.alias)
         if found is None:
             return None, f"MLflow model {self.spec.model.name} has no alias {self.spec.model.alias} (yet)"
         return Desired(found.version, found.uri), None
+
+    def alias_target(self, model: str, alias: str) -> Any:
+        """The version an alias points at, looked up at most every alias_poll_seconds: passes
+        woken by the cluster in between reuse the last answer."""
+        memory = self.ctx.memory
+        now = time.monotonic()
+        if (
+            memory.get("alias") != (model, alias)
+            or now - memory.get("alias_time", -1e9) >= self.config.alias_poll_seconds
+        ):
+            memory["alias_version"] = self.mlflow.get_version_by_alias(model, alias)
+            memory["alias"], memory["alias_time"] = (model, alias), now
+        return memory["alias_version"]
 
     def analyse(self, now: datetime, versions: dict[str, str]) -> AnalysisVerdict:
         settings = self.spec.rollout.analysis
@@ -113,7 +130,7 @@ class Reconciler:
             message = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"
             return AnalysisVerdict("Inconclusive", [], reason=message)
         try:
-            outcome = analysis.run_analysis(prometheus, settings, self.namespace, self.name, now, versions)
+            outcome = run_analysis(prometheus, settings, self.namespace, self.name, now, versions)
         finally:
             if prometheus is not self.default_prometheus:
                 prometheus.close()
@@ -130,81 +147,55 @@ class Reconciler:
     # -- children ----------------------------------------------------------------------------------
 
     def ensure_services(self) -> None:
+        """The Service (and per-track Services and HTTPRoute in GatewayAPI mode) and the HPA;
+        what the traffic mode no longer needs is deleted."""
         services = [build.service(self.name, self.namespace, self.spec)]
         if self.spec.traffic.mode == "GatewayAPI":
             services += [build.service(self.name, self.namespace, self.spec, t) for t in build.TRACKS]
         for svc in services:
-            if kube.get(self.k, "Service", self.namespace, svc["metadata"]["name"]) is None:
-                kopf.adopt(svc, owner=self.body)
-                kube.create(self.k, "Service", svc)
-        desired = build.hpa(self.name, self.namespace, self.spec)
-        current = kube.get(self.k, "HorizontalPodAutoscaler", self.namespace, self.name)
-        kopf.adopt(desired, owner=self.body)
-        if current is None:
-            kube.create(self.k, "HorizontalPodAutoscaler", desired)
-        elif _hpa_spec(current) != _hpa_spec(desired):
-            current["spec"] = desired["spec"]
-            kube.replace(self.k, "HorizontalPodAutoscaler", current)
+            self.ctx.ensure("services", svc)
+        self.ctx.prune("services", [svc["metadata"]["name"] for svc in services])
+        self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
 
-    def apply(self, decision: Plan, deployments: dict[str, dict[str, Any] | None]) -> None:
+    def apply(self, decision: Plan, deployments: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any] | None]:
+        """Carry the plan out; returns the track Deployments as they now are."""
+        result = dict(deployments)
         if decision.stable is not None:
-            self.ensure_track("stable", decision.stable, deployments["stable"], None)
+            result["stable"] = self.ensure_track("stable", decision.stable, None)
         if decision.canary is not None:
-            self.ensure_track("canary", decision.canary, deployments["canary"], decision.canary_replicas)
+            result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
         elif deployments["canary"] is not None and deployments["canary"]["spec"].get("replicas"):
-            kube.patch(
-                self.k,
-                "Deployment",
-                self.namespace,
-                build.deployment_name(self.name, "canary"),
-                {"spec": {"replicas": 0}},
-            )
+            name = build.deployment_name(self.name, "canary")
+            result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, {"spec": {"replicas": 0}})
         if self.spec.traffic.mode == "GatewayAPI":
-            route = build.http_route(self.name, self.namespace, self.spec, decision.weight)
-            kopf.adopt(route, owner=self.body)
-            kube.apply_route(self.k, route)
+            self.ctx.ensure("httproutes", build.http_route(self.name, self.namespace, self.spec, decision.weight))
+        else:
+            self.ctx.prune("httproutes", [])
         if decision.move_production_to is not None:
             self.mlflow.set_alias(self.model_name, PRODUCTION_ALIAS, decision.move_production_to)
             metrics.PROMOTIONS.labels(self.namespace).inc()
-            kopf.event(
-                self.body,
-                type="Normal",
-                reason="AliasMoved",
-                message=f"MLflow alias {PRODUCTION_ALIAS} of {self.model_name} now points at version "
-                f"{decision.move_production_to}",
-            )
+            message = (f"MLflow alias {PRODUCTION_ALIAS} of {self.model_name} now points at version "
+                       f"{decision.move_production_to}")  # fmt: skip
+            self.ctx.event("Normal", "AliasMoved", message)
         if decision.rollback is not None:
             record = decision.rollback
             detail = ", ".join(f"{k}={v}" for k, v in record.items())
             self.mlflow.set_model_version_tag(self.model_name, record["modelVersion"], ROLLBACK_TAG, detail)
             metrics.ROLLBACKS.labels(self.namespace, record["reason"]).inc()
         if decision.consumed_annotation:
-            self.patch.metadata.setdefault("annotations", {})[decision.consumed_annotation] = None
+            annotations = {"metadata": {"annotations": {decision.consumed_annotation: None}}}
+            self.ctx.deferred.append(
+                lambda: kube.patch(self.ctx.kube, "InferenceDeployment", self.namespace, self.name, annotations)
+            )
+        return result
 
-    def ensure_track(self, track: str, desired: Desired, current: dict[str, Any] | None, replicas: int | None) -> None:
-        """Create the track's Deployment, or replace its template when the version or spec changed."""
+    def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:
+        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's."""
         body = build.deployment(
             self.name, self.namespace, self.spec, track, desired.version, desired.uri, self.config.mlflow_url, replicas
         )
-        template_hash = hashlib.sha256(json.dumps(body["spec"]["template"], sort_keys=True).encode()).hexdigest()[:16]
-        body["metadata"]["annotations"][TEMPLATE_HASH] = template_hash
-        if current is None:
-            if replicas is None:
-                body["spec"]["replicas"] = self.spec.autoscaling.min_replicas
-            kopf.adopt(body, owner=self.body)
-            kube.create(self.k, "Deployment", body)
-            return
-        unchanged = (current["metadata"].get("annotations") or {}).get(TEMPLATE_HASH) == template_hash
-        if unchanged and (replicas is None or current["spec"].get("replicas") == replicas):
-            return
-        current["metadata"]["labels"] = body["metadata"]["labels"]
-        current["metadata"].setdefault("annotations", {}).update(body["metadata"]["annotations"])
-        current["spec"]["template"] = body["spec"]["template"]
-        current["spec"]["strategy"] = body["spec"]["strategy"]
-        if replicas is not None:
-            current["spec"]["replicas"] = replicas
-        current.pop("status", None)
-        kube.replace(self.k, "Deployment", current)
+        first = {"replicas": self.spec.autoscaling.min_replicas} if replicas is None else None
+        return self.ctx.ensure("deployments", body, create_extra=first)
 
     # -- status ------------------------------------------------------------------------------------
 
@@ -219,7 +210,7 @@ class Reconciler:
         elif canary is not None and not canary.replicas:
             canary_status.pop("modelVersion", None)
         fields["canary"] = canary_status
-        write_status(KIND, self.body, self.patch, decision.conditions, **fields)
+        write_status(self.ctx, decision.conditions, **fields)
 
 
 def _track(deployment: dict[str, Any] | None) -> Track | None:
@@ -247,8 +238,3 @@ def _track_status(track: Track | None, weight: int) -> dict[str, Any]:
     if track.uri:
         out["uri"] = track.uri
     return out
-
-
-def _hpa_spec(hpa: dict[str, Any]) -> tuple[Any, ...]:
-    spec = hpa["spec"]
-    return spec.get("minReplicas"), spec.get("maxReplicas"), json.dumps(spec.get("metrics"), sort_keys=True)

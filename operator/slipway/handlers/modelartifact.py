@@ -1,4 +1,5 @@
-"""kopf handlers of ModelArtifact: register, quantize, validate, decide — level-based.
+"""ModelArtifact passes: register, quantize, validate, decide — level-based, woken by its Jobs
+and its TrainingRun.
 
 MLflow is the record: versions are tagged with the artifact's uid (and looked up
 before any create), the gate decision is a version tag, and aliases move once,
@@ -12,20 +13,16 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
-
-from slipway import kube, metrics
+from slipway import metrics
 from slipway.builders import modelartifact as build
-from slipway.config import OperatorConfig
-from slipway.handlers.common import level_based, reconcile_with, write_status
+from slipway.handlers.common import Context, run_pass, write_status
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run, model_version_filter, tag_filter
 from slipway.models import ModelArtifactSpec
+from slipway.models.modelartifact import ModelArtifactStatus
 from slipway.status import jobs
 from slipway.status import modelartifact as states
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
 
-KIND = "ModelArtifact"
-PLURAL = "modelartifacts"
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
 OWNER_TAG = "slipway.dev/modelartifact"
@@ -38,18 +35,17 @@ METRIC_TAG = "slipway.metric."
 FINAL = ("Validated", "Rejected", "Failed")
 
 
-@level_based(PLURAL, on_update=False)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+def reconcile(ctx: Context, spec: ModelArtifactSpec) -> float | None:
     """Carry the artifact from registration to a decision. The spec is immutable (CEL)."""
-    status = body.get("status") or {}
-    if status.get("phase") in FINAL and status.get("observedGeneration") == body["metadata"].get("generation"):
-        return  # decided; the spec cannot change
+    status = ctx.status
+    if status.get("phase") in FINAL and status.get("observedGeneration") == ctx.body["metadata"].get("generation"):
+        return None  # decided; the spec cannot change
+    assert ctx.mlflow is not None
+    Lifecycle(ctx, spec, ctx.mlflow).run()
+    return None  # its Jobs and its TrainingRun wake it
 
-    def step(spec: ModelArtifactSpec, client: MlflowClient | None) -> None:
-        assert client is not None
-        Lifecycle(body, spec, patch, memo.kube, client, memo.config).run()
 
-    reconcile_with(KIND, ModelArtifactSpec, body, patch, memo, step)
+PASS = (ModelArtifactStatus, lambda ctx: run_pass(ctx, ModelArtifactSpec, reconcile))
 
 
 @dataclass(frozen=True)
@@ -65,23 +61,14 @@ class Source:
 class Lifecycle:
     """One pass over the artifact's lifecycle; every step first looks for what an earlier pass did."""
 
-    def __init__(
-        self,
-        body: kopf.Body,
-        spec: ModelArtifactSpec,
-        patch: kopf.Patch,
-        k: kube.Kube,
-        client: MlflowClient,
-        config: OperatorConfig,
-    ) -> None:
-        self.body, self.spec, self.patch, self.k, self.mlflow, self.config = body, spec, patch, k, client, config
-        meta = body["metadata"]
-        self.name, self.namespace, self.uid = meta["name"], meta["namespace"], meta["uid"]
+    def __init__(self, ctx: Context, spec: ModelArtifactSpec, client: MlflowClient) -> None:
+        self.ctx, self.spec, self.mlflow, self.config = ctx, spec, client, ctx.config
+        self.name, self.namespace, self.uid = ctx.name, ctx.namespace, ctx.uid
         self.model = spec.model.name
         self.fields: dict[str, Any] = {}
 
     def write(self, state: states.ArtifactState) -> None:
-        write_status(KIND, self.body, self.patch, state.conditions, phase=state.phase, **self.fields)
+        write_status(self.ctx, state.conditions, phase=state.phase, **self.fields)
 
     def run(self) -> None:
         source = self.resolve_source()
@@ -110,7 +97,7 @@ class Lifecycle:
         elif passed:
             moved = [a for a in candidate.tags[ALIASES_TAG].split(",") if a and a != "-"]
         for outcome in outcomes:
-            metrics.GATE_RESULTS.labels(KIND, "passed" if outcome.passed else "failed").inc()
+            metrics.GATE_RESULTS.labels("ModelArtifact", "passed" if outcome.passed else "failed").inc()
         self.fields["gates"] = [o.to_status() for o in outcomes]
         self.write(states.decided(outcomes, moved if passed else [], candidate.version))
 
@@ -121,7 +108,7 @@ class Lifecycle:
             current = self.mlflow.get_version_by_alias(self.model, alias)
             if current is not None and int(current.version) > int(version):
                 message = f"alias {alias} stays on the newer version {current.version}"
-                kopf.event(self.body, type="Normal", reason="AliasKept", message=message)
+                self.ctx.event("Normal", "AliasKept", message)
                 continue
             self.mlflow.set_alias(self.model, alias, version)
             moved.append(alias)
@@ -137,7 +124,7 @@ class Lifecycle:
             return self._run_source(src.mlflow_run.run_id, src.mlflow_run.artifact_path)
         assert src.training_run_ref is not None
         ref = src.training_run_ref.name
-        run = kube.get_custom(self.k, "trainingruns", self.namespace, ref)
+        run = self.ctx.cache.get("trainingruns", self.namespace, ref)
         if run is None:
             self.write(states.waiting_for_source(f"TrainingRun {self.namespace}/{ref} does not exist (yet)"))
             return None
@@ -169,7 +156,7 @@ class Lifecycle:
         all_tags = {UID_TAG: self.uid, ROLE_TAG: role, OWNER_TAG: f"{self.namespace}/{self.name}", **tags}
         version = self.mlflow.create_model_version(self.model, source.uri, run_id=source.run_id, tags=all_tags)
         message = f"registered {source.uri} as {self.model} version {version.version} ({role})"
-        kopf.event(self.body, type="Normal", reason="Registered", message=message)
+        self.ctx.event("Normal", "Registered", message)
         return version
 
     # -- quantize and validate ---------------------------------------------------------------
@@ -185,7 +172,7 @@ class Lifecycle:
         return self.mlflow.create_run(experiment_id, run_name=f"{self.namespace}-{self.name}-{step}", tags=tags)
 
     def step_job(self, step: str, run: Run, env: dict[str, str]) -> dict[str, Any]:
-        job = kube.get(self.k, "Job", self.namespace, build.job_name(self.name, step))
+        job = self.ctx.child("jobs", build.job_name(self.name, step))
         if job is not None:
             return job
         settings = self.spec.quantization if step == "quantize" else self.spec.validation
@@ -204,8 +191,7 @@ class Lifecycle:
             },  # fmt: skip
             extra_env=getattr(settings, "env", None),
         )
-        kopf.adopt(desired, owner=self.body)
-        return kube.create(self.k, "Job", desired)
+        return self.ctx.ensure("jobs", desired)
 
     def job_done(self, step: str, job: dict[str, Any], waiting: str) -> bool:
         """True when the Job completed; otherwise writes why it is not done yet."""

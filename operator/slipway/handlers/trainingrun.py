@@ -1,45 +1,66 @@
-"""kopf handlers of TrainingRun: one level-based reconcile, run on create, update,
-resume and a timer, that recomputes everything from the cluster and MLflow."""
+"""TrainingRun passes: level-based, woken by changes of the run, its Job, pods and ModelArtifact,
+and by a progress timer while it trains; everything is recomputed from the cache and MLflow."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import kopf
-
 from slipway import API_VERSION, kube, sizing
 from slipway.builders import trainingrun as build
-from slipway.config import OperatorConfig
-from slipway.handlers.common import MLFLOW_NOT_CONFIGURED, level_based, reconcile_with, write_status
+from slipway.handlers.common import MLFLOW_NOT_CONFIGURED, Context, run_pass, write_status
 from slipway.mlflow import MlflowClient, tag_filter
 from slipway.models import TrainingRunSpec
+from slipway.models.trainingrun import TrainingRunStatus
 from slipway.status import jobs
 from slipway.status.conditions import stalled
 from slipway.status.trainingrun import TrainingState, progress_from_run, training_state
 
-KIND = "TrainingRun"
-PLURAL = "trainingruns"
 UID_TAG = "slipway.dev/uid"
 USER_SUSPENDED = "slipway.dev/suspended-by-spec"
 
 
-@level_based(PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     """Bring the run's children and status in line with its spec and what actually happened."""
-    if _finished(body):
-        return  # nothing changes any more: no I/O at rest
-    reconcile_with(
-        KIND,
-        TrainingRunSpec,
-        body,
-        patch,
-        memo,
-        lambda spec, _: _reconcile(body, spec, patch, memo),
-        needs_mlflow=False,
-    )
+    if _finished(ctx.body):
+        return None  # nothing changes any more: no I/O at rest
+    job = ctx.child("jobs", build.job_name(ctx.name))
+    sizing_status, refusal = _sizing(ctx.kube, spec, ctx.name, ctx.namespace, job is None, ctx.status.get("sizing"))
+    if refusal is not None and job is None:
+        _write(ctx, training_state(spec, None, [], sizing_refusal=refusal), sizing=sizing_status)
+        return None
+    if ctx.mlflow is None:
+        write_status(ctx, stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
+        return None
+    run = _mlflow_run(ctx.mlflow, spec, ctx.body)
+    for child, index in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"),
+                         (build.headless_service(ctx.name, ctx.namespace, spec), "services")):  # fmt: skip
+        if child is not None:
+            ctx.ensure(index, child)
+    if job is None and ctx.status.get("completionTime"):
+        return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
+    if job is None:
+        link = build.MlflowLink(ctx.config.mlflow_url or ctx.mlflow.tracking_uri, run.run_id, run.experiment_id)
+        job = ctx.ensure("jobs", build.job(ctx.name, ctx.namespace, spec, link))
+    else:
+        job = _apply_suspend(ctx.kube, spec, job)
+    pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
+    artifact_name = _artifact(ctx, spec, job)
+    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None)
+    run = _finish_mlflow_run(ctx.mlflow, run, state)
+    progress, checkpoint = progress_from_run(run)
+    url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
+    mlflow_status = {"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url}
+    artifact_ref = {"name": artifact_name} if artifact_name else None
+    _write(ctx, state, sizing=sizing_status, mlflow=mlflow_status, progress=progress, last_checkpoint=checkpoint,
+           artifact_ref=artifact_ref)  # fmt: skip
+    # Progress lives in MLflow, which sends no events: while the run trains, time is the input.
+    return ctx.config.progress_poll_seconds if state.phase == "Running" else None
 
 
-def _finished(body: kopf.Body) -> bool:
+PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile, needs_mlflow=False))
+
+
+def _finished(body: dict[str, Any]) -> bool:
     """Succeeded (with its artifact) or Failed, at the current generation."""
     status = body.get("status") or {}
     if status.get("observedGeneration") != body["metadata"].get("generation"):
@@ -48,71 +69,14 @@ def _finished(body: kopf.Body) -> bool:
     return status.get("phase") == "Failed" or (status.get("phase") == "Succeeded" and bool(artifact_done))
 
 
-def _reconcile(body: kopf.Body, spec: TrainingRunSpec, patch: kopf.Patch, memo: kopf.Memo) -> None:
-    k: kube.Kube = memo.kube
-    config: OperatorConfig = memo.config
-    name, namespace = body["metadata"]["name"], body["metadata"]["namespace"]
-    status = body.get("status") or {}
-    job = kube.get(k, "Job", namespace, build.job_name(name))
-
-    sizing_status, refusal = _sizing(k, spec, name, namespace, job is None, status.get("sizing"))
-    if refusal is not None and job is None:
-        _write(body, patch, training_state(spec, None, [], sizing_refusal=refusal), sizing=sizing_status)
-        return
-
-    client: MlflowClient | None = memo.get("mlflow")
-    if client is None:
-        write_status(KIND, body, patch, stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
-        return
-    run = _mlflow_run(client, config, spec, body)
-    link = build.MlflowLink(config.mlflow_url or client.tracking_uri, run.run_id, run.experiment_id)
-    mlflow_status = {
-        "runId": run.run_id,
-        "experimentId": run.experiment_id,
-        "runUrl": client.run_url(run.experiment_id, run.run_id, ui_base=config.mlflow_public_url),
-    }
-
-    for child in (build.checkpoint_pvc(name, namespace, spec), build.headless_service(name, namespace, spec)):
-        if child is not None and kube.get(k, child["kind"], namespace, child["metadata"]["name"]) is None:
-            kopf.adopt(child, owner=body)
-            kube.create(k, child["kind"], child)
-    if job is None and status.get("completionTime"):
-        # The Job of a finished run was deleted (TTL, clean-up): never train again into a closed run.
-        return
-    if job is None:
-        desired = build.job(name, namespace, spec, link)
-        kopf.adopt(desired, owner=body)
-        job = kube.create(k, "Job", desired)
-    else:
-        job = _apply_suspend(k, spec, job)
-
-    pods = kube.list_objects(k, "Pod", namespace, f"{build.RUN_LABEL}={name}")
-    artifact_name = _artifact(k, spec, body, job)
-    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None)
-    run = _finish_mlflow_run(client, run, state)
-    progress, checkpoint = progress_from_run(run)
-    _write(
-        body,
-        patch,
-        state,
-        sizing=sizing_status,
-        mlflow=mlflow_status,
-        progress=progress,
-        lastCheckpoint=checkpoint,
-        artifactRef={"name": artifact_name} if artifact_name else None,
-    )
-
-
-def _write(body: kopf.Body, patch: kopf.Patch, state: TrainingState, **fields: Any) -> None:
+def _write(ctx: Context, state: TrainingState, **fields: Any) -> None:
     write_status(
-        KIND,
-        body,
-        patch,
+        ctx,
         state.conditions,
         phase=state.phase,
         restarts=state.restarts,
-        startTime=state.start_time,
-        completionTime=state.completion_time,
+        start_time=state.start_time,
+        completion_time=state.completion_time,
         **{k: v for k, v in fields.items() if v is not None},
     )
 
@@ -163,7 +127,7 @@ def _gpu_memory_of_nodes(k: kube.Kube, spec: TrainingRunSpec) -> float | None:
     return best
 
 
-def _mlflow_run(client: MlflowClient, config: OperatorConfig, spec: TrainingRunSpec, body: kopf.Body) -> Any:
+def _mlflow_run(client: MlflowClient, spec: TrainingRunSpec, body: dict[str, Any]) -> Any:
     """The run of this TrainingRun: the one in status, else the one tagged with its uid, else a new one."""
     meta = body["metadata"]
     known = ((body.get("status") or {}).get("mlflow") or {}).get("runId")
@@ -205,24 +169,19 @@ def _apply_suspend(k: kube.Kube, spec: TrainingRunSpec, job: dict[str, Any]) -> 
     return job
 
 
-def _artifact(k: kube.Kube, spec: TrainingRunSpec, body: kopf.Body, job: dict[str, Any]) -> str | None:
+def _artifact(ctx: Context, spec: TrainingRunSpec, job: dict[str, Any]) -> str | None:
     """Create the run's ModelArtifact once the Job completed; its name is the run's name."""
-    if spec.artifact is None:
+    if spec.artifact is None or not jobs.is_complete(job):
         return None
-    meta = body["metadata"]
-    if not jobs.is_complete(job):
-        return None
-    if kube.get_custom(k, "modelartifacts", meta["namespace"], meta["name"]) is None:
-        artifact = {
-            "apiVersion": API_VERSION,
-            "kind": "ModelArtifact",
-            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": build.labels(meta["name"])},
-            "spec": {
-                "model": spec.model.to_dict(),
-                "source": {"trainingRunRef": {"name": meta["name"]}},
-                **spec.artifact.to_dict(),
-            },
-        }
-        kopf.adopt(artifact, owner=body)
-        kube.create_custom(k, "modelartifacts", artifact)
-    return str(meta["name"])
+    artifact = {
+        "apiVersion": API_VERSION,
+        "kind": "ModelArtifact",
+        "metadata": {"name": ctx.name, "namespace": ctx.namespace, "labels": build.labels(ctx.name)},
+        "spec": {
+            "model": spec.model.to_dict(),
+            "source": {"trainingRunRef": {"name": ctx.name}},
+            **spec.artifact.to_dict(),
+        },
+    }
+    ctx.ensure("modelartifacts", artifact)
+    return ctx.name

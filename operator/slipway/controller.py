@@ -1,0 +1,188 @@
+"""The event-driven frame: watches feed caches, changes wake the objects they concern, and
+a scheduler runs one reconciliation pass per object at a time.
+
+kopf watches the three kinds and every child Slipway makes (selected by label);
+``@kopf.index`` keeps each in memory, so a pass reads from the cache and not
+from the API server. A child's event wakes its owner; a TrainingRun wakes the
+ModelArtifacts that reference it, a ModelArtifact its TrainingRun and the
+InferenceDeployments that serve it. A parent's own status writes do not wake it.
+Timers exist only where time is the input: a pass returns when it wants to run
+again (an active canary's interval, a training run's progress, the MLflow alias
+poll), and nothing else runs at rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str, str]  # (plural, namespace, name) of a Slipway object
+PassFn = Callable[[Key], "float | None"]
+
+# Backoff for passes that fail with an unexpected error (seconds), by consecutive failures.
+ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+class Scheduler:
+    """A work queue keyed by object: deduplicated wake-ups, delayed requeues, one pass per key
+    at a time (a wake-up during a pass runs it again right after), ``workers`` passes at once."""
+
+    def __init__(self, run: PassFn, workers: int = 4) -> None:
+        self.run = run
+        self.loop = asyncio.get_running_loop()
+        self.slots = asyncio.Semaphore(workers)
+        self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self.running: set[Key] = set()
+        self.again: set[Key] = set()
+        self.failures: dict[Key, int] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.passes = 0
+
+    def wake(self, key: Key, delay: float = 0.0) -> None:
+        """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). Event loop only."""
+        when = self.loop.time() + max(0.0, delay)
+        scheduled = self.timers.get(key)
+        if scheduled is not None:
+            if scheduled[0] <= when:
+                return
+            scheduled[1].cancel()
+        self.timers[key] = (when, self.loop.call_at(when, self._fire, key))
+
+    def wake_threadsafe(self, key: Key, delay: float = 0.0) -> None:
+        self.loop.call_soon_threadsafe(self.wake, key, delay)
+
+    def _fire(self, key: Key) -> None:
+        self.timers.pop(key, None)
+        if key in self.running:
+            self.again.add(key)
+            return
+        self.running.add(key)
+        task = asyncio.create_task(self._pass(key), name=f"slipway pass {'/'.join(key)}")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _pass(self, key: Key) -> None:
+        requeue: float | None
+        try:
+            async with self.slots:
+                self.passes += 1
+                requeue = await asyncio.to_thread(self.run, key)
+            self.failures.pop(key, None)
+        except kopf.TemporaryError as exc:
+            requeue = float(exc.delay or 5)
+        except Exception:
+            count = self.failures.get(key, 0)
+            self.failures[key] = count + 1
+            requeue = ERROR_DELAYS[min(count, len(ERROR_DELAYS) - 1)]
+            log.exception("reconciliation of %s failed; retrying in %.0fs", "/".join(key), requeue)
+        finally:
+            self.running.discard(key)
+        if key in self.again:
+            self.again.discard(key)
+            self.wake(key)
+        elif requeue is not None:
+            self.wake(key, requeue)
+
+    def forget(self, key: Key) -> None:
+        """The object is gone: drop its timer."""
+        scheduled = self.timers.pop(key, None)
+        if scheduled is not None:
+            scheduled[1].cancel()
+        self.failures.pop(key, None)
+
+    async def idle(self, timeout: float) -> bool:
+        """True once no pass is running and none is due within a second (for tests)."""
+        deadline = self.loop.time() + timeout
+        while self.loop.time() < deadline:
+            soon = any(when <= self.loop.time() + 1 for when, _ in self.timers.values())
+            if not self.running and not soon:
+                return True
+            await asyncio.sleep(0.1)
+        return False
+
+
+@dataclass
+class Cache:
+    """Read access to kopf's indexes (live: kopf updates them as events arrive), plus the status
+    each pass wrote, so that a pass never reads its object older than its own last write."""
+
+    indexes: Mapping[str, Any]
+    written: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def select(self, index: str, *key: str) -> list[dict[str, Any]]:
+        """The objects of ``index`` under ``key`` (see the index functions in ``watches``)."""
+        store = self.indexes[index].get(key)
+        return [dict(v) for v in store] if store else []
+
+    def get(self, index: str, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object of that name in the index, or None."""
+        found = self.select(index, "name", namespace, name)
+        return found[0] if found else None
+
+    def owned_by(self, index: str, uid: str) -> list[dict[str, Any]]:
+        """Objects in the index whose controller is the object ``uid``."""
+        return self.select(index, "owner", uid)
+
+    def referencing(self, index: str, namespace: str, name: str) -> list[dict[str, Any]]:
+        """Objects in the index whose spec references ``name`` (see the index functions)."""
+        return self.select(index, "ref", namespace, name)
+
+    def parent(self, key: Key) -> dict[str, Any] | None:
+        """A Slipway object as the freshest of the watch and this operator's own last write."""
+        plural, namespace, name = key
+        cached = self.get(plural, namespace, name)
+        with self.lock:
+            mine = self.written.get(key)
+        if cached is None:
+            return None
+        same_object = mine is not None and mine["metadata"].get("uid") == cached["metadata"].get("uid")
+        return mine if same_object and mine is not None and _revision(mine) > _revision(cached) else cached
+
+    def remember(self, key: Key, obj: dict[str, Any]) -> None:
+        with self.lock:
+            self.written[key] = obj
+
+    def forget(self, key: Key) -> None:
+        with self.lock:
+            self.written.pop(key, None)
+
+
+def _revision(obj: Mapping[str, Any]) -> int:
+    """The resourceVersion as a number (etcd's revision); 0 when it is not one."""
+    value = str(obj.get("metadata", {}).get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
+def fingerprint(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a Slipway object, besides its status, a pass depends on: a change wakes it."""
+    meta = body.get("metadata") or {}
+    annotations = {
+        k: v
+        for k, v in (meta.get("annotations") or {}).items()
+        if k != "kubectl.kubernetes.io/last-applied-configuration"
+    }
+    return (
+        meta.get("uid"),
+        meta.get("generation"),
+        tuple(sorted(annotations.items())),
+        meta.get("deletionTimestamp"),
+        tuple(meta.get("finalizers") or ()),
+    )
+
+
+def owner_keys(obj: Mapping[str, Any], plurals: Mapping[str, str]) -> Iterable[Key]:
+    """The Slipway objects that control ``obj`` (by its controller ownerReference)."""
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or []:
+        plural = plurals.get(str(ref.get("kind")))
+        if ref.get("controller") and plural and str(ref.get("apiVersion", "")).startswith("slipway.dev/"):
+            yield (plural, str(meta.get("namespace")), str(ref.get("name")))

@@ -1,0 +1,141 @@
+"""What the operator watches, what it keeps in memory, and whom each change wakes (kopf glue).
+
+Indexes are keyed ``("name", namespace, name)``, ``("owner", controller uid)`` and, for
+references between Slipway objects, ``("ref", namespace, referenced name)``. Children are
+watched only when labelled ``app.kubernetes.io/managed-by: slipway``, so the operator does not
+cache every Deployment of the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import kopf
+
+from slipway import GROUP, VERSION
+from slipway.builders.common import MANAGED_BY
+from slipway.builders.trainingrun import RUN_LABEL
+from slipway.controller import Key, fingerprint, owner_keys
+
+PLURALS = {
+    "TrainingRun": "trainingruns",
+    "ModelArtifact": "modelartifacts",
+    "InferenceDeployment": "inferencedeployments",
+}
+# index id -> (group, version, plural) of each child kind
+CHILDREN: dict[str, tuple[str, str, str]] = {
+    "jobs": ("batch", "v1", "jobs"),
+    "pvcs": ("", "v1", "persistentvolumeclaims"),
+    "services": ("", "v1", "services"),
+    "deployments": ("apps", "v1", "deployments"),
+    "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
+    "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
+}
+INDEXES = (*PLURALS.values(), *CHILDREN, "pods")
+
+
+def _keys(body: Mapping[str, Any], refs: Iterable[str | None] = ()) -> dict[tuple[str, ...], dict[str, Any]]:
+    meta = body["metadata"]
+    obj = dict(body)
+    keys: dict[tuple[str, ...], dict[str, Any]] = {("name", meta["namespace"], meta["name"]): obj}
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller"):
+            keys[("owner", ref["uid"])] = obj
+    for name in refs:
+        if name:
+            keys[("ref", meta["namespace"], name)] = obj
+    return keys
+
+
+def _ref(body: Mapping[str, Any], *path: str) -> str | None:
+    node: Any = body.get("spec") or {}
+    for part in path:
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return node if isinstance(node, str) else None
+
+
+def _register_children() -> None:
+    for index_id, (group, version, plural) in CHILDREN.items():
+        resource = (group, version, plural) if group else (version, plural)
+
+        def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+            return _keys(body)
+
+        async def changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+            for key in owner_keys(body, PLURALS):
+                memo.scheduler.wake(key)
+
+        kopf.index(*resource, id=index_id, labels=MANAGED_BY)(index)
+        kopf.on.event(*resource, id=f"wake-owner-of-{index_id}", labels=MANAGED_BY)(changed)
+
+
+_register_children()
+
+
+@kopf.index("v1", "pods", id="pods", labels={RUN_LABEL: kopf.PRESENT})
+def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Training pods by run: ``("run", namespace, trainingrun)``."""
+    meta = body["metadata"]
+    return {("run", meta["namespace"], meta["labels"][RUN_LABEL]): dict(body)}
+
+
+@kopf.on.event("v1", "pods", id="wake-trainingrun-of-pod", labels={RUN_LABEL: kopf.PRESENT})
+async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    meta = body["metadata"]
+    memo.scheduler.wake(("trainingruns", meta["namespace"], meta["labels"][RUN_LABEL]))
+
+
+@kopf.index(GROUP, VERSION, "trainingruns", id="trainingruns")
+def trainingruns(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    return _keys(body)
+
+
+@kopf.index(GROUP, VERSION, "modelartifacts", id="modelartifacts")
+def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    return _keys(body, [_ref(body, "source", "trainingRunRef", "name")])
+
+
+@kopf.index(GROUP, VERSION, "inferencedeployments", id="inferencedeployments")
+def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    return _keys(body, [_ref(body, "model", "artifactRef", "name")])
+
+
+def dependents(plural: str, body: Mapping[str, Any], memo: kopf.Memo) -> list[Key]:
+    """The Slipway objects whose passes read this one's status."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    if plural == "trainingruns":
+        found = memo.cache.referencing("modelartifacts", namespace, name)
+        return [("modelartifacts", namespace, o["metadata"]["name"]) for o in found]
+    if plural == "modelartifacts":
+        found = memo.cache.referencing("inferencedeployments", namespace, name)
+        return [
+            *owner_keys(body, PLURALS),
+            *(("inferencedeployments", namespace, o["metadata"]["name"]) for o in found),
+        ]
+    return []
+
+
+def _register_parents() -> None:
+    for plural in PLURALS.values():
+
+        async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, plural: str = plural, **_: Any) -> None:
+            meta = body["metadata"]
+            key: Key = (plural, meta["namespace"], meta["name"])
+            seen: dict[Key, tuple[Any, ...]] = memo.seen
+            if type == "DELETED":
+                seen.pop(key, None)
+                memo.scheduler.forget(key)
+                memo.cache.forget(key)
+            elif seen.get(key) != fingerprint(body):
+                # A new object, a spec or annotation change: not the echo of our own status write.
+                seen[key] = fingerprint(body)
+                memo.scheduler.wake(key)
+            for other in dependents(plural, body, memo):
+                memo.scheduler.wake(other)
+
+        kopf.on.event(GROUP, VERSION, plural, id=f"wake-{plural}")(changed)
+
+
+_register_parents()

@@ -1,0 +1,143 @@
+"""The child reconcilers' decision table: create, update, keep, refuse, delete (pure)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from slipway import children
+from slipway.builders import inferencedeployment as build
+from slipway.models import InferenceDeploymentSpec
+
+OWNER = "uid-owner"
+SPEC = InferenceDeploymentSpec.model_validate({"model": {"name": "digits", "alias": "candidate"}, "image": "srv:1"})
+
+
+def owned(obj: dict[str, Any], uid: str | None = OWNER) -> dict[str, Any]:
+    """``obj`` as the API server would return it after Slipway created it: owner, hash, defaults."""
+    out = copy.deepcopy(obj)
+    meta = out["metadata"]
+    meta["uid"] = "uid-child"
+    meta["resourceVersion"] = "7"
+    if uid is not None:
+        meta["ownerReferences"] = [{"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment",
+                                    "name": "x", "uid": uid, "controller": True}]  # fmt: skip
+    meta.setdefault("annotations", {})[children.APPLIED_HASH] = children.desired_hash(obj)
+    return out
+
+
+def service() -> dict[str, Any]:
+    return build.service("digits", "team-a", SPEC)
+
+
+def with_server_defaults(svc: dict[str, Any]) -> dict[str, Any]:
+    svc = copy.deepcopy(svc)
+    svc["spec"]["clusterIP"] = "10.0.0.12"
+    svc["spec"]["type"] = "ClusterIP"
+    svc["spec"]["ports"][0]["protocol"] = "TCP"
+    return svc
+
+
+@pytest.mark.parametrize(
+    ("observed", "action"),
+    [
+        (None, "Create"),
+        (with_server_defaults(owned(service())), "Keep"),
+        (owned(service(), uid="someone-else"), "Refuse"),
+        (owned(service(), uid=None), "Refuse"),
+    ],
+    ids=["missing", "ours-equal-with-defaults", "owned-by-other", "no-owner"],
+)
+def test_decision_table(observed: dict[str, Any] | None, action: str) -> None:
+    assert children.decide(service(), observed, OWNER).action == action
+
+
+def test_refusal_names_the_object_and_the_fix() -> None:
+    decision = children.decide(service(), owned(service(), uid=None), OWNER)
+    assert "Service team-a/digits already exists" in decision.message
+    assert "never adopts" in decision.message
+
+
+def test_port_change_is_an_update_and_the_update_keeps_server_fields() -> None:
+    observed = with_server_defaults(owned(service()))
+    changed = build.service("digits", "team-a", SPEC.model_copy(update={"port": 9000}))
+    assert children.decide(changed, observed, OWNER).action == "Update"
+    body = children.updated(observed, changed)
+    assert body["spec"]["ports"][0]["port"] == 9000
+    assert body["spec"]["clusterIP"] == "10.0.0.12"  # immutable server field kept
+    assert body["metadata"]["resourceVersion"] == "7"  # a concurrent change is a conflict
+    assert body["metadata"]["ownerReferences"][0]["uid"] == OWNER
+
+
+def test_drift_made_by_hand_is_an_update() -> None:
+    observed = owned(service())
+    observed["spec"]["selector"] = {"app": "other"}
+    assert children.decide(service(), observed, OWNER).action == "Update"
+
+
+def test_a_field_slipway_stopped_setting_is_removed() -> None:
+    route_spec = SPEC.model_copy(update={"traffic": SPEC.traffic.model_copy(update={"hostnames": ["a.example"]})})
+    before = build.http_route("digits", "team-a", route_spec, 0)
+    after = build.http_route("digits", "team-a", SPEC, 0)
+    observed = owned(before)
+    assert children.decide(after, observed, OWNER).action == "Update"
+    assert "hostnames" not in children.updated(observed, after)["spec"]
+
+
+def test_replicas_left_to_the_hpa_are_kept_on_update() -> None:
+    desired = build.deployment("digits", "team-a", SPEC, "stable", "3", "models:/digits/3", None, None)
+    observed = owned(desired)
+    observed["spec"]["replicas"] = 4  # the HPA scaled it
+    assert children.decide(desired, observed, OWNER).action == "Keep"
+    newer = build.deployment("digits", "team-a", SPEC, "stable", "4", "models:/digits/4", None, None)
+    assert children.updated(observed, newer)["spec"]["replicas"] == 4
+
+
+@pytest.mark.parametrize(
+    ("desired", "observed", "equal"),
+    [
+        ("0.5", "500m", True),
+        ("1024Mi", "1Gi", True),
+        ("1", "1", True),
+        ("2", "1", False),
+        ("http", "http", True),
+        ("http", "https", False),
+        ({"a": 1}, {"a": 1, "defaulted": True}, True),
+        ([{"a": 1}], [{"a": 1}, {"a": 2}], False),
+        ([{"a": 1}], [{"a": 1, "b": 0}], True),
+        ({"a": None}, {}, True),
+    ],
+)
+def test_covers_ignores_defaults_and_compares_quantities_by_value(desired: Any, observed: Any, equal: bool) -> None:
+    assert children.covers(observed, desired) is equal
+
+
+def test_hpa_with_a_quantity_the_server_rewrites_is_kept() -> None:
+    spec = InferenceDeploymentSpec.model_validate(
+        {
+            "model": {"name": "digits", "alias": "candidate"},
+            "image": "srv:1",
+            "autoscaling": {"metrics": [{"type": "Pods", "name": "inflight", "targetAverageValue": "0.5"}]},
+        }
+    )
+    desired = build.hpa("digits", "team-a", spec)
+    observed = owned(desired)
+    observed["spec"]["metrics"][0]["pods"]["target"]["averageValue"] = "500m"
+    assert children.decide(desired, observed, OWNER).action == "Keep"
+
+
+def test_create_only_kinds_are_kept_whatever_changed() -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "r-train", "namespace": "n"}, "spec": {"x": 1}}
+    observed = owned(job)
+    observed["spec"]["x"] = 2
+    assert children.decide(job, observed, OWNER).action == "Keep"
+
+
+def test_stale_children_of_this_owner_only_are_deleted() -> None:
+    mine = [owned(build.service("d", "n", SPEC, t)) for t in build.TRACKS]
+    other = owned(build.service("e", "n", SPEC), uid="another-parent")
+    decisions = children.stale([*mine, other], wanted=["d"], owner_uid=OWNER)
+    assert sorted(d.name for d in decisions) == ["d-canary", "d-stable"]
+    assert {d.action for d in decisions} == {"Delete"}

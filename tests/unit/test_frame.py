@@ -1,0 +1,208 @@
+"""The frame every pass runs in: typed status written only on change (with removals), Events on
+transitions, API errors in kopf's vocabulary, failures as conditions, and the scheduler (pure)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
+from slipway import children, kube
+from slipway.controller import Scheduler
+from slipway.handlers.common import Context, attempt, write_status
+from slipway.mlflow import MlflowUnavailable
+from slipway.models import InferenceDeploymentSpec
+from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.status.conditions import ready, reconciling, stalled
+
+
+def context(status: dict[str, Any] | None = None, generation: int = 2, spec: dict[str, Any] | None = None) -> Context:
+    body = {
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {
+            "name": "digits",
+            "namespace": "team-a",
+            "uid": "u1",
+            "generation": generation,
+            "resourceVersion": "10",
+        },  # fmt: skip
+        "spec": spec or {"model": {"name": "digits", "alias": "candidate"}, "image": "srv:1"},
+        "status": status or {},
+    }
+    return Context(("inferencedeployments", "team-a", "digits"), body, InferenceDeploymentStatus, None, None, None)  # type: ignore[arg-type]
+
+
+def test_first_write_sets_fields_conditions_generation_and_one_event() -> None:
+    ctx = context()
+    assert write_status(ctx, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    assert ctx.patch["phase"] == "Promoted"
+    assert ctx.patch["currentStep"] == 1  # written under the CRD's camelCase name
+    assert ctx.patch["observedGeneration"] == 2
+    assert {c["type"] for c in ctx.patch["conditions"]} == {"Ready", "Reconciling", "Stalled"}
+    assert ctx.events == [("Normal", "Promoted", "serving 3")]
+
+
+def test_nothing_is_written_at_rest() -> None:
+    ctx = context()
+    write_status(ctx, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    settled = context(status=ctx.body["status"])
+    assert not write_status(settled, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    assert settled.patch == {} and settled.events == []
+
+
+def test_removed_fields_are_sent_as_null_also_nested() -> None:
+    stored = {"phase": "Analyzing", "currentStep": 1, "canary": {"modelVersion": "4", "replicas": 1, "weight": 20}}
+    ctx = context(status=stored)
+    write_status(ctx, ready("Promoted", "ok"), phase="Promoted", current_step=None,
+                 canary={"replicas": 0, "weight": 0})  # fmt: skip
+    assert ctx.patch["currentStep"] is None
+    assert ctx.patch["canary"] == {"modelVersion": None, "replicas": 0, "weight": 0}
+
+
+def test_status_fields_are_validated_against_the_model() -> None:
+    with pytest.raises(ValueError, match="no fields"):
+        write_status(context(), ready("Promoted"), phaze="Promoted")
+    with pytest.raises(ValueError):
+        write_status(context(), ready("Promoted"), phase="NotAPhase")
+
+
+def test_a_new_stalled_reason_in_the_same_phase_posts_a_warning() -> None:
+    ctx = context()
+    write_status(ctx, reconciling("Analyzing", "step 1"), phase="Analyzing")
+    later = context(status=ctx.body["status"])
+    write_status(later, stalled("MlflowError", "bad answer"))
+    assert later.events == [("Warning", "MlflowError", "bad answer")]
+
+
+def api_error(status: int, body: str = "") -> ApiException:
+    exc = ApiException(status=status, reason="Reason")
+    exc.body = body
+    return exc
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "delay"),
+    [
+        (api_error(409), kopf.TemporaryError, 1),
+        (api_error(429), kopf.TemporaryError, 5),
+        (api_error(500), kopf.TemporaryError, 5),
+        (api_error(503), kopf.TemporaryError, 5),
+        (api_error(403, '{"message": "jobs is forbidden"}'), kopf.TemporaryError, 60),
+        (api_error(422, '{"message": "spec.ports: Invalid"}'), kopf.PermanentError, None),
+        (urllib3.exceptions.ReadTimeoutError(None, "/api", "read timed out"), kopf.TemporaryError, 5),
+        (ConnectionRefusedError("refused"), kopf.TemporaryError, 5),
+    ],
+    ids=["409", "429", "500", "503", "403", "422", "read-timeout", "refused"],
+)
+def test_api_errors_map_to_kopf_errors(error: BaseException, expected: type[Exception], delay: int | None) -> None:
+    def failing(**kwargs: Any) -> None:
+        assert kwargs["_request_timeout"] == kube.REQUEST_TIMEOUT  # every call has a timeout
+        raise error
+
+    with pytest.raises(expected) as caught:
+        kube.call("create Job team-a/x", failing)
+    assert "create Job team-a/x" in str(caught.value)
+    if delay is not None:
+        assert caught.value.delay == delay  # type: ignore[attr-defined]
+
+
+def test_forbidden_and_invalid_answers_carry_the_api_servers_words() -> None:
+    with pytest.raises(kopf.TemporaryError, match="jobs is forbidden.*ClusterRole"):
+        kube.call("x", lambda **_: (_ for _ in ()).throw(api_error(403, '{"message": "jobs is forbidden"}')))
+    with pytest.raises(kopf.PermanentError, match="spec.ports: Invalid"):
+        kube.call("x", lambda **_: (_ for _ in ()).throw(api_error(422, '{"message": "spec.ports: Invalid"}')))
+
+
+def test_not_found_is_left_to_the_caller() -> None:
+    with pytest.raises(ApiException):
+        kube.call("read", lambda **_: (_ for _ in ()).throw(api_error(404)))
+
+
+def failing_step(error: Exception) -> Any:
+    def step(ctx: Context, spec: Any) -> float | None:
+        raise error
+
+    return step
+
+
+@pytest.mark.parametrize(
+    ("error", "condition", "reason", "requeue"),
+    [
+        (MlflowUnavailable("MLflow at http://m: connection refused"), "Reconciling", "MlflowUnavailable", 10),
+        (kopf.TemporaryError("API 503", delay=5), "Reconciling", "KubernetesUnavailable", 5),
+        (kopf.PermanentError("API 422"), "Stalled", "KubernetesError", 60),
+        (
+            children.OwnedByOther(children.Decision("Refuse", "Service", "digits", "owned by x")),
+            "Stalled",
+            "OwnedByOther",
+            60,
+        ),  # fmt: skip
+    ],
+)
+def test_failures_become_conditions_and_a_retry(error: Exception, condition: str, reason: str, requeue: int) -> None:
+    ctx = context()
+    ctx.mlflow = object()  # type: ignore[assignment]
+    assert attempt(ctx, InferenceDeploymentSpec, failing_step(error)) == requeue
+    cond = next(c for c in ctx.patch["conditions"] if c["type"] == condition)
+    assert (cond["status"], cond["reason"]) == ("True", reason)
+
+
+def test_an_invalid_spec_is_stalled_naming_the_field_and_waits_for_a_change() -> None:
+    ctx = context(spec={"model": {"name": "digits"}, "image": "srv:1", "rollout": {"steps": [{"weight": 150}]}})
+    assert attempt(ctx, InferenceDeploymentSpec, failing_step(AssertionError("not reached"))) is None
+    stalled_cond = next(c for c in ctx.patch["conditions"] if c["type"] == "Stalled")
+    assert stalled_cond["reason"] == "InvalidSpec" and "spec.rollout.steps" in stalled_cond["message"]
+
+
+def test_scheduler_runs_one_pass_per_key_dedups_and_reruns_after_a_wake_during_a_pass() -> None:
+    async def scenario() -> list[str]:
+        runs: list[str] = []
+        gate = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            runs.append(key[2])
+            if len(runs) == 1:
+                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
+            return None
+
+        scheduler = Scheduler(run, workers=2)
+        key = ("inferencedeployments", "n", "a")
+        for _ in range(3):
+            scheduler.wake(key)  # three wake-ups before the pass: one pass
+        while not scheduler.running:
+            await asyncio.sleep(0.01)
+        scheduler.wake(key)  # during the pass: exactly one more pass after it
+        scheduler.wake(key)
+        gate.set()
+        assert await scheduler.idle(5)
+        return runs
+
+    assert asyncio.run(scenario()) == ["a", "a"]
+
+
+def test_scheduler_requeues_when_a_pass_asks_and_backs_off_on_errors() -> None:
+    async def scenario() -> tuple[int, int]:
+        calls = {"time": 0, "error": 0}
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            calls[key[2]] += 1
+            if key[2] == "error":
+                raise RuntimeError("boom")
+            return 0.05 if calls["time"] < 3 else None
+
+        scheduler = Scheduler(run)
+        scheduler.wake(("x", "n", "time"))
+        scheduler.wake(("x", "n", "error"))
+        await asyncio.sleep(0.5)
+        scheduler.forget(("x", "n", "error"))
+        return calls["time"], calls["error"]
+
+    timed, errors = asyncio.run(scenario())
+    assert timed == 3  # ran until the pass stopped asking for time
+    assert errors == 1  # the first retry after an error waits a second (backoff), not a busy loop
