@@ -23,16 +23,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from slipway.models.base import parse_duration
-from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric
-
-if TYPE_CHECKING:
-    from slipway.prometheus import PrometheusClient
+from slipway.models.inferencedeployment import BUILTIN_METRICS, AnalysisMetric
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
 NoDataPolicy = Literal["inconclusive", "fail", "pass"]
@@ -352,21 +349,3 @@ def timestamp(now: datetime | str) -> str:
     if now.tzinfo is not None:
         now = now.astimezone(UTC)
     return now.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
-
-
-def run_analysis(
-    client: PrometheusClient,
-    analysis: Analysis,
-    namespace: str,
-    deployment: str,
-    now: datetime | str,
-    versions: Mapping[str, str] | None = None,
-) -> AnalysisOutcome:
-    """Deprecated: call :func:`slipway.prometheus.run_analysis`, the module that does the I/O.
-
-    Kept only until handlers/inferencedeployment.py calls it there; imported late because
-    slipway.prometheus imports this module.
-    """
-    from slipway import prometheus
-
-    return prometheus.run_analysis(client, analysis, namespace, deployment, now, versions)
