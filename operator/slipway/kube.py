@@ -224,7 +224,8 @@ def patch_status(kube: Kube, kind: str, namespace: str, name: str, body: dict[st
     what = f"write the status of {kind} {namespace}/{name}"
     c = CUSTOM[kind]
     fn = kube.custom.patch_namespaced_custom_object_status
-    return dict(call(what, fn, c.group, c.version, namespace, c.plural, name, body, _content_type=MERGE_PATCH))
+    written: Any = call(what, fn, c.group, c.version, namespace, c.plural, name, body, _content_type=MERGE_PATCH)
+    return dict(written)
 
 
 def delete(kube: Kube, kind: str, namespace: str, name: str, uid: str | None = None) -> None:

@@ -18,6 +18,7 @@ from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
 from slipway.handlers.common import Context
 from slipway.kube import Kube
+from slipway.models.base import StatusModel
 from slipway.mlflow import MlflowClient
 from slipway.prometheus import PrometheusClient
 
@@ -57,7 +58,7 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_kubeconfig(**kwargs)
 
 
-PASSES = {
+PASSES: dict[str, tuple[type[StatusModel], Callable[[Context], float | None]]] = {
     "trainingruns": trainingrun.PASS,
     "modelartifacts": modelartifact.PASS,
     "inferencedeployments": inferencedeployment.PASS,

@@ -195,8 +195,11 @@ def _plan_for(obs: Observed) -> Plan:
     last = obs.status.get("lastRollback") or {}
     if last.get("modelVersion") == obs.desired.version:
         # A version that was rolled back is not retried; a new version starts a new canary.
+        cause = str(last.get("reason"))
+        if last.get("metric"):
+            cause += f": {last['metric']}={last.get('value')}"
         message = (
-            f"version {obs.desired.version} was rolled back ({last.get('reason')}); stable serves "
+            f"version {obs.desired.version} was rolled back ({cause}); stable serves "
             f"{stable.version}; publish a new version to roll out again"
         )
         return _plan("RolledBack", stalled, "RolledBack", message, progressing="False", degraded=True)
