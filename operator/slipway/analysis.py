@@ -334,12 +334,19 @@ class AnalysisOutcome:
         verdict = self.verdict
         if verdict == "Passed":
             return f"all {len(self.results)} analysis metrics passed"
-        deciding = next(r for r in self.results if r.result == verdict)
-        return deciding.message
+        deciding = next((r for r in self.results if r.result == verdict), None)
+        return deciding.message if deciding else "no analysis metric was measured"
 
     def to_status(self) -> list[dict[str, object]]:
         """``status.analysis``."""
         return [r.to_status() for r in self.results]
+
+
+def not_measured(metrics: Sequence[str], now: datetime | str, message: str) -> AnalysisOutcome:
+    """An Inconclusive analysis: nothing could be measured (e.g. no Prometheus configured)."""
+    when = timestamp(now)
+    results = [MetricResult(m, "", None, "", "Inconclusive", when, message) for m in metrics]
+    return AnalysisOutcome(tuple(results) or (MetricResult("analysis", "", None, "", "Inconclusive", when, message),))
 
 
 def timestamp(now: datetime | str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -31,6 +32,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from slipway import kube
 
+log = logging.getLogger(__name__)
 APPLIED_HASH = "slipway.dev/applied-hash"
 Action = Literal["Create", "Update", "Keep", "Refuse", "Delete"]
 
@@ -89,23 +91,42 @@ def _as_quantity(value: Any) -> Decimal | None:
         return None
 
 
-def covers(observed: Any, desired: Any) -> bool:
-    """True when ``observed`` has every value of ``desired`` (defaults the API server adds are ignored)."""
+def difference(observed: Any, desired: Any, path: str = "") -> str | None:
+    """The first path where ``observed`` lacks a value of ``desired`` (defaults the API server adds
+    are ignored, quantities compared by value), or None when it has them all."""
+    if isinstance(desired, Mapping | list) and not desired and observed is None:
+        return None
     if isinstance(desired, Mapping):
-        return isinstance(observed, Mapping) and all(covers(observed.get(k), v) for k, v in desired.items())
+        if not isinstance(observed, Mapping):
+            return path or "."
+        for key, value in desired.items():
+            found = difference(observed.get(key), value, f"{path}.{key}")
+            if found:
+                return found
+        return None
     if isinstance(desired, list):
-        return (
-            isinstance(observed, list)
-            and len(observed) == len(desired)
-            and all(covers(o, d) for o, d in zip(observed, desired, strict=True))
-        )
+        if not isinstance(observed, list) or len(observed) != len(desired):
+            return path
+        for i, (o, d) in enumerate(zip(observed, desired, strict=True)):
+            found = difference(o, d, f"{path}[{i}]")
+            if found:
+                return found
+        return None
     if observed == desired:
-        return True
+        return None
+    if observed is None and desired in ("", 0, False):
+        return None  # the API server omits empty values (omitempty): absent is the same
     if isinstance(desired, str) and isinstance(observed, str) and desired and observed:
         # Quantities are stored canonically: "0.5" comes back as "500m", "1024Mi" as "1Gi".
         a, b = _as_quantity(desired), _as_quantity(observed)
-        return a is not None and a == b
-    return False
+        if a is not None and a == b:
+            return None
+    return path
+
+
+def covers(observed: Any, desired: Any) -> bool:
+    """True when ``observed`` has every value of ``desired``."""
+    return difference(observed, desired) is None
 
 
 def _is_ours(observed: Mapping[str, Any], owner_uid: str) -> bool:
@@ -129,13 +150,11 @@ def decide(desired: Mapping[str, Any], observed: Mapping[str, Any] | None, owner
         return Decision("Keep", kind, name)
     applied = (observed.get("metadata", {}).get("annotations") or {}).get(APPLIED_HASH)
     wanted = {k: v for k, v in desired.items() if k not in ("metadata", "status")}
-    labels = desired["metadata"].get("labels") or {}
-    same = (
-        applied == desired_hash(desired)
-        and covers(observed, wanted)
-        and covers(observed["metadata"].get("labels"), labels)
-    )
-    return Decision("Keep" if same else "Update", kind, name)
+    wanted["metadata"] = {"labels": desired["metadata"].get("labels") or {}}
+    differs = difference(observed, wanted)
+    if differs is None and applied == desired_hash(desired):
+        return Decision("Keep", kind, name)
+    return Decision("Update", kind, name, f"{differs} differs" if differs else "what Slipway sets changed")
 
 
 def stale(observed: Iterable[Mapping[str, Any]], wanted: Iterable[str], owner_uid: str) -> list[Decision]:
@@ -200,6 +219,9 @@ def apply(
         return decision, dict(observed) if observed is not None else None
     if decision.action == "Update":
         assert observed is not None
+        log.info(
+            "updating %s %s/%s: %s", decision.kind, desired["metadata"]["namespace"], decision.name, decision.message
+        )
         return decision, kube.replace(k, updated(observed, desired))
     body = copy.deepcopy(dict(desired))
     body["spec"] = {**(body.get("spec") or {}), **(create_extra or {})}

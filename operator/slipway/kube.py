@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -53,11 +52,7 @@ class Kube:
         else:
             # KUBECONFIG read now: the client's own default is fixed when it is first imported.
             api = config.new_client_from_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
-        # TCP keep-alive: a peer that vanished is noticed instead of waiting on a dead socket.
-        api.configuration.socket_options = [
-            *urllib3.connection.HTTPConnection.default_socket_options,
-            (socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1),
-        ]
+        # The client's connection pool sets TCP keep-alive itself: a peer that vanished is noticed.
         return cls.from_api_client(api)
 
     @classmethod

@@ -16,11 +16,11 @@ from slipway import metrics, watches
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
-from slipway.handlers.common import Context
 from slipway.kube import Kube
-from slipway.models.base import StatusModel
 from slipway.mlflow import MlflowClient
+from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
+from slipway.reconcile import Context
 
 PREFIX = "slipway.dev"
 

@@ -127,3 +127,27 @@ def run_analysis(
     stable = [measure(m, analysis.STABLE_TRACK) if m.max_relative_to_stable is not None else None for m in metric_rules]
     results = analysis.evaluate(metric_rules, canary, stable, settings.no_data, analysis.timestamp(now))
     return analysis.AnalysisOutcome(tuple(results), prometheus_unavailable=probe.unavailable is not None)
+
+
+NO_PROMETHEUS = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"
+
+
+def analyse_canary(
+    default: PrometheusClient | None,
+    settings: Analysis,
+    namespace: str,
+    deployment: str,
+    now: datetime,
+    versions: Mapping[str, str],
+    timeout: float,
+) -> analysis.AnalysisOutcome:
+    """:func:`run_analysis` against the spec's Prometheus (``analysis.prometheus.address``) or the
+    operator's default; Inconclusive, naming the fix, when there is neither."""
+    client = PrometheusClient(settings.prometheus.address, timeout=timeout) if settings.prometheus else default
+    if client is None:
+        return analysis.not_measured([m.name for m in settings.metrics], now, NO_PROMETHEUS)
+    try:
+        return run_analysis(client, settings, namespace, deployment, now, versions)
+    finally:
+        if client is not default:
+            client.close()

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from slipway.models.trainingrun import Sizing
+from slipway.models.trainingrun import Sizing, TrainingRunSpec
 
 GIB = 2**30
 BYTES_PER_VALUE = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -159,3 +160,39 @@ def gpu_memory_from_labels(labels: dict[str, str]) -> float | None:
     if product in GPU_MEMORY_GIB:
         return GPU_MEMORY_GIB[product] * GIB
     return None
+
+
+def sizing_status(
+    spec: TrainingRunSpec, kind_name: str, memory: float | None
+) -> tuple[dict[str, float | bool], str | None]:
+    """(status.sizing, refusal message) of a run with a ``spec.sizing``, given its GPUs' memory
+    (per GPU, bytes; None when unknown: the estimate is reported, nothing is refused)."""
+    assert spec.sizing is not None
+    est = estimate(spec.sizing, spec.resources.gpus * spec.nodes)
+    result: dict[str, float | bool] = {
+        "weightsGib": gib(est.weights),
+        "gradientsGib": gib(est.gradients),
+        "optimizerGib": gib(est.optimizer),
+        "activationsGib": gib(est.activations),
+        "totalGib": gib(est.total),
+    }
+    if memory is None:
+        return result, None
+    result |= {"availableGib": gib(memory), "fits": est.total <= memory}
+    return result, refusal(kind_name, spec.sizing, spec.resources.gpus, spec.nodes, memory)
+
+
+def gpu_memory_of_nodes(nodes: list[dict[str, Any]], spec: TrainingRunSpec) -> float | None:
+    """The largest GPU among nodes that match the run's nodeSelector and have enough GPUs."""
+    best = None
+    for node in nodes:
+        node_labels = node["metadata"].get("labels") or {}
+        if any(node_labels.get(key) != value for key, value in (spec.node_selector or {}).items()):
+            continue
+        allocatable = (node.get("status") or {}).get("allocatable") or {}
+        if int(allocatable.get(spec.resources.gpu_resource_name, "0")) < spec.resources.gpus:
+            continue
+        memory = gpu_memory_from_labels(node_labels)
+        if memory is not None and (best is None or memory > best):
+            best = memory
+    return best

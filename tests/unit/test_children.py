@@ -108,6 +108,9 @@ def test_replicas_left_to_the_hpa_are_kept_on_update() -> None:
         ([{"a": 1}], [{"a": 1}, {"a": 2}], False),
         ([{"a": 1}], [{"a": 1, "b": 0}], True),
         ({"a": None}, {}, True),
+        ({"value": ""}, {}, True),  # the API server omits empty values
+        ({"n": 0, "b": False, "l": [], "d": {}}, {}, True),
+        ({"value": "x"}, {}, False),
     ],
 )
 def test_covers_ignores_defaults_and_compares_quantities_by_value(desired: Any, observed: Any, equal: bool) -> None:

@@ -13,10 +13,10 @@ from kubernetes.client.exceptions import ApiException
 
 from slipway import children, kube
 from slipway.controller import Scheduler
-from slipway.handlers.common import Context, attempt, write_status
 from slipway.mlflow import MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.reconcile import Context, attempt
 from slipway.status.conditions import ready, reconciling, stalled
 
 
@@ -39,7 +39,7 @@ def context(status: dict[str, Any] | None = None, generation: int = 2, spec: dic
 
 def test_first_write_sets_fields_conditions_generation_and_one_event() -> None:
     ctx = context()
-    assert write_status(ctx, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    assert ctx.write(ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
     assert ctx.patch["phase"] == "Promoted"
     assert ctx.patch["currentStep"] == 1  # written under the CRD's camelCase name
     assert ctx.patch["observedGeneration"] == 2
@@ -49,16 +49,16 @@ def test_first_write_sets_fields_conditions_generation_and_one_event() -> None:
 
 def test_nothing_is_written_at_rest() -> None:
     ctx = context()
-    write_status(ctx, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    ctx.write(ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
     settled = context(status=ctx.body["status"])
-    assert not write_status(settled, ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
+    assert not settled.write(ready("Promoted", "serving 3"), phase="Promoted", current_step=1)
     assert settled.patch == {} and settled.events == []
 
 
 def test_removed_fields_are_sent_as_null_also_nested() -> None:
     stored = {"phase": "Analyzing", "currentStep": 1, "canary": {"modelVersion": "4", "replicas": 1, "weight": 20}}
     ctx = context(status=stored)
-    write_status(ctx, ready("Promoted", "ok"), phase="Promoted", current_step=None,
+    ctx.write(ready("Promoted", "ok"), phase="Promoted", current_step=None,
                  canary={"replicas": 0, "weight": 0})  # fmt: skip
     assert ctx.patch["currentStep"] is None
     assert ctx.patch["canary"] == {"modelVersion": None, "replicas": 0, "weight": 0}
@@ -66,16 +66,16 @@ def test_removed_fields_are_sent_as_null_also_nested() -> None:
 
 def test_status_fields_are_validated_against_the_model() -> None:
     with pytest.raises(ValueError, match="no fields"):
-        write_status(context(), ready("Promoted"), phaze="Promoted")
+        context().write(ready("Promoted"), phaze="Promoted")
     with pytest.raises(ValueError):
-        write_status(context(), ready("Promoted"), phase="NotAPhase")
+        context().write(ready("Promoted"), phase="NotAPhase")
 
 
 def test_a_new_stalled_reason_in_the_same_phase_posts_a_warning() -> None:
     ctx = context()
-    write_status(ctx, reconciling("Analyzing", "step 1"), phase="Analyzing")
+    ctx.write(reconciling("Analyzing", "step 1"), phase="Analyzing")
     later = context(status=ctx.body["status"])
-    write_status(later, stalled("MlflowError", "bad answer"))
+    later.write(stalled("MlflowError", "bad answer"))
     assert later.events == [("Warning", "MlflowError", "bad answer")]
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from slipway.analysis import AnalysisOutcome, MetricResult
 from slipway.models import InferenceDeploymentSpec
 from slipway.status.rollout import (
-    AnalysisVerdict,
     Desired,
     Observed,
     Track,
@@ -18,6 +18,13 @@ from slipway.status.rollout import (
 )
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def outcome(result: str, value: float | None = None, message: str = "") -> AnalysisOutcome:
+    """One errorRate analysis with this result."""
+    return AnalysisOutcome((MetricResult("errorRate", "q", value, "<= 0.05", result, iso(NOW), message),))  # type: ignore[arg-type]
+
+
 V1, V2 = Desired("1", "models:/m/1"), Desired("2", "models:/m/2")
 
 
@@ -100,7 +107,7 @@ def test_ready_canary_asks_for_analysis_then_holds_step_until_interval():
     status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
     first = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
     assert first.analyze
-    passed = AnalysisVerdict("Passed", [{"metric": "errorRate", "result": "Passed", "time": iso(NOW)}])
+    passed = outcome("Passed", 0.0)
     held = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=passed))
     assert held.phase == "Analyzing"
     assert held.status["currentStep"] == 0
@@ -140,13 +147,7 @@ def test_failed_analyses_beyond_limit_roll_back_naming_metric_and_value():
         "canaryStartTime": iso(NOW),
         "failedAnalyses": 1,
     }
-    failed = AnalysisVerdict(
-        "Failed",
-        [{"metric": "errorRate", "result": "Failed", "time": iso(NOW)}],
-        reason="errorRate 0.31 > 0.05",
-        metric="errorRate",
-        value=0.31,
-    )
+    failed = outcome("Failed", 0.31, "errorRate 0.31 > 0.05")
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=failed))
     assert p.phase == "RolledBack"
     assert p.canary is None and p.stable is None
@@ -172,9 +173,7 @@ def test_one_failure_within_limit_holds():
         "stepStartTime": iso(NOW - timedelta(minutes=5)),
         "canaryStartTime": iso(NOW),
     }
-    failed = AnalysisVerdict(
-        "Failed", [{"metric": "errorRate", "result": "Failed", "time": iso(NOW)}], "x", "errorRate", 0.3
-    )
+    failed = outcome("Failed", 0.3, "x")
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=failed))
     assert p.phase == "Analyzing"
     assert p.status["failedAnalyses"] == 1
@@ -189,10 +188,7 @@ def test_inconclusive_pauses_and_never_advances():
         "stepStartTime": iso(NOW - timedelta(minutes=5)),
         "canaryStartTime": iso(NOW),
     }
-    verdict = AnalysisVerdict(
-        "Inconclusive",
-        [{"metric": "errorRate", "result": "Inconclusive", "time": iso(NOW), "message": "Prometheus unreachable"}],
-    )
+    verdict = outcome("Inconclusive", None, "Prometheus unreachable")
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=verdict))
     assert p.phase == "Paused"
     assert cond(p, "Ready").reason == "AnalysisInconclusive"
@@ -317,3 +313,27 @@ def test_results_from_an_earlier_step_do_not_advance_this_one():
     }
     p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
     assert p.phase != "Promoting"
+
+
+def test_track_statuses_report_the_real_share_and_the_rolled_out_version():
+    from slipway.status.rollout import track_statuses
+
+    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
+    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
+    decision = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
+    stable, canary = track_statuses(decision, track("1"), track("2", 1))
+    assert (stable.model_version, stable.weight, canary.model_version, canary.weight) == ("1", 67, "2", 33)
+    assert stable.weight + canary.weight == 100
+    idle = track_statuses(plan(observe(s, desired=Desired("1", "models:/m/1"), stable=track("1"))), track("1"), None)
+    assert idle[1].replicas == 0 and idle[1].model_version is None
+
+
+def test_only_a_validated_artifact_is_served():
+    from slipway.status.rollout import desired_from_artifact
+
+    assert desired_from_artifact(None, "ns", "a") == (None, "ModelArtifact ns/a does not exist")
+    pending = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validating"}}
+    assert "only Validated artifacts are served" in desired_from_artifact(pending, "ns", "a")[1]
+    validated = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validated", "modelVersion": "3",
+                                                               "quantizedVersion": "4"}}  # fmt: skip
+    assert desired_from_artifact(validated, "ns", "a") == (Desired("4", "models:/m/4"), "")

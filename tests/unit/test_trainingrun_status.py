@@ -125,3 +125,35 @@ def test_progress_and_checkpoint_from_mlflow_run():
     progress, checkpoint = progress_from_run(run)
     assert progress == {"step": 7, "totalSteps": 30, "metrics": {"loss": 0.25}}
     assert checkpoint == {"step": 5, "path": "/checkpoints/step-5.pkl", "time": "2026-01-01T00:00:00Z"}
+
+
+def test_suspend_patch_follows_spec_and_leaves_kueue_held_jobs_alone() -> None:
+    from slipway.status.trainingrun import USER_SUSPENDED, suspend_patch
+
+    running = {"metadata": {}, "spec": {"suspend": False}, "status": {}}
+    suspend = SPEC.model_copy(update={"suspend": True})
+    assert suspend_patch(suspend, running) == {"metadata": {"annotations": {USER_SUSPENDED: "true"}},
+                                               "spec": {"suspend": True}}  # fmt: skip
+    ours = {"metadata": {"annotations": {USER_SUSPENDED: "true"}}, "spec": {"suspend": True}, "status": {}}
+    assert suspend_patch(SPEC, ours)["spec"] == {"suspend": False}  # type: ignore[index]
+    queued = SPEC.model_copy(update={"queue_name": "gpus"})
+    kueue_held = {"metadata": {}, "spec": {"suspend": True}, "status": {}}
+    assert suspend_patch(queued, kueue_held) is None  # Kueue admits it, not Slipway
+    done = {
+        "metadata": {},
+        "spec": {"suspend": False},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+    }
+    assert suspend_patch(suspend, done) is None
+    assert suspend_patch(SPEC, running) is None
+
+
+def test_finished_only_at_the_current_generation() -> None:
+    from slipway.status.trainingrun import finished
+
+    body = {"metadata": {"generation": 2}, "spec": {}, "status": {"phase": "Succeeded", "observedGeneration": 2}}
+    assert finished(body)
+    assert not finished({**body, "status": {"phase": "Succeeded", "observedGeneration": 1}})
+    with_artifact = {**body, "spec": {"artifact": {"aliases": ["candidate"]}}}
+    assert not finished(with_artifact)  # its ModelArtifact is not made yet
+    assert finished({**with_artifact, "status": {**body["status"], "artifactRef": {"name": "r"}}})

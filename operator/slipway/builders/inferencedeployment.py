@@ -45,13 +45,15 @@ def deployment(
     uri: str,
     mlflow_url: str | None,
     replicas: int | None,
+    model_name: str | None = None,
 ) -> dict[str, Any]:
-    """One track's Deployment, serving ``version``. ``replicas`` None leaves the count to the HPA."""
+    """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
+    ``replicas`` None leaves the count to the HPA."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: version}
     base_env = {
         "SLIPWAY_MODEL_URI": uri,
         "SLIPWAY_MODEL_VERSION": version,
-        "SLIPWAY_MODEL_NAME": spec.model.name or "",
+        "SLIPWAY_MODEL_NAME": model_name or spec.model.name or "",
         "SLIPWAY_TRACK": track,
         "PORT": str(spec.port),
     }

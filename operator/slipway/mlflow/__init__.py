@@ -9,6 +9,8 @@ Kubernetes client. :class:`MlflowClient` is the one object callers use; it is co
 - :mod:`.tracking` — experiments, runs, metrics, params and tags;
 - :mod:`.registry` — registered models, versions, version tags and aliases;
 - :mod:`.artifacts` — upload, list and download, and artifact URI resolution;
+- :mod:`.records` — Slipway's own runs and versions, tagged with an object's uid and looked
+  up before any create;
 
 with two pure helpers: :mod:`.uris` (the ``models:/`` and ``runs:/`` URI parser) and
 :mod:`.filters` (search filters).
@@ -19,6 +21,7 @@ from __future__ import annotations
 from slipway.mlflow.artifacts import ARTIFACT_PROXY, ArtifactFile, Artifacts
 from slipway.mlflow.filters import model_version_filter, tag_filter
 from slipway.mlflow.http import API, MlflowError, MlflowNotFound, MlflowUnavailable
+from slipway.mlflow.records import ROLE_TAG, UID_TAG, Records
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
 from slipway.mlflow.tracking import RUN_STATUSES, TERMINAL_RUN_STATUSES, Metric, Run, Tracking, now_millis
 from slipway.mlflow.uris import ModelUri, RunUri, model_version_uri, parse_model_uri, parse_run_uri, run_artifact_uri
@@ -26,8 +29,10 @@ from slipway.mlflow.uris import ModelUri, RunUri, model_version_uri, parse_model
 __all__ = [
     "API",
     "ARTIFACT_PROXY",
+    "ROLE_TAG",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
+    "UID_TAG",
     "ArtifactFile",
     "Metric",
     "MlflowClient",
@@ -49,7 +54,7 @@ __all__ = [
 ]
 
 
-class MlflowClient(Artifacts, Tracking, Registry):
+class MlflowClient(Artifacts, Records, Tracking, Registry):
     """A synchronous client for one MLflow tracking server: tracking, registry and artifacts.
 
     ``retries`` applies only to idempotent requests answered with :class:`MlflowUnavailable`;

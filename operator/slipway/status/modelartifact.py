@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from slipway.status import jobs
 from slipway.status.conditions import Cond, ready, reconciling, stalled
 from slipway.status.gates import GateOutcome
 
@@ -67,3 +70,131 @@ def decided(outcomes: list[GateOutcome], aliases: list[str], version: str) -> Ar
         return _state("Rejected", stalled, "GateFailed", f"{reasons}; no alias moved", (True, True, False))
     moved = f"; aliases {', '.join(aliases)} point at version {version}" if aliases else ""
     return _state("Validated", ready, "Validated", f"{len(outcomes)} gates passed{moved}", (True, True, True))
+
+
+# -- decisions between the I/O steps (pure) ------------------------------------------------------
+
+FINAL = ("Validated", "Rejected", "Failed")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where the model to register lives, and what its producer recorded about it."""
+
+    uri: str
+    run_id: str | None
+    digest: str | None = None
+    size_bytes: str | None = None
+
+
+def decided_at_generation(body: Mapping[str, Any]) -> bool:
+    """A decision was reached for the current spec (immutable): nothing changes any more."""
+    status = body.get("status") or {}
+    return status.get("phase") in FINAL and status.get("observedGeneration") == body["metadata"].get("generation")
+
+
+DECISION_TAG = "slipway.dev/validation"
+GATES_TAG = "slipway.dev/gates"
+ALIASES_TAG = "slipway.dev/aliases-set"
+METRIC_TAG = "slipway.metric."
+
+
+def needs_quantization(method: str, image: str | None, command: list[str] | None) -> bool:
+    return method != "none" or bool(image) or bool(command)
+
+
+def trainingrun_source(run: Mapping[str, Any] | None, namespace: str, ref: str) -> str | ArtifactState:
+    """The MLflow run id a ``trainingRunRef`` source registers from, or the state to wait in."""
+    if run is None:
+        return waiting_for_source(f"TrainingRun {namespace}/{ref} does not exist (yet)")
+    status = run.get("status") or {}
+    if status.get("phase") == "Failed":
+        return source_failed("TrainingRunFailed", f"TrainingRun {ref} failed; nothing to register")
+    run_id = (status.get("mlflow") or {}).get("runId")
+    if status.get("phase") != "Succeeded" or not run_id:
+        return waiting_for_source(f"waiting for TrainingRun {ref} to succeed")
+    return str(run_id)
+
+
+def job_state(step: str, job: Mapping[str, Any], waiting: str) -> ArtifactState | None:
+    """Why a step's Job is not done (failed, or still running), or None once it completed."""
+    failed = jobs.failure(job)
+    if failed:
+        message = (
+            f"the {step} Job {job['metadata']['name']} failed ({failed.get('reason')}: "
+            f"{failed.get('message', '')}); see its pods' logs"
+        )
+        return step_failed(step, message)
+    if not jobs.is_complete(job):
+        return quantizing(waiting) if step == "quantize" else validating(waiting)
+    return None
+
+
+def quantized_output(
+    run_id: str, tags: Mapping[str, str], parent: str, method: str
+) -> tuple[str, dict[str, str]] | ArtifactState:
+    """(URI, version tags) of what the quantizer made, from its run's tags; Failed if it set none."""
+    uri = tags.get("slipway.quantize.uri")
+    if not uri:
+        return step_failed(
+            "quantize", f"the quantizer finished without setting tag slipway.quantize.uri on MLflow run {run_id}"
+        )
+    out = {"slipway.dev/parent-version": parent, "slipway.dev/quantization-method": method}
+    out |= {
+        f"slipway.{k}": tags[f"slipway.quantize.{k}"]
+        for k in ("digest", "sizeBytes")
+        if tags.get(f"slipway.quantize.{k}")
+    }
+    return uri, out
+
+
+def recorded_outcomes(tags: Mapping[str, str]) -> list[GateOutcome] | None:
+    """The gate outcomes recorded on a version by an earlier decision, if it was decided."""
+    if not (tags.get(DECISION_TAG) and tags.get(GATES_TAG)):
+        return None
+    return [
+        GateOutcome(
+            g["metric"],
+            g.get("value"),
+            g.get("threshold", ""),
+            g.get("baselineValue"),
+            bool(g["passed"]),
+            g.get("message", ""),
+        )  # fmt: skip
+        for g in json.loads(tags[GATES_TAG])
+    ]
+
+
+def decision_tags(outcomes: list[GateOutcome]) -> dict[str, str]:
+    """What is recorded on the version: every gate's outcome, then the decision."""
+    return {
+        GATES_TAG: json.dumps([o.to_status() for o in outcomes]),
+        DECISION_TAG: "passed" if all(o.passed for o in outcomes) else "rejected",
+    }
+
+
+def recorded_aliases(tags: Mapping[str, str]) -> list[str] | None:
+    """The aliases an earlier pass moved to this version (None: not moved yet)."""
+    value = tags.get(ALIASES_TAG)
+    return None if value is None else [a for a in value.split(",") if a and a != "-"]
+
+
+def aliases_to_move(aliases: list[str], held: Mapping[str, str | None], version: str) -> tuple[list[str], list[str]]:
+    """(aliases to point at ``version``, aliases kept on a newer version): never move one back."""
+    kept = [a for a in aliases if held.get(a) is not None and int(str(held[a])) > int(version)]
+    return [a for a in aliases if a not in kept], kept
+
+
+def metric_values(tags: Mapping[str, str]) -> dict[str, float]:
+    """Validation metrics recorded on a version (tags ``slipway.metric.<name>``)."""
+    return {k[len(METRIC_TAG) :]: float(v) for k, v in tags.items() if k.startswith(METRIC_TAG)}
+
+
+def digest_fields(digest: str | None, size: Any) -> dict[str, Any]:
+    """status.digest (as sha256:<hex>) and status.sizeBytes, from what the workload recorded."""
+    fields: dict[str, Any] = {}
+    if digest:
+        fields["digest"] = digest if digest.startswith("sha256:") else f"sha256:{digest}"
+    if size is not None and str(size).isdigit():
+        fields["size_bytes"] = int(size)
+    return fields

@@ -16,13 +16,15 @@ mode the HTTPRoute carries the exact weight.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from slipway.analysis import AnalysisOutcome
+from slipway.builders.inferencedeployment import URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
-from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout
+from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
 from slipway.status.conditions import Cond, Status, ready, reconciling, stalled
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
@@ -63,17 +65,6 @@ class Track:
         return self.generation_observed and self.updated >= self.replicas and self.current_ready >= 1
 
 
-@dataclass(frozen=True)
-class AnalysisVerdict:
-    """The outcome of one analysis run."""
-
-    verdict: str  # Passed | Failed | Inconclusive
-    results: list[dict[str, Any]]
-    reason: str = ""
-    metric: str | None = None
-    value: float | None = None
-
-
 @dataclass
 class Observed:
     spec: InferenceDeploymentSpec
@@ -84,7 +75,7 @@ class Observed:
     status: dict[str, Any]
     annotations: dict[str, str]
     now: datetime
-    analysis: AnalysisVerdict | None = None
+    analysis: AnalysisOutcome | None = None
 
 
 @dataclass
@@ -295,7 +286,7 @@ class Canary:
                 verdict = _combined([r.get("result") for r in self.previous_results])
             else:
                 verdict = result.verdict
-                changes["analysis"] = result.results
+                changes["analysis"] = result.to_status()
                 if verdict == "Failed":
                     self.failed += 1
                     if self.failed > analysis.failure_limit:
@@ -338,9 +329,9 @@ class Canary:
         return not times or self.now - max(times) >= parse_duration(analysis.interval)
 
     def inconclusive_reason(self) -> str:
-        results = self.obs.analysis.results if self.obs.analysis else self.previous_results
+        results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
         reasons = [
-            r.get("message") or f"{r.get('metric')}: no data" for r in results if r.get("result") == "Inconclusive"
+            str(r.get("message") or f"{r.get('metric')}: no data") for r in results if r.get("result") == "Inconclusive"
         ]
         if not reasons and self.obs.analysis and self.obs.analysis.reason:
             reasons = [self.obs.analysis.reason]
@@ -388,3 +379,52 @@ def _combined(results: list[str | None]) -> str:
     if "Inconclusive" in results or not results:
         return "Inconclusive"
     return "Passed"
+
+
+def track_of(deployment: Mapping[str, Any] | None) -> Track | None:
+    """A track as observed from its Deployment."""
+    if deployment is None:
+        return None
+    status = deployment.get("status") or {}
+    template = deployment["spec"]["template"]["metadata"]
+    return Track(
+        version=(template.get("labels") or {}).get(VERSION_LABEL),
+        uri=(deployment["metadata"].get("annotations") or {}).get(URI_ANNOTATION),
+        replicas=int(deployment["spec"].get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        generation_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"]["generation"]),
+        pods=int(status.get("replicas") or 0),
+    )
+
+
+def track_statuses(decision: Plan, stable: Track | None, canary: Track | None) -> tuple[TrackStatus, TrackStatus]:
+    """status.stable and status.canary: what each track serves, its pods and its share of traffic."""
+
+    def of(track: Track | None, weight: int) -> TrackStatus:
+        if track is None:
+            return TrackStatus(replicas=0, ready_replicas=0, weight=0)
+        return TrackStatus(model_version=track.version or None, uri=track.uri or None, replicas=track.replicas,
+                           ready_replicas=track.ready, weight=weight)  # fmt: skip
+
+    canary_status = of(canary, decision.weight)
+    if decision.rollout_version is not None:
+        canary_status.model_version = decision.rollout_version
+    elif canary is not None and not canary.replicas:
+        canary_status.model_version = None
+    return of(stable, 100 - decision.weight), canary_status
+
+
+def desired_from_artifact(artifact: Mapping[str, Any] | None, namespace: str, name: str) -> tuple[Desired | None, str]:
+    """(the version a ModelArtifact offers, or None and why not) — only Validated artifacts are served."""
+    if artifact is None:
+        return None, f"ModelArtifact {namespace}/{name} does not exist"
+    status = artifact.get("status") or {}
+    if status.get("phase") != "Validated":
+        return (
+            None,
+            f"ModelArtifact {name} is {status.get('phase') or 'not ready'}; only Validated artifacts are served",
+        )
+    model = artifact["spec"]["model"]["name"]
+    version = status.get("quantizedVersion") or status["modelVersion"]
+    return Desired(str(version), f"models:/{model}/{version}"), ""

@@ -166,3 +166,29 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
         ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
         checkpoint["time"] = ts.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return progress or None, checkpoint or None
+
+
+USER_SUSPENDED = "slipway.dev/suspended-by-spec"
+
+
+def suspend_patch(spec: TrainingRunSpec, job: Obj) -> dict[str, Any] | None:
+    """The Job patch that makes it follow ``spec.suspend``, or None. A Job that Kueue holds
+    (queueName) is only resumed if Slipway suspended it."""
+    if job_condition(job, "Complete") or job_condition(job, "Failed"):
+        return None
+    suspended = bool(job["spec"].get("suspend"))
+    ours = (job["metadata"].get("annotations") or {}).get(USER_SUSPENDED) == "true"
+    if spec.suspend and not suspended:
+        return {"metadata": {"annotations": {USER_SUSPENDED: "true"}}, "spec": {"suspend": True}}
+    if not spec.suspend and suspended and (ours or spec.queue_name is None):
+        return {"metadata": {"annotations": {USER_SUSPENDED: None}}, "spec": {"suspend": False}}
+    return None
+
+
+def finished(body: Mapping[str, Any]) -> bool:
+    """Succeeded (with its artifact) or Failed, at the current generation: nothing changes any more."""
+    status = body.get("status") or {}
+    if status.get("observedGeneration") != body["metadata"].get("generation"):
+        return False
+    artifact_done = not (body.get("spec") or {}).get("artifact") or status.get("artifactRef")
+    return status.get("phase") == "Failed" or (status.get("phase") == "Succeeded" and bool(artifact_done))

@@ -1,0 +1,192 @@
+"""One reconciliation pass over one object: the context it reads from, and the frame that runs
+it (spec parsed, failures turned into conditions and a retry delay, status and Events written
+once at the end)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import kopf
+from pydantic import BaseModel, ValidationError
+
+from slipway import children, kube, metrics
+from slipway.config import OperatorConfig
+from slipway.controller import Cache, Key
+from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
+from slipway.models.base import StatusModel, describe_errors
+from slipway.prometheus import PrometheusClient
+from slipway.status.conditions import Cond, reconciling, stalled
+from slipway.status.writer import Event, next_status
+
+M = TypeVar("M", bound=BaseModel)
+Step = Callable[["Context", M], "float | None"]
+MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
+LEGACY_FINALIZER = "slipway.dev/finalizer"  # added by kopf timers in earlier Slipway versions
+
+
+class InvalidSpec(Exception):
+    """The spec passed the CRD schema but not Slipway's own checks."""
+
+    def __init__(self, kind: str, name: str, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(f"{kind} {name}: {'; '.join(problems)}")
+
+
+def parse_spec(model: type[M], body: Mapping[str, Any]) -> M:
+    """Validate the spec with the pydantic model (the same rules as the CRD's CEL)."""
+    try:
+        return model.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as exc:
+        meta = body.get("metadata", {})
+        kind = body.get("kind", "object")
+        raise InvalidSpec(kind, f"{meta.get('namespace')}/{meta.get('name')}", describe_errors(exc.errors())) from exc
+
+
+@dataclass
+class Context:
+    """One pass over one object: what it reads (the object, the cache, the clients) and what it
+    will write (a status patch and Events, sent once at the end)."""
+
+    key: Key
+    body: dict[str, Any]
+    status_model: type[StatusModel]
+    kube: kube.Kube
+    cache: Cache
+    config: OperatorConfig
+    mlflow: MlflowClient | None = None
+    prometheus: PrometheusClient | None = None
+    patch: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # per object, across passes: caches only
+    deferred: list[Callable[[], Any]] = field(default_factory=list)  # writes to the object itself
+
+    @property
+    def kind(self) -> str:
+        return str(self.body["kind"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def uid(self) -> str:
+        return str(self.body["metadata"]["uid"])
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.body.get("status") or {})
+
+    def write(self, conditions: Iterable[Cond], **fields: Any) -> bool:
+        """Stage the status fields (the kind's status model, by name) and conditions that differ
+        from what is stored, and an Event per transition. True when something changed."""
+        generation = self.body["metadata"].get("generation")
+        after, change = next_status(self.status_model, self.status, generation, conditions, fields)
+        if not change.patch:
+            return False
+        if "phase" in change.patch and after.get("phase"):
+            metrics.TRANSITIONS.labels(self.kind, after["phase"]).inc()
+        self.patch.update(change.patch)
+        self.events += change.events
+        self.body["status"] = after
+        return True
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+    def child(self, index: str, name: str) -> dict[str, Any] | None:
+        """An observed child from the cache (only objects labelled as Slipway's are cached)."""
+        return self.cache.get(index, self.namespace, name)
+
+    def ensure(
+        self, index: str, desired: dict[str, Any], create_extra: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Create, update or keep one child (see ``children``); returns it as it now is."""
+        observed = self.child(index, desired["metadata"]["name"])
+        decision, obj = children.apply(self.kube, self.body, desired, observed, create_extra)
+        if decision.action != "Keep":
+            metrics.CHILD_ACTIONS.labels(decision.kind, decision.action).inc()
+        assert obj is not None
+        return obj
+
+    def prune(self, index: str, wanted: Iterable[str]) -> None:
+        """Delete this object's children in ``index`` that are not ``wanted``."""
+        observed = {o["metadata"]["name"]: o for o in self.cache.owned_by(index, self.uid)}
+        for decision in children.stale(observed.values(), wanted, self.uid):
+            children.delete(self.kube, decision, self.namespace, observed[decision.name])
+            metrics.CHILD_ACTIONS.labels(decision.kind, "Delete").inc()
+
+
+def flush(ctx: Context) -> None:
+    """Send the staged status (conditional on the object not having changed since it was read:
+    a conflict retries the pass with the newer object), then the Events, then own-metadata writes."""
+    if ctx.patch:
+        body = {"metadata": {"resourceVersion": ctx.body["metadata"]["resourceVersion"]}, "status": ctx.patch}
+        ctx.cache.remember(ctx.key, kube.patch_status(ctx.kube, ctx.kind, ctx.namespace, ctx.name, body))
+        ctx.patch = {}
+    for type_, reason, message in ctx.events:
+        kube.post_event(ctx.kube, ctx.body, type_, reason, message)
+    ctx.events = []
+    for action in ctx.deferred:  # they change the object's resourceVersion: last
+        action()
+    ctx.deferred = []
+
+
+def drop_legacy_finalizer(ctx: Context) -> None:
+    """Objects made under earlier versions carry a finalizer nothing needs any more: remove it,
+    so that deleting them never waits for the operator."""
+    meta = ctx.body["metadata"]
+    finalizers = list(meta.get("finalizers") or [])
+    if LEGACY_FINALIZER in finalizers:
+        kept = [f for f in finalizers if f != LEGACY_FINALIZER]
+        patch = {"metadata": {"finalizers": kept, "resourceVersion": meta["resourceVersion"]}}
+        ctx.cache.remember(ctx.key, kube.patch(ctx.kube, ctx.kind, ctx.namespace, ctx.name, patch))
+        raise kopf.TemporaryError("removed the finalizer of an earlier Slipway version", delay=0)
+
+
+def run_pass(ctx: Context, spec_model: type[M], step: Step[M], *, needs_mlflow: bool = True) -> float | None:
+    """The frame of every pass: timed and counted, the pass attempted, then its status and Events
+    written. Returns when to run the pass again (seconds), or None to wait for a change."""
+    with metrics.reconcile_timer(ctx.kind):
+        requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow)
+        flush(ctx)
+    return requeue
+
+
+def attempt(ctx: Context, spec_model: type[M], step: Step[M], *, needs_mlflow: bool = True) -> float | None:
+    """Run ``step`` with the spec parsed (an invalid one is Stalled with the field named) and MLflow
+    required if asked; failures become conditions a user can read, and a retry delay."""
+    try:
+        drop_legacy_finalizer(ctx)
+        spec = parse_spec(spec_model, ctx.body)
+        if ctx.mlflow is None and needs_mlflow:
+            ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
+            return None
+        return step(ctx, spec)
+    except InvalidSpec as exc:
+        ctx.write(stalled("InvalidSpec", str(exc)))
+        return None
+    except kopf.TemporaryError as exc:
+        if exc.delay:  # delay 0: a step that only needs the next pass, not an outage
+            ctx.write(reconciling("KubernetesUnavailable", f"{exc}; retrying"))
+        return float(exc.delay or 0)
+    except (children.OwnedByOther, MlflowError, kopf.PermanentError) as exc:
+        reason, conditions, delay = _failure(exc)
+        ctx.write(conditions(reason, f"{exc}; retrying" if conditions is reconciling else str(exc)))
+        return delay
+
+
+def _failure(exc: Exception) -> tuple[str, Callable[[str, str], list[Cond]], float]:
+    """(reason, summary conditions, retry delay) for a failure a retry may or may not fix."""
+    if isinstance(exc, children.OwnedByOther):
+        return "OwnedByOther", stalled, 60.0
+    if isinstance(exc, MlflowUnavailable):
+        return "MlflowUnavailable", reconciling, 10.0
+    if isinstance(exc, MlflowError):
+        return "MlflowError", stalled, 60.0
+    return "KubernetesError", stalled, 60.0

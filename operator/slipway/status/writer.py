@@ -1,0 +1,89 @@
+"""The next status of an object, typed, as a merge patch and the Events of its transitions (pure).
+
+Status goes through the kind's status model, so what is written is what the CRD describes.
+Only what differs from the stored status is in the patch (a settled object's pass writes
+nothing); fields that go away are sent as ``null``, nested ones too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from slipway.models.base import StatusModel
+from slipway.status.conditions import READY, STALLED, Cond, get_condition, set_conditions
+
+WARNING_PHASES = {"Failed", "Rejected", "RolledBack"}
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+@dataclass
+class StatusChange:
+    """What a pass will write: a merge patch of ``status``, the status after it, and Events."""
+
+    patch: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+
+def next_status(
+    model: type[StatusModel],
+    stored: Mapping[str, Any],
+    generation: int | None,
+    conditions: Iterable[Cond],
+    fields: Mapping[str, Any],
+) -> tuple[dict[str, Any], StatusChange]:
+    """(the status after the change, the change): ``fields`` by snake_case or camelCase name."""
+    names = {f.alias or n: n for n, f in model.model_fields.items()}
+    unknown = [k for k in fields if k not in names and k not in model.model_fields]
+    if unknown:
+        raise ValueError(f"{model.__name__} has no fields {unknown}")
+    try:
+        current = model.model_validate(stored).model_dump()
+    except ValidationError:
+        current = {}  # written by an incompatible version: rebuilt from this pass
+    merged = set_conditions(stored.get("conditions"), conditions, generation)
+    current.update({names.get(k, k): v for k, v in fields.items()})
+    current.update(conditions=merged, observed_generation=generation)
+    new = model.model_validate(current).to_dict()
+    known = set(names)
+    change = StatusChange()
+    change.patch = {k: _with_removals(stored.get(k), v) for k, v in new.items() if stored.get(k) != v}
+    change.patch.update({k: None for k in stored if k in known and k not in new})
+    if change.patch:
+        change.events = transition_events(stored, new)
+    after = {k: v for k, v in {**stored, **new}.items() if k in new or k not in known}
+    return after, change
+
+
+def transition_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
+    """One Event per transition: a new phase (with the Ready message as the why); within a phase,
+    a newly Stalled object (a Warning) or a new Ready reason."""
+    phase = new.get("phase")
+    if phase is not None and old.get("phase") != phase:
+        message = (get_condition(new.get("conditions"), READY) or {}).get("message", "")
+        return [("Warning" if phase in WARNING_PHASES else "Normal", phase, message)]
+    before, after = old.get("conditions"), new.get("conditions")
+    stalled = _event_for(get_condition(before, STALLED), get_condition(after, STALLED))
+    if stalled and stalled[0] == "Warning":
+        return [stalled]
+    ready = _event_for(get_condition(before, READY), get_condition(after, READY))
+    return [ready] if ready else []
+
+
+def _event_for(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> Event | None:
+    if new is None or (old is not None and old.get("status") == new["status"] and old.get("reason") == new["reason"]):
+        return None
+    warning = new["type"] == STALLED and new["status"] == "True"
+    return ("Warning" if warning else "Normal", new["reason"], new["message"] or f"{new['type']}={new['status']}")
+
+
+def _with_removals(old: Any, new: Any) -> Any:
+    """``new``, plus ``None`` for every key of ``old`` (recursively) that ``new`` no longer has."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return new
+    merged = {key: _with_removals(old.get(key), value) for key, value in new.items()}
+    merged.update({key: None for key in old if key not in new})
+    return merged

@@ -1,0 +1,102 @@
+"""The decisions of a ModelArtifact's lifecycle between its I/O steps, without a cluster (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slipway.status import modelartifact as states
+from slipway.status.gates import GateOutcome
+
+
+def job(*conditions: tuple[str, str, str]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "digits-validate"},
+        "status": {"conditions": [{"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions]},
+    }
+
+
+@pytest.mark.parametrize(
+    ("run", "expected"),
+    [
+        (None, ("Registering", "WaitingForSource", "does not exist (yet)")),
+        ({"status": {"phase": "Running"}}, ("Registering", "WaitingForSource", "waiting for TrainingRun r")),
+        ({"status": {"phase": "Succeeded"}}, ("Registering", "WaitingForSource", "to succeed")),  # no run id yet
+        ({"status": {"phase": "Failed"}}, ("Failed", "TrainingRunFailed", "nothing to register")),
+    ],
+)
+def test_trainingrun_source_waits_or_fails_with_a_reason(run: dict[str, Any] | None, expected: tuple[str, ...]) -> None:
+    state = states.trainingrun_source(run, "team-a", "r")
+    assert isinstance(state, states.ArtifactState)
+    ready = next(c for c in state.conditions if c.type == "Ready")
+    assert (state.phase, ready.reason) == expected[:2] and expected[2] in ready.message
+
+
+def test_trainingrun_source_is_its_mlflow_run_once_it_succeeded() -> None:
+    run = {"status": {"phase": "Succeeded", "mlflow": {"runId": "abc"}}}
+    assert states.trainingrun_source(run, "team-a", "r") == "abc"
+
+
+def test_job_state_running_failed_and_done() -> None:
+    running = states.job_state("validate", job(), "validating version 3")
+    assert running is not None and running.phase == "Validating"
+    failed = states.job_state("quantize", job(("Failed", "BackoffLimitExceeded", "3 pods failed")), "q")
+    assert failed is not None and failed.phase == "Failed"
+    message = next(c for c in failed.conditions if c.type == "Stalled").message
+    assert "BackoffLimitExceeded: 3 pods failed" in message and "logs" in message
+    assert states.job_state("validate", job(("Complete", "", "")), "v") is None
+
+
+def test_quantized_output_needs_the_uri_tag_and_carries_digest_and_size() -> None:
+    missing = states.quantized_output("run1", {}, "3", "int8-dynamic")
+    assert isinstance(missing, states.ArtifactState) and missing.phase == "Failed"
+    uri, tags = states.quantized_output(  # type: ignore[misc]
+        "run1", {"slipway.quantize.uri": "runs:/run1/q", "slipway.quantize.digest": "ab"}, "3", "int8-dynamic"
+    )
+    assert uri == "runs:/run1/q"
+    assert tags == {"slipway.dev/parent-version": "3", "slipway.dev/quantization-method": "int8-dynamic",
+                    "slipway.digest": "ab"}  # fmt: skip
+
+
+def test_a_decision_recorded_on_the_version_is_read_back_as_it_was() -> None:
+    outcomes = [GateOutcome("accuracy", 0.93, ">= 0.9", None, True, "ok"),
+                GateOutcome("latencyP95Seconds", 0.7, "<= 0.5", None, False, "too slow")]  # fmt: skip
+    tags = states.decision_tags(outcomes)
+    assert tags[states.DECISION_TAG] == "rejected"
+    assert states.recorded_outcomes(tags) == outcomes
+    assert states.recorded_outcomes({states.GATES_TAG: tags[states.GATES_TAG]}) is None  # no decision yet
+
+
+@pytest.mark.parametrize(
+    ("held", "move", "kept"),
+    [
+        ({"candidate": None, "production": None}, ["candidate", "production"], []),
+        ({"candidate": "2", "production": "7"}, ["candidate"], ["production"]),
+        ({"candidate": "5", "production": "5"}, ["candidate", "production"], []),
+    ],
+    ids=["unset", "newer-kept", "same-version"],
+)
+def test_aliases_never_move_back_to_an_older_version(
+    held: dict[str, str | None], move: list[str], kept: list[str]
+) -> None:
+    assert states.aliases_to_move(["candidate", "production"], held, "5") == (move, kept)
+
+
+def test_recorded_aliases_and_metrics() -> None:
+    assert states.recorded_aliases({}) is None
+    assert states.recorded_aliases({states.ALIASES_TAG: "-"}) == []
+    assert states.recorded_aliases({states.ALIASES_TAG: "candidate,production"}) == ["candidate", "production"]
+    assert states.metric_values({"slipway.metric.accuracy": "0.93", "other": "x"}) == {"accuracy": 0.93}
+
+
+def test_digest_fields() -> None:
+    assert states.digest_fields("ab12", "1024") == {"digest": "sha256:ab12", "size_bytes": 1024}
+    assert states.digest_fields("sha256:ab12", None) == {"digest": "sha256:ab12"}
+    assert states.digest_fields(None, "n/a") == {}
+
+
+def test_decided_at_generation() -> None:
+    body = {"metadata": {"generation": 1}, "status": {"phase": "Rejected", "observedGeneration": 1}}
+    assert states.decided_at_generation(body)
+    assert not states.decided_at_generation({**body, "status": {"phase": "Validating", "observedGeneration": 1}})
