@@ -30,6 +30,7 @@ from typing import Literal
 
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import BUILTIN_METRICS, AnalysisMetric
+from slipway.status.gates import bounds_text
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
 NoDataPolicy = Literal["inconclusive", "fail", "pass"]
@@ -235,11 +236,7 @@ def _fmt(value: float) -> str:
 
 def threshold_text(metric: AnalysisMetric, stable_value: float | None = None) -> str:
     """The rule as people read it, e.g. ``<= 0.05`` or ``<= 1.5 × stable (0.12)``."""
-    parts = []
-    if metric.min is not None:
-        parts.append(f">= {_fmt(metric.min)}")
-    if metric.max is not None:
-        parts.append(f"<= {_fmt(metric.max)}")
+    parts = bounds_text(metric.min, metric.max, _fmt)
     if metric.max_relative_to_stable is not None:
         relative = f"<= {_fmt(metric.max_relative_to_stable)} × stable"
         parts.append(f"{relative} ({_fmt(stable_value)})" if stable_value is not None else relative)

@@ -26,16 +26,23 @@ CHILD_ACTIONS = Counter(
 
 
 @contextmanager
+def _outcome(counter: Counter, *labels: str) -> Iterator[None]:
+    """Count the block under ``labels`` plus its outcome: ``ok``, or ``error`` if it raises."""
+    try:
+        yield
+    except BaseException:
+        counter.labels(*labels, "error").inc()
+        raise
+    counter.labels(*labels, "ok").inc()
+
+
+@contextmanager
 def reconcile_timer(kind: str) -> Iterator[None]:
     """Count one reconciliation and time it; an exception counts as an error."""
     start = time.monotonic()
     try:
-        yield
-    except Exception:
-        RECONCILES.labels(kind, "error").inc()
-        raise
-    else:
-        RECONCILES.labels(kind, "ok").inc()
+        with _outcome(RECONCILES, kind):
+            yield
     finally:
         RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - start)
 
@@ -43,13 +50,8 @@ def reconcile_timer(kind: str) -> Iterator[None]:
 @contextmanager
 def external_request(service: str) -> Iterator[None]:
     """Count one HTTP request sent to ``service``: ``ok`` unless the block raises."""
-    try:
+    with _outcome(EXTERNAL_REQUESTS, service):
         yield
-    except BaseException:
-        EXTERNAL_REQUESTS.labels(service, "error").inc()
-        raise
-    else:
-        EXTERNAL_REQUESTS.labels(service, "ok").inc()
 
 
 def serve(port: int, addr: str = "0.0.0.0") -> None:

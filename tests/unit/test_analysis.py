@@ -415,3 +415,13 @@ def test_a_version_narrows_the_track_to_its_pods():
     assert 'slipway_dev_track="canary", slipway_dev_model_version="7"' in query
     custom = metric(name="q", max=1, query='up{slipway_dev_model_version="{{ version }}"}')
     assert resolve_query(custom, "slipway", "canary", "ns", "d", "20s", "7") == 'up{slipway_dev_model_version="7"}'
+
+
+def test_the_query_help_names_every_placeholder_a_query_may_use():
+    from slipway.models.inferencedeployment import AnalysisMetric
+
+    description = AnalysisMetric.model_fields["query"].description or ""
+    from slipway.analysis import PLACEHOLDERS
+
+    for placeholder in PLACEHOLDERS:
+        assert "{{ " + placeholder + " }}" in description

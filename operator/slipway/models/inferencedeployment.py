@@ -142,7 +142,8 @@ class AnalysisMetric(SlipwayModel):
     )
     query: str | None = Field(
         default=None,
-        description="PromQL; may use {{ track }}, {{ namespace }} and {{ deployment }}.",
+        description="PromQL; may use {{ track }}, {{ namespace }}, {{ deployment }} and {{ version }} "
+        "(the track's model version).",
         min_length=1,
         max_length=4096,
     )

@@ -9,7 +9,7 @@ the named outcome ``onMissingBaseline``: pass or fail, never a crash.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from slipway.models.modelartifact import Gate
@@ -47,12 +47,13 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
+def bounds_text(minimum: float | None, maximum: float | None, fmt: Callable[[float], str]) -> list[str]:
+    """Absolute bounds as people read them: ``>= 0.9``, ``<= 0.5``."""
+    return [f"{op} {fmt(v)}" for op, v in ((">=", minimum), ("<=", maximum)) if v is not None]
+
+
 def threshold_text(gate: Gate) -> str:
-    parts = []
-    if gate.min is not None:
-        parts.append(f">= {_fmt(gate.min)}")
-    if gate.max is not None:
-        parts.append(f"<= {_fmt(gate.max)}")
+    parts = bounds_text(gate.min, gate.max, _fmt)
     if gate.max_relative_drop is not None:
         parts.append(f"drop <= {_fmt(gate.max_relative_drop * 100)}% of {gate.baseline}")
     return " and ".join(parts)
