@@ -2,7 +2,9 @@
 
 Node ``i`` owns 127.0.(8i+1).1 to 127.0.(8i+8).254 (2032 addresses). Addresses
 are handed out round-robin, so a freed one is not reused at once, and persisted
-so that a restarted agent keeps them.
+so that a restarted agent keeps them. An address where some process already
+listens (another cluster on this machine, a pod left behind by a killed test run)
+is skipped, so two clusters can run side by side.
 """
 
 from __future__ import annotations
@@ -12,6 +14,23 @@ import threading
 from pathlib import Path
 
 BLOCKS_PER_NODE = 8
+PROC_NET_TCP = Path("/proc/net/tcp")
+TCP_LISTEN = "0A"
+
+
+def listening_addresses(table: Path = PROC_NET_TCP) -> set[str]:
+    """IPv4 addresses with a listening TCP socket on this machine (from /proc/net/tcp)."""
+    try:
+        lines = table.read_text().splitlines()[1:]
+    except OSError:
+        return set()
+    found = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == TCP_LISTEN:
+            hex_ip = fields[1].split(":")[0]
+            found.add(".".join(str(int(hex_ip[i : i + 2], 16)) for i in (6, 4, 2, 0)))
+    return found
 
 
 class IPAM:
@@ -41,7 +60,7 @@ class IPAM:
         with self.lock:
             if uid in self.by_uid:
                 return self.by_uid[uid]
-            used = set(self.by_uid.values())
+            used = set(self.by_uid.values()) | listening_addresses()
             for step in range(len(self.pool)):
                 ip = self.pool[(self.cursor + step) % len(self.pool)]
                 if ip not in used:
