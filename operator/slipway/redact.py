@@ -1,0 +1,105 @@
+"""What the operator may say about URLs and remote failures: no credentials, no server's words.
+
+Everything the operator writes (status, conditions, Events, logs) that names a URL goes through
+:func:`redact_url`; a link people click, or an address given to a pod, through
+:func:`without_credentials`. A failed HTTP exchange is described by :func:`transport_failure`
+in a fixed vocabulary, because some transport errors quote the bytes a server sent (an SSH or
+Redis banner on a port that was supposed to be HTTP).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+import httpx
+
+REDACTED = "***"
+
+# Query (and fragment) parameters whose value is a secret: access_token, api_key, X-Amz-Signature...
+_SECRET_NAME = re.compile(r"token|passw|pwd|secret|key|auth|credential|signature|sig$|session", re.IGNORECASE)
+_ANY_PARAM = re.compile(r"(?<=[?&#])[^=&#]+=[^&#]*")
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def _redact_params(text: str, drop: bool = False) -> str:
+    """``a=1&token=x`` -> ``a=1&token=***`` (or without the pair if ``drop``); other text unchanged."""
+    if "=" not in text:
+        return text
+    kept: list[str] = []
+    for pair in text.split("&"):
+        name, eq, _ = pair.partition("=")
+        if eq and _SECRET_NAME.search(urllib.parse.unquote_plus(name)):
+            if not drop:
+                kept.append(f"{name}={REDACTED}")
+        else:
+            kept.append(pair)
+    return "&".join(kept)
+
+
+def _rewrite(url: str, drop: bool) -> str:
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        # Not parseable as a URL (e.g. a broken IPv6 host): still no user info, no secret parameter.
+        url = re.sub(r"//[^/?#]*@", "//" + ("" if drop else REDACTED + "@"), url)
+        return _ANY_PARAM.sub(lambda m: _redact_params(m.group(0), drop), url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        host = netloc.rpartition("@")[2]
+        netloc = host if drop else f"{REDACTED}@{host}"
+    query = _redact_params(parts.query, drop)
+    fragment = _redact_params(parts.fragment, drop)
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def redact_url(url: str) -> str:
+    """``url`` as the operator may write it: ``user:password@`` becomes ``***@``, and the values of
+    query parameters named like a secret (token, password, secret, key, ...) become ``***``."""
+    return _rewrite(url, drop=False)
+
+
+def without_credentials(url: str) -> str:
+    """``url`` with no credentials at all (no user info, no secret-named query parameters): for a
+    link people open in a browser, or an address a pod gets while its credentials come from a Secret."""
+    return _rewrite(url, drop=True)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with every URL in it redacted (:func:`redact_url`)."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+# Words of the operating system (not of the server) that say why a connection failed.
+_CONNECT_REASONS = (
+    (("not known", "nodename nor servname", "name resolution", "getaddrinfo"), "its host name does not resolve"),
+    (("connection refused",), "it refused the connection"),
+    (("network is unreachable", "no route to host"), "there is no route to it"),
+    (("certificate", "ssl", "tls"), "the TLS handshake failed (certificate or protocol)"),
+)
+
+
+def transport_failure(exc: httpx.HTTPError) -> str:
+    """Why an HTTP exchange failed, in a fixed vocabulary: never the text of the exception, which
+    may quote what the server sent (``illegal status line: b'SSH-2.0-OpenSSH...'``)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "the connection timed out"
+    if isinstance(exc, httpx.TimeoutException):
+        return "it did not answer in time"
+    if isinstance(exc, httpx.ProxyError):
+        return "the HTTP proxy refused the request"
+    if isinstance(exc, httpx.ConnectError):
+        text = str(exc).lower()
+        for needles, reason in _CONNECT_REASONS:
+            if any(n in text for n in needles):
+                return reason
+        return "the connection failed"
+    if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" in str(exc).lower():
+        return "it closed the connection without answering"
+    if isinstance(exc, httpx.ProtocolError):
+        return "it answered something that is not HTTP"
+    if isinstance(exc, httpx.UnsupportedProtocol):
+        return "the address is not an http(s) URL"
+    if isinstance(exc, httpx.DecodingError):
+        return "its answer could not be decoded"
+    return f"the request failed ({type(exc).__name__})"

@@ -1,0 +1,105 @@
+"""What the operator writes about URLs and failed requests: never a credential, never a server's words."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import pytest
+
+from slipway.redact import redact_text, redact_url, transport_failure, without_credentials
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://mlflow.mlflow:5000", "http://mlflow.mlflow:5000"),
+        ("http://ops:s3cr3t@mlflow:5000/", "http://***@mlflow:5000/"),
+        ("https://s3cr3t@mlflow.example.com/x", "https://***@mlflow.example.com/x"),
+        ("http://a:b@c@host:1/p", "http://***@host:1/p"),  # everything before the last @
+        ("http://prom:9090/api?token=s3cr3t&q=up", "http://prom:9090/api?token=***&q=up"),
+        (
+            "http://h/?access_token=a&api_key=b&Password=c&X-Amz-Signature=d",
+            "http://h/?access_token=***&api_key=***&Password=***&X-Amz-Signature=***",
+        ),
+        ("http://h/?client_secret=x&sig=y&flag&page=2", "http://h/?client_secret=***&sig=***&flag&page=2"),
+        ("http://h/#/experiments/3/runs/r1", "http://h/#/experiments/3/runs/r1"),  # MLflow UI links keep their route
+        ("http://h/#access_token=x&state=1", "http://h/#access_token=***&state=1"),
+        ("http://u:p@[::1:5000/?token=x&a=1", "http://***@[::1:5000/?token=***&a=1"),  # unparseable: all the same
+        ("not a url", "not a url"),
+    ],
+)
+def test_redact_url(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("url", "plain"),
+    [
+        ("http://ops:s3cr3t@mlflow:5000", "http://mlflow:5000"),
+        ("https://mlflow.example.com/?token=x&o=1", "https://mlflow.example.com/?o=1"),
+        ("http://mlflow:5000/#/experiments/1", "http://mlflow:5000/#/experiments/1"),
+    ],
+)
+def test_without_credentials(url: str, plain: str) -> None:
+    assert without_credentials(url) == plain
+
+
+def test_redact_text_redacts_every_url_in_it() -> None:
+    text = "MLflow at http://ops:pw@mlflow:5000 failed; see 'https://x/?token=t' or https://ok/"
+    assert redact_text(text) == "MLflow at http://***@mlflow:5000 failed; see 'https://x/?token=***' or https://ok/"
+
+
+def _listening(reply: bytes) -> tuple[socket.socket, str]:
+    """A TCP server on 127.0.0.1 that sends ``reply`` to whoever connects, then hangs up."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.getsockname()[1]}/"
+
+
+@pytest.mark.parametrize(
+    ("reply", "reason"),
+    [
+        # httpx's own messages would quote these: illegal status line: bytearray(b'SSH-2.0-...')
+        (b"SSH-2.0-OpenSSH_9.6 secret-banner\r\n\r\n", "it answered something that is not HTTP"),
+        (b"HTTP/1.1 200 OK\r\nsecret-banner without a colon\r\n\r\n", "it answered something that is not HTTP"),
+        (b"", "it closed the connection without answering"),
+    ],
+)
+def test_transport_failures_never_quote_the_server(reply: bytes, reason: str) -> None:
+    server, url = _listening(reply)
+    with server, pytest.raises(httpx.HTTPError) as caught:
+        httpx.get(url, timeout=5)
+    assert reason in transport_failure(caught.value)
+    assert "secret-banner" not in transport_failure(caught.value)
+
+
+def test_transport_failure_of_a_refused_connection() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        with pytest.raises(httpx.HTTPError) as caught:
+            httpx.get(f"http://127.0.0.1:{s.getsockname()[1]}/", timeout=5)
+    assert transport_failure(caught.value) == "it refused the connection"
+
+
+def test_transport_failure_of_a_silent_server() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()  # accepts, never answers
+        with pytest.raises(httpx.HTTPError) as caught:
+            httpx.get(f"http://127.0.0.1:{s.getsockname()[1]}/", timeout=0.3)
+    assert transport_failure(caught.value) == "it did not answer in time"
