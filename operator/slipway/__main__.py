@@ -12,6 +12,15 @@ DESCRIPTION = (
 )
 
 
+def _url_list(text: str) -> tuple[str, ...]:
+    from slipway.config import parse_url_list
+
+    try:
+        return parse_url_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="slipway", description=DESCRIPTION)
     scope = p.add_mutually_exclusive_group()
@@ -25,6 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow address for links in status (default: --mlflow-url)")  # fmt: skip
     p.add_argument("--prometheus-url", default=os.environ.get("SLIPWAY_PROMETHEUS_URL"),
                    help="default Prometheus for canary analysis")  # fmt: skip
+    p.add_argument("--allowed-prometheus-urls", type=_url_list,
+                   default=os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS", ""),
+                   help="comma-separated Prometheus addresses a spec may name in "
+                        "spec.rollout.analysis.prometheus.address (default: only --prometheus-url, "
+                        "which is always allowed)")  # fmt: skip
     p.add_argument("--metrics-port", type=int, default=int(os.environ.get("SLIPWAY_METRICS_PORT", "8080")),
                    help="port of the operator's own /metrics (0 disables)")  # fmt: skip
     p.add_argument("--liveness", default=os.environ.get("SLIPWAY_LIVENESS", "http://0.0.0.0:8081/healthz"),
@@ -46,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         mlflow_url=args.mlflow_url,
         mlflow_public_url=args.mlflow_public_url,
         prometheus_url=args.prometheus_url,
+        allowed_prometheus_urls=args.allowed_prometheus_urls,
         metrics_port=args.metrics_port,
     )
     kopf.run(

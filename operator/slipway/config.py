@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import urllib.parse
 from dataclasses import dataclass, field
+
+from slipway.redact import redact_url
 
 
 def _env_int(name: str, default: int) -> int:
@@ -16,6 +19,21 @@ def _env_float(name: str, default: float) -> float:
     return float(value) if value else default
 
 
+def parse_url_list(text: str | None) -> tuple[str, ...]:
+    """A comma-separated list of http(s) URLs (``--allowed-prometheus-urls``); ValueError names a bad one."""
+    urls = tuple(u.strip() for u in (text or "").split(",") if u.strip())
+    for url in urls:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{redact_url(url)!r} is not an http(s) URL such as http://prometheus.monitoring:9090")
+    return urls
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     """Everything the operator needs to know about its surroundings."""
@@ -24,6 +42,11 @@ class OperatorConfig:
     # The MLflow address users open in a browser (for status.mlflow.runUrl), if not mlflow_url.
     mlflow_public_url: str | None = field(default_factory=lambda: os.environ.get("SLIPWAY_MLFLOW_PUBLIC_URL"))
     prometheus_url: str | None = field(default_factory=lambda: os.environ.get("SLIPWAY_PROMETHEUS_URL"))
+    # The Prometheus addresses a spec may name (spec.rollout.analysis.prometheus.address); the
+    # operator's own prometheus_url is always one of them (added here if missing).
+    allowed_prometheus_urls: tuple[str, ...] = field(
+        default_factory=lambda: parse_url_list(os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS"))
+    )
     # The image of Slipway's own workloads (quantize, validate) when a spec names none.
     workload_image: str = field(
         default_factory=lambda: os.environ.get("SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0")
@@ -36,3 +59,8 @@ class OperatorConfig:
     # often a running TrainingRun reads its progress from MLflow. Nothing else polls.
     alias_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_ALIAS_POLL_SECONDS", 30.0))
     progress_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_PROGRESS_POLL_SECONDS", 15.0))
+
+    def __post_init__(self) -> None:
+        own = (self.prometheus_url,) if self.prometheus_url else ()
+        allowed = tuple(dict.fromkeys(own + tuple(self.allowed_prometheus_urls)))
+        object.__setattr__(self, "allowed_prometheus_urls", allowed)

@@ -1,6 +1,6 @@
 """Canary analysis: query resolution per preset, evaluation of each rule, verdicts, and
 slipway.prometheus.run_analysis over a Prometheus answering through httpx.MockTransport (the real
-one is in tests/integration)."""
+one is in tests/integration; hostile answers from real HTTP servers in test_prometheus_client.py)."""
 
 from __future__ import annotations
 
@@ -367,11 +367,12 @@ def test_run_analysis_unreachable_is_inconclusive_and_stops_asking():
 
 
 def test_run_analysis_refused_query_is_inconclusive_with_the_fix():
-    client, _ = prometheus(lambda q: (400, {"status": "error", "error": "parse error"}))
+    client, _ = prometheus(lambda q: (400, {"status": "error", "errorType": "bad_data", "error": "parse error"}))
     analysis = Analysis(metrics=[metric(name="custom", max=1, query="sum(")])
     o = run_analysis(client, analysis, "team-a", "digits", NOW)
     assert o.verdict == "Inconclusive" and not o.prometheus_unavailable
-    assert "parse error" in o.reason and "spec.rollout.analysis.metrics" in o.reason
+    assert "refused the query (400 bad_data)" in o.reason and "spec.rollout.analysis.metrics" in o.reason
+    assert "parse error" not in o.reason  # never Prometheus' own words (tests/unit/test_prometheus_client.py)
 
 
 def test_run_analysis_several_series_is_inconclusive_asking_to_aggregate():
