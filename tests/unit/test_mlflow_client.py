@@ -11,6 +11,7 @@ import math
 import socket
 import socketserver
 import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -344,3 +345,128 @@ def test_run_url_points_at_the_ui() -> None:
 def test_update_run_refuses_unknown_status() -> None:
     with pytest.raises(ValueError, match="run status"):
         MlflowClient("http://mlflow:5000").update_run("r1", status="DONE")
+
+
+# --- what an answer may put in a message (status, conditions, Events) --------------------------
+
+SECRET = "s3cr3t-internal-value"
+
+
+class Scripted(http.server.BaseHTTPRequestHandler):
+    """Answers every request with the class's (status, content type, body); records Authorization."""
+
+    answer: tuple[int, str, bytes] = (200, "application/json", b"{}")
+    seen: list[str] = []
+
+    def _reply(self) -> None:
+        type(self).seen.append(self.headers.get("authorization", ""))
+        status, content_type, body = self.answer
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _reply
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[type[Scripted], int]]:
+    handler = type("Answer", (Scripted,), {"seen": []})
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+        yield handler, server.server_address[1]
+        server.shutdown()
+
+
+def mlflow_error(status: int, error_code: str, message: str) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps({"error_code": error_code, "message": message}).encode()
+
+
+HTML = f"<html><body>Internal admin page, token={SECRET}</body></html>".encode()
+RUN_GET = "GET /api/2.0/mlflow/runs/get (run_id='abc')"
+ANSWERS = {
+    "html-404": ((404, "text/html", HTML), MlflowNotFound, "not found without an MLflow error"),
+    "html-400": ((400, "text/html", HTML), MlflowError, "refused without an MLflow error"),
+    "html-200": ((200, "text/html", HTML), MlflowError, f"{RUN_GET} answered an HTML page, not JSON"),
+    "odd-content-type": ((200, f"{SECRET}/{SECRET}", HTML), MlflowError, "answered something, not JSON"),
+    "json-5xx": (
+        mlflow_error(500, "INTERNAL_ERROR", f"(psycopg2) postgresql://u:{SECRET}@db"),
+        MlflowUnavailable,
+        f"could not serve {RUN_GET} now [INTERNAL_ERROR] (HTTP 500)",
+    ),
+    "json-4xx": (
+        mlflow_error(400, "INVALID_PARAMETER_VALUE", SECRET),
+        MlflowError,
+        f"{RUN_GET}: a parameter was refused as invalid [INVALID_PARAMETER_VALUE] (HTTP 400)",
+    ),
+    "not-an-error-code": (mlflow_error(400, f"{SECRET} is here", SECRET), MlflowError, "without an MLflow error"),
+}
+
+
+@pytest.mark.parametrize(("answer", "raised", "words"), ANSWERS.values(), ids=ANSWERS.keys())
+def test_nothing_an_answer_says_reaches_the_message(
+    scripted: tuple[type[Scripted], int],
+    answer: tuple[int, str, bytes],
+    raised: type[MlflowError],
+    words: str,
+) -> None:
+    handler, port = scripted
+    handler.answer = answer
+    client = MlflowClient(f"http://127.0.0.1:{port}")
+    with pytest.raises(MlflowError) as caught:
+        client.get_run("abc")
+    assert type(caught.value) is raised
+    assert words in str(caught.value) and SECRET not in str(caught.value)
+
+
+def test_mlflows_own_explanation_goes_to_the_debug_log_only(
+    scripted: tuple[type[Scripted], int], caplog: pytest.LogCaptureFixture
+) -> None:
+    handler, port = scripted
+    handler.answer = (404, "application/json", b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "Run abc gone"}')
+    with caplog.at_level("DEBUG", logger="slipway.mlflow.http"), pytest.raises(MlflowNotFound) as caught:
+        MlflowClient(f"http://127.0.0.1:{port}").get_run("abc")
+    assert "Run abc gone" in caplog.text and "Run abc gone" not in str(caught.value)
+    assert str(caught.value) == (
+        "MLflow GET /api/2.0/mlflow/runs/get (run_id='abc'): not found [RESOURCE_DOES_NOT_EXIST] (HTTP 404)"
+    )
+
+
+def test_credentials_in_the_tracking_uri_authenticate_but_are_never_written(
+    scripted: tuple[type[Scripted], int],
+) -> None:
+    handler, port = scripted
+    handler.answer = (503, "text/plain", b"down")
+    client = MlflowClient(f"http://ops:{SECRET}@127.0.0.1:{port}/", timeout=5)
+    with pytest.raises(MlflowUnavailable) as caught:
+        client.get_run("abc")
+    assert handler.seen and handler.seen[0].startswith("Basic ")  # httpx sends the URL's user info
+    assert f"MLflow at http://***@127.0.0.1:{port} could not serve" in str(caught.value)
+    for written in (str(caught.value), repr(client), client.run_url("1", "abc")):
+        assert SECRET not in written and "ops" not in written
+    assert client.run_url("1", "abc") == f"http://127.0.0.1:{port}/#/experiments/1/runs/abc"
+    with pytest.raises(ValueError) as refused:
+        MlflowClient(f"ftp://ops:{SECRET}@mlflow")
+    assert SECRET not in str(refused.value)
+
+
+def test_a_service_that_does_not_speak_http_is_unreachable_without_its_banner() -> None:
+    class Banner(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            self.request.sendall(f"SSH-2.0-OpenSSH_9.6 {SECRET}\r\n\r\n".encode())
+            self.request.recv(65536)
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Banner) as server:
+        threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()
+        with pytest.raises(MlflowUnavailable) as caught:
+            MlflowClient(f"http://127.0.0.1:{server.server_address[1]}", timeout=5).get_run("abc")
+        server.shutdown()
+    assert (
+        "is unreachable (GET /api/2.0/mlflow/runs/get (run_id='abc')): it answered something that is not HTTP"
+        in str(caught.value)
+    )
+    assert SECRET not in str(caught.value)

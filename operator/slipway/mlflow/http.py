@@ -7,6 +7,11 @@ the mapping of MLflow's answers onto three exceptions:
   a retry may succeed (the operator turns it into ``kopf.TemporaryError``);
 - :class:`MlflowError` — anything else (bad request, permission denied, ...).
 
+What a server answers never reaches a message (and so never status, conditions or Events):
+an error names the request, the HTTP status and MLflow's ``error_code`` (a fixed vocabulary),
+in words of Slipway's own; MLflow's free-text explanation goes to the debug log only. The
+server's address is written with its credentials redacted.
+
 Authentication comes from the environment, as in MLflow's own client:
 ``MLFLOW_TRACKING_TOKEN`` (bearer) or ``MLFLOW_TRACKING_USERNAME`` and
 ``MLFLOW_TRACKING_PASSWORD`` (basic). Secret values are never logged or shown in ``repr``.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import urllib.parse
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -26,11 +32,26 @@ from typing import Any, Self
 import httpx
 
 from slipway import metrics
+from slipway.redact import redact_url, transport_failure
 
 log = logging.getLogger(__name__)
 
 API = "/api/2.0"
 _RETRY_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
+# The one thing an error repeats of an answer: an error_code shaped like MLflow's.
+_ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+# MLflow's error codes in words (an unknown code is still shown, in brackets, after the words).
+_CODE_WORDS = {
+    "RESOURCE_DOES_NOT_EXIST": "not found",
+    "RESOURCE_ALREADY_EXISTS": "already exists",
+    "INVALID_PARAMETER_VALUE": "a parameter was refused as invalid",
+    "BAD_REQUEST": "refused as a bad request",
+    "INVALID_STATE": "refused: the object is not in a state that allows it",
+    "PERMISSION_DENIED": "permission denied",
+    "UNAUTHENTICATED": "not authenticated",
+}
+# The request fields that say what was asked for (never values of tags or params).
+_SUBJECT_FIELDS = ("experiment_id", "experiment_name", "run_id", "name", "version", "alias", "key")
 
 
 class MlflowError(Exception):
@@ -99,10 +120,11 @@ class MlflowHttp:
         parsed = urllib.parse.urlparse(tracking_uri)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(
-                f"MLflow tracking URI {tracking_uri!r} is not an http(s) URL; "
+                f"MLflow tracking URI {redact_url(tracking_uri)!r} is not an http(s) URL; "
                 "set MLFLOW_TRACKING_URI to the tracking server, e.g. http://mlflow.mlflow:5000"
             )
         self.tracking_uri = tracking_uri.rstrip("/")
+        self.shown_uri = redact_url(self.tracking_uri)  # how messages and logs name the server
         self.retries = retries
         self._http = httpx.Client(
             base_url=self.tracking_uri,
@@ -121,7 +143,7 @@ class MlflowHttp:
         return cls(uri, **kwargs)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.tracking_uri!r})"
+        return f"{type(self).__name__}({self.shown_uri!r})"
 
     def close(self) -> None:
         self._http.close()
@@ -170,21 +192,20 @@ class MlflowHttp:
     ) -> dict[str, Any]:
         if idempotent is None:
             idempotent = method in ("GET", "PUT", "DELETE")
+        what = f"{method} {url}{_subject(params or json or {})}"
         response = self._send(
-            lambda: self._http.request(method, url, params=params, json=json),
-            f"{method} {url}",
-            idempotent=idempotent,
+            lambda: self._http.request(method, url, params=params, json=json), what, idempotent=idempotent
         )
         if not response.content:
             return {}
         try:
             answer = response.json()
-        except ValueError as exc:
+        except (ValueError, RecursionError):
             raise MlflowError(
-                f"MLflow {method} {url} answered non-JSON ({response.headers.get('content-type')}); "
+                f"MLflow {what} answered {_kind_of_content(response)}, not JSON; "
                 "is MLFLOW_TRACKING_URI pointing at an MLflow server?",
                 status=response.status_code,
-            ) from exc
+            ) from None
         return answer if isinstance(answer, dict) else {}
 
     def _send(self, request: Callable[[], httpx.Response], what: str, *, idempotent: bool) -> httpx.Response:
@@ -194,14 +215,16 @@ class MlflowHttp:
             try:
                 with metrics.external_request("mlflow"):
                     response = request()
-                    _raise_for_answer(response, what, self.tracking_uri)
+                    _raise_for_answer(response, what, self.shown_uri)
                 return response
-            except httpx.TimeoutException as exc:
+            except httpx.TimeoutException:
                 error: MlflowUnavailable = MlflowUnavailable(
-                    f"MLflow at {self.tracking_uri} did not answer {what} in time: {exc}"
+                    f"MLflow at {self.shown_uri} did not answer {what} in time"
                 )
             except httpx.TransportError as exc:
-                error = MlflowUnavailable(f"MLflow at {self.tracking_uri} is unreachable ({what}): {exc}")
+                error = MlflowUnavailable(
+                    f"MLflow at {self.shown_uri} is unreachable ({what}): {transport_failure(exc)}"
+                )
             except MlflowUnavailable as exc:
                 error = exc
             if attempt + 1 < attempts:
@@ -211,26 +234,52 @@ class MlflowHttp:
         raise error
 
 
+def _kind_of_content(response: httpx.Response) -> str:
+    content_type = response.headers.get("content-type", "").lower()
+    if content_type.startswith("text/html"):
+        return "an HTML page"
+    return "text" if content_type.startswith("text/") else "something"
+
+
+def _subject(fields: Mapping[str, Any]) -> str:
+    """`` (name='digits', alias='production')``: what a request asked for, from Slipway's own request."""
+    shown = [f"{k}={str(fields[k])[:100]!r}" for k in _SUBJECT_FIELDS if isinstance(fields.get(k), str | int)]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
+def _mlflow_error(response: httpx.Response) -> tuple[str, str]:
+    """(error_code, explanation) of an MLflow error answer; ("", "") for any other answer. The
+    explanation is free text: it may decide which exception is raised, never what it says."""
+    try:
+        body = response.json()
+    except (ValueError, RecursionError):
+        return "", ""
+    if not isinstance(body, dict):
+        return "", ""
+    code, explanation = body.get("error_code"), body.get("message")
+    code = code if isinstance(code, str) and _ERROR_CODE.fullmatch(code) else ""
+    return code, explanation if isinstance(explanation, str) else ""
+
+
 def _raise_for_answer(response: httpx.Response, what: str, server: str) -> None:
+    """Map a failed answer to an exception. ``server`` is the (redacted) address for messages."""
     if response.is_success:
         return
     status = response.status_code
-    error_code, message = "", response.text[:500]
-    try:
-        body = response.json()
-        if isinstance(body, dict):
-            error_code = str(body.get("error_code", ""))
-            message = str(body.get("message", message))
-    except ValueError:
-        pass
-    text = f"MLflow {what}: {message}"
+    error_code, explanation = _mlflow_error(response)
+    if explanation:
+        log.debug("MLflow's explanation of %s (HTTP %d %s): %.300r", what, status, error_code, explanation)
+    if status >= 500 or status == 429:
+        raise MlflowUnavailable(f"MLflow at {server} could not serve {what} now", status=status, error_code=error_code)
+    words = _CODE_WORDS.get(error_code) or ("not found" if status == 404 else "refused")
+    text = f"MLflow {what}: {words}"
     if status in (401, 403):
         text += " (check MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD)"
-    if status >= 500 or status == 429:
-        raise MlflowUnavailable(f"MLflow at {server} failed {what}: {message}", status=status, error_code=error_code)
+    elif not error_code:
+        text += " without an MLflow error (an MLflow without this endpoint, or not MLflow at that address?)"
     if status == 404 or error_code == "RESOURCE_DOES_NOT_EXIST":
         raise MlflowNotFound(text, status=status, error_code=error_code)
-    if error_code == "INVALID_PARAMETER_VALUE" and "/registered-models/alias" in what and "not found" in message:
+    if error_code == "INVALID_PARAMETER_VALUE" and "/registered-models/alias" in what and "not found" in explanation:
         # MLflow answers a missing alias with 400 INVALID_PARAMETER_VALUE, not 404.
-        raise MlflowNotFound(text, status=status, error_code=error_code)
+        raise MlflowNotFound(f"MLflow {what}: not found", status=status, error_code=error_code)
     raise MlflowError(text, status=status, error_code=error_code)

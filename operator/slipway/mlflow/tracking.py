@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slipway.mlflow.http import MlflowError, MlflowHttp, MlflowNotFound
+from slipway.redact import without_credentials
 
 TERMINAL_RUN_STATUSES = frozenset({"FINISHED", "FAILED", "KILLED"})
 RUN_STATUSES = TERMINAL_RUN_STATUSES | {"RUNNING", "SCHEDULED"}
@@ -228,5 +229,7 @@ class Tracking(MlflowHttp):
         return [Metric.from_json(m) for m in self._pages("GET", "/mlflow/metrics/get-history", request, "metrics")]
 
     def run_url(self, experiment_id: str, run_id: str, ui_base: str | None = None) -> str:
-        """The MLflow UI link of a run (``ui_base`` defaults to the tracking URI)."""
-        return f"{(ui_base or self.tracking_uri).rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        """The MLflow UI link of a run (``ui_base`` defaults to the tracking URI), without the
+        credentials the address may carry: people open it in a browser that has its own."""
+        base = without_credentials(ui_base or self.tracking_uri)
+        return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
