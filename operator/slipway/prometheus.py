@@ -25,7 +25,7 @@ import httpx
 
 from slipway import analysis, metrics
 from slipway.config import OperatorConfig
-from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.models.inferencedeployment import PROMETHEUS_ADDRESS_PATTERN, Analysis, AnalysisMetric
 from slipway.redact import redact_url, transport_failure
 
 ADDRESS_FIELD = "spec.rollout.analysis.prometheus.address"
@@ -34,10 +34,6 @@ MAX_ANSWER_BYTES = 8 * 2**20  # an instant query the analysis can use answers a 
 # Prometheus' errorType values (web/api/v1): the only words of an error answer a message repeats.
 ERROR_TYPES = ("bad_data", "execution", "timeout", "canceled", "internal", "unavailable", "not_found", "not_acceptable")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]{0,63}")
-# An address a spec may give: scheme, host (a DNS name or IP, no user info), optional port and path.
-_PLAIN_ADDRESS = re.compile(
-    r"https?://(?:[a-z0-9.-]+|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?(?:/[a-z0-9._~%/-]*)?", re.IGNORECASE
-)
 
 
 class PrometheusError(Exception):
@@ -182,7 +178,7 @@ def address_refusal(address: str, config: OperatorConfig) -> str | None:
     trailing slash; a spec's address must be plain: no user info, query or fragment.
     """
     shown = redact_url(address)
-    if not _PLAIN_ADDRESS.fullmatch(address):
+    if not re.fullmatch(PROMETHEUS_ADDRESS_PATTERN, address):
         return (
             f"{ADDRESS_FIELD} {shown!r} is not a plain http(s) URL (scheme, host, optional port and path; "
             "no credentials, query or fragment); leave the field out to use the operator's Prometheus"

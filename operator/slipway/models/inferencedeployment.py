@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from slipway.models.base import (
     Condition,
@@ -31,6 +32,14 @@ STEPS_ASCENDING_MESSAGE = "spec.rollout.steps: weights must ascend strictly"
 STEP_WEIGHT_MESSAGE = "spec.rollout: stepWeight must not exceed maxWeight"
 GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
 BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds")
+# A Prometheus address: scheme, host (DNS name or IP), optional port and path; nothing that could
+# carry a credential or make the client's URL differ from what an allow-list compares. One
+# expression for Python (the operator) and RE2 (the API server's CEL).
+PROMETHEUS_ADDRESS_PATTERN = r"(?i)^https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?(/[a-z0-9._~%/-]*)?$"
+PROMETHEUS_ADDRESS_MESSAGE = (
+    "a plain http(s) URL such as http://prometheus.monitoring:9090: scheme, host, optional port and path, "
+    "without credentials, query or fragment"
+)
 
 
 class ServedModel(SlipwayModel):
@@ -161,10 +170,26 @@ class PrometheusSource(SlipwayModel):
     """Where the analysis queries metrics."""
 
     address: str = Field(
-        description="Prometheus base URL, e.g. http://prometheus.monitoring:9090.",
-        pattern=r"^https?://",
+        description="Prometheus base URL, e.g. http://prometheus.monitoring:9090 (scheme, host, port, path; "
+        "no credentials, query or fragment). The operator queries only the addresses of its "
+        "--allowed-prometheus-urls.",
         max_length=2048,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.matches('" + PROMETHEUS_ADDRESS_PATTERN.replace("\\", "\\\\") + "')",
+                    "message": PROMETHEUS_ADDRESS_MESSAGE,
+                }
+            ]
+        },
     )
+
+    @field_validator("address")
+    @classmethod
+    def _plain_url(cls, address: str) -> str:
+        if not re.fullmatch(PROMETHEUS_ADDRESS_PATTERN, address):
+            raise ValueError(PROMETHEUS_ADDRESS_MESSAGE)
+        return address
 
 
 class Analysis(SlipwayModel):
