@@ -79,27 +79,28 @@ _CONNECT_REASONS = (
 )
 
 
+# Each kind of failure in words, most specific first.
+_FAILURES: tuple[tuple[type[httpx.HTTPError], str], ...] = (
+    (httpx.ConnectTimeout, "the connection timed out"),
+    (httpx.TimeoutException, "it did not answer in time"),
+    (httpx.ProxyError, "the HTTP proxy refused the request"),
+    (httpx.ConnectError, "the connection failed"),
+    (httpx.ProtocolError, "it answered something that is not HTTP"),
+    (httpx.UnsupportedProtocol, "the address is not an http(s) URL"),
+    (httpx.DecodingError, "its answer could not be decoded"),
+)
+
+
 def transport_failure(exc: httpx.HTTPError) -> str:
     """Why an HTTP exchange failed, in a fixed vocabulary: never the text of the exception, which
     may quote what the server sent (``illegal status line: b'SSH-2.0-OpenSSH...'``)."""
-    if isinstance(exc, httpx.ConnectTimeout):
-        return "the connection timed out"
-    if isinstance(exc, httpx.TimeoutException):
-        return "it did not answer in time"
-    if isinstance(exc, httpx.ProxyError):
-        return "the HTTP proxy refused the request"
+    text = str(exc).lower()
     if isinstance(exc, httpx.ConnectError):
-        text = str(exc).lower()
-        for needles, reason in _CONNECT_REASONS:
-            if any(n in text for n in needles):
-                return reason
-        return "the connection failed"
-    if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" in str(exc).lower():
+        reason = next((r for needles, r in _CONNECT_REASONS if any(n in text for n in needles)), None)
+        if reason is not None:
+            return reason
+    if isinstance(exc, httpx.RemoteProtocolError) and "disconnected" in text:
         return "it closed the connection without answering"
-    if isinstance(exc, httpx.ProtocolError):
-        return "it answered something that is not HTTP"
-    if isinstance(exc, httpx.UnsupportedProtocol):
-        return "the address is not an http(s) URL"
-    if isinstance(exc, httpx.DecodingError):
-        return "its answer could not be decoded"
-    return f"the request failed ({type(exc).__name__})"
+    return next(
+        (words for kind, words in _FAILURES if isinstance(exc, kind)), f"the request failed ({type(exc).__name__})"
+    )

@@ -103,3 +103,19 @@ def test_transport_failure_of_a_silent_server() -> None:
         with pytest.raises(httpx.HTTPError) as caught:
             httpx.get(f"http://127.0.0.1:{s.getsockname()[1]}/", timeout=0.3)
     assert transport_failure(caught.value) == "it did not answer in time"
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason"),
+    [
+        (httpx.ConnectError("[Errno -2] Name or service not known"), "its host name does not resolve"),
+        (httpx.ConnectError("[Errno 101] Network is unreachable"), "there is no route to it"),
+        (httpx.ConnectError("[SSL: CERTIFICATE_VERIFY_FAILED] not valid for 'internal.x'"), "the TLS handshake failed"),
+        (httpx.ConnectError("something new"), "the connection failed"),
+        (httpx.ConnectTimeout("timed out"), "the connection timed out"),
+        (httpx.DecodingError("gzip: bytes of the body"), "its answer could not be decoded"),
+        (httpx.TooManyRedirects("to http://elsewhere"), "the request failed (TooManyRedirects)"),
+    ],
+)
+def test_transport_failure_words(exc: httpx.HTTPError, reason: str) -> None:
+    assert transport_failure(exc).startswith(reason)
