@@ -4,8 +4,9 @@ Pure: no I/O here. Three parts:
 
 - ``resolve_query``: a metric of ``spec.rollout.analysis.metrics[]`` → PromQL for one track.
   Built-in names map to queries per ``preset`` (the metric names of the model server);
-  a ``query`` of the user's own has its ``{{ track }}``, ``{{ namespace }}`` and
-  ``{{ deployment }}`` filled in.
+  a ``query`` of the user's own has its ``{{ track }}``, ``{{ namespace }}``,
+  ``{{ deployment }}`` and ``{{ version }}`` filled in, as the pods' label values carry them
+  (``{{ deployment }}`` is the name, hashed past 63 characters).
 - ``evaluate``: the canary's (and, for ``maxRelativeToStable``, the stable's) measurements →
   one ``MetricResult`` per metric, shaped as ``status.analysis[]``.
 - ``slipway.prometheus.run_analysis``: the I/O; asks Prometheus and evaluates.
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from slipway.builders.common import label_value
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import BUILTIN_METRICS, AnalysisMetric
 from slipway.status.gates import bounds_text
@@ -174,6 +176,7 @@ def resolve_query(
     version: str | None = None,
 ) -> str:
     """The PromQL of ``metric`` for one track: the user's query if given, else the built-in of ``preset``."""
+    deployment, version = label_value(deployment), None if version is None else label_value(version)
     if metric.query is not None:
         values = {"track": track, "namespace": namespace, "deployment": deployment, "version": version or ""}
 

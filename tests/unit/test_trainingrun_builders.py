@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from slipway.builders import trainingrun as build
-from slipway.builders.common import child_name
 from slipway.models import TrainingRunSpec
 
 LINK = build.MlflowLink("http://mlflow:5000", "run123", "7")
@@ -120,11 +119,3 @@ def test_scheduling_fields_pass_through():
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
     assert pod["priorityClassName"] == "low"
     assert build.job("r1", "ns", s, LINK)["spec"]["suspend"] is True
-
-
-def test_child_names_are_deterministic_and_short():
-    long = "a" * 80
-    assert child_name(long, "train") == child_name(long, "train")
-    assert len(child_name(long, "train")) <= 63
-    assert child_name(long, "train").endswith("-train")
-    assert child_name("a" * 81, "train") != child_name(long, "train")

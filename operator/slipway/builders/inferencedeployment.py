@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.builders.common import MANAGED_BY, child_name, env_list, resource_requirements
+from slipway.builders.common import (
+    MANAGED_BY,
+    dns1035_name,
+    dns1123_name,
+    env_list,
+    label_value,
+    parent_name,
+    resource_requirements,
+)
 from slipway.models.inferencedeployment import InferenceDeploymentSpec
 
-DEPLOYMENT_LABEL = "slipway.dev/deployment"
+DEPLOYMENT_LABEL = "slipway.dev/deployment"  # the name as a label value (hashed past 63 characters)
+DEPLOYMENT_NAME_ANNOTATION = "slipway.dev/deployment-name"  # on pods: the full name
 TRACK_LABEL = "slipway.dev/track"
 VERSION_LABEL = "slipway.dev/model-version"
 URI_ANNOTATION = "slipway.dev/model-uri"
@@ -15,16 +24,26 @@ TRACKS = ("stable", "canary")
 
 
 def deployment_name(name: str, track: str) -> str:
-    return child_name(name, track)
+    return dns1123_name(name, track)
+
+
+def service_name(name: str) -> str:
+    """The Service over both tracks: the name itself when it is a DNS-1035 label."""
+    return dns1035_name(name)
 
 
 def track_service_name(name: str, track: str) -> str:
     """GatewayAPI mode: one Service per track, the HTTPRoute's backends."""
-    return child_name(name, track)
+    return dns1035_name(name, track)
+
+
+def deployment_of_pod(meta: dict[str, Any]) -> str:
+    """The InferenceDeployment a serving pod belongs to (see :func:`parent_name`)."""
+    return parent_name(meta, DEPLOYMENT_NAME_ANNOTATION, DEPLOYMENT_LABEL)
 
 
 def selector(name: str, track: str | None = None) -> dict[str, str]:
-    labels = {DEPLOYMENT_LABEL: name}
+    labels = {DEPLOYMENT_LABEL: label_value(name)}
     if track:
         labels[TRACK_LABEL] = track
     return labels
@@ -49,7 +68,7 @@ def deployment(
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
     ``replicas`` None leaves the count to the HPA."""
-    labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: version}
+    labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     base_env = {
         "SLIPWAY_MODEL_URI": uri,
         "SLIPWAY_MODEL_VERSION": version,
@@ -98,6 +117,7 @@ def deployment(
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(spec.port),
                         "prometheus.io/path": "/metrics",
+                        DEPLOYMENT_NAME_ANNOTATION: name,
                     },
                 },
                 "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
@@ -126,7 +146,7 @@ def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": track_service_name(name, track) if track else name,
+            "name": track_service_name(name, track) if track else service_name(name),
             "namespace": namespace,
             "labels": {**MANAGED_BY, **selector(name)},
         },

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.builders.common import MANAGED_BY, child_name, env_list
+from slipway.builders.common import MANAGED_BY, dns1123_name, env_list, label_value
 from slipway.models.base import EnvVar
 
-ARTIFACT_LABEL = "slipway.dev/modelartifact"
+ARTIFACT_LABEL = "slipway.dev/modelartifact"  # the name as a label value (hashed past 63 characters)
 STEP_LABEL = "slipway.dev/step"
 DEFAULT_COMMANDS = {
     "quantize": ["python", "-m", "slipway.workloads.quantize"],
@@ -16,7 +16,7 @@ DEFAULT_COMMANDS = {
 
 
 def job_name(artifact: str, step: str) -> str:
-    return child_name(artifact, step)
+    return dns1123_name(artifact, step)
 
 
 def step_job(
@@ -32,7 +32,7 @@ def step_job(
     deadline_seconds: int = 3600,
 ) -> dict[str, Any]:
     """A Job for one step (quantize or validate): Slipway's program unless the spec names its own."""
-    labels = {**MANAGED_BY, ARTIFACT_LABEL: artifact, STEP_LABEL: step}
+    labels = {**MANAGED_BY, ARTIFACT_LABEL: label_value(artifact), STEP_LABEL: step}
     container: dict[str, Any] = {
         "name": step,
         "image": image,

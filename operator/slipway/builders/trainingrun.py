@@ -5,13 +5,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from slipway.builders.common import MANAGED_BY, child_name, env_list, resource_requirements
+from slipway.builders.common import (
+    MANAGED_BY,
+    MAX_LABEL,
+    dns1035_name,
+    dns1123_name,
+    env_list,
+    label_value,
+    parent_name,
+    resource_requirements,
+)
 from slipway.models.trainingrun import TrainingRunSpec
 
 CHECKPOINT_MOUNT = "/checkpoints"
 MASTER_PORT = 29500
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-RUN_LABEL = "slipway.dev/trainingrun"
+RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed past 63 characters)
+RUN_NAME_ANNOTATION = "slipway.dev/trainingrun-name"  # on pods: the run's full name
+MAX_NODES = 1024  # spec.nodes' bound in the CRD
+# An Indexed Job's pods are named by the hostname <job>-<index>, a DNS-1123 label: room for the last index.
+MAX_JOB_NAME = MAX_LABEL - len(f"-{MAX_NODES - 1}")
 CONTAINER = "trainer"
 
 
@@ -25,19 +38,31 @@ class MlflowLink:
 
 
 def job_name(run: str) -> str:
-    return child_name(run, "train")
+    """``<run>-train``, short enough for the hostname of any index of an Indexed Job."""
+    return dns1123_name(run, "train", max_length=MAX_JOB_NAME)
 
 
 def pvc_name(run: str) -> str:
-    return child_name(run, "checkpoints")
+    return dns1123_name(run, "checkpoints")
 
 
 def service_name(run: str) -> str:
-    return child_name(run, "workers")
+    """The headless Service, also the pods' ``subdomain``: a DNS-1035 label."""
+    return dns1035_name(run, "workers")
+
+
+def master_addr(run: str) -> str:
+    """Rank 0 of a multi-node run: the first pod of the Indexed Job, through the headless Service."""
+    return f"{job_name(run)}-0.{service_name(run)}"
 
 
 def labels(run: str) -> dict[str, str]:
-    return {**MANAGED_BY, RUN_LABEL: run}
+    return {**MANAGED_BY, RUN_LABEL: label_value(run)}
+
+
+def run_of_pod(meta: dict[str, Any]) -> str:
+    """The TrainingRun a training pod belongs to (see :func:`parent_name`)."""
+    return parent_name(meta, RUN_NAME_ANNOTATION, RUN_LABEL)
 
 
 def checkpoint_pvc(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
@@ -69,7 +94,7 @@ def headless_service(name: str, namespace: str, spec: TrainingRunSpec) -> dict[s
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {RUN_LABEL: name},
+            "selector": {RUN_LABEL: label_value(name)},
             "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
         },
     }
@@ -120,7 +145,7 @@ def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) ->
         # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
         # through the headless Service as <job>-0.<service>.
         env += [
-            {"name": "MASTER_ADDR", "value": f"{job_name(name)}-0.{service_name(name)}"},
+            {"name": "MASTER_ADDR", "value": master_addr(name)},
             {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
             {"name": "WORLD_SIZE", "value": str(spec.nodes)},
             {
@@ -169,7 +194,7 @@ def job(name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | N
         "completions": spec.nodes,
         "parallelism": spec.nodes,
         "suspend": spec.suspend or spec.queue_name is not None,
-        "template": {"metadata": {"labels": labels(name)}, "spec": pod},
+        "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
     }
     if spec.nodes > 1:
         job_spec["completionMode"] = "Indexed"
