@@ -142,7 +142,8 @@ class TrainingRunSpec(SlipwayModel):
     queue_name: str | None = Field(
         default=None,
         description="Kueue LocalQueue; the Job gets kueue.x-k8s.io/queue-name and starts suspended.",
-        max_length=63,
+        max_length=63,  # a label value: the LocalQueue's name as is, never shortened
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
     )
     checkpoint: Checkpoint | None = Field(
         default=None,
