@@ -127,7 +127,9 @@ def flush(ctx: Context) -> None:
     a conflict retries the pass with the newer object), then the Events, then own-metadata writes."""
     if ctx.patch:
         body = {"metadata": {"resourceVersion": ctx.body["metadata"]["resourceVersion"]}, "status": ctx.patch}
-        ctx.cache.remember(ctx.key, kube.patch_status(ctx.kube, ctx.kind, ctx.namespace, ctx.name, body))
+        written = kube.patch_status(ctx.kube, ctx.kind, ctx.namespace, ctx.name, body)
+        ctx.cache.remember(ctx.key, written)
+        ctx.body["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
         ctx.patch = {}
     for type_, reason, message in ctx.events:
         kube.post_event(ctx.kube, ctx.body, type_, reason, message)

@@ -15,7 +15,8 @@ import kopf
 
 from slipway import GROUP, VERSION
 from slipway.builders.common import MANAGED_BY
-from slipway.builders.trainingrun import RUN_LABEL
+from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
+from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
 from slipway.controller import Key, fingerprint, owner_keys
 
 PLURALS = {
@@ -32,7 +33,7 @@ CHILDREN: dict[str, tuple[str, str, str]] = {
     "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
 }
-INDEXES = (*PLURALS.values(), *CHILDREN, "pods")
+INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods")
 
 
 def _keys(body: Mapping[str, Any], refs: Iterable[str | None] = ()) -> dict[tuple[str, ...], dict[str, Any]]:
@@ -77,13 +78,28 @@ _register_children()
 def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Training pods by run: ``("run", namespace, trainingrun)``."""
     meta = body["metadata"]
-    return {("run", meta["namespace"], meta["labels"][RUN_LABEL]): dict(body)}
+    return {("run", meta["namespace"], run_of_pod(meta)): dict(body)}
 
 
 @kopf.on.event("v1", "pods", id="wake-trainingrun-of-pod", labels={RUN_LABEL: kopf.PRESENT})
 async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
-    memo.scheduler.wake(("trainingruns", meta["namespace"], meta["labels"][RUN_LABEL]))
+    memo.scheduler.wake(("trainingruns", meta["namespace"], run_of_pod(meta)))
+
+
+@kopf.index("v1", "pods", id="servingpods", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
+def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Serving pods by track: ``("track", namespace, inferencedeployment, track)`` (crash loops,
+    the scheduler's reasons)."""
+    meta = body["metadata"]
+    labels = meta["labels"]
+    return {("track", meta["namespace"], deployment_of_pod(meta), labels.get(TRACK_LABEL, "")): dict(body)}
+
+
+@kopf.on.event("v1", "pods", id="wake-inferencedeployment-of-pod", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
+async def serving_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    meta = body["metadata"]
+    memo.scheduler.wake(("inferencedeployments", meta["namespace"], deployment_of_pod(meta)))
 
 
 @kopf.index(GROUP, VERSION, "trainingruns", id="trainingruns")
@@ -98,7 +114,11 @@ def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str,
 
 @kopf.index(GROUP, VERSION, "inferencedeployments", id="inferencedeployments")
 def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    return _keys(body, [_ref(body, "model", "artifactRef", "name")])
+    keys = _keys(body, [_ref(body, "model", "artifactRef", "name")])
+    model = _ref(body, "model", "name")
+    if model:  # follows an alias of this model: ("model", namespace, model)
+        keys[("model", body["metadata"]["namespace"], model)] = dict(body)
+    return keys
 
 
 def dependents(plural: str, body: Mapping[str, Any], memo: kopf.Memo) -> list[Key]:
@@ -110,10 +130,16 @@ def dependents(plural: str, body: Mapping[str, Any], memo: kopf.Memo) -> list[Ke
         return [("modelartifacts", namespace, o["metadata"]["name"]) for o in found]
     if plural == "modelartifacts":
         found = memo.cache.referencing("inferencedeployments", namespace, name)
-        return [
+        keys = [
             *owner_keys(body, PLURALS),
             *(("inferencedeployments", namespace, o["metadata"]["name"]) for o in found),
         ]
+        # An artifact that moved aliases of its model: deployments following them look again now.
+        for o in memo.cache.select("inferencedeployments", "model", namespace, _ref(body, "model", "name") or ""):
+            key: Key = ("inferencedeployments", namespace, o["metadata"]["name"])
+            memo.cache.alias_stale.add(key)
+            keys.append(key)
+        return keys
     return []
 
 

@@ -136,11 +136,6 @@ def test_two_node_run_with_a_long_name_gets_pods_master_addr_and_phase(kube_api,
     assert condition(run, "Trained")["status"] == "True"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="watches.py keys training pods by their slipway.dev/trainingrun label, hashed past 63 characters: "
-    "it must use builders.trainingrun.run_of_pod (the pods' slipway.dev/trainingrun-name annotation)",
-)
 def test_a_run_with_a_long_name_sees_its_running_pods(kube_api, namespace, operator):
     operator()
     apply_object(kube_api, namespace, training_run(LONG_RUN, steps=30, step_seconds=1))

@@ -48,6 +48,10 @@ class Versions:
         found = self.mlflow.get_version_by_alias(self.model, name)
         return found.version if found else None
 
+    def alias_becomes(self, name: str, version: str, timeout: float = 30) -> None:
+        """Alias moves follow the decision on record (status first, then MLflow): wait for it."""
+        wait_for(lambda: self.alias(name) == version, timeout, f"alias {name} of {self.model} -> {version}")
+
 
 def deployment(model: str, **rollout: Any) -> dict[str, Any]:
     analysis = {
@@ -132,14 +136,14 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
     v1 = versions.publish()
     apply_object(kube_api, namespace, deployment(versions.model))
     serving(kube_api, namespace, v1)
-    assert versions.alias("production") == v1
+    versions.alias_becomes("production", v1)
     watch = CanaryWatch(kube_api, namespace)
     with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600) as load:
         # A good version walks every step and is promoted.
         v2 = versions.publish()
         wait_phase(kube_api, namespace, ["Analyzing"], 90, "the canary analysed", watch)
         idep = serving(kube_api, namespace, v2, timeout=180)
-        assert versions.alias("production") == v2
+        versions.alias_becomes("production", v2)
         analysis = {r["metric"]: r for r in idep["status"]["analysis"]}
         assert analysis["errorRate"]["result"] == "Passed" and analysis["errorRate"]["value"] == 0
         assert analysis["latencyP95Seconds"]["threshold"].startswith("<= 3 × stable")
@@ -156,7 +160,8 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
         assert rollback["modelVersion"] == v3 and rollback["value"] > 0.05
         assert "errorRate" in condition(idep, "Ready")["message"]
         assert versions.alias("production") == v2
-        assert "AnalysisFailed" in mlflow.get_model_version(versions.model, v3).tags["slipway.dev/rollback"]
+        wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v3).tags.get(
+            "slipway.dev/rollback", ""), 30, "the rollback tag on the version")  # fmt: skip
 
         # 3× slower than stable: fails maxRelativeToStable.
         v4 = versions.publish(latencySeconds="0.02")
@@ -206,10 +211,13 @@ def test_abort_rolls_back_at_once_and_paused_holds(kube_api, namespace, operator
     assert versions.alias("production") == v1
 
 
-def test_prometheus_outage_holds_the_rollout_then_it_resumes(kube_api, namespace, operator, mlflow, trained, cluster):
+def test_prometheus_outage_holds_the_rollout_then_it_resumes(
+    kube_api, namespace, operator, mlflow, trained, cluster, monkeypatch
+):
     url = urlparse(cluster.prometheus_url)
     relay = TcpRelay((url.hostname, url.port))
     relay.start()
+    monkeypatch.setenv("SLIPWAY_ALLOWED_PROMETHEUS_URLS", relay.url)
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
@@ -239,7 +247,7 @@ def test_prometheus_outage_holds_the_rollout_then_it_resumes(kube_api, namespace
             serving(kube_api, namespace, v2, timeout=180)
     finally:
         relay.stop()
-    assert versions.alias("production") == v2
+    versions.alias_becomes("production", v2)
 
 
 def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator, mlflow, trained, cluster):
@@ -250,7 +258,7 @@ def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
-    body = deployment(versions.model)
+    body = deployment(versions.model, maxSurgeReplicas=2)  # 2 canary pods can carry 50% of 2 stable pods' load
     body["spec"]["rollout"].pop("analysis")
     body["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": ["digits.test"]}
     wait_for(lambda: apply_object(kube_api, namespace, body), 30, "the InferenceDeployment (HTTPRoute CRD served)")
@@ -282,3 +290,235 @@ def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator
     hpa = client.AutoscalingV2Api(kube_api).read_namespaced_horizontal_pod_autoscaler("digits", namespace)
     assert hpa.spec.scale_target_ref.name == "digits-stable"
     assert (hpa.spec.min_replicas, hpa.spec.max_replicas) == (2, 2)
+
+
+# -- the promises of a rollout, each against what would break it ---------------------------------
+
+
+def patch_spec(kube_api, namespace: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
+    body: dict[str, Any] = {"spec": spec}
+    if annotations:
+        body["metadata"] = {"annotations": annotations}
+    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
+        "slipway.dev", "v1alpha1", namespace, "inferencedeployments", "digits", body
+    )
+
+
+def pods_of(kube_api, namespace: str, track: str) -> list[Any]:
+    pods = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector=f"slipway.dev/track={track}").items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def status_of(kube_api, namespace: str) -> dict[str, Any]:
+    return get_object(kube_api, namespace, "InferenceDeployment", "digits").get("status") or {}
+
+
+def test_weights_never_exceed_the_step_and_pods_never_exceed_the_surge_budget(
+    kube_api, namespace, operator, mlflow, trained
+):
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    versions.publish()
+    body = deployment(versions.model, steps=[{"weight": 10, "pause": "10s"}, {"weight": 50, "pause": "10s"}])
+    body["spec"]["rollout"].pop("analysis")
+    apply_object(kube_api, namespace, body)
+    serving(kube_api, namespace, "1")
+    v2 = versions.publish()
+    seen: list[tuple[int, int, int, int, str]] = []
+
+    def promoted() -> bool:
+        status = status_of(kube_api, namespace)
+        canary = status.get("canary") or {}
+        total = len(pods_of(kube_api, namespace, "stable")) + len(pods_of(kube_api, namespace, "canary"))
+        if status.get("phase") == "Analyzing" and canary.get("requestedWeight"):
+            seen.append((canary["requestedWeight"], canary.get("weight") or 0, total, canary.get("readyReplicas") or 0,
+                         condition({"status": status}, "Ready").get("message", "")))  # fmt: skip
+        assert total <= 2 + 1, f"{total} pods: more than replicas + maxSurgeReplicas"
+        return status.get("phase") == "Promoted" and (status.get("stable") or {}).get("modelVersion") == v2
+
+    wait_for(promoted, 180, "v2 promoted through steps 10 and 50", interval=0.5)
+    steps = {requested for requested, *_ in seen}
+    assert steps == {10, 50}, seen
+    for requested, weight, _, _, message in seen:
+        # 1 canary pod of 3 is 33%: above 10%, the one-pod floor, which the condition must say.
+        assert weight <= requested or "one canary pod is the floor" in message, (requested, weight, message)
+    assert any(w == 33 for r, w, *_ in seen if r == 50)
+    report(f"\nweights seen (requested, real, pods): {sorted({(r, w, t) for r, w, t, *_ in seen})}")
+
+
+def test_deadline_counts_time_without_progress_not_the_steps_age(kube_api, namespace, operator, mlflow, trained):
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    versions.publish()
+    body = deployment(versions.model, steps=[{"weight": 25, "pause": "10m"}], progressDeadlineSeconds=20)
+    body["spec"]["rollout"].pop("analysis")
+    apply_object(kube_api, namespace, body)
+    serving(kube_api, namespace, "1")
+    v2 = versions.publish()
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: phase_in("Analyzing")(o) and (o["status"].get("canary") or {}).get("readyReplicas") == 1,
+                90, "the canary ready at its first step")  # fmt: skip
+    step_began = time.monotonic()
+    wait_for(lambda: time.monotonic() - step_began > 25, 40, "the step older than the deadline", interval=1)
+    # A canary pod restart long after the step began is not a reason to roll back.
+    canary = pods_of(kube_api, namespace, "canary")[0]
+    client.CoreV1Api(kube_api).delete_namespaced_pod(canary.metadata.name, namespace)
+
+    def replacement_ready() -> bool:
+        pods = [p for p in pods_of(kube_api, namespace, "canary") if p.metadata.name != canary.metadata.name]
+        return any(c.type == "Ready" and c.status == "True" for p in pods for c in p.status.conditions or [])
+
+    wait_for(replacement_ready, 60, "the replacement canary pod ready")
+    assert status_of(kube_api, namespace)["phase"] == "Analyzing"
+    # Paused for longer than the deadline: still no rollback.
+    patch_spec(kube_api, namespace, {"rollout": {"paused": True}})
+    wait_phase(kube_api, namespace, ["Paused"], 30, "paused")
+    paused = time.monotonic()
+    wait_for(lambda: time.monotonic() - paused > 25, 40, "paused longer than the deadline", interval=1)
+    status = status_of(kube_api, namespace)
+    assert status["phase"] == "Paused" and not status.get("lastRollback"), status
+    patch_spec(kube_api, namespace, {"rollout": {"paused": False}}, {"slipway.dev/promote": "true"})
+    serving(kube_api, namespace, v2, timeout=120)
+
+
+def test_an_image_change_is_canaried_and_a_faulty_template_rolled_back(kube_api, namespace, operator, mlflow, trained):
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    apply_object(kube_api, namespace, deployment(versions.model, steps=[{"weight": 25, "pause": "5s"}]))
+    serving(kube_api, namespace, v1)
+    first = status_of(kube_api, namespace)["stable"]["revision"]
+    apps = client.AppsV1Api(kube_api)
+    with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600):
+        # A new server image with the same model version: a new revision, canaried and analysed.
+        patch_spec(kube_api, namespace, {"image": "ghcr.io/slipway-dev/slipway:0.1.1"})
+        wait_phase(kube_api, namespace, ["Analyzing", "Paused"], 90, "the new image canaried")
+        idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                           lambda o: phase_in("Promoted")(o) and o["status"]["stable"]["revision"] != first, 180,
+                           "the new image promoted")  # fmt: skip
+        assert idep["status"]["stable"]["modelVersion"] == v1
+        assert any(r["result"] == "Passed" for r in idep["status"]["analysis"])
+        stable = apps.read_namespaced_deployment("digits-stable", namespace)
+        assert stable.spec.template.spec.containers[0].image == "ghcr.io/slipway-dev/slipway:0.1.1"
+        good = idep["status"]["stable"]["revision"]
+        # The same model with a template that serves 30% errors: rolled back, the stable untouched.
+        patch_spec(kube_api, namespace, {"env": [{"name": "SLIPWAY_FAULT_ERROR_RATE", "value": "0.3"}]})
+        idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                           lambda o: (o["status"].get("lastRollback") or {}).get("reason") == "AnalysisFailed", 180,
+                           "the faulty template rolled back")  # fmt: skip
+    assert idep["status"]["stable"]["revision"] == good
+    env = apps.read_namespaced_deployment("digits-stable", namespace).spec.template.spec.containers[0].env
+    assert "SLIPWAY_FAULT_ERROR_RATE" not in {e.name for e in env}
+
+
+def test_a_promotion_whose_new_stable_pods_crash_loop_is_reverted(kube_api, namespace, operator, mlflow, trained):
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    apply_object(kube_api, namespace, deployment(versions.model, progressDeadlineSeconds=20))
+    serving(kube_api, namespace, v1)
+    versions.alias_becomes("production", v1)
+    before = status_of(kube_api, namespace)["stable"]["revision"]
+    v2 = versions.publish(crashOnStart="true")
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: (o["status"].get("canary") or {}).get("modelVersion") == v2, 60,
+                "the canary of v2")  # fmt: skip
+    # An SRE promotes at once: the stable rolls to v2, whose pods crash, and the roll is reverted.
+    patch_spec(kube_api, namespace, {}, {"slipway.dev/promote": "true"})
+    wait_phase(kube_api, namespace, ["Promoting"], 30, "promoting")
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                       lambda o: (o["status"].get("lastRollback") or {}).get("reason") == "PromotionFailed", 120,
+                       "the promotion reverted")  # fmt: skip
+    assert idep["status"]["lastRollback"]["modelVersion"] == v2
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: o["status"]["stable"].get("revision") == before
+                and o["status"]["stable"].get("readyReplicas") == 2, 90, "the previous stable restored")  # fmt: skip
+    stable = client.AppsV1Api(kube_api).read_namespaced_deployment("digits-stable", namespace)
+    assert stable.spec.template.metadata.labels["slipway.dev/model-version"] == v1
+    assert versions.alias("production") == v1
+
+
+def test_a_rollback_decided_while_mlflow_is_down_holds_and_is_recorded_later(
+    kube_api, namespace, operator, mlflow, trained, cluster
+):
+    url = urlparse(cluster.mlflow_url)
+    relay = TcpRelay((url.hostname, url.port))
+    relay.start()
+    operator(mlflow_url=relay.url)
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    apply_object(kube_api, namespace, deployment(versions.model))
+    serving(kube_api, namespace, v1)
+    try:
+        with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600):
+            v2 = versions.publish(errorRate="0.3")
+            wait_phase(kube_api, namespace, ["Analyzing"], 90, "the faulty canary analysed")
+            relay.stop()
+            outage = time.monotonic()
+            idep = rolled_back(kube_api, namespace, v2, CanaryWatch(kube_api, namespace))
+            assert idep["status"]["pendingRegistryUpdates"][0]["key"] == "slipway.dev/rollback"
+            canary_pods_seen = 0
+
+            def outage_over() -> bool:
+                nonlocal canary_pods_seen
+                canary_pods_seen = max(canary_pods_seen, len(pods_of(kube_api, namespace, "canary")))
+                spec_replicas = client.AppsV1Api(kube_api).read_namespaced_deployment("digits-canary", namespace)
+                assert not spec_replicas.spec.replicas, "the rolled-back canary was scaled up again during the outage"
+                return time.monotonic() - outage > 60
+
+            wait_for(outage_over, 90, "60 s of MLflow outage", interval=1)
+            assert status_of(kube_api, namespace)["phase"] == "RolledBack"
+            relay.start()
+            wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v2).tags.get(
+                "slipway.dev/rollback", ""), 60, "the rollback tag once MLflow is back")  # fmt: skip
+            wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                        lambda o: not o["status"].get("pendingRegistryUpdates"), 30, "no update pending")  # fmt: skip
+    finally:
+        relay.stop()
+    assert versions.alias("production") == v1
+
+
+def test_one_crash_looping_stable_pod_is_degraded_not_ready(kube_api, namespace, operator, mlflow, trained):
+    import os
+    import signal
+    import subprocess
+
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    body = deployment(versions.model)
+    body["spec"]["autoscaling"] = {"minReplicas": 3, "maxReplicas": 3}
+    apply_object(kube_api, namespace, body)
+    idep = serving(kube_api, namespace, v1)
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: condition(o, "Ready").get("status") == "True", 60, "Ready")  # fmt: skip
+    victim = pods_of(kube_api, namespace, "stable")[0]
+
+    def kill_victim() -> None:
+        listening = subprocess.run(["ss", "-ltnpH", f"src {victim.status.pod_ip}"], capture_output=True, text=True)
+        for field in listening.stdout.split("pid=")[1:]:
+            os.kill(int(field.split(",")[0]), signal.SIGKILL)
+
+    def degraded() -> bool:
+        kill_victim()  # its server dies whenever it starts: a crash loop
+        obj = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+        return condition(obj, "Degraded").get("status") == "True"
+
+    idep = wait_for(lambda: degraded() and get_object(kube_api, namespace, "InferenceDeployment", "digits"), 90,
+                    "Degraded with one of three stable pods crash-looping", interval=1)  # fmt: skip
+    assert condition(idep, "Ready")["status"] == "False"
+    assert "2/3 stable replicas ready" in condition(idep, "Degraded")["message"]
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: condition(o, "Ready").get("status") == "True", 120, "Ready again once it stops")  # fmt: skip
+
+
+def test_a_prometheus_address_off_the_allow_list_is_refused_without_a_request(kube_api, namespace, operator, mlflow):
+    operator()
+    body = deployment(f"digits-{namespace}")
+    body["spec"]["rollout"]["analysis"]["prometheus"] = {"address": "http://internal-metrics.example:9090"}
+    apply_object(kube_api, namespace, body)
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                       lambda o: condition(o, "Stalled").get("reason") == "InvalidSpec", 30, "refused")  # fmt: skip
+    message = condition(idep, "Stalled")["message"]
+    assert "spec.rollout.analysis.prometheus.address" in message and "--allowed-prometheus-urls" in message
+    assert not client.AppsV1Api(kube_api).list_namespaced_deployment(namespace).items  # nothing was deployed

@@ -1,23 +1,36 @@
-"""The rollout state machine: first deploy, canary steps, analysis, promotion, rollbacks, manual control."""
+"""The rollout state machine: revisions, honest weights, deadlines that measure progress, guarded
+promotion, durable decisions, Ready that means every replica, manual control (pure)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import pytest
 
 from slipway.analysis import AnalysisOutcome, MetricResult
 from slipway.models import InferenceDeploymentSpec
 from slipway.status.rollout import (
+    ROLLBACK_TAG,
     Desired,
     Observed,
     Track,
-    canary_replicas_for,
+    canary_sizing,
+    desired_from_artifact,
     plan,
     replica_weight,
     step_weights,
+    track_statuses,
 )
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+V1 = Desired("1", "models:/m/1", "m", "rev1")
+V2 = Desired("2", "models:/m/2", "m", "rev2")
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
 
 
 def outcome(result: str, value: float | None = None, message: str = "") -> AnalysisOutcome:
@@ -25,315 +38,341 @@ def outcome(result: str, value: float | None = None, message: str = "") -> Analy
     return AnalysisOutcome((MetricResult("errorRate", "q", value, "<= 0.05", result, iso(NOW), message),))  # type: ignore[arg-type]
 
 
-V1, V2 = Desired("1", "models:/m/1"), Desired("2", "models:/m/2")
+def spec(traffic: dict[str, Any] | None = None, **rollout: Any) -> InferenceDeploymentSpec:
+    body: dict[str, Any] = {
+        "model": {"name": "m", "alias": "candidate"},
+        "image": "i",
+        "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+        "rollout": {"steps": [{"weight": 20}, {"weight": 50}], "interval": "30s", **rollout},
+    }
+    if traffic:
+        body["traffic"] = traffic
+    return InferenceDeploymentSpec.model_validate(body)
 
 
-def spec(**rollout: Any) -> InferenceDeploymentSpec:
-    return InferenceDeploymentSpec.model_validate(
-        {
-            "model": {"name": "m", "alias": "candidate"},
-            "image": "i",
-            "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
-            "rollout": {"steps": [{"weight": 20}, {"weight": 50}], "interval": "30s", **rollout},
-        }
-    )
-
-
-def track(version: str, ready: int = 2, replicas: int | None = None, pods: int | None = None) -> Track:
+def track(d: Desired, ready: int = 2, replicas: int | None = None, **kw: Any) -> Track:
     replicas = ready if replicas is None else replicas
-    return Track(version, f"models:/m/{version}", replicas, ready, replicas, True, ready if pods is None else pods)
+    kw.setdefault("pods", max(ready, replicas))
+    return Track(d.version, d.uri, replicas, ready, kw.pop("updated", replicas), kw.pop("observed", True),
+                 revision=d.revision, model=d.model, available=kw.pop("available", ready), **kw)  # fmt: skip
 
 
-def observe(
-    s: InferenceDeploymentSpec,
-    desired=V2,
-    stable=None,
-    canary=None,
-    status=None,
-    annotations=None,
-    now=NOW,
-    analysis=None,
-) -> Observed:
+def observe(s: InferenceDeploymentSpec, desired=V2, stable=None, canary=None, status=None, annotations=None, now=NOW,
+            analysis=None) -> Observed:  # fmt: skip
     return Observed(s, desired, None, stable, canary, status or {}, annotations or {}, now, analysis)
-
-
-def iso(t: datetime) -> str:
-    return t.isoformat().replace("+00:00", "Z")
 
 
 def cond(p, type_: str):
     return next(c for c in p.conditions if c.type == type_)
 
 
-def test_step_weights_from_steps_or_step_weight():
+def canary_status(step: int = 0, since: datetime = NOW, progress: datetime | None = None, **more: Any) -> dict:
+    return {"phase": "Analyzing", "canary": {"revision": V2.revision, "modelVersion": "2"}, "currentStep": step,
+            "stepStartTime": iso(since), "canaryStartTime": iso(since), "lastProgressTime": iso(progress or since),
+            **more}  # fmt: skip
+
+
+# -- weights ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "stable", "weight", "surge", "pods", "share", "note"),
+    [
+        ("Replicas", 2, 10, 1, 1, 33, "floor"),  # one pod is the floor, and it is reported
+        ("Replicas", 2, 50, 1, 1, 33, "capped"),  # 1 of 3 <= 50%: as close as the surge budget allows
+        ("Replicas", 2, 50, 2, 2, 50, ""),
+        ("Replicas", 10, 10, 3, 1, 9, ""),  # never above the step: 1 of 11
+        ("Replicas", 10, 20, 3, 2, 16, ""),
+        ("Replicas", 10, 50, 3, 3, 23, "capped"),
+        ("Replicas", 1, 20, 1, 1, 50, "floor"),  # the defaults: 1 replica, surge 1
+        ("GatewayAPI", 2, 25, 1, 1, 25, ""),  # the route carries the exact weight
+        ("GatewayAPI", 10, 25, 1, 1, 9, "capped"),  # one pod cannot take 25% of 10 pods' load
+        ("GatewayAPI", 10, 25, 4, 4, 25, ""),
+    ],
+)
+def test_canary_sizing(mode, stable, weight, surge, pods, share, note):
+    sizing = canary_sizing(mode, weight, stable, surge)
+    assert (sizing.pods, sizing.share) == (pods, share)
+    assert note in sizing.note if note else sizing.note == ""
+    assert sizing.pods <= surge  # the GPU budget holds
+    if mode == "Replicas" and not note:
+        assert sizing.share <= weight
+
+
+def test_step_weights_and_replica_weight():
     assert step_weights(spec().rollout) == [20, 50]
     assert step_weights(spec(steps=None, stepWeight=10, maxWeight=30).rollout) == [10, 20, 30]
-
-
-def test_canary_replicas_respect_surge_budget():
-    assert canary_replicas_for(20, stable_ready=2, max_surge=1) == 1
-    assert canary_replicas_for(50, stable_ready=4, max_surge=2) == 2
-    assert canary_replicas_for(90, stable_ready=4, max_surge=2) == 2
     assert replica_weight(1, 2) == 33
 
 
-def test_first_version_goes_straight_to_stable_then_promoted_with_alias():
+def test_the_weight_reported_is_the_real_share_beside_the_requested_one():
+    s = spec(steps=[{"weight": 10}, {"weight": 50}])
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status()))
+    assert (p.canary_replicas, p.weight, p.requested_weight) == (1, 33, 10)
+    assert "one canary pod is the floor" in cond(p, "Ready").message
+
+
+# -- revisions ----------------------------------------------------------------------------------
+
+
+def test_first_revision_goes_straight_to_stable_then_promoted_with_the_alias_on_record():
     rolling = plan(observe(spec(), desired=V1))
-    assert rolling.phase == "Progressing"
-    assert rolling.stable == V1
-    assert rolling.canary is None
-    done = plan(observe(spec(), desired=V1, stable=track("1")))
-    assert done.phase == "Promoted"
-    assert cond(done, "Ready").status == "True"
-    assert done.move_production_to == "1"
-    again = plan(
-        observe(spec(), desired=V1, stable=track("1"), status={"phase": "Promoted", "stable": {"modelVersion": "1"}})
-    )
-    assert again.move_production_to is None
+    assert (rolling.phase, rolling.stable, rolling.canary) == ("Progressing", V1, None)
+    done = plan(observe(spec(), desired=V1, stable=track(V1)))
+    assert done.phase == "Promoted" and cond(done, "Ready").status == "True"
+    assert done.registry == [{"action": "SetAlias", "model": "m", "version": "1", "alias": "production"}]
+    assert done.durable
+    again = plan(observe(spec(), desired=V1, stable=track(V1),
+                         status={"phase": "Promoted", "stable": {"revision": "rev1"}}))  # fmt: skip
+    assert again.registry == []
 
 
-def test_new_version_starts_a_canary_of_one_pod():
-    p = plan(observe(spec(), stable=track("1")))
-    assert p.phase == "Progressing"
-    assert p.canary == V2
-    assert p.canary_replicas == 1
-    assert p.stable is None
-    assert p.rollout_version == "2"
-    assert p.status["canaryStartTime"] == iso(NOW)
+def test_promote_alias_is_configurable_and_empty_moves_none():
+    staging = plan(observe(spec(promoteAlias="staging"), desired=V1, stable=track(V1)))
+    assert staging.registry[0]["alias"] == "staging"
+    assert plan(observe(spec(promoteAlias=""), desired=V1, stable=track(V1))).registry == []
 
 
-def test_ready_canary_asks_for_analysis_then_holds_step_until_interval():
-    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
-    first = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
-    assert first.analyze
-    passed = outcome("Passed", 0.0)
-    held = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=passed))
-    assert held.phase == "Analyzing"
-    assert held.status["currentStep"] == 0
-    assert held.weight == 33
-    later = NOW + timedelta(seconds=31)
-    moved = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=passed, now=later))
-    assert moved.status["currentStep"] == 1
-    assert moved.status["stepStartTime"] == iso(later)
-
-
-def test_last_step_passed_promotes_canary_first_scaled_away():
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 1,
-        "stepStartTime": iso(NOW - timedelta(minutes=1)),
-        "canaryStartTime": iso(NOW - timedelta(minutes=2)),
-    }
-    p = plan(observe(spec(), stable=track("1"), canary=track("2", 1), status=status))
-    assert p.phase == "Promoting"
-    assert p.stable is None  # the canary still has pods
-    assert p.canary is None
-    status["phase"] = "Promoting"
-    p2 = plan(observe(spec(), stable=track("1"), canary=track("2", 0, pods=0), status=status))
-    assert p2.phase == "Promoting"
-    assert p2.stable == V2
-    p3 = plan(observe(spec(), stable=track("2"), canary=None, status=status))
-    assert p3.phase == "Promoted"
-    assert p3.move_production_to == "2"
-
-
-def test_failed_analyses_beyond_limit_roll_back_naming_metric_and_value():
-    s = spec(analysis={"failureLimit": 1, "metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 0,
-        "stepStartTime": iso(NOW),
-        "canaryStartTime": iso(NOW),
-        "failedAnalyses": 1,
-    }
-    failed = outcome("Failed", 0.31, "errorRate 0.31 > 0.05")
-    p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=failed))
-    assert p.phase == "RolledBack"
-    assert p.canary is None and p.stable is None
-    assert p.rollback == {
-        "reason": "AnalysisFailed",
-        "modelVersion": "2",
-        "time": iso(NOW),
-        "metric": "errorRate",
-        "value": 0.31,
-    }
-    assert cond(p, "Stalled").status == "True"
-    assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message
-    after = plan(observe(s, stable=track("1"), status={"lastRollback": p.rollback}))
-    assert after.phase == "RolledBack"
-    assert after.canary is None
-
-
-def test_one_failure_within_limit_holds():
-    s = spec(analysis={"failureLimit": 1, "metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 0,
-        "stepStartTime": iso(NOW - timedelta(minutes=5)),
-        "canaryStartTime": iso(NOW),
-    }
-    failed = outcome("Failed", 0.3, "x")
-    p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=failed))
-    assert p.phase == "Analyzing"
-    assert p.status["failedAnalyses"] == 1
-    assert p.status["currentStep"] == 0
-
-
-def test_inconclusive_pauses_and_never_advances():
-    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 1,
-        "stepStartTime": iso(NOW - timedelta(minutes=5)),
-        "canaryStartTime": iso(NOW),
-    }
-    verdict = outcome("Inconclusive", None, "Prometheus unreachable")
-    p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status, analysis=verdict))
-    assert p.phase == "Paused"
-    assert cond(p, "Ready").reason == "AnalysisInconclusive"
-    assert "Prometheus unreachable" in cond(p, "Ready").message
-    assert p.stable is None
-
-
-def test_canary_never_ready_rolls_back_at_progress_deadline():
-    s = spec(progressDeadlineSeconds=60)
-    long_ago = iso(NOW - timedelta(seconds=61))
-    status = {"canary": {"modelVersion": "2"}, "canaryStartTime": long_ago, "stepStartTime": long_ago}
-    p = plan(observe(s, stable=track("1"), canary=track("2", 0, replicas=1, pods=1), status=status))
-    assert p.phase == "RolledBack"
-    assert p.rollback is not None and p.rollback["reason"] == "ProgressDeadlineExceeded"
-
-
-def test_abort_annotation_rolls_back_and_is_consumed():
-    status = {"canary": {"modelVersion": "2"}, "canaryStartTime": iso(NOW)}
-    p = plan(
-        observe(
-            spec(), stable=track("1"), canary=track("2", 1), status=status, annotations={"slipway.dev/abort": "true"}
-        )
-    )
-    assert p.phase == "RolledBack"
-    assert p.rollback is not None and p.rollback["reason"] == "Aborted"
-    assert p.consumed_annotation == "slipway.dev/abort"
-
-
-def test_promote_annotation_skips_remaining_steps():
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "canaryStartTime": iso(NOW)}
-    p = plan(
-        observe(
-            spec(), stable=track("1"), canary=track("2", 1), status=status, annotations={"slipway.dev/promote": "true"}
-        )
-    )
-    assert p.phase == "Promoting"
-    assert p.consumed_annotation == "slipway.dev/promote"
-
-
-def test_paused_holds_the_step():
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 0,
-        "stepStartTime": iso(NOW - timedelta(hours=1)),
-        "canaryStartTime": iso(NOW),
-    }
-    p = plan(observe(spec(paused=True), stable=track("1"), canary=track("2", 1), status=status))
-    assert p.phase == "Paused"
-    assert p.status["currentStep"] == 0
-
-
-def test_gateway_mode_uses_exact_weights():
-    s = InferenceDeploymentSpec.model_validate(
-        {
-            "model": {"artifactRef": {"name": "a"}},
-            "image": "i",
-            "rollout": {"steps": [{"weight": 10}]},
-            "traffic": {"mode": "GatewayAPI", "parentRefs": [{"name": "gw"}]},
-        }
-    )
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
-    p = plan(observe(s, stable=track("1", 4), canary=track("2", 1), status=status))
-    assert p.weight == 10
-
-
-def test_unresolvable_model_keeps_stable_serving():
-    p = plan(
-        Observed(
-            spec(), None, "alias candidate of model m does not exist", track("1"), None, {"phase": "Promoted"}, {}, NOW
-        )
-    )
-    assert p.phase == "Promoted"
-    assert cond(p, "Stalled").reason == "ModelUnavailable"
-    assert p.stable is None
-
-
-def test_waiting_for_the_first_model_is_progress_not_failure():
-    p = plan(Observed(spec(), None, "MLflow model m has no alias candidate (yet)", None, None, {}, {}, NOW))
-    assert p.phase == "Progressing"
-    assert cond(p, "Reconciling").reason == "WaitingForModel"
-    assert cond(p, "Stalled").status == "False"
-
-
-def test_leftover_manual_annotation_is_dropped_when_no_canary_runs():
-    p = plan(observe(spec(), desired=V1, stable=track("1"), annotations={"slipway.dev/promote": "true"}))
-    assert p.phase == "Promoted"
-    assert p.consumed_annotation == "slipway.dev/promote"
-
-
-def test_scale_up_of_a_promoted_stable_stays_promoted():
-    promoted = {"phase": "Promoted", "stable": {"modelVersion": "1"}}
-    scaling = Track("1", "models:/m/1", replicas=4, ready=2, updated=4, generation_observed=True, pods=4)
-    p = plan(observe(spec(), desired=V1, stable=scaling, status=promoted))
-    assert p.phase == "Promoted"
-    assert p.move_production_to is None
-
-
-def test_lost_stable_track_is_restored_not_replaced_by_the_new_version():
-    status = {"stable": {"modelVersion": "1", "uri": "models:/m/1"}, "canary": {"modelVersion": "2"}}
-    p = plan(observe(spec(), desired=V2, stable=None, status=status))
-    assert p.stable == V1
-    assert p.phase == "Progressing"
-    assert cond(p, "Ready").reason == "RestoringStable"
+@pytest.mark.parametrize(
+    "new",
+    [replace(V1, revision="rev1-new-image"), Desired("1", "models:/other/1", "other", "rev-other-1")],
+    ids=["image-change-same-version", "other-model-same-version"],
+)
+def test_any_new_revision_is_canaried(new):
+    p = plan(observe(spec(), desired=new, stable=track(V1)))
+    assert (p.phase, p.canary, p.canary_replicas, p.stable) == ("Progressing", new, 1, None)
 
 
 def test_a_new_canary_starts_without_the_previous_analysis():
+    status = canary_status(analysis=[{"metric": "errorRate", "result": "Passed", "time": iso(NOW)}])
+    status["canary"] = {"revision": "rev-older"}
+    p = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=status))
+    assert p.status["analysis"] is None and p.status["currentStep"] == 0
+
+
+# -- steps and analysis -------------------------------------------------------------------------
+
+
+def test_ready_canary_is_analysed_then_holds_its_step_until_the_interval():
     s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    old = {"canary": {"modelVersion": "2"}, "analysis": [{"metric": "errorRate", "result": "Passed", "time": iso(NOW)}]}
-    p = plan(observe(s, desired=Desired("3", "models:/m/3"), stable=track("1"), status=old))
-    assert p.status["analysis"] is None
+    first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status()))
+    assert first.analyze
+    held = plan(
+        observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=outcome("Passed", 0))
+    )
+    assert (held.phase, held.status["currentStep"], held.weight) == ("Analyzing", 0, 33)
+    later = NOW + timedelta(seconds=31)
+    moved = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=outcome("Passed", 0),
+                         now=later))  # fmt: skip
+    assert moved.status["currentStep"] == 1
 
 
-def test_results_from_an_earlier_step_do_not_advance_this_one():
-    s = spec(analysis={"interval": "1m", "metrics": [{"name": "errorRate", "max": 0.05}]})
-    earlier = iso(NOW - timedelta(seconds=40))
-    status = {
-        "canary": {"modelVersion": "2"},
-        "currentStep": 1,
-        "stepStartTime": iso(NOW - timedelta(seconds=31)),
-        "canaryStartTime": earlier,
-        "analysis": [{"metric": "errorRate", "result": "Passed", "time": earlier}],
+def test_failed_analyses_beyond_the_limit_roll_back_on_record_first():
+    s = spec(analysis={"failureLimit": 1, "metrics": [{"name": "errorRate", "max": 0.05}]})
+    failed = outcome("Failed", 0.31, "errorRate 0.31 > 0.05")
+    within = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=failed))
+    assert (within.phase, within.status["failedAnalyses"]) == ("Analyzing", 1)
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(failedAnalyses=1), analysis=failed))
+    assert p.phase == "RolledBack" and p.durable
+    assert p.canary is None and p.stable is None
+    record = p.status["lastRollback"]
+    assert (record["reason"], record["metric"], record["value"], record["revision"]) == ("AnalysisFailed", "errorRate",
+                                                                                          0.31, "rev2")  # fmt: skip
+    assert p.registry[0]["action"] == "SetTag" and p.registry[0]["key"] == ROLLBACK_TAG
+    assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message
+
+
+def test_inconclusive_holds_and_never_advances():
+    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(1, NOW - timedelta(minutes=5)),
+                     analysis=outcome("Inconclusive", None, "Prometheus unreachable")))  # fmt: skip
+    assert (p.phase, cond(p, "Ready").reason) == ("Paused", "AnalysisInconclusive")
+    assert "Prometheus unreachable" in cond(p, "Ready").message and p.stable is None
+
+
+# -- deadlines measure progress ---------------------------------------------------------------
+
+
+def test_a_canary_that_never_becomes_ready_rolls_back_after_the_deadline():
+    s = spec(progressDeadlineSeconds=60)
+    long_ago = NOW - timedelta(seconds=61)
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status(0, long_ago)))
+    assert p.phase == "RolledBack" and p.status["lastRollback"]["reason"] == "ProgressDeadlineExceeded"
+
+
+def test_a_canary_pod_restart_long_after_the_step_began_is_not_a_rollback():
+    s = spec(progressDeadlineSeconds=60)
+    step_began = NOW - timedelta(minutes=10)  # the step is far older than the deadline
+    status = canary_status(0, step_began, progress=NOW - timedelta(seconds=5), canary={"revision": "rev2",
+                                                                                        "readyReplicas": 1})  # fmt: skip
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=status))
+    assert (p.phase, cond(p, "Ready").reason) == ("Progressing", "CanaryStarting")
+
+
+def test_a_paused_rollout_never_times_out_and_holds_even_an_unready_canary():
+    s = spec(progressDeadlineSeconds=60, paused=True)
+    long_ago = NOW - timedelta(hours=2)
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status(0, long_ago)))
+    assert p.phase == "Paused" and p.status["lastProgressTime"] == iso(NOW)
+
+
+def test_an_unschedulable_canary_holds_with_the_schedulers_words():
+    s = spec(progressDeadlineSeconds=600)
+    words = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    canary = track(V2, 0, 1, problem=("Unschedulable", f"pod c-1: {words}"))
+    p = plan(observe(s, stable=track(V1), canary=canary, status=canary_status()))
+    assert (p.phase, cond(p, "Stalled").status, cond(p, "Stalled").reason) == (
+        "Progressing",
+        "True",
+        "CanaryUnschedulable",
+    )
+    assert words in cond(p, "Stalled").message
+
+
+# -- promotion is guarded -------------------------------------------------------------------------
+
+
+def promoting(**more: Any) -> dict:
+    return {"phase": "Promoting", "canary": {"revision": "rev2"}, "lastProgressTime": iso(NOW),
+            "previousStable": {"revision": "rev1", "modelName": "m", "modelVersion": "1", "uri": "models:/m/1"},
+            "stable": {"readyReplicas": 2}, **more}  # fmt: skip
+
+
+def test_the_last_step_starts_a_promotion_on_record_with_the_previous_stable():
+    p = plan(
+        observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status(1, NOW - timedelta(minutes=5)))
+    )
+    assert (p.phase, p.durable, p.canary, p.stable) == ("Promoting", True, None, None)
+    assert p.status["previousStable"]["revision"] == "rev1"
+
+
+def test_promotion_scales_the_canary_away_then_rolls_the_stable_then_is_promoted():
+    scaling = plan(observe(spec(), stable=track(V1), canary=track(V2, 1, 0, pods=1), status=promoting()))
+    assert (scaling.phase, scaling.stable, scaling.canary) == ("Promoting", None, None)
+    rolling = plan(observe(spec(), stable=track(V1), canary=track(V2, 0, 0, pods=0), status=promoting()))
+    assert (rolling.phase, rolling.stable) == ("Promoting", V2)
+    waiting = plan(observe(spec(), stable=track(V2, 1, 2, updated=1), status=promoting()))
+    assert waiting.phase == "Promoting"
+    done = plan(observe(spec(), stable=track(V2, 2), status=promoting()))
+    assert done.phase == "Promoted" and done.registry[0]["action"] == "SetAlias"
+
+
+def test_a_promotion_whose_new_stable_pods_crash_loop_is_reverted_and_no_alias_moves():
+    crashing = track(V2, 1, 2, updated=1, problem=("CrashLoopBackOff", "pod s-2: back-off restarting"))
+    old = promoting(lastProgressTime=iso(NOW - timedelta(seconds=601)), stable={"readyReplicas": 1})
+    p = plan(observe(spec(), stable=crashing, status=old))
+    assert (p.phase, p.revert_stable, p.durable) == ("RolledBack", True, True)
+    assert p.status["lastRollback"]["reason"] == "PromotionFailed"
+    assert "CrashLoopBackOff" in cond(p, "Ready").message
+    assert all(u["action"] != "SetAlias" for u in p.registry)
+
+
+def test_abort_is_honoured_during_the_promotion():
+    p = plan(observe(spec(), stable=track(V2, 1, 2, updated=1), status=promoting(),
+                     annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    assert (p.phase, p.revert_stable, p.consumed_annotation) == ("RolledBack", True, "slipway.dev/abort")
+    assert p.status["lastRollback"]["reason"] == "PromotionAborted"
+
+
+# -- rolled back revisions, retry, manual control -------------------------------------------------
+
+
+def rolled_back() -> dict:
+    return {
+        "phase": "RolledBack",
+        "lastRollback": {"reason": "AnalysisFailed", "revision": "rev2", "modelVersion": "2"},
     }
-    p = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
-    assert p.phase != "Promoting"
 
 
-def test_track_statuses_report_the_real_share_and_the_rolled_out_version():
-    from slipway.status.rollout import track_statuses
+def test_a_rolled_back_revision_is_not_retried_but_a_spec_fix_or_retry_is_canaried():
+    held = plan(observe(spec(), stable=track(V1), status=rolled_back()))
+    assert (held.phase, held.canary) == ("RolledBack", None)
+    assert "slipway.dev/retry" in cond(held, "Ready").message
+    fixed = plan(observe(spec(), desired=replace(V2, revision="rev2-fixed"), stable=track(V1), status=rolled_back()))
+    assert fixed.canary is not None and fixed.phase == "Progressing"
+    retried = plan(observe(spec(), stable=track(V1), status=rolled_back(), annotations={"slipway.dev/retry": "true"}))
+    assert retried.canary == V2 and retried.status["lastRollback"]["retried"] is True
+    assert retried.consumed_annotation == "slipway.dev/retry"
 
-    s = spec(analysis={"metrics": [{"name": "errorRate", "max": 0.05}]})
-    status = {"canary": {"modelVersion": "2"}, "currentStep": 0, "stepStartTime": iso(NOW), "canaryStartTime": iso(NOW)}
-    decision = plan(observe(s, stable=track("1"), canary=track("2", 1), status=status))
-    stable, canary = track_statuses(decision, track("1"), track("2", 1))
-    assert (stable.model_version, stable.weight, canary.model_version, canary.weight) == ("1", 67, "2", 33)
-    assert stable.weight + canary.weight == 100
-    idle = track_statuses(plan(observe(s, desired=Desired("1", "models:/m/1"), stable=track("1"))), track("1"), None)
-    assert idle[1].replicas == 0 and idle[1].model_version is None
+
+def test_a_rolled_back_revision_of_another_model_does_not_block_this_one():
+    other = Desired("2", "models:/b/2", "b", "rev-b-2")
+    p = plan(observe(spec(), desired=other, stable=track(V1), status=rolled_back()))
+    assert p.canary == other
+
+
+def test_abort_and_promote_annotations():
+    aborted = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status(),
+                           annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    assert (aborted.phase, aborted.consumed_annotation) == ("RolledBack", "slipway.dev/abort")
+    assert aborted.status["lastRollback"]["reason"] == "Aborted"
+    promoted = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status(),
+                            annotations={"slipway.dev/promote": "true"}))  # fmt: skip
+    assert (promoted.phase, promoted.consumed_annotation) == ("Promoting", "slipway.dev/promote")
+
+
+def test_a_leftover_manual_annotation_is_dropped_when_nothing_rolls_out():
+    p = plan(observe(spec(), desired=V1, stable=track(V1), annotations={"slipway.dev/abort": "x"}))
+    assert p.consumed_annotation == "slipway.dev/abort" and p.phase == "Promoted"
+
+
+# -- Ready means every replica ------------------------------------------------------------------
+
+
+def test_a_stable_with_a_crash_looping_replica_is_degraded_not_ready_then_stalled():
+    one_of_three = track(V1, 1, 3, problem=("CrashLoopBackOff", "pod s-2: back-off"))
+    status = {"phase": "Promoted", "stable": {"revision": "rev1"}}
+    p = plan(observe(spec(), desired=V1, stable=one_of_three, status=status))
+    assert cond(p, "Ready").status == "False" and cond(p, "Degraded").status == "True"
+    assert (
+        "1/3 stable replicas ready" in cond(p, "Degraded").message and "CrashLoopBackOff" in cond(p, "Degraded").message
+    )
+    since = iso(NOW - timedelta(seconds=601))
+    status["conditions"] = [
+        {"type": "Degraded", "status": "True", "reason": "StableUnavailable", "lastTransitionTime": since}
+    ]
+    late = plan(observe(spec(), desired=V1, stable=one_of_three, status=status))
+    assert (late.phase, cond(late, "Stalled").status) == ("Failed", "True")
+
+
+def test_an_hpa_scale_up_of_a_promoted_stable_keeps_it_promoted_once_the_pods_are_ready():
+    status = {"phase": "Promoted", "stable": {"revision": "rev1"}}
+    p = plan(observe(spec(), desired=V1, stable=track(V1, 4), status=status))
+    assert p.phase == "Promoted" and p.registry == []
+
+
+# -- what to serve ------------------------------------------------------------------------------
+
+
+def test_unresolvable_model_keeps_the_stable_serving():
+    p = Observed(spec(), None, "ModelArtifact x is Validating", track(V1), None, {"phase": "Promoted"}, {}, NOW)
+    result = plan(p)
+    assert (result.phase, result.stable, cond(result, "Stalled").status) == ("Promoted", None, "True")
+
+
+def test_waiting_for_the_first_model_is_progress_not_failure():
+    p = plan(Observed(spec(), None, "no alias yet", None, None, {}, {}, NOW))
+    assert (p.phase, cond(p, "Reconciling").status) == ("Progressing", "True")
+
+
+def test_a_lost_stable_track_is_restored_not_replaced_by_the_new_revision():
+    status = {"stable": {"revision": "rev1", "modelName": "m", "modelVersion": "1", "uri": "models:/m/1"}}
+    p = plan(observe(spec(), stable=None, status=status))
+    assert p.stable == V1 and cond(p, "Ready").reason == "RestoringStable"
+
+
+def test_track_statuses_report_revision_model_and_both_weights():
+    status = canary_status()
+    decision = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=status))
+    stable, canary = track_statuses(decision, track(V1), track(V2, 1))
+    assert (stable.revision, stable.weight, canary.revision, canary.weight, canary.requested_weight) == (
+        "rev1", 67, "rev2", 33, 20)  # fmt: skip
 
 
 def test_only_a_validated_artifact_is_served():
-    from slipway.status.rollout import desired_from_artifact
-
     assert desired_from_artifact(None, "ns", "a") == (None, "ModelArtifact ns/a does not exist")
     pending = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validating"}}
     assert "only Validated artifacts are served" in desired_from_artifact(pending, "ns", "a")[1]
     validated = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validated", "modelVersion": "3",
                                                                "quantizedVersion": "4"}}  # fmt: skip
-    assert desired_from_artifact(validated, "ns", "a") == (Desired("4", "models:/m/4"), "")
+    assert desired_from_artifact(validated, "ns", "a") == (Desired("4", "models:/m/4", "m"), "")

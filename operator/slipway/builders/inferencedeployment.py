@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from slipway.builders.common import (
@@ -20,6 +22,8 @@ DEPLOYMENT_NAME_ANNOTATION = "slipway.dev/deployment-name"  # on pods: the full 
 TRACK_LABEL = "slipway.dev/track"
 VERSION_LABEL = "slipway.dev/model-version"
 URI_ANNOTATION = "slipway.dev/model-uri"
+MODEL_ANNOTATION = "slipway.dev/model-name"
+REVISION_LABEL = "slipway.dev/revision"
 TRACKS = ("stable", "canary")
 
 
@@ -55,6 +59,22 @@ def readiness_path(spec: InferenceDeploymentSpec) -> str:
     return "/health" if analysis is not None and analysis.preset == "vllm" else "/readyz"
 
 
+def revision(
+    spec: InferenceDeploymentSpec, version: str, uri: str, mlflow_url: str | None, model_name: str | None
+) -> str:
+    """The revision of what would be served: a hash of the pod template (model name, version and URI,
+    image, command, args, env, resources, port, probes) as both tracks would run it. Any change of
+    it is a new revision, and a new revision is canaried."""
+    served = {
+        "model": [model_name or spec.model.name or "", version, uri],
+        "container": {k: v for k, v in spec.model_dump(mode="json", by_alias=True).items()
+                      if k in ("image", "command", "args", "port", "resources", "env")},
+        "probePath": readiness_path(spec),
+        "mlflow": mlflow_url or "",
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()[:10]
+
+
 def deployment(
     name: str,
     namespace: str,
@@ -69,6 +89,7 @@ def deployment(
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
     ``replicas`` None leaves the count to the HPA."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
+    labels[REVISION_LABEL] = revision(spec, version, uri, mlflow_url, model_name)
     base_env = {
         "SLIPWAY_MODEL_URI": uri,
         "SLIPWAY_MODEL_VERSION": version,
@@ -105,7 +126,7 @@ def deployment(
             "name": deployment_name(name, track),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {URI_ANNOTATION: uri},
+            "annotations": {URI_ANNOTATION: uri, MODEL_ANNOTATION: model_name or spec.model.name or ""},
         },
         "spec": {
             "selector": {"matchLabels": selector(name, track)},
@@ -206,3 +227,31 @@ def http_route(name: str, namespace: str, spec: InferenceDeploymentSpec, canary_
         "metadata": {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **selector(name)}},
         "spec": route,
     }
+
+
+PREVIOUS_ANNOTATION = "slipway.dev/previous-manifest"
+
+
+def with_previous(desired: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
+    """``desired`` carrying, in an annotation, what ``current`` served (its labels, strategy and pod
+    template), so that a promotion whose roll fails can be reverted to exactly that."""
+    if current is None:
+        return desired
+    previous = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {k: current["metadata"][k] for k in ("name", "namespace")}
+        | {"labels": current["metadata"].get("labels") or {},
+           "annotations": {k: v for k, v in (current["metadata"].get("annotations") or {}).items()
+                           if k.startswith("slipway.dev/model")}},
+        "spec": {k: current["spec"][k] for k in ("selector", "strategy", "template") if k in current["spec"]},
+    }  # fmt: skip
+    annotations = desired["metadata"].setdefault("annotations", {})
+    annotations[PREVIOUS_ANNOTATION] = json.dumps(previous, sort_keys=True, separators=(",", ":"))
+    return desired
+
+
+def previous_of(current: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest a stable Deployment served before its last promotion (see :func:`with_previous`)."""
+    text = ((current or {}).get("metadata", {}).get("annotations") or {}).get(PREVIOUS_ANNOTATION)
+    return json.loads(text) if text else None

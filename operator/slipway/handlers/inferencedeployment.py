@@ -14,23 +14,38 @@ from typing import Any
 
 from slipway import analysis, kube, metrics
 from slipway.builders import inferencedeployment as build
-from slipway.mlflow import MlflowClient
+from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
-from slipway.prometheus import analyse_canary
-from slipway.reconcile import Context, run_pass
-from slipway.status.rollout import Desired, Observed, Plan, desired_from_artifact, plan, track_of, track_statuses
+from slipway.prometheus import address_refusal, analyse_canary
+from slipway.reconcile import Context, InvalidSpec, flush, run_pass
+from slipway.status.rollout import (
+    Desired,
+    Observed,
+    Plan,
+    Track,
+    desired_from_artifact,
+    plan,
+    track_of,
+    track_statuses,
+    with_revision,
+)
+from slipway.status.trainingrun import pod_problem
 
 ROLLOUT_TICK_SECONDS = 5.0  # while a rollout is in flight: steps, pauses and deadlines are time
 ACTIVE = ("Progressing", "Analyzing", "Paused", "Promoting")
-PRODUCTION_ALIAS = "production"
-ROLLBACK_TAG = "slipway.dev/rollback"
+REGISTRY_RETRY_SECONDS = 5.0  # pending MLflow updates (an outage): retried this often
 
 
 def reconcile(ctx: Context, spec: InferenceDeploymentSpec) -> float | None:
     """Bring the tracks, traffic and MLflow aliases in line with the spec and the canary's health."""
     assert ctx.mlflow is not None
+    settings = spec.rollout.analysis
+    if settings is not None and settings.prometheus is not None:
+        refusal = address_refusal(settings.prometheus.address, ctx.config)
+        if refusal:
+            raise InvalidSpec(ctx.kind, f"{ctx.namespace}/{ctx.name}", [refusal])
     return Reconciler(ctx, spec, ctx.mlflow).run()
 
 
@@ -46,24 +61,51 @@ class Reconciler:
     def run(self) -> float | None:
         desired, problem = self.resolve()
         deployments = {t: self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS}
+        tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
         annotations = dict(self.ctx.body["metadata"].get("annotations") or {})
-        observed = Observed(spec=self.spec, desired=desired, desired_problem=problem,
-                            stable=track_of(deployments["stable"]), canary=track_of(deployments["canary"]),
-                            status=self.ctx.status, annotations=annotations, now=datetime.now(UTC))  # fmt: skip
+        observed = Observed(spec=self.spec, desired=desired, desired_problem=problem, stable=tracks["stable"],
+                            canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
+                            now=datetime.now(UTC))  # fmt: skip
         decision = plan(observed)
         if decision.analyze:
-            versions = {"canary": decision.rollout_version or ""}
+            versions = {"canary": decision.rollout.version if decision.rollout else ""}
             if observed.stable is not None and observed.stable.version:
                 versions["stable"] = observed.stable.version
             observed.analysis = self.analyse(observed.now, versions)
             decision = plan(observed)
+        stored = list(self.ctx.status.get("pendingRegistryUpdates") or [])
+        pending = stored + [u for u in decision.registry if u not in stored]
+        if "lastRollback" in decision.status:
+            metrics.ROLLBACKS.labels(self.namespace, decision.status["lastRollback"]["reason"]).inc()
+        if decision.durable:  # the decision is on record before anything acts on it
+            self.write(decision, tracks, pending)
+            flush(self.ctx)
+        pending = self.carry_out(pending)
         self.ensure_services()
         deployments = self.apply(decision, deployments)
-        stable, canary = track_statuses(decision, track_of(deployments["stable"]), track_of(deployments["canary"]))
-        self.ctx.write(decision.conditions, phase=decision.phase, stable=stable, canary=canary, **decision.status)
-        return self.next_pass(decision)
+        self.write(decision, {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}, pending)
+        return self.next_pass(decision, pending)
 
-    def next_pass(self, decision: Plan) -> float | None:
+    def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, str]]) -> None:
+        stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
+        self.ctx.write(decision.conditions, phase=decision.phase, stable=stable, canary=canary,
+                       pending_registry_updates=pending or None, **decision.status)  # fmt: skip
+
+    def carry_out(self, pending: list[dict[str, str]]) -> list[dict[str, str]]:
+        """MLflow alias moves and tags, once they are on record; what MLflow cannot take now stays
+        pending and is retried."""
+        done, pending = self.mlflow.apply_updates(pending) if pending else ([], [])
+        for update in done:
+            if update["action"] == "SetAlias":
+                self.ctx.event("Normal", "AliasMoved", f"MLflow alias {update['alias']} of {update['model']} now "
+                               f"points at version {update['version']}")  # fmt: skip
+                metrics.PROMOTIONS.labels(self.namespace).inc()
+        return pending
+
+    def pod_problem(self, track: str) -> tuple[str, str] | None:
+        return pod_problem(self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track))
+
+    def next_pass(self, decision: Plan, pending: list[dict[str, str]]) -> float | None:
         """Time is the input only while a rollout is in flight (steps, analysis, deadlines) and for
         the alias poll; a settled deployment is woken by changes alone."""
         delays = []
@@ -72,31 +114,54 @@ class Reconciler:
             delays.append(min(parse_duration(interval).total_seconds(), ROLLOUT_TICK_SECONDS))
         if self.spec.model.alias is not None:
             delays.append(self.ctx.config.alias_poll_seconds)
+        if pending:
+            delays.append(REGISTRY_RETRY_SECONDS)
         return max(1.0, min(delays)) if delays else None
 
     def resolve(self) -> tuple[Desired | None, str | None]:
-        """The version the spec asks for: a Validated ModelArtifact's, or the one an MLflow alias points at."""
+        """The revision the spec asks for: a Validated ModelArtifact's version, or the one an MLflow alias
+        points at, served with this spec (image, command, env, ...)."""
         ref = self.spec.model.artifact_ref
         if ref is not None:
             artifact = self.ctx.cache.get("modelartifacts", self.namespace, ref.name)
-            if artifact is not None:
-                self.model_name = artifact["spec"]["model"]["name"]
-            return desired_from_artifact(artifact, self.namespace, ref.name)
-        assert self.spec.model.name is not None and self.spec.model.alias is not None
-        found = self.alias_target(self.spec.model.name, self.spec.model.alias)
+            found, problem = desired_from_artifact(artifact, self.namespace, ref.name)
+        else:
+            assert self.spec.model.name is not None and self.spec.model.alias is not None
+            found, problem = self.alias_target(self.spec.model.name, self.spec.model.alias), ""
+            if found is None:
+                problem = f"MLflow model {self.spec.model.name} has no alias {self.spec.model.alias} (yet)"
         if found is None:
-            return None, f"MLflow model {self.spec.model.name} has no alias {self.spec.model.alias} (yet)"
-        return Desired(found.version, found.uri), None
+            return None, problem
+        self.model_name = found.model
+        mlflow_url = self.ctx.config.mlflow_url
+        return with_revision(found, build.revision(self.spec, found.version, found.uri, mlflow_url, found.model)), None
 
-    def alias_target(self, model: str, alias: str) -> Any:
-        """The version an alias points at, looked up at most every alias_poll_seconds: passes
-        woken by the cluster in between reuse the last answer."""
+    def alias_target(self, model: str, alias: str) -> Desired | None:
+        """The version an alias points at, looked up at most every alias_poll_seconds (passes woken by
+        the cluster in between reuse the last answer). MLflow down: the last answer, else what the
+        status says is rolling out or served, so rollbacks, aborts and analysis go on."""
         memory, now = self.ctx.memory, time.monotonic()
         due = now - memory.get("alias_time", -1e9) >= self.ctx.config.alias_poll_seconds
+        if self.ctx.key in self.ctx.cache.alias_stale:
+            self.ctx.cache.alias_stale.discard(self.ctx.key)
+            due = True
         if memory.get("alias") != (model, alias) or due:
-            memory["alias_version"] = self.mlflow.get_version_by_alias(model, alias)
+            try:
+                found = self.mlflow.get_version_by_alias(model, alias)
+            except MlflowUnavailable:
+                if memory.get("alias") == (model, alias):
+                    return memory["alias_version"]  # type: ignore[no-any-return]
+                return self.last_known(model)
+            memory["alias_version"] = Desired(found.version, found.uri, model) if found else None
             memory["alias"], memory["alias_time"] = (model, alias), now
-        return memory["alias_version"]
+        return memory["alias_version"]  # type: ignore[no-any-return]
+
+    def last_known(self, model: str) -> Desired | None:
+        status = self.ctx.status
+        track = (status.get("canary") if status.get("phase") in ACTIVE else None) or status.get("stable") or {}
+        if not track.get("modelVersion") or not track.get("uri"):
+            raise MlflowUnavailable(f"MLflow is unreachable and {model}'s alias was never read")
+        return Desired(str(track["modelVersion"]), str(track["uri"]), model)
 
     def analyse(self, now: datetime, versions: dict[str, str]) -> analysis.AnalysisOutcome:
         settings = self.spec.rollout.analysis
@@ -121,39 +186,39 @@ class Reconciler:
     def apply(self, decision: Plan, deployments: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any] | None]:
         """Carry the plan out; returns the track Deployments as they now are."""
         result = dict(deployments)
-        if decision.stable is not None:
-            result["stable"] = self.ensure_track("stable", decision.stable, None)
+        previous = build.previous_of(deployments["stable"])
+        if decision.revert_stable and previous is not None:
+            result["stable"] = self.ctx.ensure("deployments", previous)
+        elif decision.stable is not None:
+            result["stable"] = self.ensure_track("stable", decision.stable, None, deployments["stable"])
         if decision.canary is not None:
-            result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
+            result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas, None)
         elif deployments["canary"] is not None and deployments["canary"]["spec"].get("replicas"):
             name = build.deployment_name(self.name, "canary")
             result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, {"spec": {"replicas": 0}})
         if self.spec.traffic.mode == "GatewayAPI":
-            self.ctx.ensure("httproutes", build.http_route(self.name, self.namespace, self.spec, decision.weight))
+            route = build.http_route(self.name, self.namespace, self.spec, decision.route_weight)
+            self.ctx.ensure("httproutes", route)
         else:
             self.ctx.prune("httproutes", [])
-        self.record(decision)
-        return result
-
-    def record(self, decision: Plan) -> None:
-        """MLflow aliases and tags, and the consumed manual annotation, for what the plan decided."""
-        if decision.move_production_to is not None:
-            self.mlflow.set_alias(self.model_name, PRODUCTION_ALIAS, decision.move_production_to)
-            metrics.PROMOTIONS.labels(self.namespace).inc()
-            self.ctx.event("Normal", "AliasMoved", f"MLflow alias {PRODUCTION_ALIAS} of {self.model_name} now points "
-                           f"at version {decision.move_production_to}")  # fmt: skip
-        if decision.rollback is not None:
-            record = decision.rollback
-            detail = ", ".join(f"{k}={v}" for k, v in record.items())
-            self.mlflow.set_model_version_tag(self.model_name, record["modelVersion"], ROLLBACK_TAG, detail)
-            metrics.ROLLBACKS.labels(self.namespace, record["reason"]).inc()
         if decision.consumed_annotation:
             body = {"metadata": {"annotations": {decision.consumed_annotation: None}}}
             self.ctx.deferred.append(lambda: kube.patch(self.ctx.kube, self.ctx.kind, self.namespace, self.name, body))
+        return result
 
-    def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:
-        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's."""
+    def ensure_track(
+        self, track: str, desired: Desired, replicas: int | None, current: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's, and a
+        stable that changes revision keeps what it served before (to revert a failed promotion)."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
-                                self.ctx.config.mlflow_url, replicas, self.model_name)  # fmt: skip
+                                self.ctx.config.mlflow_url, replicas, desired.model)  # fmt: skip
+        labels = (current or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
+        if current is not None and labels.get(build.REVISION_LABEL) != desired.revision:
+            body = build.with_previous(body, current)
+        elif current is not None and build.PREVIOUS_ANNOTATION in (current["metadata"].get("annotations") or {}):
+            body["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = current["metadata"]["annotations"][
+                build.PREVIOUS_ANNOTATION
+            ]
         first = {"replicas": self.spec.autoscaling.min_replicas} if replicas is None else None
         return self.ctx.ensure("deployments", body, create_extra=first)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slipway.mlflow.filters import model_version_filter, tag_filter
+from slipway.mlflow.http import MlflowUnavailable
 from slipway.mlflow.registry import ModelVersion, Registry
 from slipway.mlflow.tracking import Run, Tracking
 
@@ -37,3 +38,18 @@ class Records(Tracking, Registry):
     ) -> ModelVersion:
         """Register ``source`` as a new version tagged with ``uid`` and ``role`` (look up first)."""
         return self.create_model_version(model, source, run_id=run_id, tags={UID_TAG: uid, ROLE_TAG: role, **tags})
+
+    def apply_updates(self, updates: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+        """Carry out alias moves and version tags decided earlier: (done, still pending). MLflow
+        being unreachable leaves the rest pending, to be retried; nothing is lost."""
+        done: list[dict[str, str]] = []
+        for i, update in enumerate(updates):
+            try:
+                if update["action"] == "SetAlias":
+                    self.set_alias(update["model"], update["alias"], update["version"])
+                else:
+                    self.set_model_version_tag(update["model"], update["version"], update["key"], update["value"])
+            except MlflowUnavailable:
+                return done, updates[i:]
+            done.append(update)
+        return done, []

@@ -229,13 +229,22 @@ class Rollout(SlipwayModel):
     max_weight: int | None = Field(default=None, ge=1, le=100, description="Last weight before promotion.")
     interval: Duration = Field(default="30s", description="Time between steps (when a step has no pause).")
     progress_deadline_seconds: int = Field(
-        default=600, ge=10, description="A canary not ready within this time is rolled back."
+        default=600,
+        ge=10,
+        description="Seconds without progress (pods becoming ready, steps advancing) after which a canary is "
+        "rolled back, or a promotion reverted; a paused rollout never times out.",
     )
     paused: bool = Field(default=False, description="Hold the current step until set back to false.")
     max_surge_replicas: int = Field(
         default=1, ge=1, le=100, description="GPU budget: never run more than this many extra (canary) pods."
     )
     analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
+    promote_alias: str = Field(
+        default="production",
+        description="MLflow alias moved to the promoted version (empty: move none, e.g. for staging).",
+        max_length=255,
+        pattern=r"^([A-Za-z_][A-Za-z0-9_-]*)?$",
+    )
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:
@@ -300,11 +309,14 @@ class InferenceDeploymentSpec(SlipwayModel):
 class TrackStatus(StatusModel):
     """One track (stable or canary)."""
 
+    revision: str | None = Field(default=None, description="Hash of the served pod template.")
+    model_name: str | None = Field(default=None, description="MLflow registered model served.")
     model_version: str | None = Field(default=None, description="MLflow model version served.")
     uri: str | None = Field(default=None, description="URI of the served artifact.")
     replicas: int | None = Field(default=None, description="Pods of this track.")
     ready_replicas: int | None = Field(default=None, description="Ready pods of this track.")
-    weight: int | None = Field(default=None, description="Percent of traffic on this track.")
+    weight: int | None = Field(default=None, description="Percent of traffic on this track (the real share).")
+    requested_weight: int | None = Field(default=None, description="Canary: the weight the current step asks for.")
 
 
 class AnalysisResult(StatusModel):
@@ -322,11 +334,27 @@ class AnalysisResult(StatusModel):
 class Rollback(StatusModel):
     """The most recent rollback."""
 
-    reason: str = Field(description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted.")
+    reason: str = Field(
+        description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted, PromotionFailed, PromotionAborted."
+    )
     metric: str | None = Field(default=None, description="The failed metric, if any.")
     value: float | None = Field(default=None, description="Its value.")
+    model_name: str | None = Field(default=None, description="The model of the revision rolled back.")
     model_version: str | None = Field(default=None, description="The version rolled back.")
+    revision: str | None = Field(default=None, description="The revision rolled back: it is not retried.")
+    retried: bool | None = Field(default=None, description="True once slipway.dev/retry released it.")
     time: str = Field(description="When it happened.")
+
+
+class RegistryUpdate(StatusModel):
+    """An MLflow alias move or version tag decided and written here first, retried until MLflow has it."""
+
+    action: Literal["SetAlias", "SetTag"] = Field(description="SetAlias or SetTag.")
+    model: str = Field(description="Registered model.")
+    version: str = Field(description="Model version.")
+    alias: str | None = Field(default=None, description="SetAlias: the alias.")
+    key: str | None = Field(default=None, description="SetTag: the tag key.")
+    value: str | None = Field(default=None, description="SetTag: the tag value.")
 
 
 class InferenceDeploymentStatus(StatusModel):
@@ -341,6 +369,15 @@ class InferenceDeploymentStatus(StatusModel):
     failed_analyses: int | None = Field(default=None, description="Failed analyses of the current canary.")
     analysis: list[AnalysisResult] | None = Field(default=None, description="The latest analysis results.")
     last_rollback: Rollback | None = Field(default=None, description="The most recent rollback.")
+    previous_stable: TrackStatus | None = Field(
+        default=None, description="What the stable served before the promotion in flight (restored if it fails)."
+    )
+    last_progress_time: str | None = Field(
+        default=None, description="When the rollout last made progress (progressDeadlineSeconds counts from it)."
+    )
+    pending_registry_updates: list[RegistryUpdate] | None = Field(
+        default=None, description="MLflow alias moves and tags decided but not yet confirmed by MLflow."
+    )
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
     conditions: list[Condition] | None = Field(
         default=None, description="Ready, Reconciling, Stalled, Progressing, Degraded."

@@ -1,49 +1,57 @@
 """The rollout state machine of an InferenceDeployment (pure).
 
-Input: what is observed (the version the spec asks for, the stable and canary
-Deployments, the previous status, annotations, the clock and, when one was run,
-the latest analysis). Output: a Plan — what the tracks should serve, whether to
-analyse now, whether to move the ``production`` alias, and the new status.
-Everything is recomputed on each pass, so an operator restart at any step
-carries on from that step.
+Input: what is observed (the revision the spec asks for, the stable and canary Deployments and
+their pods' problems, the previous status, annotations, the clock and, when one was run, the
+latest analysis). Output: a Plan — what each track should serve, how many canary pods, whether
+to analyse now, the registry updates decided, and the new status. Everything is recomputed on
+each pass, so an operator restart at any step carries on from that step.
 
-Traffic in ``Replicas`` mode is the canary's share of ready replicas; the canary
-never has more than ``maxSurgeReplicas`` pods, so the GPU budget holds (the
-weight a step asks for is a target, capped by that budget). In ``GatewayAPI``
-mode the HTTPRoute carries the exact weight.
+A revision is the served pod template (model name, version and URI, image, command, args, env,
+resources, port) identified by a hash: any new revision is canaried, a new model version being
+one case. Replicas mode: the canary's share of ready pods is as close to the step's weight as the
+stable's replica count (the HPA's) allows and never above it, one canary pod being the floor;
+never more than ``maxSurgeReplicas`` canary pods. GatewayAPI mode: the route carries the step's
+weight, capped at the canary's share of capacity. ``progressDeadlineSeconds`` counts time without
+progress, never a step's age. Promotion is guarded: the stable's roll is watched and reverted
+if it does not complete. Decisions (rollback, promotion) are written to status first; MLflow
+alias moves and tags follow as pending registry updates, retried until MLflow has them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from slipway.analysis import AnalysisOutcome
-from slipway.builders.inferencedeployment import URI_ANNOTATION, VERSION_LABEL
+from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
-from slipway.status.conditions import Cond, Status, ready, reconciling, stalled
+from slipway.status.conditions import Cond, Status, get_condition, ready, reconciling, stalled
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
-MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION)
+RETRY_ANNOTATION = "slipway.dev/retry"
+MANUAL_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RETRY_ANNOTATION)
+ROLLBACK_TAG = "slipway.dev/rollback"
 DEFAULT_STEPS = (20, 50)
 
 
 @dataclass(frozen=True)
 class Desired:
-    """The model version the spec asks for (resolved from a ModelArtifact or an MLflow alias)."""
+    """The revision the spec asks for (resolved from a ModelArtifact or an MLflow alias)."""
 
     version: str
     uri: str
+    model: str = ""
+    revision: str = ""
 
 
 @dataclass(frozen=True)
 class Track:
-    """An observed Deployment."""
+    """An observed Deployment and the problem its pods report, if any."""
 
     version: str | None
     uri: str | None
@@ -52,6 +60,10 @@ class Track:
     updated: int
     generation_observed: bool
     pods: int  # non-terminated pods
+    revision: str | None = None
+    model: str | None = None
+    available: int | None = None
+    problem: tuple[str, str] | None = None  # (reason, message) of a pod that cannot run: the scheduler's words
 
     @property
     def current_ready(self) -> int:
@@ -59,10 +71,15 @@ class Track:
         return min(self.ready, self.updated) if self.generation_observed else 0
 
     @property
-    def rolled_out(self) -> bool:
-        """Every pod runs the current template and at least one is ready. A scale-up (the HPA)
-        does not make a rolled-out track roll out again."""
-        return self.generation_observed and self.updated >= self.replicas and self.current_ready >= 1
+    def complete(self) -> bool:
+        """Every desired replica runs the current template and is available."""
+        available = self.ready if self.available is None else self.available
+        return (
+            self.generation_observed and self.updated >= self.replicas and min(available, self.ready) >= self.replicas
+        )
+
+    def serves(self, desired: Desired) -> bool:
+        return self.revision == desired.revision
 
 
 @dataclass
@@ -82,14 +99,17 @@ class Observed:
 class Plan:
     phase: str
     conditions: list[Cond]
-    stable: Desired | None = None  # what the stable Deployment should serve (None: leave it as it is)
+    stable: Desired | None = None  # roll the stable Deployment to this (None: leave it as it is)
+    revert_stable: bool = False  # restore the stable's previous template (a failed promotion)
     canary: Desired | None = None  # what the canary Deployment should serve (None: scaled to zero)
     canary_replicas: int = 0
-    weight: int = 0
-    rollout_version: str | None = None  # the version being rolled out, for status.canary
+    weight: int = 0  # the real share of traffic on the canary
+    requested_weight: int | None = None  # the current step's weight
+    route_weight: int = 0  # GatewayAPI: the canary backend's weight
+    rollout: Desired | None = None  # the revision being rolled out, for status.canary
     analyze: bool = False
-    move_production_to: str | None = None
-    rollback: dict[str, Any] | None = None
+    registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
+    durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None
     status: dict[str, Any] = field(default_factory=dict)
 
@@ -107,17 +127,37 @@ def step_weights(rollout: Rollout) -> list[int]:
 def step_duration(rollout: Rollout, step: int) -> timedelta:
     """How long a step holds before it may advance: its pause, else the rollout interval."""
     pause = rollout.steps[step].pause if rollout.steps else None
-    if pause:
-        return parse_duration(pause)
-    return parse_duration(rollout.interval)
+    return parse_duration(pause) if pause else parse_duration(rollout.interval)
 
 
-def canary_replicas_for(weight: int, stable_ready: int, max_surge: int) -> int:
-    """Canary pods for a target weight over the stable's ready pods, within the surge budget."""
+@dataclass(frozen=True)
+class Sizing:
+    """Canary pods for a step, and the share of traffic they may carry."""
+
+    pods: int
+    share: int  # the canary's share of pods (Replicas) or the route weight (GatewayAPI), when all are ready
+    note: str = ""  # why the step's weight cannot be met, if it cannot
+
+
+def canary_sizing(mode: str, weight: int, stable_replicas: int, max_surge: int) -> Sizing:
+    """Replicas mode: the most canary pods whose share of all pods stays at or under ``weight``
+    (one pod is the floor), within the surge budget. GatewayAPI: enough pods to carry ``weight``
+    of the load at the stable's per-pod load, within the budget; the route weight is capped at
+    the canary's share of capacity."""
+    stable = max(1, stable_replicas)
     if weight >= 100:
-        return max_surge
-    wanted = math.ceil(weight * max(1, stable_ready) / (100 - weight))
-    return max(1, min(max_surge, wanted))
+        return Sizing(max_surge, 100)
+    exact = weight * stable / (100 - weight)
+    wanted = math.floor(exact + 1e-9) if mode == "Replicas" else math.ceil(exact - 1e-9)
+    pods = max(1, min(max_surge, wanted))
+    capacity = math.floor(100 * pods / (stable + pods))
+    share = capacity if mode == "Replicas" else min(weight, capacity)
+    note = ""
+    if wanted < 1 and capacity > weight:
+        note = f"one canary pod is the floor: {capacity}% of {stable + 1} pods for a {weight}% step"
+    elif wanted > max_surge:
+        note = f"capped by spec.rollout.maxSurgeReplicas={max_surge}: {share}% for a {weight}% step"
+    return Sizing(pods, share, note)
 
 
 def replica_weight(canary_ready: int, stable_ready: int) -> int:
@@ -139,14 +179,14 @@ def _plan(
     reason: str,
     message: str,
     progressing: Status = "True",
-    degraded: bool = False,
+    degraded: tuple[str, str] | None = None,
     **kw: Any,
 ) -> Plan:
     """A plan whose summary, Progressing and Degraded conditions tell the same story."""
     conditions = [
         *summary(reason, message),
         Cond("Progressing", progressing, reason, message),
-        Cond("Degraded", "True" if degraded else "False", reason, message if degraded else ""),
+        Cond("Degraded", "True", *degraded) if degraded else Cond("Degraded", "False", reason, ""),
     ]
     return Plan(phase, conditions, **kw)
 
@@ -155,101 +195,164 @@ def plan(obs: Observed) -> Plan:
     """What to do next, from what is observed."""
     result = _plan_for(obs)
     if result.consumed_annotation is None:
-        # A promote or abort with no canary to act on is dropped, not kept for the next version.
+        # A promote, abort or retry with nothing to act on is dropped, not kept for the next revision.
         result.consumed_annotation = next((a for a in MANUAL_ANNOTATIONS if obs.annotations.get(a)), None)
     return result
 
 
 def _plan_for(obs: Observed) -> Plan:
-    if obs.desired is None:
+    desired, stable, status = obs.desired, obs.stable, obs.status
+    if desired is None:
         message = obs.desired_problem or "the model to serve cannot be resolved"
-        if obs.stable is None or obs.stable.version is None:
+        if stable is None or stable.revision is None:
             # Nothing served yet: typically the first model is still being trained or validated.
             return _plan("Progressing", reconciling, "WaitingForModel", message)
-        phase = obs.status.get("phase") or "Promoted"
-        return _plan(phase, stalled, "ModelUnavailable", message, progressing="False", degraded=True)
-    stable = obs.stable
-    served = obs.status.get("stable") or {}
-    if (
-        (stable is None or stable.version is None)
-        and served.get("modelVersion")
-        and served.get("uri")
-        and (served["modelVersion"] != obs.desired.version)
-    ):
-        # The stable Deployment is gone while a new version is pending: bring back what was served,
-        # never the unanalysed new version.
-        restored = Desired(str(served["modelVersion"]), str(served["uri"]))
-        message = f"restoring the stable track (version {restored.version}) before any canary"
-        return _plan("Progressing", reconciling, "RestoringStable", message, stable=restored)
-    if stable is None or stable.version is None or stable.version == obs.desired.version:
-        return _stable_only(obs, obs.desired, stable)
-    last = obs.status.get("lastRollback") or {}
-    if last.get("modelVersion") == obs.desired.version:
-        # A version that was rolled back is not retried; a new version starts a new canary.
+        phase = status.get("phase") or "Promoted"
+        return _plan(phase, stalled, "ModelUnavailable", message, progressing="False",
+                     degraded=("ModelUnavailable", message))  # fmt: skip
+    if status.get("phase") == "Promoting" and (status.get("canary") or {}).get("revision") == desired.revision:
+        return Promotion(obs, desired).plan()
+    if stable is None or stable.revision is None:
+        return _first(obs, desired)
+    if stable.serves(desired):
+        return _settled(obs, desired, stable)
+    last = status.get("lastRollback") or {}
+    if last.get("revision") == desired.revision and not last.get("retried"):
+        if obs.annotations.get(RETRY_ANNOTATION):
+            retried = Canary(obs, desired, stable).plan()
+            retried.status["lastRollback"] = {**last, "retried": True}
+            retried.consumed_annotation = RETRY_ANNOTATION
+            return retried
         cause = str(last.get("reason"))
         if last.get("metric"):
             cause += f": {last['metric']}={last.get('value')}"
         message = (
-            f"version {obs.desired.version} was rolled back ({cause}); stable serves "
-            f"{stable.version}; publish a new version to roll out again"
+            f"{_name(desired)} was rolled back ({cause}); stable serves {_name_of(stable)}; publish a new "
+            f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"
         )
-        return _plan("RolledBack", stalled, "RolledBack", message, progressing="False", degraded=True)
-    return Canary(obs, obs.desired, stable).plan()
+        return _plan("RolledBack", stalled, "RolledBack", message, progressing="False",
+                     degraded=("RolledBack", message), status=_health_status(obs))  # fmt: skip
+    return Canary(obs, desired, stable).plan()
 
 
-def _stable_only(obs: Observed, desired: Desired, stable: Track | None) -> Plan:
-    """No canary: the first version, or the stable track already serves what is asked."""
-    if stable is None or not stable.rolled_out:
-        message = f"rolling out version {desired.version} on the stable track"
-        return _plan("Progressing", reconciling, "RollingOut", message, stable=desired)
-    message = f"serving version {desired.version} ({stable.ready}/{stable.replicas} replicas ready)"
+def _name(desired: Desired) -> str:
+    return f"{desired.model} version {desired.version} (revision {desired.revision})"
+
+
+def _name_of(track: Track) -> str:
+    return f"{track.model or '?'} version {track.version} (revision {track.revision})"
+
+
+def _health_status(obs: Observed) -> dict[str, Any]:
+    return {"lastProgressTime": obs.status.get("lastProgressTime") or _iso(obs.now)}
+
+
+def _first(obs: Observed, desired: Desired) -> Plan:
+    """No stable yet: the first revision goes to the stable track directly (nothing to compare it with)."""
+    served = obs.status.get("stable") or {}
+    if served.get("revision") and served.get("revision") != desired.revision and served.get("uri"):
+        # The stable Deployment is gone while a new revision is pending: bring back what was served,
+        # never the unanalysed new revision.
+        restored = Desired(str(served.get("modelVersion")), str(served["uri"]), str(served.get("modelName") or ""),
+                           str(served["revision"]))  # fmt: skip
+        message = f"restoring the stable track ({_name(restored)}) before any canary"
+        return _plan("Progressing", reconciling, "RestoringStable", message, stable=restored)
+    message = f"rolling out {_name(desired)} on the stable track"
+    return _plan("Progressing", reconciling, "RollingOut", message, stable=desired,
+                 status={"lastProgressTime": _iso(obs.now)})  # fmt: skip
+
+
+def _settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
+    """The stable serves the desired revision: Ready when every desired replica is available,
+    Degraded while some are not, Stalled when that lasts longer than progressDeadlineSeconds."""
     previous = obs.status
-    newly = previous.get("phase") != "Promoted" or (previous.get("stable") or {}).get("modelVersion") != desired.version
-    cleared = {"currentStep": None, "stepStartTime": None, "canaryStartTime": None, "failedAnalyses": None}
-    return _plan(
-        "Promoted",
-        ready,
-        "Promoted",
-        message,
-        progressing="False",
-        stable=desired,
-        move_production_to=desired.version if newly else None,
-        status=cleared,
-    )
+    cleared = {"currentStep": None, "stepStartTime": None, "canaryStartTime": None, "failedAnalyses": None,
+               "previousStable": None, "lastProgressTime": None}  # fmt: skip
+    if not stable.complete:
+        if previous.get("phase") == "Progressing" or not stable.generation_observed or stable.updated < stable.replicas:
+            message = f"rolling out {_name(desired)}: {stable.ready}/{stable.replicas} replicas ready"
+            return _plan("Progressing", reconciling, "RollingOut", message, stable=desired)
+        return _degraded(obs, desired, stable)
+    message = f"serving {_name(desired)} ({stable.ready}/{stable.replicas} replicas ready)"
+    newly = previous.get("phase") != "Promoted" or (previous.get("stable") or {}).get("revision") != desired.revision
+    alias = obs.spec.rollout.promote_alias
+    registry = [_set_alias(desired, alias)] if newly and alias else []
+    return _plan("Promoted", ready, "Promoted", message, progressing="False", stable=desired, registry=registry,
+                 durable=bool(registry), status=cleared)  # fmt: skip
+
+
+def _degraded(obs: Observed, desired: Desired, stable: Track) -> Plan:
+    detail = f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""
+    message = f"{stable.ready}/{stable.replicas} stable replicas ready{detail}"
+    since = _ts((get_condition(obs.status.get("conditions"), "Degraded") or {}).get("lastTransitionTime"))
+    was_degraded = (get_condition(obs.status.get("conditions"), "Degraded") or {}).get("status") == "True"
+    deadline = timedelta(seconds=obs.spec.rollout.progress_deadline_seconds)
+    if was_degraded and since is not None and obs.now - since > deadline:
+        return _plan("Failed", stalled, "StableUnavailable", f"{message} for more than "
+                     f"spec.rollout.progressDeadlineSeconds={deadline.seconds}", progressing="False",
+                     degraded=("StableUnavailable", message), stable=desired)  # fmt: skip
+    return _plan("Promoted", reconciling, "StableUnavailable", message, progressing="False",
+                 degraded=("StableUnavailable", message), stable=desired)  # fmt: skip
+
+
+def _set_alias(desired: Desired, alias: str) -> dict[str, Any]:
+    return {"action": "SetAlias", "model": desired.model, "version": desired.version, "alias": alias}
+
+
+def _rollback_record(
+    desired: Desired, reason: str, now: datetime, metric: str | None, value: float | None
+) -> dict[str, Any]:
+    record: dict[str, Any] = {"reason": reason, "modelName": desired.model, "modelVersion": desired.version,
+                              "revision": desired.revision, "time": _iso(now)}  # fmt: skip
+    if metric is not None:
+        record["metric"] = metric
+    if value is not None and math.isfinite(value):
+        record["value"] = float(f"{value:.6g}")
+    return record
+
+
+def _rollback_tag(desired: Desired, record: Mapping[str, Any]) -> dict[str, Any]:
+    detail = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("modelName", "modelVersion"))
+    return {"action": "SetTag", "model": desired.model, "version": desired.version, "key": ROLLBACK_TAG,
+            "value": detail}  # fmt: skip
 
 
 class Canary:
-    """The steps of one canary: start, analyse, advance, promote or roll back."""
+    """The steps of one canary: start, analyse, advance, then hand over to the promotion."""
 
     def __init__(self, obs: Observed, desired: Desired, stable: Track) -> None:
         self.obs, self.desired, self.stable = obs, desired, stable
-        self.spec = obs.spec
-        self.now = obs.now
-        status = obs.status
-        self.same = (status.get("canary") or {}).get("modelVersion") == desired.version
+        self.spec, self.now, status = obs.spec, obs.now, obs.status
+        self.same = (status.get("canary") or {}).get("revision") == desired.revision and status.get(
+            "phase"
+        ) != "RolledBack"
         self.weights = step_weights(self.spec.rollout)
         self.step = min(int(status.get("currentStep") or 0), len(self.weights) - 1) if self.same else 0
         self.started = (_ts(status.get("canaryStartTime")) if self.same else None) or self.now
         self.step_started = (_ts(status.get("stepStartTime")) if self.same else None) or self.now
+        self.progress = (_ts(status.get("lastProgressTime")) if self.same else None) or self.now
         self.failed = int(status.get("failedAnalyses") or 0) if self.same else 0
         # Only analyses of this canary at this step count towards advancing it.
-        self.previous_results = [
-            r
-            for r in (status.get("analysis") or [])
-            if self.same and (_ts(r.get("time")) or self.now) >= self.step_started
-        ]
-        self.promoting = self.same and status.get("phase") == "Promoting"
+        self.previous_results = [r for r in (status.get("analysis") or [])
+                                 if self.same and (_ts(r.get("time")) or self.now) >= self.step_started]  # fmt: skip
 
     def status(self, **changes: Any) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "currentStep": self.step,
-            "stepStartTime": _iso(self.step_started),
-            "canaryStartTime": _iso(self.started),
-            "failedAnalyses": self.failed,
-        }
+        fields: dict[str, Any] = {"currentStep": self.step, "stepStartTime": _iso(self.step_started),
+                                  "canaryStartTime": _iso(self.started), "failedAnalyses": self.failed,
+                                  "lastProgressTime": _iso(self.progress)}  # fmt: skip
         if not self.same:
             fields["analysis"] = None  # a new canary starts without the last one's results
         return {**fields, **changes}
+
+    def serve(self, sizing: Sizing, canary_ready: int) -> dict[str, Any]:
+        weight = self.weights[self.step]
+        complete = canary_ready >= sizing.pods
+        if self.spec.traffic.mode == "GatewayAPI":
+            real = sizing.share if complete else 0
+        else:
+            real = replica_weight(canary_ready, self.stable.ready)
+        return {"canary": self.desired, "canary_replicas": sizing.pods, "weight": real, "requested_weight": weight,
+                "route_weight": real, "rollout": self.desired}  # fmt: skip
 
     def plan(self) -> Plan:
         annotations = self.obs.annotations
@@ -257,36 +360,58 @@ class Canary:
             aborted = self.rollback("Aborted", f"aborted by the {ABORT_ANNOTATION} annotation")
             aborted.consumed_annotation = ABORT_ANNOTATION
             return aborted
-        if self.promoting or annotations.get(PROMOTE_ANNOTATION):
+        if annotations.get(PROMOTE_ANNOTATION):
             promoted = self.promote()
-            promoted.consumed_annotation = PROMOTE_ANNOTATION if annotations.get(PROMOTE_ANNOTATION) else None
+            promoted.consumed_annotation = PROMOTE_ANNOTATION
             return promoted
         canary = self.obs.canary
-        canary_ready = canary.current_ready if canary and canary.version == self.desired.version else 0
-        replicas = canary_replicas_for(self.weights[self.step], self.stable.ready, self.spec.rollout.max_surge_replicas)
-        weight = self.weight(canary_ready, replicas)
-        serve: dict[str, Any] = {"canary": self.desired, "canary_replicas": replicas, "weight": weight,
-                 "rollout_version": self.desired.version}  # fmt: skip
-        if canary_ready < replicas:
-            return self.starting(canary_ready, replicas, serve)
-        step_text = f"step {self.step + 1}/{len(self.weights)} (weight {weight}%)"
+        canary_ready = canary.current_ready if canary is not None and canary.serves(self.desired) else 0
+        sizing = canary_sizing(self.spec.traffic.mode, self.weights[self.step], self.stable.replicas,
+                               self.spec.rollout.max_surge_replicas)  # fmt: skip
+        serve = self.serve(sizing, canary_ready)
+        step_text = (
+            f"step {self.step + 1}/{len(self.weights)} (weight {serve['weight']}% of {self.weights[self.step]}%)"
+        )
+        if sizing.note:
+            step_text += f"; {sizing.note}"
+        previously_ready = int((self.obs.status.get("canary") or {}).get("readyReplicas") or 0) if self.same else 0
+        if self.spec.rollout.paused or canary_ready >= sizing.pods or canary_ready > previously_ready:
+            self.progress = self.now  # a paused rollout never times out; ready pods are progress
         if self.spec.rollout.paused:
             message = f"paused at {step_text} by spec.rollout.paused"
             return _plan("Paused", reconciling, "Paused", message, progressing="Unknown", status=self.status(), **serve)
+        if canary_ready < sizing.pods:
+            return self.starting(canary_ready, sizing, serve)
+        return self.analysing(step_text, sizing, serve)
+
+    def starting(self, canary_ready: int, sizing: Sizing, serve: dict[str, Any]) -> Plan:
+        deadline = self.spec.rollout.progress_deadline_seconds
+        if self.now - self.progress > timedelta(seconds=deadline):
+            problem = self.obs.canary.problem if self.obs.canary else None
+            why = f" ({problem[0]}: {problem[1]})" if problem else ""
+            message = f"no canary progress for spec.rollout.progressDeadlineSeconds={deadline}{why}"
+            return self.rollback("ProgressDeadlineExceeded", message)
+        message = f"starting canary {_name(self.desired)}: {canary_ready}/{sizing.pods} pods ready"
+        problem = self.obs.canary.problem if self.obs.canary else None
+        if problem and problem[0] == "Unschedulable":
+            message = f"{message}; the canary cannot be scheduled: {problem[1]}"
+            return _plan("Progressing", stalled, "CanaryUnschedulable", message, status=self.status(), **serve)
+        if problem:
+            message = f"{message}; {problem[0]}: {problem[1]}"
+        return _plan("Progressing", reconciling, "CanaryStarting", message, status=self.status(), **serve)
+
+    def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         analysis = self.spec.rollout.analysis
-        verdict = "Passed"
-        changes: dict[str, Any] = {}
+        verdict, changes = "Passed", {}
         if analysis is not None:
             result = self.obs.analysis
             if result is None:
                 if self.analysis_due():
-                    message = f"analysing the canary at {step_text}"
-                    return _plan("Analyzing", reconciling, "Analyzing", message, analyze=True, status=self.status(),
-                                 **serve)  # fmt: skip
+                    return _plan("Analyzing", reconciling, "Analyzing", f"analysing the canary at {step_text}",
+                                 analyze=True, status=self.status(), **serve)  # fmt: skip
                 verdict = _combined([r.get("result") for r in self.previous_results])
             else:
-                verdict = result.verdict
-                changes["analysis"] = result.to_status()
+                verdict, changes = result.verdict, {"analysis": result.to_status()}
                 if verdict == "Failed":
                     self.failed += 1
                     if self.failed > analysis.failure_limit:
@@ -300,27 +425,13 @@ class Canary:
         if verdict == "Passed" and self.now - self.step_started >= step_duration(self.spec.rollout, self.step):
             if self.step + 1 >= len(self.weights):
                 return self.promote(**changes)
-            self.step += 1
-            self.step_started = self.now
-            serve["canary_replicas"] = canary_replicas_for(
-                self.weights[self.step], self.stable.ready, self.spec.rollout.max_surge_replicas
-            )
+            self.step, self.step_started = self.step + 1, self.now
+            sizing = canary_sizing(self.spec.traffic.mode, self.weights[self.step], self.stable.replicas,
+                                   self.spec.rollout.max_surge_replicas)  # fmt: skip
+            serve = {**serve, "canary_replicas": sizing.pods, "requested_weight": self.weights[self.step]}
         failures = f", {self.failed} failed analyses" if self.failed else ""
-        message = f"canary version {self.desired.version} at step {self.step + 1}/{len(self.weights)}, weight {weight}%"
-        return _plan("Analyzing", reconciling, "Analyzing", message + failures, status=self.status(**changes), **serve)
-
-    def weight(self, canary_ready: int, replicas: int) -> int:
-        if self.spec.traffic.mode == "GatewayAPI":
-            return self.weights[self.step] if canary_ready >= replicas else 0
-        return replica_weight(canary_ready, self.stable.ready)
-
-    def starting(self, canary_ready: int, replicas: int, serve: dict[str, Any]) -> Plan:
-        deadline = self.spec.rollout.progress_deadline_seconds
-        if self.now - self.step_started > timedelta(seconds=deadline):
-            message = f"the canary was not ready within spec.rollout.progressDeadlineSeconds={deadline}"
-            return self.rollback("ProgressDeadlineExceeded", message)
-        message = f"starting canary version {self.desired.version}: {canary_ready}/{replicas} pods ready"
-        return _plan("Progressing", reconciling, "CanaryStarting", message, status=self.status(), **serve)
+        message = f"canary {_name(self.desired)} at {step_text}{failures}"
+        return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes), **serve)
 
     def analysis_due(self) -> bool:
         analysis = self.spec.rollout.analysis
@@ -330,46 +441,76 @@ class Canary:
 
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
-        reasons = [
-            str(r.get("message") or f"{r.get('metric')}: no data") for r in results if r.get("result") == "Inconclusive"
-        ]
+        reasons = [str(r.get("message") or f"{r.get('metric')}: no data") for r in results
+                   if r.get("result") == "Inconclusive"]  # fmt: skip
         if not reasons and self.obs.analysis and self.obs.analysis.reason:
             reasons = [self.obs.analysis.reason]
         return "; ".join(reasons) or "no analysis yet"
 
     def promote(self, **changes: Any) -> Plan:
-        """Scale the canary away first, then roll the stable track: never both at once (GPU budget)."""
-        canary_gone = self.obs.canary is None or self.obs.canary.pods == 0
-        step = "rolling the stable track" if canary_gone else "scaling the canary down"
-        message = f"promoting version {self.desired.version}: {step}"
-        return _plan(
-            "Promoting",
-            reconciling,
-            "Promoting",
-            message,
-            stable=self.desired if canary_gone else None,
-            rollout_version=self.desired.version,
-            status=self.status(**changes),
-        )
+        """Every step passed (or slipway.dev/promote): the decision is written first, then the
+        canary is scaled away and the stable rolled, under watch (see Promotion)."""
+        previous = {"revision": self.stable.revision, "modelName": self.stable.model,
+                    "modelVersion": self.stable.version, "uri": self.stable.uri}  # fmt: skip
+        self.progress = self.now
+        message = f"promoting {_name(self.desired)}: scaling the canary down, then rolling the stable track"
+        return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
+                     status=self.status(previousStable=previous, **changes))  # fmt: skip
 
     def rollback(self, reason: str, message: str, metric: str | None = None, value: float | None = None) -> Plan:
-        record: dict[str, Any] = {"reason": reason, "modelVersion": self.desired.version, "time": _iso(self.now)}
-        if metric is not None:
-            record["metric"] = metric
-        if value is not None:
-            record["value"] = float(f"{value:.6g}")
-        text = f"rolled back version {self.desired.version}: {message}; stable keeps serving {self.stable.version}"
-        return _plan(
-            "RolledBack",
-            stalled,
-            reason,
-            text,
-            progressing="False",
-            degraded=True,
-            rollback=record,
-            rollout_version=self.desired.version,
-            status=self.status(lastRollback=record),
-        )
+        record = _rollback_record(self.desired, reason, self.now, metric, value)
+        text = f"rolled back {_name(self.desired)}: {message}; stable keeps serving {_name_of(self.stable)}"
+        return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
+                     rollout=self.desired, registry=[_rollback_tag(self.desired, record)], durable=True,
+                     status=self.status(lastRollback=record))  # fmt: skip
+
+
+class Promotion:
+    """After the last step: the canary is scaled to zero (GPU budget), the stable rolls to the new
+    revision, and the roll is watched: complete within the deadline, or it is reverted."""
+
+    def __init__(self, obs: Observed, desired: Desired) -> None:
+        self.obs, self.desired, self.now = obs, desired, obs.now
+        status = obs.status
+        self.previous = status.get("previousStable") or {}
+        self.progress = _ts(status.get("lastProgressTime")) or self.now
+        self.deadline = timedelta(seconds=obs.spec.rollout.progress_deadline_seconds)
+
+    def plan(self) -> Plan:
+        stable, canary = self.obs.stable, self.obs.canary
+        if self.obs.annotations.get(ABORT_ANNOTATION):
+            reverted = self.revert("PromotionAborted", f"promotion aborted by the {ABORT_ANNOTATION} annotation")
+            reverted.consumed_annotation = ABORT_ANNOTATION
+            return reverted
+        rolled = stable is not None and stable.serves(self.desired)
+        if canary is not None and canary.pods > 0:
+            self.progress, step = self.now, f"scaling the canary down ({canary.pods} pods left)"
+        elif not rolled or stable is None:
+            self.progress, step = self.now, "rolling the stable track"
+        else:
+            if stable.complete:
+                return _settled(self.obs, self.desired, stable)
+            before = int((self.obs.status.get("stable") or {}).get("readyReplicas") or 0)
+            if stable.ready > before:
+                self.progress = self.now  # new pods becoming ready is progress
+            step = f"waiting for the stable track ({stable.ready}/{stable.replicas} ready)"
+        if self.now - self.progress > self.deadline:
+            why = f"; {stable.problem[0]}: {stable.problem[1]}" if stable and stable.problem else ""
+            return self.revert("PromotionFailed", f"the stable track made no progress for "
+                               f"spec.rollout.progressDeadlineSeconds={self.deadline.seconds}{why}")  # fmt: skip
+        message = f"promoting {_name(self.desired)}: {step}"
+        return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired,
+                     stable=self.desired if canary is None or canary.pods == 0 else None,
+                     status={"lastProgressTime": _iso(self.progress)})  # fmt: skip
+
+    def revert(self, reason: str, message: str) -> Plan:
+        record = _rollback_record(self.desired, reason, self.now, None, None)
+        text = f"reverted the promotion of {_name(self.desired)}: {message}; the stable track is restored to " \
+               f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')} " \
+               f"(revision {self.previous.get('revision')})"  # fmt: skip
+        return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
+                     revert_stable=True, rollout=self.desired, registry=[_rollback_tag(self.desired, record)],
+                     durable=True, status={"lastRollback": record, "lastProgressTime": None})  # fmt: skip
 
 
 def _combined(results: list[str | None]) -> str:
@@ -381,20 +522,26 @@ def _combined(results: list[str | None]) -> str:
     return "Passed"
 
 
-def track_of(deployment: Mapping[str, Any] | None) -> Track | None:
-    """A track as observed from its Deployment."""
+def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | None = None) -> Track | None:
+    """A track as observed from its Deployment (and the first problem its pods report)."""
     if deployment is None:
         return None
     status = deployment.get("status") or {}
-    template = deployment["spec"]["template"]["metadata"]
+    meta = deployment["metadata"]
+    labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
+    annotations = meta.get("annotations") or {}
     return Track(
-        version=(template.get("labels") or {}).get(VERSION_LABEL),
-        uri=(deployment["metadata"].get("annotations") or {}).get(URI_ANNOTATION),
+        version=labels.get(VERSION_LABEL),
+        uri=annotations.get(URI_ANNOTATION),
         replicas=int(deployment["spec"].get("replicas") or 0),
         ready=int(status.get("readyReplicas") or 0),
         updated=int(status.get("updatedReplicas") or 0),
-        generation_observed=int(status.get("observedGeneration") or 0) >= int(deployment["metadata"]["generation"]),
+        generation_observed=int(status.get("observedGeneration") or 0) >= int(meta["generation"]),
         pods=int(status.get("replicas") or 0),
+        revision=labels.get(REVISION_LABEL),
+        model=annotations.get(MODEL_ANNOTATION),
+        available=int(status.get("availableReplicas") or 0),
+        problem=problem,
     )
 
 
@@ -404,14 +551,19 @@ def track_statuses(decision: Plan, stable: Track | None, canary: Track | None) -
     def of(track: Track | None, weight: int) -> TrackStatus:
         if track is None:
             return TrackStatus(replicas=0, ready_replicas=0, weight=0)
-        return TrackStatus(model_version=track.version or None, uri=track.uri or None, replicas=track.replicas,
-                           ready_replicas=track.ready, weight=weight)  # fmt: skip
+        return TrackStatus(revision=track.revision, model_name=track.model or None, model_version=track.version or None,
+                           uri=track.uri or None, replicas=track.replicas, ready_replicas=track.ready,
+                           weight=weight)  # fmt: skip
 
     canary_status = of(canary, decision.weight)
-    if decision.rollout_version is not None:
-        canary_status.model_version = decision.rollout_version
-    elif canary is not None and not canary.replicas:
-        canary_status.model_version = None
+    if decision.rollout is not None:
+        canary_status = canary_status.model_copy(update={"revision": decision.rollout.revision,
+                                                         "model_name": decision.rollout.model,
+                                                         "model_version": decision.rollout.version,
+                                                         "uri": decision.rollout.uri})  # fmt: skip
+    elif canary is None or not canary.replicas:
+        canary_status = canary_status.model_copy(update={"revision": None, "model_name": None, "model_version": None})
+    canary_status.requested_weight = decision.requested_weight
     return of(stable, 100 - decision.weight), canary_status
 
 
@@ -427,4 +579,8 @@ def desired_from_artifact(artifact: Mapping[str, Any] | None, namespace: str, na
         )
     model = artifact["spec"]["model"]["name"]
     version = status.get("quantizedVersion") or status["modelVersion"]
-    return Desired(str(version), f"models:/{model}/{version}"), ""
+    return Desired(str(version), f"models:/{model}/{version}", model), ""
+
+
+def with_revision(desired: Desired, revision: str) -> Desired:
+    return replace(desired, revision=revision)

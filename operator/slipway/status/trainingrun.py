@@ -33,7 +33,7 @@ class TrainingState:
     succeeded: bool = False
 
 
-def _pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
+def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
     """The first reason a pod cannot run that a user can act on: (reason, message)."""
     for pod in pods:
         name = pod["metadata"]["name"]
@@ -127,7 +127,7 @@ def training_state(
             "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
         )
     running = _running_pods(pods)
-    problem = _pod_problem(pods)
+    problem = pod_problem(pods)
     if problem is not None:
         return _state("Running" if running else "Pending", "reconciling", *problem, **kw)
     if running:
