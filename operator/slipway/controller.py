@@ -156,6 +156,8 @@ class Cache:
             self.written.pop(key, None)
 
 
+    # Deployments whose followed alias may have moved (an artifact of their model changed).
+    alias_stale: set[Key] = field(default_factory=set)
 def _revision(obj: Mapping[str, Any]) -> int:
     """The resourceVersion as a number (etcd's revision); 0 when it is not one."""
     value = str(obj.get("metadata", {}).get("resourceVersion") or "")
