@@ -42,8 +42,10 @@ NoDataPolicy = Literal["inconclusive", "fail", "pass"]
 NAMESPACE_LABEL = "namespace"
 DEPLOYMENT_LABEL = "slipway_dev_deployment"
 TRACK_LABEL = "slipway_dev_track"
-# The model version label: a canary's window must not count the pods of an earlier canary.
+# The model version label, and the revision label (the served pod template): a canary's window
+# must not count the pods of an earlier canary, even one of the same model version.
 VERSION_LABEL = "slipway_dev_model_version"
+REVISION_LABEL = "slipway_dev_revision"
 CANARY_TRACK = "canary"
 STABLE_TRACK = "stable"
 
@@ -62,7 +64,7 @@ ANALYSIS_FAILED = "AnalysisFailed"  # status.lastRollback.reason of a failed ana
 
 _NO_DATA_VERDICT: dict[str, Verdict] = {"inconclusive": "Inconclusive", "fail": "Failed", "pass": "Passed"}
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-PLACEHOLDERS = ("track", "namespace", "deployment", "version")
+PLACEHOLDERS = ("track", "namespace", "deployment", "version", "revision")
 
 
 class QueryError(ValueError):
@@ -148,12 +150,17 @@ def _label_value(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def track_selector(namespace: str, deployment: str, track: str, version: str | None = None) -> str:
-    """The label matchers of one track's series (of one model version, if given), without braces."""
+def track_selector(
+    namespace: str, deployment: str, track: str, version: str | None = None, revision: str | None = None
+) -> str:
+    """The label matchers of one track's series (of one revision, else one model version, if given),
+    without braces."""
     selector = (
         f"{NAMESPACE_LABEL}={_label_value(namespace)}, {DEPLOYMENT_LABEL}={_label_value(deployment)}, "
         f"{TRACK_LABEL}={_label_value(track)}"
     )
+    if revision is not None:
+        return f"{selector}, {REVISION_LABEL}={_label_value(revision)}"
     return selector if version is None else f"{selector}, {VERSION_LABEL}={_label_value(version)}"
 
 
@@ -174,11 +181,13 @@ def resolve_query(
     deployment: str,
     window: str,
     version: str | None = None,
+    revision: str | None = None,
 ) -> str:
     """The PromQL of ``metric`` for one track: the user's query if given, else the built-in of ``preset``."""
     deployment, version = label_value(deployment), None if version is None else label_value(version)
     if metric.query is not None:
-        values = {"track": track, "namespace": namespace, "deployment": deployment, "version": version or ""}
+        values = {"track": track, "namespace": namespace, "deployment": deployment, "version": version or "",
+                  "revision": revision or ""}  # fmt: skip
 
         def fill(match: re.Match[str]) -> str:
             name = match.group(1)
@@ -192,7 +201,7 @@ def resolve_query(
         raise QueryError(f"metric {metric.name}: not built in ({', '.join(BUILTIN_METRICS)}); give it a query")
     if preset not in PRESETS:
         raise QueryError(f"preset {preset!r} unknown; use one of {', '.join(PRESETS)}")
-    selector = track_selector(namespace, deployment, track, version)
+    selector = track_selector(namespace, deployment, track, version, revision)
     return _BUILTIN_QUERIES[metric.name](PRESETS[preset], selector, window)
 
 

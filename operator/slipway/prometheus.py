@@ -235,11 +235,12 @@ def run_analysis(
     deployment: str,
     now: datetime | str,
     versions: Mapping[str, str] | None = None,
+    revisions: Mapping[str, str] | None = None,
 ) -> analysis.AnalysisOutcome:
     """Query the canary (and the stable where a metric compares with it) and judge every metric.
 
-    ``settings`` is ``spec.rollout.analysis``; ``versions`` (track -> model version) narrows each
-    track to the pods of that version.
+    ``settings`` is ``spec.rollout.analysis``; ``revisions`` (track -> revision) narrows each track
+    to the pods of that revision, else ``versions`` (track -> model version) to that version.
     """
     metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
     window = analysis.analysis_window(settings.interval)
@@ -247,8 +248,10 @@ def run_analysis(
 
     def measure(metric: AnalysisMetric, track: str) -> analysis.Measurement:
         try:
-            version = (versions or {}).get(track)
-            query = analysis.resolve_query(metric, settings.preset, track, namespace, deployment, window, version)
+            version, revision = (versions or {}).get(track), (revisions or {}).get(track)
+            query = analysis.resolve_query(
+                metric, settings.preset, track, namespace, deployment, window, version, revision
+            )
         except analysis.QueryError as exc:
             return analysis.Measurement(metric.query or "", error=str(exc))
         return probe.measure(query)
@@ -272,6 +275,7 @@ def analyse_canary(
     timeout: float,
     *,
     config: OperatorConfig | None = None,
+    revisions: Mapping[str, str] | None = None,
 ) -> analysis.AnalysisOutcome:
     """:func:`run_analysis` against the spec's Prometheus (``analysis.prometheus.address``) or the
     operator's default; Inconclusive, naming the fix, when there is neither, or when ``config``
@@ -284,7 +288,7 @@ def analyse_canary(
     if client is None:
         return analysis.not_measured([m.name for m in settings.metrics], now, NO_PROMETHEUS)
     try:
-        return run_analysis(client, settings, namespace, deployment, now, versions)
+        return run_analysis(client, settings, namespace, deployment, now, versions, revisions)
     finally:
         if client is not default:
             client.close()

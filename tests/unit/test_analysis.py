@@ -426,3 +426,11 @@ def test_the_query_help_names_every_placeholder_a_query_may_use():
 
     for placeholder in PLACEHOLDERS:
         assert "{{ " + placeholder + " }}" in description
+
+
+def test_a_canary_of_the_same_model_version_is_told_apart_by_its_revision():
+    from slipway.analysis import track_selector
+
+    by_revision = track_selector("ns", "digits", "canary", version="3", revision="ab12")
+    assert 'slipway_dev_revision="ab12"' in by_revision and "model_version" not in by_revision
+    assert 'slipway_dev_model_version="3"' in track_selector("ns", "digits", "canary", version="3")

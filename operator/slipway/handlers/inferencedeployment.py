@@ -67,11 +67,11 @@ class Reconciler:
                             canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
                             now=datetime.now(UTC))  # fmt: skip
         decision = plan(observed)
-        if decision.analyze:
-            versions = {"canary": decision.rollout.version if decision.rollout else ""}
+        if decision.analyze and decision.rollout is not None:
+            tracks_ids = {"canary": (decision.rollout.version, decision.rollout.revision)}
             if observed.stable is not None and observed.stable.version:
-                versions["stable"] = observed.stable.version
-            observed.analysis = self.analyse(observed.now, versions)
+                tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
+            observed.analysis = self.analyse(observed.now, tracks_ids)
             decision = plan(observed)
         stored = list(self.ctx.status.get("pendingRegistryUpdates") or [])
         pending = stored + [u for u in decision.registry if u not in stored]
@@ -163,11 +163,15 @@ class Reconciler:
             raise MlflowUnavailable(f"MLflow is unreachable and {model}'s alias was never read")
         return Desired(str(track["modelVersion"]), str(track["uri"]), model)
 
-    def analyse(self, now: datetime, versions: dict[str, str]) -> analysis.AnalysisOutcome:
+    def analyse(self, now: datetime, tracks: dict[str, tuple[str, str]]) -> analysis.AnalysisOutcome:
+        """Each track's series narrowed to its revision (track -> (model version, revision))."""
         settings = self.spec.rollout.analysis
         assert settings is not None
-        timeout = self.ctx.config.http_timeout_seconds
-        outcome = analyse_canary(self.ctx.prometheus, settings, self.namespace, self.name, now, versions, timeout)
+        versions = {t: v for t, (v, _) in tracks.items()}
+        revisions = {t: r for t, (_, r) in tracks.items() if r}
+        outcome = analyse_canary(self.ctx.prometheus, settings, self.namespace, self.name, now, versions,
+                                 self.ctx.config.http_timeout_seconds, config=self.ctx.config,
+                                 revisions=revisions)  # fmt: skip
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
         return outcome

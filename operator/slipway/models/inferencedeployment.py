@@ -151,8 +151,8 @@ class AnalysisMetric(SlipwayModel):
     )
     query: str | None = Field(
         default=None,
-        description="PromQL; may use {{ track }}, {{ namespace }}, {{ deployment }} and {{ version }} "
-        "(the track's model version).",
+        description="PromQL; may use {{ track }}, {{ namespace }}, {{ deployment }}, {{ version }} (the "
+        "track's model version) and {{ revision }} (the hash of its pod template).",
         min_length=1,
         max_length=4096,
     )
