@@ -157,3 +157,19 @@ def test_finished_only_at_the_current_generation() -> None:
     with_artifact = {**body, "spec": {"artifact": {"aliases": ["candidate"]}}}
     assert not finished(with_artifact)  # its ModelArtifact is not made yet
     assert finished({**with_artifact, "status": {**body["status"], "artifactRef": {"name": "r"}}})
+
+
+def test_values_training_code_writes_badly_never_break_the_progress():
+    run = Run(
+        run_id="r",
+        experiment_id="1",
+        run_name="",
+        status="RUNNING",
+        artifact_uri="",
+        metrics={"step": Metric("step", float("nan"), 3), "loss": Metric("loss", float("inf"), 3)},
+        tags={"slipway.checkpoint.step": "12.0"},
+    )
+    progress, checkpoint = progress_from_run(run)
+    assert progress == {"step": 3} and checkpoint == {"step": 12}
+    run.tags["slipway.checkpoint.step"] = "twelve"
+    assert progress_from_run(run)[1] is None

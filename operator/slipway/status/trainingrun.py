@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,24 +149,35 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
     """
     metrics = run.metrics
     progress: dict[str, Any] = {}
-    if "step" in metrics:
-        progress["step"] = int(metrics["step"].value)
+    if "step" in metrics and _count(metrics["step"].value) is not None:
+        progress["step"] = _count(metrics["step"].value)
     elif metrics:
         progress["step"] = max(m.step for m in metrics.values())
-    if "totalSteps" in metrics:
-        progress["totalSteps"] = int(metrics["totalSteps"].value)
-    latest = {k: round(m.value, 6) for k, m in metrics.items() if k not in PROGRESS_KEYS and m.value == m.value}
+    if "totalSteps" in metrics and _count(metrics["totalSteps"].value) is not None:
+        progress["totalSteps"] = _count(metrics["totalSteps"].value)
+    latest = {k: round(m.value, 6) for k, m in metrics.items() if k not in PROGRESS_KEYS and math.isfinite(m.value)}
     if latest:
         progress["metrics"] = latest
     checkpoint: dict[str, Any] = {}
-    if "slipway.checkpoint.step" in run.tags:
-        checkpoint["step"] = int(run.tags["slipway.checkpoint.step"])
+    step = _count(run.tags.get("slipway.checkpoint.step"))
+    if step is not None:
+        checkpoint["step"] = step
     if "slipway.checkpoint" in run.tags:
         checkpoint["path"] = run.tags["slipway.checkpoint"]
     if "checkpointStep" in metrics and metrics["checkpointStep"].timestamp:
         ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
         checkpoint["time"] = ts.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return progress or None, checkpoint or None
+
+
+def _count(value: Any) -> int | None:
+    """A step count written by training code: ``12``, ``12.0`` or ``"12"``; None for anything else
+    (a bad value is left out of status, never an error that stops the run's reconciliation)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if math.isfinite(number) and number >= 0 else None
 
 
 USER_SUSPENDED = "slipway.dev/suspended-by-spec"
