@@ -26,9 +26,32 @@ def build_parser() -> argparse.ArgumentParser:
     scope = p.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (default)")
-    p.add_argument("--standalone", action="store_true", help="do not coordinate with other replicas (no peering)")
-    p.add_argument("--priority", type=int, default=int(os.environ.get("SLIPWAY_PRIORITY", "0")),
-                   help="peering priority: the highest-priority replica works, the others wait")  # fmt: skip
+    p.add_argument("--standalone", action="store_true",
+                   help="no leader election: this replica always reconciles (one replica only, tests)")  # fmt: skip
+    ha = p.add_argument_group(
+        "leader election",
+        "Replicas share a coordination.k8s.io/v1 Lease named slipway-operator: its holder reconciles, the "
+        "others stand by with warm caches and take over when it is not renewed for the lease duration.",
+    )
+    ha.add_argument("--leader-election-namespace",
+                    default=os.environ.get("SLIPWAY_LEADER_ELECTION_NAMESPACE")
+                    or os.environ.get("POD_NAMESPACE") or "slipway-system",
+                    help="namespace of the Lease (default: $POD_NAMESPACE, else slipway-system)")  # fmt: skip
+    ha.add_argument("--lease-duration", type=float, metavar="SECONDS",
+                    default=float(os.environ.get("SLIPWAY_LEASE_DURATION_SECONDS") or 15),
+                    help="a Lease not renewed for this long may be taken over (default 15)")  # fmt: skip
+    ha.add_argument("--lease-renew-interval", type=float, metavar="SECONDS",
+                    default=float(os.environ.get("SLIPWAY_LEASE_RENEW_SECONDS") or 5),
+                    help="how often the leader renews the Lease (default 5); a leader that has not renewed "
+                         "for the duration minus this interval stops reconciling")  # fmt: skip
+    ha.add_argument("--lease-retry-period", type=float, metavar="SECONDS",
+                    default=float(os.environ.get("SLIPWAY_LEASE_RETRY_SECONDS") or 2),
+                    help="how often a standby reads the Lease, and a failed renewal is tried again "
+                         "(default 2)")  # fmt: skip
+    p.add_argument("--stuck-pass-seconds", type=float, metavar="SECONDS",
+                   default=float(os.environ.get("SLIPWAY_STUCK_PASS_SECONDS") or 300),
+                   help="the liveness endpoint fails while a reconciliation pass runs for longer "
+                        "(a stuck thread; default 300)")  # fmt: skip
     p.add_argument("--mlflow-url", default=os.environ.get("SLIPWAY_MLFLOW_URL"), help="MLflow tracking server")
     p.add_argument("--mlflow-public-url", default=os.environ.get("SLIPWAY_MLFLOW_PUBLIC_URL"),
                    help="MLflow address for links in status (default: --mlflow-url)")  # fmt: skip
@@ -48,7 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from slipway.leader import Timing
+
+    try:
+        Timing(args.lease_duration, args.lease_renew_interval, args.lease_retry_period)
+    except ValueError as exc:
+        parser.error(str(exc))
     # Imported late so that --help is instant and needs no cluster.
     import kopf
 
@@ -62,13 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         prometheus_url=args.prometheus_url,
         allowed_prometheus_urls=args.allowed_prometheus_urls,
         metrics_port=args.metrics_port,
+        leader_election_namespace=args.leader_election_namespace,
+        lease_duration_seconds=args.lease_duration,
+        lease_renew_seconds=args.lease_renew_interval,
+        lease_retry_seconds=args.lease_retry_period,
+        stuck_pass_seconds=args.stuck_pass_seconds,
     )
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
-        standalone=args.standalone,
-        priority=args.priority,
-        peering_name=None if args.standalone else "slipway",
+        standalone=args.standalone,  # read by the startup handler: no leader election
         liveness_endpoint=args.liveness or None,
         memo=kopf.Memo(config=config),
     )

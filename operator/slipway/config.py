@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -17,6 +18,11 @@ def _env_int(name: str, default: int) -> int:
 def _env_float(name: str, default: float) -> float:
     value = os.environ.get(name)
     return float(value) if value else default
+
+
+def default_identity() -> str:
+    """Who holds the leader Lease: the pod's name (``POD_NAME``, downward API), else host and pid."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
 
 
 def parse_url_list(text: str | None) -> tuple[str, ...]:
@@ -59,6 +65,19 @@ class OperatorConfig:
     # often a running TrainingRun reads its progress from MLflow. Nothing else polls.
     alias_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_ALIAS_POLL_SECONDS", 30.0))
     progress_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_PROGRESS_POLL_SECONDS", 15.0))
+    # High availability: only the holder of the Lease slipway-operator in this namespace reconciles
+    # (see slipway.leader); the others keep their caches warm and stand by.
+    leader_election_namespace: str = field(
+        default_factory=lambda: (
+            os.environ.get("SLIPWAY_LEADER_ELECTION_NAMESPACE") or os.environ.get("POD_NAMESPACE") or "slipway-system"
+        )
+    )
+    leader_election_identity: str = field(default_factory=default_identity)
+    lease_duration_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_DURATION_SECONDS", 15.0))
+    lease_renew_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_RENEW_SECONDS", 5.0))
+    lease_retry_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_RETRY_SECONDS", 2.0))
+    # Liveness (/healthz) fails while a reconciliation pass has run longer than this: a stuck thread.
+    stuck_pass_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_STUCK_PASS_SECONDS", 300.0))
 
     def __post_init__(self) -> None:
         own = (self.prometheus_url,) if self.prometheus_url else ()

@@ -45,6 +45,11 @@ class Scheduler:
         self.failures: dict[Key, int] = {}
         self.tasks: set[asyncio.Task[None]] = set()
         self.passes = 0
+        # False on a replica that stands by (another holds the leader lease): wake-ups are kept in
+        # ``pending`` and no pass starts; ``resume`` runs them when this replica leads.
+        self.active = True
+        self.pending: set[Key] = set()
+        self.started: dict[Key, float] = {}  # loop time each running pass got its slot (liveness)
 
     def wake(self, key: Key, delay: float = 0.0) -> None:
         """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). Event loop only."""
@@ -61,6 +66,9 @@ class Scheduler:
 
     def _fire(self, key: Key) -> None:
         self.timers.pop(key, None)
+        if not self.active:
+            self.pending.add(key)
+            return
         if key in self.running:
             self.again.add(key)
             return
@@ -73,8 +81,16 @@ class Scheduler:
         requeue: float | None
         try:
             async with self.slots:
+                if not self.active:  # leadership lost while this pass waited for a slot
+                    self.pending.add(key)
+                    self.again.discard(key)
+                    return
                 self.passes += 1
-                requeue = await asyncio.to_thread(self.run, key)
+                self.started[key] = self.loop.time()
+                try:
+                    requeue = await asyncio.to_thread(self.run, key)
+                finally:
+                    self.started.pop(key, None)
             self.failures.pop(key, None)
         except kopf.TemporaryError as exc:
             requeue = float(exc.delay or 5)
@@ -97,6 +113,30 @@ class Scheduler:
         if scheduled is not None:
             scheduled[1].cancel()
         self.failures.pop(key, None)
+        self.pending.discard(key)
+
+    def pause(self) -> None:
+        """Stand by: wake-ups are kept, no new pass starts (passes already running finish)."""
+        self.active = False
+
+    def resume(self, keys: Iterable[Key] = ()) -> None:
+        """Lead: run every wake-up kept while standing by, and a pass of each of ``keys``, now."""
+        self.active = True
+        for key in (*self.pending, *keys):
+            self.wake(key)
+        self.pending.clear()
+
+    def overdue(self, limit: float) -> list[tuple[Key, float]]:
+        """Passes running for longer than ``limit`` seconds, with their ages (a stuck thread)."""
+        now = self.loop.time()
+        return [(key, now - since) for key, since in self.started.items() if now - since > limit]
+
+    async def drain(self, timeout: float) -> bool:
+        """True once no pass is running (timers aside), waiting at most ``timeout`` seconds."""
+        deadline = self.loop.time() + timeout
+        while self.running and self.loop.time() < deadline:
+            await asyncio.sleep(0.1)
+        return not self.running
 
     async def idle(self, timeout: float) -> bool:
         """True once no pass is running and none is due within a second (for tests)."""
@@ -116,6 +156,8 @@ class Cache:
 
     indexes: Mapping[str, Any]
     written: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    # Deployments whose followed alias may have moved (an artifact of their model changed).
+    alias_stale: set[Key] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def select(self, index: str, *key: str) -> list[dict[str, Any]]:
@@ -156,8 +198,6 @@ class Cache:
             self.written.pop(key, None)
 
 
-    # Deployments whose followed alias may have moved (an artifact of their model changed).
-    alias_stale: set[Key] = field(default_factory=set)
 def _revision(obj: Mapping[str, Any]) -> int:
     """The resourceVersion as a number (etcd's revision); 0 when it is not one."""
     value = str(obj.get("metadata", {}).get("resourceVersion") or "")

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
@@ -20,6 +20,7 @@ EXTERNAL_REQUESTS = Counter(
     "HTTP requests sent to external services, by service (mlflow, prometheus) and outcome (ok, error).",
     ["service", "outcome"],
 )
+LEADER = Gauge("slipway_leader", "1 while this replica leads (holds the Lease and reconciles), 0 while it stands by.")
 CHILD_ACTIONS = Counter(
     "slipway_child_actions_total", "Children created, updated or deleted, by kind and action.", ["kind", "action"]
 )

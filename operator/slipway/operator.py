@@ -17,6 +17,7 @@ from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
 from slipway.kube import Kube
+from slipway.leader import LeaderElector, LeaseStore, Timing
 from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
@@ -35,9 +36,9 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     # Events come from explicit kopf.event() calls on transitions; only warnings from logs.
     settings.posting.enabled = True
     settings.posting.level = logging.WARNING
-    settings.peering.name = "slipway"
-    settings.peering.clusterwide = True
-    settings.peering.mandatory = False
+    # No kopf peering (it pauses every replica of equal priority): replicas coordinate through
+    # a Lease instead (slipway.leader), and every replica keeps watching to keep its cache warm.
+    settings.peering.standalone = True
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
@@ -86,7 +87,9 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
 async def startup(
     settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger | logging.LoggerAdapter[Any], **kwargs: Any
 ) -> None:
-    """Configure kopf and create the clients, the cache and the scheduler (tests may inject clients)."""
+    """Configure kopf and create the clients, the cache and the scheduler (tests may inject clients);
+    start leader election unless run ``--standalone`` (this replica then always reconciles)."""
+    standalone = settings.peering.standalone  # as given to kopf (--standalone), before apply_settings
     apply_settings(settings)
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
     memo.seen = {}
@@ -102,10 +105,76 @@ async def startup(
     if memo.get("serve_metrics", True) and config.metrics_port:
         metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
+    if standalone:
+        metrics.LEADER.set(1)
+        memo.leader = None
+    else:
+        memo.leader = elect(memo, config)
+
+
+def known_keys(cache: Cache) -> list[Key]:
+    """Every Slipway object in the cache (the "name" keys of the three kinds' indexes)."""
+    return [
+        (plural, key[1], key[2])
+        for plural in watches.PLURALS.values()
+        for key in list(cache.indexes[plural])
+        if len(key) == 3 and key[0] == "name"
+    ]
+
+
+def elect(memo: kopf.Memo, config: OperatorConfig) -> LeaderElector:
+    """Leader election: while standing by, the scheduler keeps wake-ups and runs no pass; on
+    becoming the leader it runs them and wakes every known object once, so nothing is missed."""
+    scheduler: Scheduler = memo.scheduler
+    scheduler.pause()
+    metrics.LEADER.set(0)
+
+    def lead() -> None:
+        metrics.LEADER.set(1)
+        scheduler.resume(known_keys(memo.cache))
+
+    def stand_by() -> None:
+        metrics.LEADER.set(0)
+        scheduler.pause()
+
+    timing = Timing(config.lease_duration_seconds, config.lease_renew_seconds, config.lease_retry_seconds)
+    store = LeaseStore(memo.kube.api, config.leader_election_namespace, timeout=timing.renew)
+    elector = LeaderElector(store, config.leader_election_identity, timing, on_lead=lead, on_standby=stand_by)
+    elector.start()
+    return elector
+
+
+@kopf.on.probe(id="reconciliation")
+async def reconciliation_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
+    """/healthz: fails (HTTP 500) while a pass has run for over ``stuck_pass_seconds`` (a stuck
+    thread) or leader election has stopped; otherwise reports whether this replica leads."""
+    scheduler: Scheduler | None = memo.get("scheduler")
+    elector: LeaderElector | None = memo.get("leader")
+    if scheduler is None:
+        return {"leader": False, "starting": True}
+    if elector is not None and elector.task is not None and elector.task.done():
+        raise kopf.PermanentError("leader election has stopped")
+    limit = memo.config.stuck_pass_seconds
+    stuck = scheduler.overdue(limit)
+    if stuck:
+        names = ", ".join(f"{'/'.join(key)} ({age:.0f}s)" for key, age in stuck[:5])
+        raise kopf.PermanentError(f"reconciliation passes running for over {limit:g}s: {names}")
+    return {
+        "leader": elector is None or elector.leading,
+        "identity": elector.identity if elector is not None else None,
+        "passes": scheduler.passes,
+        "running": len(scheduler.started),
+    }
 
 
 @kopf.on.cleanup()
-def cleanup(memo: kopf.Memo, **_: Any) -> None:
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    elector: LeaderElector | None = memo.get("leader")
+    if elector is not None:
+        # Stand by, let running passes finish, then hand the Lease over at once.
+        await elector.resign()
+        await memo.scheduler.drain(10)
+        await elector.release()
     for name in ("kube", "mlflow", "prometheus"):
         client = memo.get(name)
         if client is not None:

@@ -1,0 +1,388 @@
+"""Leader election with a ``coordination.k8s.io/v1`` Lease, as Go controllers do (client-go's
+``leaderelection``): any number of replicas, one reconciles, the others stand by.
+
+Every replica watches and caches everything (kopf), so a standby is ready at once; only the
+holder of the Lease ``slipway-operator`` runs reconciliation passes. The holder writes
+``renewTime`` every ``renew`` seconds. A standby reads the Lease every ``retry`` seconds and
+takes it when it is absent, released (no holder), or unchanged for ``leaseDurationSeconds``
+as measured on the standby's own monotonic clock since it last saw it change: clocks of
+different nodes are never compared. Every write carries the ``resourceVersion`` it read, so of
+two replicas that try at once the API server lets exactly one win; the other gets 409 Conflict.
+
+A leader that cannot renew for ``duration - renew`` seconds (the renew deadline) stops starting
+passes before any standby may consider the Lease expired. On a clean shutdown it releases the
+Lease (holder emptied) so that a standby takes over at its next read instead of after the
+lease duration.
+
+The pure decisions (``decide``, ``claim``, ``released``) are separate from the I/O
+(``LeaseStore``, blocking, run in one thread of its own so that busy reconciliation threads
+never delay a renewal) and from the loop (``LeaderElector.run``, an asyncio task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import enum
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "slipway-operator"
+LABELS = {"app.kubernetes.io/name": "slipway", "app.kubernetes.io/component": "operator"}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds: how long a Lease lasts unrenewed, how often the leader renews it, how often a
+    standby (or a leader whose renewal failed) tries again."""
+
+    duration: float = 15.0
+    renew: float = 5.0
+    retry: float = 2.0
+
+    def __post_init__(self) -> None:
+        if min(self.duration, self.renew, self.retry) <= 0:
+            raise ValueError("lease duration, renew interval and retry period must be positive")
+        if 2 * self.renew >= self.duration:
+            raise ValueError(
+                f"the renew interval ({self.renew:g}s) must be less than half the lease duration "
+                f"({self.duration:g}s): a leader stops when it has not renewed for duration - renew"
+            )
+        if self.retry >= self.renew_deadline:
+            raise ValueError(
+                f"the retry period ({self.retry:g}s) must be shorter than the renew deadline "
+                f"(duration - renew = {self.renew_deadline:g}s)"
+            )
+
+    @property
+    def renew_deadline(self) -> float:
+        """A leader that has not renewed for this long stops: ``renew`` seconds before a standby may take over."""
+        return self.duration - self.renew
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """What a Lease says, and the resourceVersion it was read at ("" before it exists)."""
+
+    holder: str = ""
+    duration: float = 15.0
+    acquired: datetime | None = None
+    renewed: datetime | None = None
+    transitions: int = 0
+    version: str = ""
+
+
+class Decision(enum.Enum):
+    CREATE = "create"  # no Lease yet: create it, held by this replica
+    ACQUIRE = "acquire"  # released or expired: take it over
+    RENEW = "renew"  # held by this replica: renew it
+    STANDBY = "standby"  # held by another replica, which renewed it recently
+
+
+def decide(record: LeaseRecord | None, me: str, observed_for: float) -> Decision:
+    """What to do about the Lease ``record``, unchanged for ``observed_for`` seconds by this replica's clock."""
+    if record is None:
+        return Decision.CREATE
+    if record.holder == me:
+        return Decision.RENEW
+    if not record.holder or observed_for >= record.duration:
+        return Decision.ACQUIRE
+    return Decision.STANDBY
+
+
+def claim(record: LeaseRecord | None, me: str, now: datetime, duration: float) -> LeaseRecord:
+    """The Lease as this replica writes it to create, acquire or renew it (same resourceVersion: the
+    API server refuses the write if anyone wrote in between)."""
+    if record is not None and record.holder == me:
+        return dataclasses.replace(record, duration=duration, renewed=now)
+    transitions = record.transitions + 1 if record is not None else 0
+    version = record.version if record is not None else ""
+    return LeaseRecord(me, duration, acquired=now, renewed=now, transitions=transitions, version=version)
+
+
+def released(record: LeaseRecord, now: datetime) -> LeaseRecord:
+    """The Lease given up on shutdown: no holder, so that a standby takes it at its next read."""
+    return dataclasses.replace(record, holder="", duration=1.0, renewed=now)
+
+
+class Observation:
+    """When this replica last saw the Lease change, by its own monotonic clock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.record: LeaseRecord | None = None
+        self.since = clock()
+
+    def see(self, record: LeaseRecord | None) -> None:
+        if record != self.record:
+            self.record = record
+            self.since = self.clock()
+
+    def age(self) -> float:
+        return self.clock() - self.since
+
+
+class LeaseConflict(Exception):
+    """409: another replica wrote the Lease first (or created it)."""
+
+
+class LeaseStore:
+    """Read, create and replace one Lease through the (blocking) Kubernetes client."""
+
+    def __init__(self, api: client.ApiClient, namespace: str, name: str = LEASE_NAME, timeout: float = 5.0) -> None:
+        self.coordination = client.CoordinationV1Api(api)
+        self.namespace = namespace
+        self.name = name
+        self.timeout = timeout
+
+    def get(self) -> LeaseRecord | None:
+        try:
+            lease = self.coordination.read_namespaced_lease(self.name, self.namespace, _request_timeout=self.timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _record(lease)
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        try:
+            lease = self.coordination.create_namespaced_lease(
+                self.namespace, self._body(record), _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                raise LeaseConflict(f"Lease {self.namespace}/{self.name} was created by another replica") from exc
+            raise
+        return _record(lease)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        try:
+            lease = self.coordination.replace_namespaced_lease(
+                self.name, self.namespace, self._body(record), _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                raise LeaseConflict(f"Lease {self.namespace}/{self.name} changed since it was read") from exc
+            raise
+        return _record(lease)
+
+    def _body(self, record: LeaseRecord) -> client.V1Lease:
+        return client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name=self.name, namespace=self.namespace, labels=LABELS, resource_version=record.version or None
+            ),
+            spec=client.V1LeaseSpec(
+                holder_identity=record.holder,
+                lease_duration_seconds=max(1, round(record.duration)),
+                acquire_time=record.acquired,
+                renew_time=record.renewed,
+                lease_transitions=record.transitions,
+            ),
+        )
+
+
+def _record(lease: Any) -> LeaseRecord:
+    spec = lease.spec
+    return LeaseRecord(
+        holder=spec.holder_identity or "",
+        duration=float(spec.lease_duration_seconds or Timing.duration),
+        acquired=spec.acquire_time,
+        renewed=spec.renew_time,
+        transitions=spec.lease_transitions or 0,
+        version=lease.metadata.resource_version or "",
+    )
+
+
+class LeaderElector:
+    """Acquires and renews the Lease in a loop; calls ``on_lead`` when this replica becomes the
+    leader and ``on_standby`` when it stops being one (both on the event loop)."""
+
+    def __init__(
+        self,
+        store: Any,  # LeaseStore, or a fake with get/create/update
+        identity: str,
+        timing: Timing,
+        on_lead: Callable[[], None],
+        on_standby: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.timing = timing
+        self.on_lead = on_lead
+        self.on_standby = on_standby
+        self.clock = clock
+        self.now = now
+        self.leading = False
+        self.holder: str | None = None  # the holder last seen (for logs and the probe)
+        self.observation = Observation(clock)
+        self.renewed_at = 0.0  # clock() when the last successful write was sent
+        self.mine: LeaseRecord | None = None  # the Lease as this replica last wrote it
+        self.task: asyncio.Task[None] | None = None
+        self._error: str | None = None
+        self._logged_holder: str | None = None
+        # One thread of its own: renewals never wait behind reconciliation passes.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="slipway-lease")
+
+    @property
+    def where(self) -> str:
+        return f"Lease {getattr(self.store, 'namespace', '?')}/{getattr(self.store, 'name', LEASE_NAME)}"
+
+    # ------------------------------------------------------------------ blocking (the lease thread)
+
+    def attempt(self) -> bool:
+        """One try to create, acquire or renew the Lease. True if this replica holds it now."""
+        if self.mine is not None:
+            # Renew what this replica wrote last without reading it first: one request. A 409
+            # means someone else wrote since; read and decide.
+            try:
+                return self._write(claim(self.mine, self.identity, self.now(), self.timing.duration), create=False)
+            except LeaseConflict:
+                self.mine = None
+        record = self.store.get()
+        self.observation.see(record)
+        self.holder = record.holder if record is not None else None
+        decision = decide(record, self.identity, self.observation.age())
+        if decision is Decision.STANDBY:
+            return False
+        try:
+            new = claim(record, self.identity, self.now(), self.timing.duration)
+            return self._write(new, create=decision is Decision.CREATE)
+        except LeaseConflict:
+            return False  # another replica won this round
+
+    def _write(self, record: LeaseRecord, create: bool) -> bool:
+        written = self.store.create(record) if create else self.store.update(record)
+        self.mine = written
+        self.holder = written.holder
+        self.observation.see(written)
+        return True
+
+    def give_up(self) -> None:
+        """Release the Lease (blocking): the next replica takes over at its next read."""
+        if self.mine is None:
+            return
+        with contextlib.suppress(LeaseConflict):  # someone else holds it already
+            self.store.update(released(self.mine, self.now()))
+        self.mine = None
+
+    # ------------------------------------------------------------------ the loop (event loop)
+
+    def start(self) -> asyncio.Task[None]:
+        self.task = asyncio.create_task(self.run(), name="slipway leader election")
+        return self.task
+
+    async def run(self) -> None:
+        """Acquire and renew until cancelled; whatever ends the loop, this replica stands by."""
+        try:
+            await self._loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("leader election: the loop failed; standing by (the liveness check now fails)")
+            raise
+        finally:
+            if self.leading:
+                self.leading = False
+                self.on_standby()
+
+    async def _loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        log.info(
+            "leader election: %s as %r (lease %gs, renew every %gs, retry every %gs)",
+            self.where,
+            self.identity,
+            self.timing.duration,
+            self.timing.renew,
+            self.timing.retry,
+        )
+        while True:
+            sent = self.clock()
+            held: bool | None
+            try:
+                future = loop.run_in_executor(self._executor, self.attempt)
+                # A leader never waits for an answer past its renew deadline.
+                timeout = self.renewed_at + self.timing.renew_deadline - sent if self.leading else None
+                held = await asyncio.wait_for(future, max(0.0, timeout) if timeout is not None else None)
+                self._error = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                held = None
+                self._failed(exc)
+            if held:
+                self.renewed_at = sent
+                self._become_leader()
+            elif held is False:
+                self._stand_by(f"held by {self.holder!r}")
+            elif self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline:
+                self._stand_by(f"not renewed for {self.timing.renew_deadline:g}s ({self._error})")
+            await asyncio.sleep(self.timing.renew if held else self.timing.retry)
+
+    def _failed(self, exc: BaseException) -> None:
+        text = _describe(exc)
+        if text != self._error:  # once per distinct error, not every retry
+            log.warning("leader election: %s: %s; retrying every %gs", self.where, text, self.timing.retry)
+        self._error = text
+
+    def _become_leader(self) -> None:
+        if self.leading:
+            return
+        self.leading = True
+        log.info("leader election: %r leads (%s): reconciling", self.identity, self.where)
+        self.on_lead()
+
+    def _stand_by(self, why: str) -> None:
+        if self.leading:
+            self.leading = False
+            log.warning("leader election: %r lost %s (%s): no new reconciliation pass", self.identity, self.where, why)
+            self.on_standby()
+        elif self.holder != self._logged_holder:
+            self._logged_holder = self.holder
+            log.info("leader election: %r stands by: %s %s", self.identity, self.where, why)
+
+    async def resign(self) -> None:
+        """Stop the loop and stand by (no new pass starts); the Lease is still held until ``release``."""
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.gather(self.task, return_exceptions=True)
+        if self.leading:
+            self.leading = False
+            self.on_standby()
+
+    async def release(self, timeout: float = 5.0) -> None:
+        """Release the Lease if this replica holds it, so a standby takes over at once."""
+        loop = asyncio.get_running_loop()
+        try:
+            if self.mine is not None:
+                await asyncio.wait_for(loop.run_in_executor(self._executor, self.give_up), timeout)
+                log.info("leader election: %r released %s", self.identity, self.where)
+        except Exception as exc:
+            log.warning("leader election: could not release %s: %s", self.where, _describe(exc))
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ApiException):
+        reason = f"API server answered {exc.status} {exc.reason}"
+        if exc.status == 403:
+            reason += " (RBAC: the operator's Role for leases in manifests/)"
+        if exc.status == 404:
+            reason += " (does the namespace exist? --leader-election-namespace, or --standalone)"
+        return reason
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    return f"{type(exc).__name__}: {exc}"
