@@ -1,0 +1,188 @@
+"""High availability on the local cluster: two operator replicas (processes, as two pods would be)
+share the Lease slipway-operator; only its holder reconciles. SIGKILL of the leader mid-run: the
+standby takes over within the lease duration and finishes the run, with one Job and one MLflow
+run. A replica that stops cleanly releases the Lease and the standby takes over at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from integration.test_trainingrun import training_run
+from localkube.wait import wait_for
+from slipway.mlflow import MlflowClient, tag_filter
+from slipway_testing import ROOT, apply_object, free_port, get_object, report, wait_status
+
+pytestmark = pytest.mark.cluster
+
+LEASE = "slipway-operator"
+
+
+class Replica:
+    """``python -m slipway`` as one replica named ``POD_NAME``, electing its leader in ``namespace``."""
+
+    def __init__(self, name: str, cluster: Any, namespace: str, logs: Path) -> None:
+        self.name = name
+        self.metrics_port = free_port()
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        self.log_path = logs / f"{name}.log"
+        cmd = [sys.executable, "-m", "slipway", "-n", namespace, "--leader-election-namespace", namespace,
+               "--metrics-port", str(self.metrics_port), "--liveness", self.liveness]  # fmt: skip
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "SLIPWAY_MLFLOW_URL": cluster.mlflow_url or "",
+            "SLIPWAY_PROMETHEUS_URL": cluster.prometheus_url or "",
+            "SLIPWAY_METRICS_ADDRESS": "127.0.0.1",
+            "POD_NAME": name,
+        }
+        env.pop("POD_NAMESPACE", None)
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def metric(self, name: str) -> float | None:
+        """The sum of a metric's samples on this replica's /metrics; None while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
+        )
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.liveness, timeout=5) as answer:
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def replicas(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[[str], Replica]]:
+    started: list[Replica] = []
+
+    def start(name: str) -> Replica:
+        replica = Replica(name, cluster, namespace, tmp_path)
+        started.append(replica)
+        return replica
+
+    yield start
+    for replica in started:
+        replica.stop()
+    for replica in started:
+        transitions = [line for line in replica.log().splitlines() if "slipway.leader" in line]
+        report(f"--- {replica.name}: leader election\n" + "\n".join(transitions))
+
+
+def holder(kube_api, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(LEASE, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return lease.spec.holder_identity or ""
+
+
+def wait_leader(kube_api, namespace: str, name: str, timeout: float) -> float:
+    """Seconds until ``name`` holds the Lease."""
+    start = time.monotonic()
+    wait_for(lambda: holder(kube_api, namespace) == name, timeout, f"{name} to hold the Lease", interval=0.1)
+    return time.monotonic() - start
+
+
+def wait_standing_by(replica: Replica, timeout: float = 60) -> None:
+    wait_for(lambda: replica.metric("slipway_leader") == 0 and "stands by" in replica.log(), timeout,
+             f"{replica.name} to stand by")  # fmt: skip
+
+
+def jobs(kube_api, namespace: str) -> list[Any]:
+    return client.BatchV1Api(kube_api).list_namespaced_job(namespace).items
+
+
+def step(obj: dict[str, Any]) -> int:
+    return int(((obj.get("status") or {}).get("progress") or {}).get("step") or 0)
+
+
+def test_the_standby_takes_over_a_killed_leader_and_finishes_its_run(kube_api, namespace, replicas, cluster):
+    a = replicas("replica-a")
+    wait_leader(kube_api, namespace, "replica-a", 60)
+    b = replicas("replica-b")
+    wait_standing_by(b)
+
+    created = apply_object(kube_api, namespace, training_run("ha", steps=24, env={"SLIPWAY_STEP_SECONDS": "1.5"}))
+    running = wait_status(kube_api, namespace, "TrainingRun", "ha", lambda o: step(o) >= 2, 120, "step 2")
+    # Only the leader reconciles: the standby ran no pass and holds no lease.
+    assert (a.metric("slipway_leader"), b.metric("slipway_leader")) == (1, 0)
+    assert (a.metric("slipway_reconcile_total") or 0) > 0
+    assert b.metric("slipway_reconcile_total") == 0
+    assert (a.health()["reconciliation"]["leader"], b.health()["reconciliation"]["leader"]) == (True, False)
+    [job] = jobs(kube_api, namespace)
+
+    a.stop(signal.SIGKILL)  # no clean shutdown: the Lease stays held until it expires
+    killed = time.monotonic()
+    took_lease = wait_leader(kube_api, namespace, "replica-b", 60)
+    wait_for(lambda: (b.metric("slipway_reconcile_total") or 0) > 0, 30, "a pass on replica-b", interval=0.1)
+    first_pass = time.monotonic() - killed
+    moved = wait_status(kube_api, namespace, "TrainingRun", "ha", lambda o: step(o) > step(running), 120, "progress")
+    progressed = time.monotonic() - killed
+    done = wait_status(kube_api, namespace, "TrainingRun", "ha", lambda o: o["status"].get("phase") in
+                       ("Succeeded", "Failed"), 180, "finish")  # fmt: skip
+    finished = time.monotonic() - killed
+    report(
+        f"\nleader SIGKILLed at step {step(running)}: replica-b took the Lease after {took_lease:.1f}s, "
+        f"ran its first pass after {first_pass:.1f}s, wrote progress (step {step(moved)}) after {progressed:.1f}s, "
+        f"the run {done['status']['phase']} after {finished:.1f}s (lease 15s, renew 5s, retry 2s)"
+    )
+    assert done["status"]["phase"] == "Succeeded"
+    assert step(get_object(kube_api, namespace, "TrainingRun", "ha")) == 24
+    assert took_lease < 30 and first_pass < 30
+    # Nothing done twice: the same Job, one MLflow run, and replica-b says it leads.
+    assert [j.metadata.uid for j in jobs(kube_api, namespace)] == [job.metadata.uid]
+    with MlflowClient(cluster.mlflow_url) as mlflow:
+        experiment = mlflow.get_or_create_experiment("digits-ha")
+        runs = mlflow.search_runs([experiment], filter=tag_filter("slipway.dev/uid", created["metadata"]["uid"]))
+    assert len(runs) == 1
+    assert b.metric("slipway_leader") == 1
+    assert "'replica-b' leads" in b.log()
+    lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(LEASE, namespace)
+    assert lease.spec.lease_transitions == 1
+
+
+def test_a_leader_that_stops_cleanly_hands_over_at_once(kube_api, namespace, replicas):
+    a = replicas("replica-a")
+    wait_leader(kube_api, namespace, "replica-a", 60)
+    b = replicas("replica-b")
+    wait_standing_by(b)
+    start = time.monotonic()
+    a.stop(signal.SIGTERM)
+    stopped = time.monotonic() - start
+    took = wait_leader(kube_api, namespace, "replica-b", 30)
+    report(f"\nleader stopped (SIGTERM) in {stopped:.1f}s; replica-b took the released Lease {took:.1f}s later")
+    assert "released" in a.log()
+    assert took < 10  # the released Lease is taken at the standby's next read, not after 15 s
