@@ -57,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="MLflow address for links in status (default: --mlflow-url)")  # fmt: skip
     p.add_argument("--prometheus-url", default=os.environ.get("SLIPWAY_PROMETHEUS_URL"),
                    help="default Prometheus for canary analysis")  # fmt: skip
+    p.add_argument("--require-model-allowlist", action="store_true",
+                   default=os.environ.get("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "").lower() in ("1", "true", "yes"),
+                   help="multi-tenant mode: a namespace may use only the MLflow models its slipway.dev/allowed-models "
+                        "annotation lists (comma-separated globs, set by cluster admins); none without it")  # fmt: skip
     p.add_argument("--allowed-prometheus-urls", type=_url_list,
                    default=os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS", ""),
                    help="comma-separated Prometheus addresses a spec may name in "
@@ -91,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         mlflow_public_url=args.mlflow_public_url,
         prometheus_url=args.prometheus_url,
         allowed_prometheus_urls=args.allowed_prometheus_urls,
+        require_model_allowlist=args.require_model_allowlist,
         metrics_port=args.metrics_port,
         leader_election_namespace=args.leader_election_namespace,
         lease_duration_seconds=args.lease_duration,

@@ -53,6 +53,11 @@ class OperatorConfig:
     allowed_prometheus_urls: tuple[str, ...] = field(
         default_factory=lambda: parse_url_list(os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS"))
     )
+    # Multi-tenant mode: a namespace without the slipway.dev/allowed-models annotation may use no
+    # MLflow model (see slipway.tenancy).
+    require_model_allowlist: bool = field(
+        default_factory=lambda: os.environ.get("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "").lower() in ("1", "true", "yes")
+    )
     # The image of Slipway's own workloads (quantize, validate) when a spec names none.
     workload_image: str = field(
         default_factory=lambda: os.environ.get("SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0")

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import kopf
 from pydantic import BaseModel, ValidationError
 
-from slipway import children, kube, metrics
+from slipway import children, kube, metrics, tenancy
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key
 from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
@@ -22,6 +22,7 @@ from slipway.status.writer import Event, next_status
 
 M = TypeVar("M", bound=BaseModel)
 Step = Callable[["Context", M], "float | None"]
+Models = Callable[[M], list[str]]
 MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
 LEGACY_FINALIZER = "slipway.dev/finalizer"  # added by kopf timers in earlier Slipway versions
 
@@ -151,21 +152,33 @@ def drop_legacy_finalizer(ctx: Context) -> None:
         raise kopf.TemporaryError("removed the finalizer of an earlier Slipway version", delay=0)
 
 
-def run_pass(ctx: Context, spec_model: type[M], step: Step[M], *, needs_mlflow: bool = True) -> float | None:
+def run_pass(
+    ctx: Context, spec_model: type[M], step: Step[M], models: Models[M], *, needs_mlflow: bool = True
+) -> float | None:
     """The frame of every pass: timed and counted, the pass attempted, then its status and Events
-    written. Returns when to run the pass again (seconds), or None to wait for a change."""
+    written. Returns when to run the pass again (seconds), or None to wait for a change.
+    ``models`` names the MLflow models the spec uses (checked against the namespace's allow-list)."""
     with metrics.reconcile_timer(ctx.kind):
-        requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow)
+        requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
         flush(ctx)
     return requeue
 
 
-def attempt(ctx: Context, spec_model: type[M], step: Step[M], *, needs_mlflow: bool = True) -> float | None:
-    """Run ``step`` with the spec parsed (an invalid one is Stalled with the field named) and MLflow
-    required if asked; failures become conditions a user can read, and a retry delay."""
+def attempt(
+    ctx: Context, spec_model: type[M], step: Step[M], *, needs_mlflow: bool = True, models: Models[M] | None = None
+) -> float | None:
+    """Run ``step`` with the spec parsed (an invalid one is Stalled with the field named), its models
+    allowed in the namespace, and MLflow required if asked; failures become conditions a user can
+    read, and a retry delay."""
     try:
         drop_legacy_finalizer(ctx)
         spec = parse_spec(spec_model, ctx.body)
+        namespace = ctx.cache.get("namespaces", "", ctx.namespace) if models is not None else None
+        refused = tenancy.refusal(ctx.namespace, namespace, models(spec), ctx.config.require_model_allowlist) \
+            if models is not None else None  # fmt: skip
+        if refused:
+            ctx.write(stalled("ModelNotAllowed", refused))
+            return None
         if ctx.mlflow is None and needs_mlflow:
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
             return None

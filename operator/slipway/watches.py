@@ -18,6 +18,7 @@ from slipway.builders.common import MANAGED_BY
 from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
 from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
 from slipway.controller import Key, fingerprint, owner_keys
+from slipway.tenancy import ALLOWED_MODELS
 
 PLURALS = {
     "TrainingRun": "trainingruns",
@@ -33,13 +34,15 @@ CHILDREN: dict[str, tuple[str, str, str]] = {
     "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
 }
-INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods")
+INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces")
 
 
 def _keys(body: Mapping[str, Any], refs: Iterable[str | None] = ()) -> dict[tuple[str, ...], dict[str, Any]]:
     meta = body["metadata"]
     obj = dict(body)
     keys: dict[tuple[str, ...], dict[str, Any]] = {("name", meta["namespace"], meta["name"]): obj}
+    if meta.get("namespace") and body.get("apiVersion", "").startswith(f"{GROUP}/"):
+        keys[("ns", meta["namespace"])] = obj  # every Slipway object of a namespace
     for ref in meta.get("ownerReferences") or []:
         if ref.get("controller"):
             keys[("owner", ref["uid"])] = obj
@@ -100,6 +103,29 @@ def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, An
 async def serving_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     meta = body["metadata"]
     memo.scheduler.wake(("inferencedeployments", meta["namespace"], deployment_of_pod(meta)))
+
+
+@kopf.index("v1", "namespaces", id="namespaces")
+def namespaces(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Namespaces, for their slipway.dev/allowed-models annotation: ``("name", "", namespace)``."""
+    return {("name", "", body["metadata"]["name"]): dict(body)}
+
+
+@kopf.on.event("v1", "namespaces", id="wake-objects-of-namespace")
+async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A new model allow-list: every Slipway object of the namespace is checked again."""
+    name = body["metadata"]["name"]
+    allowed = ((body["metadata"].get("annotations") or {}).get(ALLOWED_MODELS),)
+    seen: dict[Key, tuple[Any, ...]] = memo.seen
+    key: Key = ("namespaces", "", name)
+    if seen.get(key) == allowed:
+        return
+    first = key not in seen
+    seen[key] = allowed
+    if not first:
+        for plural in PLURALS.values():
+            for obj in memo.cache.select(plural, "ns", name):
+                memo.scheduler.wake((plural, name, obj["metadata"]["name"]))
 
 
 @kopf.index(GROUP, VERSION, "trainingruns", id="trainingruns")

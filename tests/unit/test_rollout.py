@@ -162,8 +162,8 @@ def test_ready_canary_is_analysed_then_holds_its_step_until_the_interval():
     )
     assert (held.phase, held.status["currentStep"], held.weight) == ("Analyzing", 0, 33)
     later = NOW + timedelta(seconds=31)
-    moved = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=outcome("Passed", 0),
-                         now=later))  # fmt: skip
+    passed = outcome("Passed", 0)
+    moved = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=passed, now=later))
     assert moved.status["currentStep"] == 1
 
 
@@ -203,8 +203,8 @@ def test_a_canary_that_never_becomes_ready_rolls_back_after_the_deadline():
 def test_a_canary_pod_restart_long_after_the_step_began_is_not_a_rollback():
     s = spec(progressDeadlineSeconds=60)
     step_began = NOW - timedelta(minutes=10)  # the step is far older than the deadline
-    status = canary_status(0, step_began, progress=NOW - timedelta(seconds=5), canary={"revision": "rev2",
-                                                                                        "readyReplicas": 1})  # fmt: skip
+    recently = NOW - timedelta(seconds=5)
+    status = canary_status(0, step_began, progress=recently, canary={"revision": "rev2", "readyReplicas": 1})
     p = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=status))
     assert (p.phase, cond(p, "Ready").reason) == ("Progressing", "CanaryStarting")
 

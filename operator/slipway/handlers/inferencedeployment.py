@@ -49,7 +49,12 @@ def reconcile(ctx: Context, spec: InferenceDeploymentSpec) -> float | None:
     return Reconciler(ctx, spec, ctx.mlflow).run()
 
 
-PASS = (InferenceDeploymentStatus, lambda ctx: run_pass(ctx, InferenceDeploymentSpec, reconcile))
+def models(spec: InferenceDeploymentSpec) -> list[str]:
+    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
+    return [spec.model.name] if spec.model.name else []
+
+
+PASS = (InferenceDeploymentStatus, lambda ctx: run_pass(ctx, InferenceDeploymentSpec, reconcile, models))
 
 
 class Reconciler:

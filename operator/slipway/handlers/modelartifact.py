@@ -43,7 +43,12 @@ def reconcile(ctx: Context, spec: ModelArtifactSpec) -> float | None:
     return None  # its Jobs and its TrainingRun wake it
 
 
-PASS = (ModelArtifactStatus, lambda ctx: run_pass(ctx, ModelArtifactSpec, reconcile))
+def models(spec: ModelArtifactSpec) -> list[str]:
+    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
+    return [spec.model.name]
+
+
+PASS = (ModelArtifactStatus, lambda ctx: run_pass(ctx, ModelArtifactSpec, reconcile, models))
 
 
 class Lifecycle:

@@ -53,7 +53,12 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     return ctx.config.progress_poll_seconds if state.phase == "Running" else None
 
 
-PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile, needs_mlflow=False))
+def models(spec: TrainingRunSpec) -> list[str]:
+    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
+    return [spec.model.name]
+
+
+PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile, models, needs_mlflow=False))
 
 
 def _write(ctx: Context, state: TrainingState, **fields: Any) -> None:
