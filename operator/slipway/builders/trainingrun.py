@@ -5,16 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from slipway.builders.common import (
-    MANAGED_BY,
-    MAX_LABEL,
-    dns1035_name,
-    dns1123_name,
-    env_list,
-    label_value,
-    parent_name,
-    resource_requirements,
-)
+from slipway.builders import common
+from slipway.builders.common import MANAGED_BY, dns1035_name, dns1123_name, env_list, label_value, resource_requirements
 from slipway.models.trainingrun import TrainingRunSpec
 
 CHECKPOINT_MOUNT = "/checkpoints"
@@ -24,7 +16,7 @@ RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed
 RUN_NAME_ANNOTATION = "slipway.dev/trainingrun-name"  # on pods: the run's full name
 MAX_NODES = 1024  # spec.nodes' bound in the CRD
 # An Indexed Job's pods are named by the hostname <job>-<index>, a DNS-1123 label: room for the last index.
-MAX_JOB_NAME = MAX_LABEL - len(f"-{MAX_NODES - 1}")
+MAX_JOB_NAME = common.MAX_LABEL - len(f"-{MAX_NODES - 1}")
 CONTAINER = "trainer"
 
 
@@ -62,7 +54,7 @@ def labels(run: str) -> dict[str, str]:
 
 def run_of_pod(meta: dict[str, Any]) -> str:
     """The TrainingRun a training pod belongs to (see :func:`parent_name`)."""
-    return parent_name(meta, RUN_NAME_ANNOTATION, RUN_LABEL)
+    return common.parent_name(meta, RUN_NAME_ANNOTATION, RUN_LABEL)
 
 
 def checkpoint_pvc(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
