@@ -68,12 +68,17 @@ demo: install controlplane prometheus  ## the whole lifecycle on the local clust
 
 demo-down: cluster-down  ## stop the demo's cluster
 
-# A benchmark, run by hand (never by `make test` or CI): BENCH_SOURCE is the checkout measured.
+# Benchmarks, run by hand (never by `make test` or CI): BENCH_SOURCE is the checkout measured.
 .PHONY: bench
 BENCH_SOURCE ?= .
 BENCH_SECONDS ?= 120
 bench: install controlplane prometheus  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
 	$(PY) bench/at_rest.py --source $(BENCH_SOURCE) --seconds $(BENCH_SECONDS)
+
+.PHONY: bench-rollback
+BENCH_TRIALS ?= 3
+bench-rollback: install controlplane prometheus  ## canary ready -> rollback -> stable, vs its floor (bench/rollback_latency.py)
+	$(PY) bench/rollback_latency.py --source $(BENCH_SOURCE) --trials $(BENCH_TRIALS)
 
 e2e-kind:  ## the lifecycle on kind (needs Docker, kind, kubectl; not available on Slipway's CI machine)
 	bash e2e/kind/run.sh

@@ -34,15 +34,8 @@ import contextlib
 import http.client
 import json
 import os
-import platform
 import random
-import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter, defaultdict, deque
@@ -53,37 +46,39 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-import yaml
+from harness import (
+    GROUP,
+    IMAGE,
+    ROOT,
+    VERSION,
+    Operator,
+    create_namespace,
+    describe,
+    git,
+    install_crds,
+    is_ready,
+    local_cluster,
+    log,
+    log_findings,
+    machine,
+    operator_env,
+    source_of,
+)
 from kubernetes.client.exceptions import ApiException
 
 from localkube.audit import AuditRecord, audited_kubeconfig, requests_by, summarize
 from localkube.bootstrap import apply_gateway_api_crds
-from localkube.cluster import ClusterConfig, down, up
 from localkube.kube import Kube
 from localkube.state import ClusterInfo
-from localkube.wait import wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
-GROUP, VERSION = "slipway.dev", "v1alpha1"
 USER = "slipway-bench"
 NAMESPACE = "bench"
 MODEL = "digits"
-IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"
 SLIPWAY_KINDS = {"trainingruns": "TrainingRun", "modelartifacts": "ModelArtifact",
                  "inferencedeployments": "InferenceDeployment"}  # fmt: skip
 KIND_ORDER = ["TrainingRun", "ModelArtifact", "InferenceDeployment"]
 COLLECTIONS = "(collections)"
 UNATTRIBUTED = "(unattributed)"
-
-
-def log(text: str) -> None:
-    print(f"[{datetime.now():%H:%M:%S}] {text}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --------------------------------------------------------------------------- counting reverse proxy
@@ -342,126 +337,6 @@ def custom_path(kind: str, name: str | None = None) -> str:
     return f"{path}/{name}" if name else path
 
 
-def install_crds(kube: Kube, crds: Path) -> list[str]:
-    """Create or replace the CRDs of ``crds/slipway.dev_*.yaml``; wait until they are Established."""
-    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    names = []
-    for path in sorted(crds.glob("slipway.dev_*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        current = kube.get_or_none(f"{base}/{name}")
-        if current is None:
-            kube.create(base, body)
-        else:
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            kube.request("PUT", f"{base}/{name}", body)
-        names.append(name)
-    if not names:
-        raise FileNotFoundError(f"no slipway.dev_*.yaml in {crds}")
-
-    def established() -> bool:
-        for name in names:
-            conditions = {
-                c["type"]: c["status"] for c in kube.get(f"{base}/{name}").get("status", {}).get("conditions", [])
-            }
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_for(established, 60, "the Slipway CRDs to be established")
-
-    def served() -> bool:  # Established comes before the storage answers ("storage is (re)initializing")
-        return all(kube.get(custom_path(kind)) is not None for kind in KIND_ORDER)
-
-    wait_for(served, 60, "the Slipway kinds to be listable")
-    return names
-
-
-def is_ready(obj: dict[str, Any]) -> bool:
-    status = obj.get("status") or {}
-    ready: dict[str, Any] = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
-    return ready.get("status") == "True" and status.get("observedGeneration") == obj["metadata"].get("generation")
-
-
-def describe(obj: dict[str, Any] | None) -> str:
-    if obj is None:
-        return "absent"
-    status = obj.get("status") or {}
-    conds = ", ".join(f"{c['type']}={c['status']}/{c.get('reason', '')}" for c in status.get("conditions") or [])
-    return f"phase {status.get('phase')}; {conds or 'no conditions'}"
-
-
-# --------------------------------------------------------------------------- the operator under test
-
-
-class Operator:
-    """``python -m slipway`` of the checkout under test, as a subprocess in its own session."""
-
-    def __init__(self, source: Path, env: dict[str, str], namespace: str, log_path: Path) -> None:
-        self.source = source
-        self.env = env
-        self.namespace = namespace
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def check_import(self) -> str:
-        """Where the subprocess imports ``slipway`` from; must be ``DIR/operator/slipway``."""
-        out = subprocess.run(
-            [sys.executable, "-c", "import slipway; print(slipway.__file__)"],
-            env=self.env, cwd=self.log_path.parent, capture_output=True, text=True, check=True, timeout=60,
-        ).stdout.strip()  # fmt: skip
-        expected = (self.source / "operator" / "slipway").resolve()
-        if Path(out).resolve().parent != expected:
-            raise RuntimeError(f"the operator would import slipway from {out}, not from {expected}")
-        return out
-
-    def start(self) -> None:
-        liveness = f"http://127.0.0.1:{free_port()}/healthz"
-        cmd = [sys.executable, "-m", "slipway", "--standalone", "-n", self.namespace, "--liveness", liveness]
-        with self.log_path.open("wb") as out:
-            self.proc = subprocess.Popen(
-                cmd, env=self.env, cwd=self.log_path.parent, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-
-def operator_env(source: Path, kubeconfig: Path, mlflow: str, prometheus: str, extra: dict[str, str]) -> dict[str, str]:
-    """The environment of the operator: this one without any SLIPWAY_* or PYTHONPATH, then the bench's own."""
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("SLIPWAY_") and k not in ("PYTHONPATH", "KUBECONFIG")
-    }
-    env.update(
-        PYTHONPATH=str(source / "operator"),
-        PYTHONUNBUFFERED="1",
-        KUBECONFIG=str(kubeconfig),
-        SLIPWAY_MLFLOW_URL=mlflow,
-        SLIPWAY_PROMETHEUS_URL=prometheus,
-        SLIPWAY_METRICS_PORT=str(free_port()),
-        SLIPWAY_METRICS_ADDRESS="127.0.0.1",
-    )
-    env.update(extra)
-    return env
-
-
 # --------------------------------------------------------------------------- attribution and tables
 
 
@@ -666,47 +541,7 @@ def render_table(result: dict[str, Any], seconds: float) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------- operator log
-
-
-LEVEL = re.compile(r"\[\s*(ERROR|WARNING|CRITICAL)\s*\]|\b(ERROR|WARNING|CRITICAL)\b")
-TIMESTAMP = re.compile(r"^\[?\d{4}-\d\d-\d\d[ T][\d:.,]+\]?\s*")
-
-
-def log_findings(path: Path, limit: int = 15) -> dict[str, Any]:
-    """Warnings, errors and tracebacks in the operator's log, grouped by message (timestamps removed)."""
-    text = path.read_text(errors="replace") if path.exists() else ""
-    messages: Counter[str] = Counter()
-    for line in text.splitlines():
-        if LEVEL.search(line) or line.startswith("Traceback"):
-            messages[TIMESTAMP.sub("", line)[:300]] += 1
-    return {
-        "lines": sum(messages.values()),
-        "tracebacks": text.count("Traceback (most recent call last)"),
-        "top": [{"count": n, "message": m} for m, n in messages.most_common(limit)],
-    }
-
-
 # --------------------------------------------------------------------------- the run
-
-
-def git(source: Path, *args: str) -> str:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(source), *args], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-
-
-def machine() -> dict[str, Any]:
-    mem = next(
-        (line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), "0"
-    )
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())  # fmt: skip
-    return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(int(mem) / 1024 / 1024, 1),
-            "kernel": platform.release(), "python": platform.python_version()}  # fmt: skip
 
 
 def settle(info: ClusterInfo, quiet_seconds: float, max_seconds: float) -> dict[str, Any]:
@@ -745,16 +580,13 @@ def wait_ready(kube: Kube, operator: Operator, timeout: float) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    source = args.source.resolve()
-    if not (source / "operator" / "slipway" / "__init__.py").exists():
-        raise SystemExit(f"{source}/operator/slipway is not the slipway package")
+    source = source_of(args.source)
     commit = git(source, "rev-parse", "HEAD")
     label = args.label or (commit[:7] if commit else source.name)
     out = (args.out or ROOT / "bench" / "out" / f"at-rest-{datetime.now():%Y%m%d-%H%M%S}-{label}").resolve()
     out.mkdir(parents=True, exist_ok=True)
     extra_env = dict(item.split("=", 1) for item in args.env)
-    directory = Path(tempfile.mkdtemp(prefix="slipway-bench-", dir="/tmp"))
-    log(f"source {source} ({label}), output {out}, cluster in {directory}")
+    log(f"source {source} ({label}), output {out}")
     result: dict[str, Any] = {
         "benchmark": "at_rest",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -769,77 +601,77 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     proxies: list[CountingProxy] = []
     operator: Operator | None = None
     try:
-        t0 = time.monotonic()
-        info = up(ClusterConfig(directory=directory))
-        log(f"cluster ready in {time.monotonic() - t0:.1f}s: {info.apiserver_url}")
-        if not (info.mlflow_url and info.prometheus_url):
-            raise SystemExit("the cluster has no MLflow or no Prometheus")
-        admin = Kube(info.kubeconfig)
-        install_crds(admin, source / "crds")
-        apply_gateway_api_crds(admin)
-        admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        wait_for(lambda: admin.get_or_none(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default"), 60,
-                 "the namespace's default service account")  # fmt: skip
+        with local_cluster(args.keep_cluster_dir) as info:
+            try:
+                admin = Kube(info.kubeconfig)
+                install_crds(admin, source / "crds")
+                apply_gateway_api_crds(admin)
+                create_namespace(admin, NAMESPACE)
 
-        mlflow = CountingProxy("mlflow", info.mlflow_url).start()
-        prometheus = CountingProxy("prometheus", info.prometheus_url).start()
-        proxies += [mlflow, prometheus]
-        kubeconfig = audited_kubeconfig(info, USER)
-        env = operator_env(source, kubeconfig, mlflow.url, prometheus.url, extra_env)
-        operator = Operator(source, env, NAMESPACE, out / "operator.log")
-        result["slipway_imported_from"] = operator.check_import()
-        log(f"the operator imports {result['slipway_imported_from']}")
-        result["operator_env"] = {k: v for k, v in env.items() if k.startswith("SLIPWAY_") or k in ("PYTHONPATH",)}
-        operator.start()
-        for proxy in proxies:
-            proxy.operator_pid = operator.pid
+                mlflow = CountingProxy("mlflow", info.mlflow_url).start()
+                prometheus = CountingProxy("prometheus", info.prometheus_url).start()
+                proxies += [mlflow, prometheus]
+                kubeconfig = audited_kubeconfig(info, USER)
+                env = operator_env(source, kubeconfig, mlflow.url, prometheus.url, extra_env)
+                operator = Operator(source, env, NAMESPACE, out / "operator.log")
+                result["slipway_imported_from"] = operator.check_import()
+                log(f"the operator imports {result['slipway_imported_from']}")
+                result["operator_env"] = {
+                    k: v for k, v in env.items() if k.startswith("SLIPWAY_") or k in ("PYTHONPATH",)
+                }
+                operator.start()
+                for proxy in proxies:
+                    proxy.operator_pid = operator.pid
 
-        admin.create(custom_path("TrainingRun"), training_run())
-        result["serving_port"] = port = random.randint(20000, 29999)
-        for body in deployments(port):
-            admin.create(custom_path("InferenceDeployment"), body)
-        result["ready_seconds"] = round(wait_ready(admin, operator, args.ready_timeout), 1)
-        log(f"all {len(OBJECTS)} objects Ready after {result['ready_seconds']} s")
+                admin.create(custom_path("TrainingRun"), training_run())
+                result["serving_port"] = port = random.randint(20000, 29999)
+                for body in deployments(port):
+                    admin.create(custom_path("InferenceDeployment"), body)
+                result["ready_seconds"] = round(wait_ready(admin, operator, args.ready_timeout), 1)
+                log(f"all {len(OBJECTS)} objects Ready after {result['ready_seconds']} s")
 
-        result["settle"] = settle(info, args.quiet_seconds, args.settle_max_seconds)
-        log(f"settle: {result['settle']}; counting for {args.seconds:.0f} s")
-        result["load_average_before"] = os.getloadavg()
-        start = datetime.now(UTC)
-        end = start + timedelta(seconds=args.seconds)
-        while datetime.now(UTC) < end + timedelta(seconds=1):  # and a second for the last events to land
-            if not operator.alive():
-                raise SystemExit(f"the operator exited during the window: see {operator.log_path}")
-            time.sleep(1)
-        result["load_average_after"] = os.getloadavg()
-        records = requests_by(info, USER, start, end)
-        objects = {(k, n): admin.get(custom_path(k, n)) for k, n in OBJECTS}
-        still_ready = {f"{k}/{n}": is_ready(o) for (k, n), o in objects.items()}
-        attribution = Attribution(admin, objects)
-        result["window"] = {"start": start.isoformat(), "end": end.isoformat()}
-        result["still_ready_after"] = still_ready
-        result.update(
-            build_result(records, mlflow.calls(start, end), prometheus.calls(start, end), attribution, args.seconds)
-        )
-        for service, proxy in (("mlflow", mlflow), ("prometheus", prometheus)):
-            everything = proxy.calls(datetime.min.replace(tzinfo=UTC), datetime.now(UTC))
-            result[f"{service}_calls_whole_run_by_origin"] = dict(Counter(c.origin for c in everything))
-            calls = proxy.calls(start, end)[:2000]
-            result[f"{service}_calls"] = [asdict(c) | {"time": c.time.isoformat()} for c in calls]
-        result["api_requests"] = [
-            {"time": r.time.isoformat(), "key": r.key, "name": r.name, "code": r.code, "object": attribution.api(r)}
-            for r in records[:5000]
-        ]
+                result["settle"] = settle(info, args.quiet_seconds, args.settle_max_seconds)
+                log(f"settle: {result['settle']}; counting for {args.seconds:.0f} s")
+                result["load_average_before"] = os.getloadavg()
+                start = datetime.now(UTC)
+                end = start + timedelta(seconds=args.seconds)
+                while datetime.now(UTC) < end + timedelta(seconds=1):  # and a second for the last events to land
+                    if not operator.alive():
+                        raise SystemExit(f"the operator exited during the window: see {operator.log_path}")
+                    time.sleep(1)
+                result["load_average_after"] = os.getloadavg()
+                records = requests_by(info, USER, start, end)
+                objects = {(k, n): admin.get(custom_path(k, n)) for k, n in OBJECTS}
+                still_ready = {f"{k}/{n}": is_ready(o) for (k, n), o in objects.items()}
+                attribution = Attribution(admin, objects)
+                result["window"] = {"start": start.isoformat(), "end": end.isoformat()}
+                result["still_ready_after"] = still_ready
+                result.update(
+                    build_result(
+                        records, mlflow.calls(start, end), prometheus.calls(start, end), attribution, args.seconds
+                    )
+                )
+                for service, proxy in (("mlflow", mlflow), ("prometheus", prometheus)):
+                    everything = proxy.calls(datetime.min.replace(tzinfo=UTC), datetime.now(UTC))
+                    result[f"{service}_calls_whole_run_by_origin"] = dict(Counter(c.origin for c in everything))
+                    calls = proxy.calls(start, end)[:2000]
+                    result[f"{service}_calls"] = [asdict(c) | {"time": c.time.isoformat()} for c in calls]
+                result["api_requests"] = [
+                    {
+                        "time": r.time.isoformat(),
+                        "key": r.key,
+                        "name": r.name,
+                        "code": r.code,
+                        "object": attribution.api(r),
+                    }
+                    for r in records[:5000]
+                ]
+            finally:
+                if operator is not None:
+                    operator.stop()
+                for proxy in proxies:
+                    proxy.stop()
     finally:
-        if operator is not None:
-            operator.stop()
-        for proxy in proxies:
-            proxy.stop()
-        log("stopping the cluster")
-        down(directory)
-        if args.keep_cluster_dir:
-            log(f"cluster directory kept: {directory}")
-        else:
-            shutil.rmtree(directory, ignore_errors=True)
         if operator is not None:
             result["operator_log"] = log_findings(operator.log_path)
         (out / "result.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
