@@ -7,7 +7,7 @@ import socket
 import urllib.parse
 from dataclasses import dataclass, field
 
-from slipway.redact import redact_url
+from slipway.redact import redact_url, without_credentials
 
 
 def _env_int(name: str, default: int) -> int:
@@ -58,6 +58,11 @@ class OperatorConfig:
     require_model_allowlist: bool = field(
         default_factory=lambda: os.environ.get("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "").lower() in ("1", "true", "yes")
     )
+    # Workload pods read MLflow credentials from this Secret of their namespace, if it exists; the
+    # MLflow address they get carries none (see slipway.redact.without_credentials).
+    mlflow_credentials_secret: str = field(
+        default_factory=lambda: os.environ.get("SLIPWAY_MLFLOW_CREDENTIALS_SECRET", "slipway-mlflow-credentials")
+    )
     # The image of Slipway's own workloads (quantize, validate) when a spec names none.
     workload_image: str = field(
         default_factory=lambda: os.environ.get("SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0")
@@ -83,6 +88,11 @@ class OperatorConfig:
     lease_retry_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_RETRY_SECONDS", 2.0))
     # Liveness (/healthz) fails while a reconciliation pass has run longer than this: a stuck thread.
     stuck_pass_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_STUCK_PASS_SECONDS", 300.0))
+
+    @property
+    def pod_mlflow_url(self) -> str | None:
+        """The MLflow address pods get: the operator's, without credentials."""
+        return without_credentials(self.mlflow_url) if self.mlflow_url else None
 
     def __post_init__(self) -> None:
         own = (self.prometheus_url,) if self.prometheus_url else ()

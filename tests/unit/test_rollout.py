@@ -179,6 +179,7 @@ def test_failed_analyses_beyond_the_limit_roll_back_on_record_first():
     assert (record["reason"], record["metric"], record["value"], record["revision"]) == ("AnalysisFailed", "errorRate",
                                                                                           0.31, "rev2")  # fmt: skip
     assert p.registry[0]["action"] == "SetTag" and p.registry[0]["key"] == ROLLBACK_TAG
+    assert p.status["analysis"][0]["result"] == "Failed"  # the deciding analysis is on record too
     assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message
 
 

@@ -93,3 +93,14 @@ def resource_requirements(resources: Resources) -> dict[str, Any]:
     if requests:
         out["requests"] = requests
     return out
+
+
+def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
+    """``manifest`` (a Job or Deployment) whose containers read MLflow credentials from the Secret
+    ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
+    MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values."""
+    if not secret:
+        return manifest
+    for container in manifest["spec"]["template"]["spec"]["containers"]:
+        container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
+    return manifest

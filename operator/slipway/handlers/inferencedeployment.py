@@ -14,6 +14,7 @@ from typing import Any
 
 from slipway import analysis, kube, metrics
 from slipway.builders import inferencedeployment as build
+from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
@@ -138,7 +139,7 @@ class Reconciler:
         if found is None:
             return None, problem
         self.model_name = found.model
-        mlflow_url = self.ctx.config.mlflow_url
+        mlflow_url = self.ctx.config.pod_mlflow_url
         return with_revision(found, build.revision(self.spec, found.version, found.uri, mlflow_url, found.model)), None
 
     def alias_target(self, model: str, alias: str) -> Desired | None:
@@ -221,7 +222,8 @@ class Reconciler:
         """The track's Deployment serving ``desired``; the stable's replica count is the HPA's, and a
         stable that changes revision keeps what it served before (to revert a failed promotion)."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
-                                self.ctx.config.mlflow_url, replicas, desired.model)  # fmt: skip
+                                self.ctx.config.pod_mlflow_url, replicas, desired.model)  # fmt: skip
+        body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
         labels = (current or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
         if current is not None and labels.get(build.REVISION_LABEL) != desired.revision:
             body = build.with_previous(body, current)

@@ -13,10 +13,12 @@ from typing import Any
 
 from slipway import metrics
 from slipway.builders import modelartifact as build
+from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
 from slipway.models import ModelArtifactSpec
 from slipway.models.modelartifact import ModelArtifactStatus
 from slipway.reconcile import Context, run_pass
+from slipway.redact import without_credentials
 from slipway.status import modelartifact as states
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
 
@@ -123,21 +125,16 @@ class Lifecycle:
         )
         settings = self.spec.quantization if step == "quantize" else self.spec.validation
         config = self.ctx.config
-        env = {"MLFLOW_TRACKING_URI": config.mlflow_url or self.mlflow.tracking_uri, "MLFLOW_RUN_ID": run.run_id,
+        tracking = config.pod_mlflow_url or without_credentials(self.mlflow.tracking_uri)
+        env = {"MLFLOW_TRACKING_URI": tracking, "MLFLOW_RUN_ID": run.run_id,
                "SLIPWAY_MODELARTIFACT": self.ctx.name, **env}  # fmt: skip
-        job = self.ctx.child("jobs", build.job_name(self.ctx.name, step)) or self.ctx.ensure(
-            "jobs",
-            build.step_job(
-                self.ctx.name,
-                self.ctx.namespace,
-                step,
-                image=getattr(settings, "image", None) or config.workload_image,
-                command=getattr(settings, "command", None),
-                args=getattr(settings, "args", None),
-                env=env,
-                extra_env=getattr(settings, "env", None),
-            ),  # fmt: skip
-        )
+        job = self.ctx.child("jobs", build.job_name(self.ctx.name, step))
+        if job is None:
+            desired = build.step_job(self.ctx.name, self.ctx.namespace, step,
+                                     image=getattr(settings, "image", None) or config.workload_image,
+                                     command=getattr(settings, "command", None), args=getattr(settings, "args", None),
+                                     env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
+            job = self.ctx.ensure("jobs", with_credentials(desired, config.mlflow_credentials_secret))
         state = states.job_state(step, job, waiting)
         if state is not None:
             raise Waiting(state)

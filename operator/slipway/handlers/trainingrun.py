@@ -7,10 +7,12 @@ from typing import Any
 
 from slipway import API_VERSION, kube, sizing
 from slipway.builders import trainingrun as build
+from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, Run
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
+from slipway.redact import without_credentials
 from slipway.status import jobs
 from slipway.status.conditions import stalled
 from slipway.status.trainingrun import TrainingState, finished, progress_from_run, suspend_patch, training_state
@@ -36,8 +38,10 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if job is None and ctx.status.get("completionTime"):
         return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
     if job is None:
-        link = build.MlflowLink(ctx.config.mlflow_url or ctx.mlflow.tracking_uri, run.run_id, run.experiment_id)
-        job = ctx.ensure("jobs", build.job(ctx.name, ctx.namespace, spec, link))
+        uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
+        link = build.MlflowLink(uri, run.run_id, run.experiment_id)
+        job = ctx.ensure("jobs", with_credentials(build.job(ctx.name, ctx.namespace, spec, link),
+                                                  ctx.config.mlflow_credentials_secret))  # fmt: skip
     elif (patch := suspend_patch(spec, job)) is not None:
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
     artifact_name = _artifact(ctx, spec, job)

@@ -415,7 +415,7 @@ class Canary:
                 if verdict == "Failed":
                     self.failed += 1
                     if self.failed > analysis.failure_limit:
-                        return self.rollback("AnalysisFailed", result.reason, result.metric, result.value)
+                        return self.rollback("AnalysisFailed", result.reason, result.metric, result.value, **changes)
         if verdict == "Inconclusive":
             message = (
                 f"holding {step_text}: analysis inconclusive ({self.inconclusive_reason()}); never promoting blind"
@@ -457,12 +457,14 @@ class Canary:
         return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
                      status=self.status(previousStable=previous, **changes))  # fmt: skip
 
-    def rollback(self, reason: str, message: str, metric: str | None = None, value: float | None = None) -> Plan:
+    def rollback(
+        self, reason: str, message: str, metric: str | None = None, value: float | None = None, **changes: Any
+    ) -> Plan:
         record = _rollback_record(self.desired, reason, self.now, metric, value)
         text = f"rolled back {_name(self.desired)}: {message}; stable keeps serving {_name_of(self.stable)}"
         return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
                      rollout=self.desired, registry=[_rollback_tag(self.desired, record)], durable=True,
-                     status=self.status(lastRollback=record))  # fmt: skip
+                     status=self.status(lastRollback=record, **changes))  # fmt: skip
 
 
 class Promotion:

@@ -231,6 +231,10 @@ class ServingMetrics:
         self.requests = Counter(
             "slipway_requests", "Predict requests by HTTP status code.", ["code"], registry=self.registry
         )
+        # Every series from the first scrape on, at 0: an error ratio taken between a pod's first
+        # 5xx and its first 2xx would otherwise read 5xx / 5xx = 1.
+        for code in ("200", "400", "500", "503"):
+            self.requests.labels(code)
         self.duration = Histogram(
             "slipway_request_duration_seconds",
             "Predict request duration.",
