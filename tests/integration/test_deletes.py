@@ -39,7 +39,7 @@ def gone(read) -> bool:  # type: ignore[no-untyped-def]
     return False
 
 
-def test_a_namespace_deletes_with_the_operator_away(kube_api, cluster, operator, namespace):
+def test_a_run_deletes_with_the_operator_away_and_its_children_go_with_it(kube_api, operator, namespace):
     op = operator()
     apply_object(kube_api, namespace, training_run("r1"))
     wait_status(kube_api, namespace, "TrainingRun", "r1", lambda o: (o.get("status") or {}).get("phase") == "Running",
@@ -47,10 +47,12 @@ def test_a_namespace_deletes_with_the_operator_away(kube_api, cluster, operator,
     run = get_object(kube_api, namespace, "TrainingRun", "r1")
     assert not run["metadata"].get("finalizers"), "Slipway's objects carry no finalizer"
     op.stop()  # the operator is away: an upgrade, an outage, scaled to 0
-    client.CoreV1Api(kube_api).delete_namespace(namespace)
-    # The namespace controller deletes the run and nothing holds it: no operator needed. (The
-    # namespace itself then waits for its pods, which the local node agent's termination decides.)
-    wait_for(lambda: gone(lambda: get_object(kube_api, namespace, "TrainingRun", "r1")), 60, "the run deleted")
+    custom = client.CustomObjectsApi(kube_api)
+    custom.delete_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "trainingruns", "r1")
+    wait_for(lambda: gone(lambda: get_object(kube_api, namespace, "TrainingRun", "r1")), 30, "the run deleted")
+    batch = client.BatchV1Api(kube_api)
+    wait_for(lambda: gone(lambda: batch.read_namespaced_job("r1-train", namespace)), 60,
+             "its Job deleted with it (ownerReferences, no operator)")  # fmt: skip
 
 
 def test_the_finalizer_of_an_earlier_version_is_removed(kube_api, operator, namespace):
