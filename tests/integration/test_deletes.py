@@ -67,11 +67,4 @@ def test_the_finalizer_of_an_earlier_version_is_removed(kube_api, operator, name
     custom = client.CustomObjectsApi(kube_api)
     custom.delete_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "trainingruns", "old")
     wait_for(lambda: gone(lambda: get_object(kube_api, namespace, "TrainingRun", "old")), 60, "the run deleted")
-    batch = client.BatchV1Api(kube_api)
-
-    def jobs_left() -> list[str]:
-        return [
-            j.metadata.name for j in batch.list_namespaced_job(namespace).items if not j.metadata.deletion_timestamp
-        ]
-
-    wait_for(lambda: not jobs_left(), 60, "its Job deleted with it (ownerReferences)")
+    wait_for(lambda: not jobs_left(kube_api, namespace), 60, "its Job deleted with it (ownerReferences)")
