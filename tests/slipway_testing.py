@@ -178,6 +178,7 @@ class TcpRelay:
         self.port = free_port()
         self._server: socket.socket | None = None
         self._threads: list[Any] = []
+        self._open: set[socket.socket] = set()  # relayed connections, cut too when the relay stops
 
     @property
     def url(self) -> str:
@@ -209,6 +210,7 @@ class TcpRelay:
                 except OSError:
                     return
                 upstream = socket.create_connection(self.target)
+                self._open.update((conn, upstream))
                 for a, b in ((conn, upstream), (upstream, conn)):
                     threading.Thread(target=pipe, args=(a, b), daemon=True).start()
 
@@ -217,12 +219,18 @@ class TcpRelay:
         self._threads.append(thread)
 
     def stop(self) -> None:
-        """Stop listening: new connections are refused (shutdown wakes the blocked accept)."""
+        """An outage: new connections are refused (shutdown wakes the blocked accept) and the open
+        ones are cut, so a client's kept-alive connection does not outlive it."""
         if self._server is not None:
             with contextlib.suppress(OSError):
                 self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
             self._server = None
+        for sock in list(self._open):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._open.clear()
 
 
 def report(text: str) -> None:
