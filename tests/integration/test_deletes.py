@@ -59,6 +59,17 @@ def test_a_run_deletes_with_the_operator_away_and_its_children_go_with_it(kube_a
     wait_for(lambda: not jobs_left(kube_api, namespace), 60, "its Job deleted with it (ownerReferences, no operator)")
 
 
+def test_a_namespace_deletes_with_the_operator_away(kube_api, operator, namespace):
+    op = operator()
+    apply_object(kube_api, namespace, training_run("r2"))
+    wait_status(kube_api, namespace, "TrainingRun", "r2", lambda o: (o.get("status") or {}).get("phase") == "Running",
+                120, "running")  # fmt: skip
+    op.stop()
+    core = client.CoreV1Api(kube_api)
+    core.delete_namespace(namespace)
+    wait_for(lambda: gone(lambda: core.read_namespace(namespace)), 120, f"namespace {namespace} deleted")
+
+
 def test_the_finalizer_of_an_earlier_version_is_removed(kube_api, operator, namespace):
     apply_object(kube_api, namespace, training_run("old", finalizers=[LEGACY]))
     operator()

@@ -423,7 +423,13 @@ class PodWorker(threading.Thread):
                 if remaining <= 0:
                     break
                 self.sleep(min(0.5, remaining))
-            self.container.stop(0)
+            code = self.container.stop(0)
+            # As the kubelet does on a graceful deletion: a terminal phase before the final delete, so
+            # that finalizers waiting for one (the Job controller's job-tracking) let the pod go.
+            self.status.container.terminated(code, "Completed" if code == 0 else "Error")
+            self.status.container.ready = False
+            self.status.phase = "Succeeded" if code == 0 else "Failed"
+            self.publish()
         self._release()
         if self.shutting_down or self.gone:
             return
