@@ -62,6 +62,7 @@ from harness import (
     log_findings,
     machine,
     operator_env,
+    print_log_findings,
     source_of,
 )
 from kubernetes.client.exceptions import ApiException
@@ -679,11 +680,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     header = (f"{label} ({result['commit_subject']})" if commit else label) + f", {result['date']}"
     (out / "table.md").write_text(f"{header}\n\n{table}\n")
     print(f"\n{header}\n\n{table}\n")
-    findings = result.get("operator_log", {})
-    print(f"operator log: {findings.get('lines', 0)} warning/error lines, {findings.get('tracebacks', 0)} tracebacks "
-          f"({out / 'operator.log'})")  # fmt: skip
-    for item in findings.get("top", [])[:8]:
-        print(f"  {item['count']:>4} x {item['message'][:200]}")
+    print_log_findings(result.get("operator_log", {}), out / "operator.log")
     print(f"written: {out / 'result.json'}, {out / 'table.md'}")
     return result
 

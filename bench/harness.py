@@ -247,3 +247,11 @@ def source_of(path: Path) -> Path:
     if not (source / "operator" / "slipway" / "__init__.py").exists():
         raise SystemExit(f"{source}/operator/slipway is not the slipway package")
     return source
+
+
+def print_log_findings(findings: dict[str, Any], log_path: Path) -> None:
+    """The operator log's warnings, errors and tracebacks, as a bench prints them."""
+    print(f"operator log: {findings.get('lines', 0)} warning/error lines, {findings.get('tracebacks', 0)} tracebacks "
+          f"({log_path})")  # fmt: skip
+    for item in findings.get("top", [])[:8]:
+        print(f"  {item['count']:>4} x {item['message'][:200]}")

@@ -64,6 +64,7 @@ from harness import (
     log_findings,
     machine,
     operator_env,
+    print_log_findings,
     source_of,
 )
 
@@ -713,11 +714,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"\n{header}\n\n{table}\n\n{trials}\n")
     if result.get("cut"):
         print(f"cut for time: {', '.join(result['cut'])}")
-    findings = result.get("operator_log", {})
-    print(f"operator log: {findings.get('lines', 0)} warning/error lines, {findings.get('tracebacks', 0)} tracebacks "
-          f"({out / 'operator.log'})")  # fmt: skip
-    for item in findings.get("top", [])[:8]:
-        print(f"  {item['count']:>4} x {item['message'][:200]}")
+    print_log_findings(result.get("operator_log", {}), out / "operator.log")
     print(f"written: {out / 'result.json'}, {out / 'table.md'}; {result['wall_seconds']:.0f} s in all")
     return result
 
