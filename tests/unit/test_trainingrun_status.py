@@ -107,13 +107,14 @@ def test_suspended_by_spec_vs_queued_by_kueue():
     assert cond(state, "Ready").reason == "Queued"
 
 
+def running_run(metrics: dict[str, Metric], tags: dict[str, str]) -> Run:
+    return Run(
+        run_id="r", experiment_id="1", run_name="", status="RUNNING", artifact_uri="", metrics=metrics, tags=tags
+    )
+
+
 def test_progress_and_checkpoint_from_mlflow_run():
-    run = Run(
-        run_id="r",
-        experiment_id="1",
-        run_name="",
-        status="RUNNING",
-        artifact_uri="",
+    run = running_run(
         metrics={
             "step": Metric("step", 7, 7),
             "totalSteps": Metric("totalSteps", 30, 0),
@@ -160,12 +161,7 @@ def test_finished_only_at_the_current_generation() -> None:
 
 
 def test_values_training_code_writes_badly_never_break_the_progress():
-    run = Run(
-        run_id="r",
-        experiment_id="1",
-        run_name="",
-        status="RUNNING",
-        artifact_uri="",
+    run = running_run(
         metrics={"step": Metric("step", float("nan"), 3), "loss": Metric("loss", float("inf"), 3)},
         tags={"slipway.checkpoint.step": "12.0"},
     )
