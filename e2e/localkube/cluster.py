@@ -7,7 +7,6 @@ provisioner, Prometheus and MLflow, each a detached process logging to
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import httpx
 
 from localkube import audit, bootstrap, prometheus
 from localkube.kube import Kube, write_kubeconfig
+from localkube.mlflow_server import SERVER_ENV as MLFLOW_SERVER_ENV
 from localkube.mlflow_server import free_port, launch_mlflow, wait_healthy
 from localkube.nodeagent.node import NodeSpec
 from localkube.pki import CertificateAuthority, CertPair, service_account_keys
@@ -216,7 +216,7 @@ class Launcher:
             "--audit-log-maxbackup=1",
         ]
         # Pods live on 127.0.x.y: the build accepts loopback endpoints only with this (see build.sh).
-        env = dict(os.environ, LOCALKUBE_ALLOW_LOOPBACK_ENDPOINTS="true")
+        env = {"LOCALKUBE_ALLOW_LOOPBACK_ENDPOINTS": "true"}
         self.info.audit_log = audit_log  # recorded with the process
         proc = self._spawn("kube-apiserver", cmd, env=env)
         kubeconfig = self.info.kubeconfig
@@ -283,7 +283,7 @@ class Launcher:
                 f"--kubeconfig={kc}",
                 f"--volumes-dir={self.dir / 'volumes'}",
             ],
-            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+            env={"PYTHONUNBUFFERED": "1"},
         )
 
     def start_node_agents(self) -> None:
@@ -310,7 +310,7 @@ class Launcher:
                     f"--gpu-product={cfg.gpu_product}",
                     f"--restart-backoff={cfg.restart_backoff}",
                 ],
-                env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                env={"PYTHONUNBUFFERED": "1"},
             )
 
     def wait_nodes_ready(self, timeout: float = 90) -> None:
@@ -359,6 +359,7 @@ class Launcher:
         pid = self.mlflow.process.pid
         proc = Proc(name="mlflow", pid=pid, ticks=start_ticks(pid) or 0, log=str(self.dir / "mlflow" / "mlflow.log"))
         proc.cmd = [str(a) for a in self.mlflow.process.args]  # type: ignore[union-attr]
+        proc.env = dict(MLFLOW_SERVER_ENV)
         self.info.processes.append(proc)
         self.info.save()
 
@@ -418,22 +419,41 @@ def down(directory: Path) -> ClusterInfo | None:
     return info
 
 
-def restart(directory: Path, name: str) -> Proc:
-    """Stop the recorded process ``name`` (if alive) and start it again with the same command.
-
-    Meant for node agents and the provisioner (tests of crash recovery).
-    """
+def _recorded(directory: Path, name: str) -> tuple[ClusterInfo, int]:
     info = ClusterInfo.load(directory)
     if info is None:
         raise FileNotFoundError(f"no cluster recorded in {directory}")
-    index = next(i for i, p in enumerate(info.processes) if p.name == name)
+    names = [p.name for p in info.processes]
+    if name not in names:
+        raise KeyError(f"no process {name!r} in the cluster of {directory} (it has {', '.join(names)})")
+    return info, names.index(name)
+
+
+def stop_process(directory: Path, name: str) -> None:
+    """Stop one recorded process (SIGTERM, then SIGKILL): an outage of that component."""
+    info, index = _recorded(directory, name)
+    info.processes[index].stop()
+
+
+def start_process(directory: Path, name: str) -> Proc:
+    """Start a stopped process again with its recorded command and environment (same ports, same data)."""
+    info, index = _recorded(directory, name)
     old = info.processes[index]
-    old.stop()
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    new = spawn(name, old.cmd, Path(old.log), env=env, cwd=directory)
+    if old.alive():
+        raise RuntimeError(f"{name} (pid {old.pid}) is still running")
+    new = old.start_again(cwd=directory)
     info.processes[index] = new
     info.save()
     return new
+
+
+def restart(directory: Path, name: str) -> Proc:
+    """Stop the recorded process ``name`` (if alive) and start it again with the same command.
+
+    Meant for crash-recovery tests of any component: node agents, the provisioner, the API server.
+    """
+    stop_process(directory, name)
+    return start_process(directory, name)
 
 
 def process_report(directory: Path) -> str:

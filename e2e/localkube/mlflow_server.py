@@ -25,6 +25,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+# A lean server: no job runner (its extra worker processes are not needed).
+SERVER_ENV = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+
+
 @dataclass
 class MlflowServer:
     url: str
@@ -65,7 +69,7 @@ def launch_mlflow(
     ]  # fmt: skip
     if allowed_hosts:
         cmd += ["--allowed-hosts", allowed_hosts]
-    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+    env = dict(os.environ, **SERVER_ENV)
     log = open(workdir / "mlflow.log", "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     log.close()

@@ -37,6 +37,7 @@ class Proc:
     ticks: int
     log: str = ""
     cmd: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set on top of the launcher's environment
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,6 +45,10 @@ class Proc:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Proc:
         return cls(**d)
+
+    def start_again(self, cwd: Path | None = None) -> Proc:
+        """The same command with the same environment settings, its output appended to the same log."""
+        return spawn(self.name, self.cmd, Path(self.log), env=self.env, cwd=cwd)
 
     def alive(self) -> bool:
         _reap(self.pid)
@@ -87,7 +92,8 @@ def spawn(
     env: dict[str, str] | None = None,
     cwd: Path | None = None,
 ) -> Proc:
-    """Start ``cmd`` detached (new session, stdin from /dev/null, output appended to ``log``)."""
+    """Start ``cmd`` detached (new session, stdin from /dev/null, output appended to ``log``), with
+    ``env`` set on top of this process's environment (and recorded, so a restart keeps it)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
         popen = subprocess.Popen(
@@ -95,7 +101,7 @@ def spawn(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=env,
+            env={**os.environ, **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )
@@ -106,7 +112,7 @@ def spawn(
     # The Popen object is dropped: liveness is tracked through /proc, and
     # _reap() collects the exit status while we are still the parent.
     popen.returncode = 0  # silence "subprocess still running" warnings on garbage collection
-    return Proc(name=name, pid=popen.pid, ticks=ticks, log=str(log), cmd=list(cmd))
+    return Proc(name=name, pid=popen.pid, ticks=ticks, log=str(log), cmd=list(cmd), env=dict(env or {}))
 
 
 def group_rss_kib(pgid: int) -> int:

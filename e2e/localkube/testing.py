@@ -5,10 +5,15 @@ Everything waits on an observable condition with a deadline (``wait_for``).
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
+from localkube.procs import Proc
 from localkube.wait import wait_for
 
 PYTHON = "python"  # the node agent puts the project's .venv/bin first on PATH
@@ -95,3 +100,18 @@ def simple_pod(
             "containers": [{"name": "main", "image": image, "command": command, **container}],
         },
     }
+
+
+def kill_pod_process(directory: Path, namespace: str, pod: str, sig: signal.Signals = signal.SIGKILL) -> int:
+    """Signal the process group of a running pod's container, as a crash or the OOM killer would:
+    the node agent sees it exit and applies the pod's restart policy. Returns the pid signalled."""
+    for record in sorted(directory.glob("nodes/*/processes/*.json")):
+        try:
+            doc = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue  # being rewritten or removed as we look
+        proc = Proc.from_dict(doc["process"])
+        if doc.get("pod") == f"{namespace}/{pod}" and proc.alive():
+            os.killpg(proc.pid, sig)
+            return proc.pid
+    raise LookupError(f"no running process of pod {namespace}/{pod} under {directory / 'nodes'}")

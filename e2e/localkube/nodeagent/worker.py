@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from localkube.kube import Kube
@@ -22,6 +23,8 @@ from localkube.nodeagent.status import ContainerStatus, PodStatus, other_contain
 from localkube.nodeagent.tracking import Tracker
 
 log = logging.getLogger(__name__)
+
+PUBLISH_RETRY_SECONDS = (0.5, 1.0, 2.0, 4.0, 5.0)  # then every 5 s while the API server is away
 
 JSON = dict[str, Any]
 MAX_BACKOFF = 300.0
@@ -90,6 +93,7 @@ class PodWorker(threading.Thread):
         self.lock = threading.Lock()
         self.gone = False  # the API object is deleted
         self.shutting_down = False  # the agent stops: kill, report nothing
+        self.halted = threading.Event()  # set with either of the two above: ends any retry wait
         self.container: runtime.ContainerProcess | None = None
         self.volumes: volumes.PodVolumes | None = None
         self._published: JSON | None = None
@@ -103,10 +107,12 @@ class PodWorker(threading.Thread):
 
     def deleted(self) -> None:
         self.gone = True
+        self.halted.set()
         self.wake.set()
 
     def shutdown(self) -> None:
         self.shutting_down = True
+        self.halted.set()
         self.wake.set()
 
     # -- helpers -----------------------------------------------------------------
@@ -127,20 +133,31 @@ class PodWorker(threading.Thread):
         self.wake.clear()
 
     def publish(self) -> None:
-        """Patch the pod's status if it changed (strategic merge, as the kubelet does)."""
-        if self.gone or self.shutting_down:
-            return
-        status = self.status.to_dict()
-        if status == self._published:
-            return
-        try:
-            self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{self.pod_name}/status", {"status": status})
-            self._published = status
-        except ApiException as e:
-            if e.status == 404:
-                self.gone = True
-            else:
-                log.warning("%s: status update failed: %s %s", self.name, e.status, e.body)
+        """Patch the pod's status if it changed (strategic merge, as the kubelet does). While the API
+        server cannot be reached (or answers 5xx) the status is kept and sent again with back-off
+        until it lands: a pod that finished during an outage is reported once the server is back."""
+        delays = iter(PUBLISH_RETRY_SECONDS)
+        while not (self.gone or self.shutting_down):
+            status = self.status.to_dict()
+            if status == self._published:
+                return
+            try:
+                self.kube.patch(f"/api/v1/namespaces/{self.ns}/pods/{self.pod_name}/status", {"status": status})
+                self._published = status
+                return
+            except ApiException as e:
+                if e.status == 404:
+                    self.gone = True
+                    return
+                if e.status is not None and e.status < 500:
+                    log.warning("%s: status update refused: %s %s", self.name, e.status, e.body)
+                    return
+                failure = f"{e.status} {e.reason}"
+            except (urllib3.exceptions.HTTPError, OSError) as e:
+                failure = str(e)
+            delay = next(delays, PUBLISH_RETRY_SECONDS[-1])
+            log.warning("%s: status update failed (%s); again in %.0fs", self.name, failure, delay)
+            self.halted.wait(delay)
 
     # -- lifecycle ---------------------------------------------------------------
     def run(self) -> None:
