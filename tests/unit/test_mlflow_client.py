@@ -470,3 +470,8 @@ def test_a_service_that_does_not_speak_http_is_unreachable_without_its_banner() 
         in str(caught.value)
     )
     assert SECRET not in str(caught.value)
+
+
+@pytest.mark.parametrize(("seconds", "retries"), [(0, 0), (0.4, 0), (0.5, 1), (7.5, 4), (15.5, 5), (120, 18)])
+def test_a_retry_budget_in_seconds_is_a_number_of_backed_off_retries(seconds, retries):
+    assert mlflow_http.retries_within(seconds) == retries

@@ -69,3 +69,16 @@ def test_decision_rejected_names_gate_value_and_threshold():
     assert stalled.reason == "GateFailed"
     assert "gate accuracy failed: accuracy 0.12 is below the minimum 0.9 (threshold >= 0.9)" in stalled.message
     assert stalled.message.endswith("no alias moved")
+
+
+def test_a_step_that_cannot_reach_mlflow_or_is_evicted_does_not_count_against_its_backoff():
+    job = build.step_job("d", "ns", "quantize", image="i", command=None, args=None, env={})
+    rules = job["spec"]["podFailurePolicy"]["rules"]
+    by_action = [(r["action"], (r.get("onExitCodes") or {}).get("values"), r.get("onPodConditions")) for r in rules]
+    assert by_action == [
+        ("Ignore", None, [{"type": "DisruptionTarget"}]),
+        ("Ignore", [75], None),  # MLflow unavailable, after the workload's own retries
+        ("FailJob", [2], None),  # bad configuration: no retry can fix it
+    ]
+    assert all(r["onExitCodes"]["containerName"] == "quantize" for r in rules if "onExitCodes" in r)
+    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # podFailurePolicy needs it

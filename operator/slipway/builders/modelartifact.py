@@ -6,6 +6,7 @@ from typing import Any
 
 from slipway.builders.common import MANAGED_BY, dns1123_name, env_list, label_value
 from slipway.models.base import EnvVar
+from slipway.workloads.common import EXIT_CONFIG, EXIT_MLFLOW_UNAVAILABLE
 
 ARTIFACT_LABEL = "slipway.dev/modelartifact"  # the name as a label value (hashed past 63 characters)
 STEP_LABEL = "slipway.dev/step"
@@ -13,6 +14,22 @@ DEFAULT_COMMANDS = {
     "quantize": ["python", "-m", "slipway.workloads.quantize"],
     "validate": ["python", "-m", "slipway.workloads.validate"],
 }
+
+
+def step_failure_policy(container: str) -> dict[str, Any]:
+    """A step pod that could not reach MLflow (exit 75, after retrying for minutes) or was evicted
+    is replaced without counting against backoffLimit: an MLflow outage delays the step, the
+    activeDeadlineSeconds bounds it, and only failures of the step itself count. Bad
+    configuration (exit 2) fails the Job at once."""
+    return {
+        "rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+            {"action": "Ignore", "onExitCodes": {"containerName": container, "operator": "In",
+                                                 "values": [EXIT_MLFLOW_UNAVAILABLE]}},
+            {"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "In",
+                                                  "values": [EXIT_CONFIG]}},
+        ]
+    }  # fmt: skip
 
 
 def job_name(artifact: str, step: str) -> str:
@@ -47,6 +64,7 @@ def step_job(
         "metadata": {"name": job_name(artifact, step), "namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 2,
+            "podFailurePolicy": step_failure_policy(step),
             "activeDeadlineSeconds": deadline_seconds,
             "template": {
                 "metadata": {"labels": labels},

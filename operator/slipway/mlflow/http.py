@@ -38,6 +38,19 @@ log = logging.getLogger(__name__)
 
 API = "/api/2.0"
 _RETRY_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def retries_within(seconds: float) -> int:
+    """How many retries of the back-off (0.5, 1, 2, 4, then 8 s apart) fit in ``seconds``."""
+    retries, waited = 0, 0.0
+    while True:
+        delay = _RETRY_BACKOFF_SECONDS[min(retries, len(_RETRY_BACKOFF_SECONDS) - 1)]
+        if waited + delay > seconds:
+            return retries
+        waited += delay
+        retries += 1
+
+
 # The one thing an error repeats of an answer: an error_code shaped like MLflow's.
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
 # MLflow's error codes in words (an unknown code is still shown, in brackets, after the words).

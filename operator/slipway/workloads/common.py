@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable, Run
+from slipway.mlflow.http import retries_within
 
 if TYPE_CHECKING:
     import numpy as np
@@ -155,10 +156,12 @@ def run_workload(body: Callable[[], object]) -> int:
 
 
 def mlflow_client() -> MlflowClient:
-    """A client for ``$MLFLOW_TRACKING_URI`` that retries idempotent calls: a workload can wait
-    out a short MLflow restart instead of failing."""
+    """A client for ``$MLFLOW_TRACKING_URI`` that retries idempotent calls for up to
+    ``$SLIPWAY_MLFLOW_RETRY_SECONDS`` (default 120): a workload waits out an MLflow restart or
+    a short outage instead of failing; past that it exits 75 (MLflow unavailable)."""
+    budget = env_float("SLIPWAY_MLFLOW_RETRY_SECONDS", 120.0, minimum=0.0)
     try:
-        return MlflowClient.from_env(timeout=30.0, retries=4)
+        return MlflowClient.from_env(timeout=30.0, retries=retries_within(budget))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
