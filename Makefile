@@ -9,7 +9,7 @@ PROMETHEUS := $(CACHE)/prometheus/prometheus
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-integration \
+.PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -54,8 +54,11 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus  ## all tests: unit, then integration on the local cluster
+test: install controlplane prometheus  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
 	$(PY) -m pytest -q tests e2e/tests
+
+test-faults: install controlplane prometheus  ## the fault suite alone: faults injected into a lifecycle, with figures
+	$(PY) -m pytest -q tests/faults
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit

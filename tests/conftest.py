@@ -1,2 +1,14 @@
 """Shared pytest configuration. The local cluster fixtures (cluster, kube_api, namespace) come from
 the plugin localkube.pytest_plugin, loaded for tests/ and e2e/tests/ by pyproject.toml's addopts."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def slipway_crds(cluster, kube_api) -> list[str]:
+    """Slipway's CRDs installed from crds/ and Established."""
+    from slipway_testing import install_crds
+
+    return install_crds(kube_api)

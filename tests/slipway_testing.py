@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
 import socket
+import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,6 +90,71 @@ class OperatorProcess:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class OperatorReplica:
+    """``python -m slipway`` as a process, as one operator pod would run: named ``POD_NAME``, electing
+    its leader in ``namespace`` (or ``standalone``), watching ``namespace``; its output in ``logs``.
+    A process, so that a test can SIGKILL it at any line."""
+
+    def __init__(
+        self,
+        name: str,
+        cluster: Any,
+        namespace: str,
+        logs: Path,
+        *,
+        standalone: bool = False,
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.metrics_port = free_port()
+        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
+        self.log_path = logs / f"{name}.log"
+        cmd = [sys.executable, "-m", "slipway", "-n", namespace, "--metrics-port", str(self.metrics_port),
+               "--liveness", self.liveness]  # fmt: skip
+        cmd += ["--standalone"] if standalone else ["--leader-election-namespace", namespace]
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig or cluster.kubeconfig),
+            "SLIPWAY_MLFLOW_URL": cluster.mlflow_url or "",
+            "SLIPWAY_PROMETHEUS_URL": cluster.prometheus_url or "",
+            "SLIPWAY_METRICS_ADDRESS": "127.0.0.1",
+            "POD_NAME": name,
+        }
+        env.pop("POD_NAMESPACE", None)
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.started = time.monotonic()
+
+    def metric(self, name: str) -> float | None:
+        """The sum of a metric's samples on this replica's /metrics; None while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
+        )
+
+    def health(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.liveness, timeout=5) as answer:
+            return json.loads(answer.read())  # type: ignore[no-any-return]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
 
 
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:

@@ -34,14 +34,6 @@ def mlflow_client(mlflow_server: MlflowServer) -> Iterator[MlflowClient]:
 # --------------------------------------------------------------------------- the operator on the local cluster
 
 
-@pytest.fixture(scope="session")
-def slipway_crds(cluster, kube_api) -> list[str]:
-    """Slipway's CRDs installed from crds/ and Established."""
-    from slipway_testing import install_crds
-
-    return install_crds(kube_api)
-
-
 @pytest.fixture
 def operator(cluster, slipway_crds, namespace, monkeypatch):
     """A factory for the Slipway operator running in-process (kopf) against the local cluster,

@@ -438,46 +438,6 @@ def test_a_promotion_whose_new_stable_pods_crash_loop_is_reverted(kube_api, name
     assert versions.alias("production") == v1
 
 
-def test_a_rollback_decided_while_mlflow_is_down_holds_and_is_recorded_later(
-    kube_api, namespace, operator, mlflow, trained, cluster
-):
-    url = urlparse(cluster.mlflow_url)
-    relay = TcpRelay((url.hostname, url.port))
-    relay.start()
-    operator(mlflow_url=relay.url)
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    v1 = versions.publish()
-    apply_object(kube_api, namespace, deployment(versions.model))
-    serving(kube_api, namespace, v1)
-    try:
-        with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600):
-            v2 = versions.publish(errorRate="0.3")
-            wait_phase(kube_api, namespace, ["Analyzing"], 90, "the faulty canary analysed")
-            relay.stop()
-            outage = time.monotonic()
-            idep = rolled_back(kube_api, namespace, v2, CanaryWatch(kube_api, namespace))
-            assert idep["status"]["pendingRegistryUpdates"][0]["key"] == "slipway.dev/rollback"
-            canary_pods_seen = 0
-
-            def outage_over() -> bool:
-                nonlocal canary_pods_seen
-                canary_pods_seen = max(canary_pods_seen, len(pods_of(kube_api, namespace, "canary")))
-                spec_replicas = client.AppsV1Api(kube_api).read_namespaced_deployment("digits-canary", namespace)
-                assert not spec_replicas.spec.replicas, "the rolled-back canary was scaled up again during the outage"
-                return time.monotonic() - outage > 60
-
-            wait_for(outage_over, 90, "60 s of MLflow outage", interval=1)
-            assert status_of(kube_api, namespace)["phase"] == "RolledBack"
-            relay.start()
-            wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v2).tags.get(
-                "slipway.dev/rollback", ""), 60, "the rollback tag once MLflow is back")  # fmt: skip
-            wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                        lambda o: not o["status"].get("pendingRegistryUpdates"), 30, "no update pending")  # fmt: skip
-    finally:
-        relay.stop()
-    assert versions.alias("production") == v1
-
-
 def test_one_crash_looping_stable_pod_is_degraded_not_ready(kube_api, namespace, operator, mlflow, trained):
     import os
     import signal

@@ -5,15 +5,9 @@ run. A replica that stops cleanly releases the Lease and the standby takes over 
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,71 +17,19 @@ from kubernetes.client.exceptions import ApiException
 from integration.test_trainingrun import training_run
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, tag_filter
-from slipway_testing import ROOT, apply_object, free_port, get_object, report, wait_status
+from slipway_testing import OperatorReplica, apply_object, get_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 LEASE = "slipway-operator"
 
 
-class Replica:
-    """``python -m slipway`` as one replica named ``POD_NAME``, electing its leader in ``namespace``."""
-
-    def __init__(self, name: str, cluster: Any, namespace: str, logs: Path) -> None:
-        self.name = name
-        self.metrics_port = free_port()
-        self.liveness = f"http://127.0.0.1:{free_port()}/healthz"
-        self.log_path = logs / f"{name}.log"
-        cmd = [sys.executable, "-m", "slipway", "-n", namespace, "--leader-election-namespace", namespace,
-               "--metrics-port", str(self.metrics_port), "--liveness", self.liveness]  # fmt: skip
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(cluster.kubeconfig),
-            "SLIPWAY_MLFLOW_URL": cluster.mlflow_url or "",
-            "SLIPWAY_PROMETHEUS_URL": cluster.prometheus_url or "",
-            "SLIPWAY_METRICS_ADDRESS": "127.0.0.1",
-            "POD_NAME": name,
-        }
-        env.pop("POD_NAMESPACE", None)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def metric(self, name: str) -> float | None:
-        """The sum of a metric's samples on this replica's /metrics; None while it does not answer."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as answer:
-                text = answer.read().decode()
-        except OSError:
-            return None
-        return sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " ")
-        )
-
-    def health(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.liveness, timeout=5) as answer:
-            return json.loads(answer.read())  # type: ignore[no-any-return]
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-
 @pytest.fixture
-def replicas(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[[str], Replica]]:
-    started: list[Replica] = []
+def replicas(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[[str], OperatorReplica]]:
+    started: list[OperatorReplica] = []
 
-    def start(name: str) -> Replica:
-        replica = Replica(name, cluster, namespace, tmp_path)
+    def start(name: str) -> OperatorReplica:
+        replica = OperatorReplica(name, cluster, namespace, tmp_path)
         started.append(replica)
         return replica
 
@@ -116,7 +58,7 @@ def wait_leader(kube_api, namespace: str, name: str, timeout: float) -> float:
     return time.monotonic() - start
 
 
-def wait_standing_by(replica: Replica, timeout: float = 60) -> None:
+def wait_standing_by(replica: OperatorReplica, timeout: float = 60) -> None:
     wait_for(lambda: replica.metric("slipway_leader") == 0 and "stands by" in replica.log(), timeout,
              f"{replica.name} to stand by")  # fmt: skip
 

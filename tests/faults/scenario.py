@@ -1,0 +1,70 @@
+"""The lifecycle the faults are injected into: TrainingRuns of the reference trainer whose
+ModelArtifacts move MLflow's `candidate` alias, and an InferenceDeployment that follows it."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from integration.test_inferencedeployment import deployment
+from slipway_e2e.lifecycle import condition
+from slipway_testing import ROOT, get_object, wait_status
+
+
+def training(name: str, model: str, steps: int = 8, checkpoint_every: int = 2, **env: str) -> dict[str, Any]:
+    """samples/trainingrun-digits.yaml as ``name``, training ``model`` for ``steps`` steps."""
+    body = yaml.safe_load((ROOT / "samples" / "trainingrun-digits.yaml").read_text())
+    body = copy.deepcopy(body)
+    body["metadata"] = {"name": name}
+    body["spec"]["model"]["name"] = model
+    body["spec"]["mlflow"]["experiment"] = model
+    body["spec"]["args"] = ["--steps", str(steps), "--checkpoint-every", str(checkpoint_every)]
+    body["spec"]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return body
+
+
+def serving(model: str) -> dict[str, Any]:
+    """An InferenceDeployment `digits` of ``model``'s `candidate`: 2 replicas, canary 25% then 50%,
+    analysis every 5 s (error rate, latency relative to stable)."""
+    return deployment(model)
+
+
+def phase(kube_api: client.ApiClient, namespace: str, kind: str, name: str) -> str:
+    try:
+        obj = get_object(kube_api, namespace, kind, name)
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return "-"
+        raise
+    return str((obj.get("status") or {}).get("phase") or "new")
+
+
+def validated(obj: dict[str, Any]) -> bool:
+    return condition(obj, "Ready").get("status") == "True"
+
+
+def promoted(version: str) -> Callable[[dict[str, Any]], bool]:
+    def check(obj: dict[str, Any]) -> bool:
+        status = obj.get("status") or {}
+        return status.get("phase") == "Promoted" and (status.get("stable") or {}).get("modelVersion") == version
+
+    return check
+
+
+def wait_artifact(kube_api: client.ApiClient, namespace: str, name: str, timeout: float) -> dict[str, Any]:
+    return wait_status(kube_api, namespace, "ModelArtifact", name, validated, timeout, "validated (Ready)")
+
+
+class Clock:
+    """Seconds since a moment, for the figures."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    def __call__(self) -> float:
+        return time.monotonic() - self.start
