@@ -157,6 +157,16 @@ class OperatorReplica:
                 self.proc.wait(10)
 
 
+def read_or_none(read: Callable[..., Any], *args: Any) -> Any:
+    """``read(*args)`` (a Kubernetes client read), or None if the object does not exist (404)."""
+    try:
+        return read(*args)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from integration.test_inferencedeployment import deployment
 from slipway_e2e.lifecycle import condition
-from slipway_testing import ROOT, get_object, wait_status
+from slipway_testing import ROOT, get_object, read_or_none, wait_status
 
 
 def training(name: str, model: str, steps: int = 8, checkpoint_every: int = 2, **env: str) -> dict[str, Any]:
@@ -35,13 +35,16 @@ def serving(model: str) -> dict[str, Any]:
 
 
 def phase(kube_api: client.ApiClient, namespace: str, kind: str, name: str) -> str:
-    try:
-        obj = get_object(kube_api, namespace, kind, name)
-    except client.ApiException as exc:
-        if exc.status == 404:
-            return "-"
-        raise
+    """The object's phase: ``new`` before its first status, ``-`` while it does not exist."""
+    obj = read_or_none(get_object, kube_api, namespace, kind, name)
+    if obj is None:
+        return "-"
     return str((obj.get("status") or {}).get("phase") or "new")
+
+
+def progress(obj: dict[str, Any]) -> int:
+    """The last training step a TrainingRun reports."""
+    return int(((obj.get("status") or {}).get("progress") or {}).get("step") or 0)
 
 
 def validated(obj: dict[str, Any]) -> bool:

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from faults import ledger
 from faults.scenario import Clock, phase, promoted, serving, training, wait_artifact
@@ -23,7 +22,7 @@ from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, wait_status
+from slipway_testing import apply_object, get_object, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -61,13 +60,8 @@ class SecondModel:
     def advance(self) -> None:
         if self.applied:
             return
-        try:
-            ma = get_object(self.kube_api, self.namespace, "ModelArtifact", "v1")
-        except ApiException as exc:
-            if exc.status == 404:  # not made yet: v1 is still training
-                return
-            raise
-        if condition(ma, "Ready").get("status") == "True":
+        ma = read_or_none(get_object, self.kube_api, self.namespace, "ModelArtifact", "v1")  # None: still training
+        if ma is not None and condition(ma, "Ready").get("status") == "True":
             apply_object(self.kube_api, self.namespace, training("v2", self.model, SLIPWAY_STEP_SECONDS="1"))
             self.applied = True
 

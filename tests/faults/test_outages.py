@@ -12,10 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from faults import ledger
-from faults.scenario import phase, promoted, serving, training, wait_artifact
+from faults.scenario import phase, progress, promoted, serving, training, wait_artifact
 from integration.test_inferencedeployment import Versions, pods_of
 from localkube.audit import audited_kubeconfig
 from localkube.cluster import start_process, stop_process
@@ -23,7 +22,7 @@ from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, train_run, wait_status
+from slipway_testing import apply_object, get_object, read_or_none, train_run, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -61,10 +60,6 @@ class Outage:
 
     def since_back(self) -> float:
         return time.monotonic() - self.back
-
-
-def progress(obj) -> int:
-    return int(((obj.get("status") or {}).get("progress") or {}).get("step") or 0)
 
 
 @pytest.fixture
@@ -132,13 +127,8 @@ def test_mlflow_stopped_for_60s_mid_registration(cluster, kube_api, namespace, o
 
 
 def job_succeeded(kube_api, namespace: str, name: str) -> bool:
-    try:
-        job = client.BatchV1Api(kube_api).read_namespaced_job_status(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return bool(job.status and job.status.succeeded)
+    job = read_or_none(client.BatchV1Api(kube_api).read_namespaced_job_status, name, namespace)
+    return bool(job and job.status and job.status.succeeded)
 
 
 def mlflow_condition(kube_api, namespace: str) -> str | None:

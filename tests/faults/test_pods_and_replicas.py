@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from faults import ledger
-from faults.scenario import promoted, serving, training, wait_artifact
+from faults.scenario import progress, promoted, serving, training, wait_artifact
 from localkube.audit import audited_kubeconfig
 from localkube.testing import kill_pod_process
 from localkube.wait import wait_for
@@ -22,7 +21,7 @@ from slipway.mlflow import MlflowClient
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import OPERATOR, deploy_operator, kubectl
 from slipway_e2e.lifecycle import list_all
-from slipway_testing import apply_object, get_object, wait_status
+from slipway_testing import apply_object, get_object, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -30,21 +29,13 @@ LEASE = "slipway-operator"
 USER = "slipway-faults-pods"
 
 
-def progress(obj) -> int:
-    return int(((obj.get("status") or {}).get("progress") or {}).get("step") or 0)
-
-
 def finished(obj) -> bool:
     return (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def lease(kube_api) -> client.V1LeaseSpec | None:
-    try:
-        return client.CoordinationV1Api(kube_api).read_namespaced_lease(LEASE, SYSTEM).spec
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    found = read_or_none(client.CoordinationV1Api(kube_api).read_namespaced_lease, LEASE, SYSTEM)
+    return found.spec if found else None
 
 
 def lease_holder(kube_api) -> str:
@@ -170,16 +161,12 @@ def test_a_namespace_deleted_with_the_operator_at_zero(cluster, kube_api, namesp
     core.delete_namespace(namespace)
     deleted = time.monotonic()
 
-    def gone() -> bool:
-        try:
-            core.read_namespace(namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return True
-            raise
-        return False
-
-    wait_for(gone, 180, f"namespace {namespace} gone with the operator away", interval=0.5)
+    wait_for(
+        lambda: read_or_none(core.read_namespace, namespace) is None,
+        180,
+        f"namespace {namespace} gone with the operator away",
+        interval=0.5,
+    )
     figures.inject(f"namespace deleted with the operator stopped (SIGKILL), holding {len(objects)} Slipway "
                    f"objects and {children}")  # fmt: skip
     figures.count(finalizers_on_slipway_objects=finalizers)

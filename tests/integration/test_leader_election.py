@@ -12,12 +12,11 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from integration.test_trainingrun import training_run
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, tag_filter
-from slipway_testing import OperatorReplica, apply_object, get_object, report, wait_status
+from slipway_testing import OperatorReplica, apply_object, get_object, read_or_none, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -42,13 +41,8 @@ def replicas(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[[s
 
 
 def holder(kube_api, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(kube_api).read_namespaced_lease(LEASE, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return lease.spec.holder_identity or ""
+    lease = read_or_none(client.CoordinationV1Api(kube_api).read_namespaced_lease, LEASE, namespace)
+    return None if lease is None else (lease.spec.holder_identity or "")
 
 
 def wait_leader(kube_api, namespace: str, name: str, timeout: float) -> float:
