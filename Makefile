@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 CACHE := .cache
 CONTROLPLANE := $(CACHE)/controlplane/controlplane
 PROMETHEUS := $(CACHE)/prometheus/prometheus
+METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus crds verify lint types test test-unit test-faults test-integration \
+.PHONY: help install mlflow-env controlplane prometheus metrics-server crds verify lint types test test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -37,6 +38,10 @@ $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum e2e/controlplan
 	bash e2e/controlplane/build.sh $(CONTROLPLANE)
 
 # Upstream Prometheus with Kubernetes service discovery (Debian's package has none).
+metrics-server: $(METRICS_SERVER)  ## build metrics-server from the Go module proxy (cached)
+$(METRICS_SERVER): e2e/controlplane/build-metrics-server.sh
+	bash e2e/controlplane/build-metrics-server.sh $(METRICS_SERVER)
+
 prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
 $(PROMETHEUS): e2e/controlplane/build-prometheus.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
@@ -54,19 +59,19 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
+test: install controlplane prometheus metrics-server  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
 	$(PY) -m pytest -q tests e2e/tests
 
-test-faults: install controlplane prometheus  ## the fault suite alone: faults injected into a lifecycle, with figures
+test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
 	$(PY) -m pytest -q tests/faults
 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
 
-cluster-up: install controlplane prometheus  ## start the local cluster, MLflow and Prometheus in the background
+cluster-up: install controlplane prometheus metrics-server  ## start the local cluster, MLflow and Prometheus in the background
 	$(PY) -m localkube up
 
-demo: install controlplane prometheus  ## the whole lifecycle on the local cluster, live, with a summary
+demo: install controlplane prometheus metrics-server  ## the whole lifecycle on the local cluster, live, with a summary
 	$(PY) -m slipway_e2e.demo
 
 demo-down: cluster-down  ## stop the demo's cluster
@@ -75,12 +80,12 @@ demo-down: cluster-down  ## stop the demo's cluster
 .PHONY: bench
 BENCH_SOURCE ?= .
 BENCH_SECONDS ?= 120
-bench: install controlplane prometheus  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
+bench: install controlplane prometheus metrics-server  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
 	$(PY) bench/at_rest.py --source $(BENCH_SOURCE) --seconds $(BENCH_SECONDS)
 
 .PHONY: bench-rollback
 BENCH_TRIALS ?= 3
-bench-rollback: install controlplane prometheus  ## canary ready -> rollback -> stable, vs its floor (bench/rollback_latency.py)
+bench-rollback: install controlplane prometheus metrics-server  ## canary ready -> rollback -> stable, vs its floor (bench/rollback_latency.py)
 	$(PY) bench/rollback_latency.py --source $(BENCH_SOURCE) --trials $(BENCH_TRIALS)
 
 e2e-kind:  ## the lifecycle on kind (needs Docker, kind, kubectl; not available on Slipway's CI machine)

@@ -1,8 +1,10 @@
 """Objects every local cluster starts with: RBAC for localkube's own clients, the
-default StorageClass ``local``, and (on request) the Gateway API CRDs."""
+default StorageClass ``local``, metrics-server's registration as ``metrics.k8s.io``,
+and (on request) the Gateway API CRDs."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,6 +16,7 @@ from localkube.kube import Kube
 
 PROVISIONER_USER = "localkube:provisioner"
 PROMETHEUS_USER = "localkube:prometheus"
+METRICS_SERVER_USER = "system:metrics-server"
 PROVISIONER_NAME = "slipway.dev/local"
 STORAGE_CLASS = "local"
 GATEWAY_API_VERSION = "v1.4.1"
@@ -60,6 +63,54 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
         ],
     )
+    # metrics-server, as its upstream manifest grants it; users read metrics through view/edit/admin.
+    out += _cluster_role(
+        METRICS_SERVER_USER,
+        METRICS_SERVER_USER,
+        [
+            {"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": read},
+        ],
+    )
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": METRICS_SERVER_USER}]
+    out.append(
+        (
+            f"{RBAC}/clusterrolebindings",
+            {
+                "metadata": {"name": "metrics-server:system:auth-delegator"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": "system:auth-delegator",
+                },
+                "subjects": subject,
+            },
+        )
+    )
+    out.append(
+        (
+            f"{RBAC}/namespaces/kube-system/rolebindings",
+            {
+                "metadata": {"name": "metrics-server-auth-reader", "namespace": "kube-system"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "extension-apiserver-authentication-reader",
+                },
+                "subjects": subject,
+            },
+        )
+    )
+    aggregate = {f"rbac.authorization.k8s.io/aggregate-to-{r}": "true" for r in ("admin", "edit", "view")}
+    out.append(
+        (
+            f"{RBAC}/clusterroles",
+            {
+                "metadata": {"name": "system:aggregated-metrics-reader", "labels": aggregate},
+                "rules": [{"apiGroups": ["metrics.k8s.io"], "resources": ["pods", "nodes"], "verbs": read}],
+            },
+        )
+    )
     out.append(
         (
             "/apis/storage.k8s.io/v1/storageclasses",
@@ -83,6 +134,43 @@ def apply(kube: Kube) -> None:
     """Create the bootstrap objects (idempotent)."""
     for path, obj in objects():
         kube.ensure(path, obj)
+
+
+def register_metrics_server(kube: Kube, port: int, ca_pem: str) -> None:
+    """A selector-less Service ``kube-system/metrics-server`` whose endpoint is the local process,
+    and the APIService ``v1beta1.metrics.k8s.io`` that sends metrics.k8s.io requests to it."""
+    ports = [{"name": "https", "port": 443, "targetPort": port, "protocol": "TCP"}]
+    kube.ensure(
+        "/api/v1/namespaces/kube-system/services",
+        {"metadata": {"name": "metrics-server", "namespace": "kube-system"}, "spec": {"ports": ports}},
+    )
+    endpoints = {
+        "metadata": {"name": "metrics-server", "namespace": "kube-system"},
+        "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}],
+    }
+    current = kube.get_or_none("/api/v1/namespaces/kube-system/endpoints/metrics-server")
+    if current is None:
+        kube.create("/api/v1/namespaces/kube-system/endpoints", endpoints)
+    else:
+        kube.patch(
+            "/api/v1/namespaces/kube-system/endpoints/metrics-server", {"subsets": endpoints["subsets"]}, kind="merge"
+        )
+    kube.ensure(
+        "/apis/apiregistration.k8s.io/v1/apiservices",
+        {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {"name": "v1beta1.metrics.k8s.io"},
+            "spec": {
+                "group": "metrics.k8s.io",
+                "version": "v1beta1",
+                "groupPriorityMinimum": 100,
+                "versionPriority": 100,
+                "service": {"name": "metrics-server", "namespace": "kube-system", "port": 443},
+                "caBundle": base64.b64encode(ca_pem.encode()).decode(),
+            },
+        },
+    )
 
 
 def gateway_api_crd_dir(version: str = GATEWAY_API_VERSION) -> Path:

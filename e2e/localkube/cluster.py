@@ -27,6 +27,7 @@ from localkube.wait import wait_for
 log = logging.getLogger(__name__)
 
 CONTROLPLANE = ROOT / ".cache" / "controlplane" / "controlplane"
+METRICS_SERVER = ROOT / ".cache" / "metrics-server" / "metrics-server"
 SERVICE_CIDR = "10.0.0.0/24"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -50,7 +51,12 @@ class ClusterConfig:
     scrape_interval: str = "5s"
     gateway_api: bool = False
     restart_backoff: float = 10.0
+    metrics_server: bool = True
+    # The HPA controller's scale-down stabilization window (upstream default 5m), short so that
+    # a test sees replicas return once load stops.
+    hpa_downscale_stabilization: str = "30s"
     binary: Path = CONTROLPLANE
+    metrics_server_binary: Path = METRICS_SERVER
 
     def node_names(self) -> list[str]:
         """``slipway-local``, then ``slipway-local-2``, ``slipway-local-3``..."""
@@ -115,6 +121,8 @@ class Launcher:
             raise FileNotFoundError(f"{self.cfg.binary} is missing: run `make controlplane` first")
         if self.cfg.prometheus:
             prometheus.binary()  # fail before starting anything
+        if self.cfg.metrics_server and not self.cfg.metrics_server_binary.exists():
+            raise FileNotFoundError(f"{self.cfg.metrics_server_binary} is missing: run `make metrics-server` first")
         previous = ClusterInfo.load(self.dir)
         if previous and not previous.stopped and previous.any_alive():
             raise ClusterRunning(f"a cluster is already running in {self.dir} (stop it with `localkube down`)")
@@ -124,8 +132,10 @@ class Launcher:
             shutil.rmtree(self.dir)
         self.logs.mkdir(parents=True)
         self.ports = {
-            name: free_port() for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler")
+            name: free_port()
+            for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "metrics-server")
         }
+        self.kubelet_ports = {node: free_port() for node in self.cfg.node_names()}
         self.info.apiserver_url = f"https://127.0.0.1:{self.ports['apiserver']}"
         self.info.nodes = self.cfg.node_names()
         self.info.save()
@@ -154,9 +164,27 @@ class Launcher:
             "provisioner": ca.issue("provisioner", bootstrap.PROVISIONER_USER),
             "prometheus": ca.issue("prometheus", bootstrap.PROMETHEUS_USER),
             "front-proxy-client": ca.issue("front-proxy-client", "front-proxy-client"),
+            # The API server's identity towards the node agents' kubelet API (kubectl logs).
+            "apiserver-kubelet-client": ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client"),
+            "metrics-server": ca.issue("metrics-server", bootstrap.METRICS_SERVER_USER),
+            "metrics-server-serving": ca.issue(
+                "metrics-server-serving",
+                "metrics-server",
+                server=True,
+                dns_names=("metrics-server.kube-system.svc", "localhost"),
+                ip_addresses=("127.0.0.1",),
+            ),
         }
         for node in self.info.nodes:
             self.certs[f"node-{node}"] = ca.issue(f"node-{node}", f"system:node:{node}", ("system:nodes",))
+            self.certs[f"kubelet-{node}"] = ca.issue(
+                f"kubelet-{node}",
+                f"system:node:{node}",
+                ("system:nodes",),
+                server=True,
+                dns_names=(node, "localhost"),
+                ip_addresses=("127.0.0.1",),
+            )
         self.sa = service_account_keys(self.info.pki)
 
     def start_etcd(self) -> None:
@@ -208,6 +236,13 @@ class Launcher:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={self.certs['front-proxy-client'].cert}",
             f"--proxy-client-key-file={self.certs['front-proxy-client'].key}",
+            # Aggregated APIs (metrics.k8s.io) are reached at their endpoints, not a Service IP.
+            "--enable-aggregator-routing=true",
+            # The node agents' kubelet API (pods/log, metrics), verified against the cluster CA.
+            f"--kubelet-client-certificate={self.certs['apiserver-kubelet-client'].cert}",
+            f"--kubelet-client-key={self.certs['apiserver-kubelet-client'].key}",
+            f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
             f"--audit-policy-file={audit_policy}",
             f"--audit-log-path={audit_log}",
             "--audit-log-format=json",
@@ -249,6 +284,7 @@ class Launcher:
                 f"--cluster-signing-cert-file={pki / 'ca.crt'}",
                 f"--cluster-signing-key-file={pki / 'ca.key'}",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
+                f"--horizontal-pod-autoscaler-downscale-stabilization={self.cfg.hpa_downscale_stabilization}",
             ],
         )
 
@@ -309,6 +345,9 @@ class Launcher:
                     f"--gpu-memory-mib={cfg.gpu_memory_mib}",
                     f"--gpu-product={cfg.gpu_product}",
                     f"--restart-backoff={cfg.restart_backoff}",
+                    f"--kubelet-port={self.kubelet_ports[node]}",
+                    f"--kubelet-cert={self.certs[f'kubelet-{node}'].cert}",
+                    f"--kubelet-key={self.certs[f'kubelet-{node}'].key}",
                 ],
                 env={"PYTHONUNBUFFERED": "1"},
             )
@@ -335,6 +374,41 @@ class Launcher:
             timeout,
             "the default service account and kube-root-ca.crt",
         )
+
+    def start_metrics_server(self) -> None:
+        """metrics-server, registered as ``v1beta1.metrics.k8s.io`` (``kubectl top``, CPU HPAs)."""
+        kc = self._kubeconfig("metrics-server", self.certs["metrics-server"])
+        port = self.ports["metrics-server"]
+        serving = self.certs["metrics-server-serving"]
+        self.metrics_server = self._spawn(
+            "metrics-server",
+            [
+                str(self.cfg.metrics_server_binary),
+                f"--kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--kubelet-certificate-authority={self.ca.pair.cert}",
+                "--kubelet-use-node-status-port",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--metric-resolution=10s",
+                "--kubelet-request-timeout=5s",
+            ],
+        )
+        bootstrap.register_metrics_server(self.kube, port, self.ca.pair.cert.read_text())
+
+    def wait_metrics_server(self, timeout: float = 60) -> None:
+        def available() -> bool:
+            if not self.metrics_server.alive():
+                raise RuntimeError(f"metrics-server exited while starting; see {self.metrics_server.log}")
+            svc = self.kube.get_or_none("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")
+            conditions = {c["type"]: c["status"] for c in (svc or {}).get("status", {}).get("conditions", [])}
+            return conditions.get("Available") == "True"
+
+        wait_for(available, timeout, "the metrics.k8s.io API (metrics-server) Available")
 
     def start_prometheus(self) -> None:
         port = free_port()
@@ -390,10 +464,14 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
         launcher.start_node_agents()
         launcher.wait_controllers()
         launcher.wait_nodes_ready()
+        if cfg.metrics_server:
+            launcher.start_metrics_server()
         if cfg.prometheus:
             launcher.start_prometheus()
         if cfg.gateway_api:
             launcher.apply_gateway_api()
+        if cfg.metrics_server:
+            launcher.wait_metrics_server()
         if cfg.mlflow:
             launcher.wait_mlflow()
     except BaseException:

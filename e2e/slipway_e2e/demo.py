@@ -198,8 +198,8 @@ def summary(cluster: ClusterInfo, demo: Demo, objects: list[dict[str, Any]], tim
         f"  kubectl get slipway -n {NAMESPACE}",
         f"  kubectl describe inferencedeployment digits -n {NAMESPACE}",
         f"  kubectl get events -n {NAMESPACE} --sort-by=.lastTimestamp",
-        "  kubectl logs is not served by the local node agent; pod output is in "
-        f"{cluster.directory / 'pods'}/<namespace>_<pod>/container.log",
+        f"  kubectl logs -n {NAMESPACE} job/digits-train          (-f follows, --previous, -c <init container>)",
+        f"  kubectl top pods -n {NAMESPACE}                        (metrics-server, as the HPA reads it)",
         f"  MLflow UI:   {cluster.mlflow_url}",
         f"  Prometheus:  {cluster.prometheus_url}  (e.g. rate(slipway_requests_total[1m]))",
         "  make demo-down   stops the cluster",

@@ -186,13 +186,18 @@ def _pid(pod: client.V1Pod) -> int:
 
 def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(kube_api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(kube_api)
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True); "
+        "time.sleep(600)"
+    )
     pod = simple_pod("stubborn", [PYTHON, "-c", stubborn], restart_policy="Always")
     pod["spec"]["terminationGracePeriodSeconds"] = 2
     core.create_namespaced_pod(namespace, pod)
     pid = _pid(pod_phase(kube_api, namespace, "stubborn", ("Running",)))
     ticks = start_ticks(pid)
     assert ticks is not None
+    # Running is reported when the process starts; SIGTERM is ignored once it says so.
+    wait_for(lambda: "ignoring" in core.read_namespaced_pod_log("stubborn", namespace), 30, "the handler installed")
 
     started = time.monotonic()
     core.delete_namespaced_pod("stubborn", namespace)
@@ -227,18 +232,67 @@ def test_restarted_node_agent_kills_orphans_and_restarts_pods(
     assert core.read_node("slipway-local").status.conditions[-1].status == "True"
 
 
-def test_init_containers_are_refused_explicitly(kube_api: client.ApiClient, namespace: str) -> None:
+def test_init_containers_run_in_order_before_the_first_container(kube_api: client.ApiClient, namespace: str) -> None:
+    """Each init container runs to success before the next; the first container then reads
+    what they wrote to a shared emptyDir, and their statuses say Completed."""
     core = client.CoreV1Api(kube_api)
-    pod = simple_pod("with-init", ["true"])
-    pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "command": ["true"]}]
+    shared = [{"name": "shared", "mountPath": "/shared"}]
+    pod = simple_pod(
+        "with-init",
+        ["sh", "-c", "cat /shared/order > /dev/termination-log"],
+        volumeMounts=shared,
+    )
+    pod["spec"]["volumes"] = [{"name": "shared", "emptyDir": {}}]
+    pod["spec"]["initContainers"] = [
+        {"name": "fetch", "image": "busybox", "command": ["sh", "-c", "echo fetched; echo fetch > /shared/order"],
+         "volumeMounts": shared},
+        {"name": "check", "image": "busybox", "command": ["sh", "-c", "echo checked; echo check >> /shared/order"],
+         "volumeMounts": shared},
+    ]  # fmt: skip
     core.create_namespaced_pod(namespace, pod)
+    done = pod_phase(kube_api, namespace, "with-init", ("Succeeded", "Failed"))
+    assert done.status.phase == "Succeeded"
+    assert termination_message(done).split() == ["fetch", "check"]
+    inits = {s.name: s for s in done.status.init_container_statuses}
+    assert [s.name for s in done.status.init_container_statuses] == ["fetch", "check"]
+    assert all(s.state.terminated.reason == "Completed" and s.restart_count == 0 for s in inits.values())
+    assert inits["fetch"].state.terminated.finished_at <= inits["check"].state.terminated.started_at
+    conditions = {c.type: c.status for c in done.status.conditions}
+    assert conditions["Initialized"] == "True"
+    assert core.read_namespaced_pod_log("with-init", namespace, container="check") == "checked\n"
 
-    def reason() -> str | None:
-        s = core.read_namespaced_pod("with-init", namespace).status.container_statuses or []
-        waiting = s[0].state.waiting if s else None
-        return waiting.reason if waiting and waiting.reason != "ContainerCreating" else None
 
-    assert wait_for(reason, 30, "a waiting reason") == "InitContainersNotSupported"
+def test_a_failing_init_container_is_retried_or_fails_the_pod(kube_api: client.ApiClient, namespace: str) -> None:
+    """restartPolicy OnFailure: the init container runs again (restartCount) until it succeeds;
+    restartPolicy Never: the pod fails and its first container never starts."""
+    core = client.CoreV1Api(kube_api)
+    flaky = "test -f /shared/tried || { touch /shared/tried; echo first try fails; exit 3; }"
+    retried = simple_pod("init-retried", ["true"], volumeMounts=[{"name": "shared", "mountPath": "/shared"}])
+    retried["spec"]["restartPolicy"] = "OnFailure"
+    retried["spec"]["volumes"] = [{"name": "shared", "emptyDir": {}}]
+    retried["spec"]["initContainers"] = [
+        {"name": "flaky", "image": "busybox", "command": ["sh", "-c", flaky],
+         "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]},
+    ]  # fmt: skip
+    never = simple_pod("init-never", ["sh", "-c", "echo main ran"])
+    never["spec"]["restartPolicy"] = "Never"
+    never["spec"]["initContainers"] = [{"name": "broken", "image": "busybox", "command": ["sh", "-c", "exit 4"]}]
+    core.create_namespaced_pod(namespace, retried)
+    core.create_namespaced_pod(namespace, never)
+
+    failed = pod_phase(kube_api, namespace, "init-never", ("Succeeded", "Failed"))
+    assert failed.status.phase == "Failed"
+    assert failed.status.init_container_statuses[0].state.terminated.exit_code == 4
+    assert failed.status.container_statuses[0].state.waiting.reason == "PodInitializing"
+    assert {c.type: c.status for c in failed.status.conditions}["Initialized"] == "False"
+
+    ok = pod_phase(kube_api, namespace, "init-retried", ("Succeeded", "Failed"))
+    assert ok.status.phase == "Succeeded"
+    flaky_status = ok.status.init_container_statuses[0]
+    assert flaky_status.restart_count == 1
+    assert flaky_status.last_state.terminated.exit_code == 3
+    log_then = core.read_namespaced_pod_log("init-retried", namespace, container="flaky", previous=True)
+    assert log_then == "first try fails\n"
 
 
 def test_host_network_pod_uses_the_host_address(kube_api: client.ApiClient, namespace: str) -> None:

@@ -108,6 +108,12 @@ def test_retryable_exit_resumes_from_checkpoint_and_counts_restart(kube_api, nam
     steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
     assert steps[0] == 1 and steps[-1] == 8
     assert steps.count(1) == 1, f"the second attempt started over: {steps}"
+    # kubectl logs (the node agent's kubelet API) shows each attempt's own output.
+    core = client.CoreV1Api(kube_api)
+    pods = core.list_namespaced_pod(namespace, label_selector="batch.kubernetes.io/job-name").items
+    first, second = sorted(pods, key=lambda p: p.metadata.creation_timestamp)
+    assert "no checkpoint" in core.read_namespaced_pod_log(first.metadata.name, namespace)
+    assert "step 4 of 8" in core.read_namespaced_pod_log(second.metadata.name, namespace, tail_lines=200)
 
 
 def test_permanent_exit_code_fails_at_once(kube_api, namespace, operator):

@@ -28,6 +28,9 @@ def parse(argv: list[str]) -> AgentConfig:
     p.add_argument("--gpu-memory-mib", type=int, default=81920)
     p.add_argument("--gpu-product", default="NVIDIA-A100-SXM4-80GB")
     p.add_argument("--restart-backoff", type=float, default=10.0, help="first CrashLoopBackOff delay (s)")
+    p.add_argument("--kubelet-port", type=int, default=0, help="serve the kubelet API here (0: not at all)")
+    p.add_argument("--kubelet-cert", type=Path, help="the kubelet API's serving certificate")
+    p.add_argument("--kubelet-key", type=Path)
     a = p.parse_args(argv)
     node = NodeSpec(
         name=a.node_name,
@@ -46,6 +49,9 @@ def parse(argv: list[str]) -> AgentConfig:
         pods_dir=a.pods_dir,
         ca_file=a.ca_file,
         restart_backoff=a.restart_backoff,
+        kubelet_port=a.kubelet_port,
+        kubelet_cert=a.kubelet_cert,
+        kubelet_key=a.kubelet_key,
     )
 
 

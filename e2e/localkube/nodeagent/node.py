@@ -60,9 +60,10 @@ class NodeSpec:
 class NodeReporter:
     """Registers the Node and keeps its Lease and Ready condition fresh (in a thread)."""
 
-    def __init__(self, kube: Kube, spec: NodeSpec) -> None:
+    def __init__(self, kube: Kube, spec: NodeSpec, kubelet_port: int = 0) -> None:
         self.kube = kube
         self.spec = spec
+        self.kubelet_port = kubelet_port
         self.stop = threading.Event()
         self.uid = ""
 
@@ -92,7 +93,7 @@ class NodeReporter:
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": self.spec.name},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
             "nodeInfo": {
                 "machineID": "",
                 "systemUUID": "",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from localkube.nodeagent.logs import LogWriter
 from localkube.procs import Proc, start_ticks
 from localkube.state import ROOT
 
@@ -77,9 +78,11 @@ def start(
     log: Path,
     on_exit: Callable[[], None],
 ) -> ContainerProcess:
-    """Start the container's process (its own session) with output appended to ``log``.
+    """Start the container's process (its own session); its stdout and stderr go to the
+    CRI-format log file ``log`` (see :mod:`localkube.nodeagent.logs`).
 
-    ``on_exit`` is called from a watcher thread when the process ends.
+    ``on_exit`` is called from a watcher thread when the process has ended and its output is
+    written.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "exec.json"
@@ -88,22 +91,25 @@ def start(
     with os.fdopen(fd, "w") as f:
         keep = [str(WORKLOAD_ROOT)]
         json.dump({"argv": argv, "env": env, "cwd": cwd, "hostname": hostname, "mounts": mounts, "keep": keep}, f)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        popen = subprocess.Popen(
-            [sys.executable, "-I", "-S", str(PODEXEC), str(spec_path)],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/bin:/bin"},
-            cwd="/",
-            start_new_session=True,
-        )
+    writer = LogWriter(log)
+    popen = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(PODEXEC), str(spec_path)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        start_new_session=True,
+    )
+    assert popen.stdout is not None and popen.stderr is not None
+    writer.pump(popen.stdout, "stdout")
+    writer.pump(popen.stderr, "stderr")
     proc = Proc(name=name, pid=popen.pid, ticks=start_ticks(popen.pid) or 0, log=str(log))
     container = ContainerProcess(popen=popen, proc=proc, spec_path=spec_path, started_mono=time.monotonic())
 
     def watch() -> None:
         popen.wait()
+        writer.wait(2.0)  # children that keep the pipes open are killed with the group
         on_exit()
 
     threading.Thread(target=watch, name=f"wait-{name}", daemon=True).start()

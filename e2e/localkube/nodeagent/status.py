@@ -22,7 +22,7 @@ def micro_now() -> str:
 
 @dataclass
 class ContainerStatus:
-    """The status of the one container localkube runs."""
+    """The status of one container localkube runs (the first container, or an init container)."""
 
     name: str
     image: str
@@ -57,6 +57,10 @@ class ContainerStatus:
         self.state = {"terminated": term}
         self.ready = self.started = False
 
+    def completed(self) -> bool:
+        """An init container that ran to success."""
+        return self.state.get("terminated", {}).get("exitCode") == 0
+
     def to_dict(self) -> JSON:
         out: JSON = {
             "name": self.name,
@@ -79,6 +83,7 @@ class PodStatus:
 
     container: ContainerStatus
     others: list[JSON] = field(default_factory=list)
+    init: list[ContainerStatus] = field(default_factory=list)  # spec.initContainers, in order
     phase: str = "Pending"
     pod_ip: str = ""
     start_time: str = field(default_factory=now)
@@ -111,9 +116,11 @@ class PodStatus:
             why, msg = "PodCompleted", ""
         else:
             why, msg = "ContainersNotReady", f"containers with unready status: [{self.container.name}]"
+        pending = [c.name for c in self.init if not c.completed()]
+        init_msg = f"containers with incomplete status: [{' '.join(pending)}]"
         conditions = [
             self._condition("PodReadyToStartContainers", self.sandbox_ready and not terminal),
-            self._condition("Initialized", True),
+            self._condition("Initialized", not pending, "ContainersNotInitialized", init_msg),
             self._condition("ContainersReady", ready, why, msg),
             self._condition("Ready", ready, why, msg),
         ]
@@ -121,6 +128,7 @@ class PodStatus:
             "phase": self.phase,
             "conditions": conditions,
             "containerStatuses": [self.container.to_dict(), *self.others],
+            **({"initContainerStatuses": [c.to_dict() for c in self.init]} if self.init else {}),
             "hostIP": "127.0.0.1",
             "hostIPs": [{"ip": "127.0.0.1"}],
             "startTime": self.start_time,

@@ -1,5 +1,6 @@
-"""One thread per pod: set up, run and supervise its first container, report status,
-apply the restart policy with back-off, and carry out graceful deletion."""
+"""One thread per pod: run its init containers to completion in order, then set up, run
+and supervise its first container, report status, apply the restart policy with
+back-off, and carry out graceful deletion."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from localkube.kube import Kube
-from localkube.nodeagent import envvars, runtime, volumes
+from localkube.nodeagent import envvars, logs, runtime, volumes
 from localkube.nodeagent.ipam import IPAM
 from localkube.nodeagent.probes import Prober
 from localkube.nodeagent.status import ContainerStatus, PodStatus, other_containers
@@ -95,6 +96,7 @@ class PodWorker(threading.Thread):
         self.shutting_down = False  # the agent stops: kill, report nothing
         self.halted = threading.Event()  # set with either of the two above: ends any retry wait
         self.container: runtime.ContainerProcess | None = None
+        self.running_container = ""  # the name of the container whose process is self.container
         self.volumes: volumes.PodVolumes | None = None
         self._published: JSON | None = None
         self._crashes = 0
@@ -174,7 +176,8 @@ class PodWorker(threading.Thread):
         previous = self.pod.get("status", {})
         c = self.container_spec
         cs = ContainerStatus(name=c["name"], image=c.get("image", ""))
-        self.status = PodStatus(container=cs, others=other_containers(self.pod))
+        init = [ContainerStatus(name=i["name"], image=i.get("image", "")) for i in self.spec.get("initContainers", [])]
+        self.status = PodStatus(container=cs, others=other_containers(self.pod), init=init)
         self.status.start_time = previous.get("startTime") or self.status.start_time
         self._adopt_previous(previous)
         if self.status.phase in ("Succeeded", "Failed"):
@@ -183,10 +186,15 @@ class PodWorker(threading.Thread):
         # hostNetwork pods share the host's address; all others get their own.
         self.status.pod_ip = "127.0.0.1" if self.spec.get("hostNetwork") else self.node.ipam.allocate(self.uid)
         self.publish()
-        if self.spec.get("initContainers"):
-            self._refuse("InitContainersNotSupported", "localkube does not run init containers")
-        while not self.stopping():
-            outcome = self._run_once()
+        sidecars = [i["name"] for i in self.spec.get("initContainers", []) if i.get("restartPolicy") == "Always"]
+        if sidecars:
+            self._refuse("SidecarContainersNotSupported", f"localkube does not run sidecar containers: {sidecars}")
+        initialized = self._initialize()
+        if self.status.phase == "Failed":
+            self._finish()
+            return
+        while initialized and not self.stopping():
+            outcome = self._run_once(self.container_spec, cs)
             if outcome is None:
                 break
             if not self._after_exit(outcome):
@@ -194,8 +202,41 @@ class PodWorker(threading.Thread):
                 return
         self._terminate()
 
+    def _initialize(self) -> bool:
+        """Run each init container to success, in order, before the first container (as the
+        kubelet does: a failed one is run again with back-off, or fails the pod under
+        ``restartPolicy: Never``). False if the pod failed or is going away first."""
+        if not self.status.init or all(i.completed() for i in self.status.init):
+            return True
+        self.status.container.waiting("PodInitializing")
+        for spec, cs in zip(self.spec["initContainers"], self.status.init, strict=True):
+            while not cs.completed():
+                if self.stopping():
+                    return False
+                outcome = self._run_once(spec, cs, probes=False)
+                if outcome is None:
+                    return False
+                cs.terminated(outcome.exit_code, outcome.reason, outcome.message)
+                self.node.tracker.forget(self.uid)
+                if outcome.exit_code == 0:
+                    self.publish()
+                    break
+                if self.spec.get("restartPolicy", "Always") == "Never":
+                    self.status.phase = "Failed"
+                    return False
+                self._back_off(cs)
+                cs.restart_count += 1
+        self.status.container.waiting("PodInitializing")
+        return True
+
     def _adopt_previous(self, previous: JSON) -> None:
         """Pick up the status of a pod an earlier agent ran (its processes were killed on start)."""
+        old_init = {s["name"]: s for s in previous.get("initContainerStatuses", [])}
+        for init in self.status.init:
+            if init.name in old_init:  # a completed one stays completed; one that ran is run again
+                init.restart_count = old_init[init.name].get("restartCount", 0)
+                if "terminated" in old_init[init.name].get("state", {}):
+                    init.state = old_init[init.name]["state"]
         cs = self.status.container
         old = next((s for s in previous.get("containerStatuses", []) if s["name"] == cs.name), None)
         self.status.phase = previous.get("phase", "Pending")
@@ -212,12 +253,11 @@ class PodWorker(threading.Thread):
         elif "terminated" in old.get("state", {}):
             cs.state = old["state"]
 
-    def _run_once(self) -> Outcome | None:
-        """Set up and run the container once; None if the pod is going away."""
-        cs = self.status.container
+    def _run_once(self, c: JSON, cs: ContainerStatus, probes: bool = True) -> Outcome | None:
+        """Set up and run container ``c`` once; None if the pod is going away."""
         while not self.stopping():
             try:
-                argv, env, mounts = self._prepare()
+                argv, env, mounts = self._prepare(c)
                 break
             except envvars.ConfigError as e:
                 cs.waiting(e.reason, str(e))
@@ -234,29 +274,44 @@ class PodWorker(threading.Thread):
             self._refuse("NoCommand", "localkube runs the container's command and args; none are set (no images here)")
             return None
         self.container = runtime.start(
-            name=f"{self.ns}/{self.pod_name}",
+            name=f"{self.ns}/{self.pod_name}/{c['name']}",
             argv=argv,
             env=env,
-            cwd=self.container_spec.get("workingDir") or str(self._workdir()),
+            cwd=c.get("workingDir") or str(self._workdir()),
             hostname=self.spec.get("hostname") or self.pod_name,
             mounts=mounts,
             run_dir=self.run_dir,
-            log=self.pod_dir / "container.log",
+            log=logs.instance_path(self.run_dir, c["name"], cs.restart_count),
             on_exit=self.wake.set,
         )
+        self.running_container = c["name"]
         self.node.tracker.record(self.uid, self.container.proc, f"{self.ns}/{self.pod_name}")
-        log.info("%s: started %s (pid %d) on %s", self.name, argv[0], self.container.pid, self.status.pod_ip)
+        log.info(
+            "%s: started %s %s (pid %d) on %s", self.name, c["name"], argv[0], self.container.pid, self.status.pod_ip
+        )
         cs.running(self.container.pid)
-        self.status.phase = "Running"
-        return self._supervise(env)
+        if probes:  # the first container, not an init container: the pod runs
+            self.status.phase = "Running"
+            return self._supervise(env)
+        return self._await_exit(c, cs)
+
+    def _await_exit(self, c: JSON, cs: ContainerStatus) -> Outcome | None:
+        """Wait for an init container (no probes) to exit; None if the pod is going away."""
+        assert self.container is not None
+        self.publish()
+        while not self.stopping():
+            code = self.container.exit_code()
+            if code is not None:
+                return self._outcome(code, c, cs)
+            self.sleep(5)
+        return None
 
     def _workdir(self) -> Path:
         work = self.run_dir / "work"
         work.mkdir(parents=True, exist_ok=True)
         return work
 
-    def _prepare(self) -> tuple[list[str], dict[str, str], list[JSON]]:
-        c = self.container_spec
+    def _prepare(self, c: JSON) -> tuple[list[str], dict[str, str], list[JSON]]:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         # The downward API must see the pod IP before the API object does.
         pod = dict(self.pod, status=dict(self.pod.get("status", {}), **self._ip_fields()))
@@ -315,7 +370,7 @@ class PodWorker(threading.Thread):
                 return None
             code = self.container.exit_code()
             if code is not None:
-                return self._outcome(code)
+                return self._outcome(code, c, cs)
             now = time.monotonic()
             pid = self.container.pid
             if readiness and readiness.due(now) and readiness.run(self.status.pod_ip, c, pid, env):
@@ -350,27 +405,24 @@ class PodWorker(threading.Thread):
         while not self.stopping():
             self.sleep(60)
 
-    def _outcome(self, code: int) -> Outcome:
+    def _outcome(self, code: int, c: JSON, cs: ContainerStatus) -> Outcome:
         assert self.container is not None
-        log.info("%s: pid %d exited with %d", self.name, self.container.pid, code)
+        log.info("%s: %s (pid %d) exited with %d", self.name, c["name"], self.container.pid, code)
         self.container.stop(0)  # reap the rest of the process group
         start_error = self.container.start_error()
         if start_error:
             return Outcome(128, "StartError", start_error)
-        message = self._termination_message(code)
+        message = self._termination_message(code, c, cs)
         return Outcome(code, "Completed" if code == 0 else "Error", message)
 
-    def _termination_message(self, code: int) -> str:
+    def _termination_message(self, code: int, c: JSON, cs: ContainerStatus) -> str:
         try:
             message = (self.run_dir / "termination-log").read_text()[-4096:]
         except OSError:
             message = ""
-        if not message and code != 0 and self.container_spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
-            try:
-                lines = (self.pod_dir / "container.log").read_text(errors="replace").splitlines()
-                message = "\n".join(lines[-TERMINATION_LOG_LINES:])[-2048:]
-            except OSError:
-                pass
+        if not message and code != 0 and c.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            lines = logs.text_lines(logs.instance_path(self.run_dir, c["name"], cs.restart_count))
+            message = "\n".join(lines[-TERMINATION_LOG_LINES:])[-2048:]
         return message
 
     def _after_exit(self, outcome: Outcome) -> bool:
@@ -383,6 +435,12 @@ class PodWorker(threading.Thread):
         if policy == "Never" or (policy == "OnFailure" and outcome.exit_code == 0):
             self.status.phase = "Succeeded" if outcome.exit_code == 0 else "Failed"
             return False
+        self._back_off(cs)
+        cs.restart_count += 1
+        return True
+
+    def _back_off(self, cs: ContainerStatus) -> None:
+        """CrashLoopBackOff before ``cs`` runs again: none after the first exit, then doubling."""
         ran = time.monotonic() - self.container.started_mono if self.container else 0
         if ran >= BACKOFF_RESET_AFTER:
             self._crashes = 0
@@ -398,8 +456,6 @@ class PodWorker(threading.Thread):
             deadline = time.monotonic() + delay
             while not self.stopping() and time.monotonic() < deadline:
                 self.sleep(deadline - time.monotonic())
-        cs.restart_count += 1
-        return True
 
     def _grace(self, probe: JSON | None = None) -> float:
         if probe and probe.get("terminationGracePeriodSeconds") is not None:
@@ -443,8 +499,9 @@ class PodWorker(threading.Thread):
             code = self.container.stop(0)
             # As the kubelet does on a graceful deletion: a terminal phase before the final delete, so
             # that finalizers waiting for one (the Job controller's job-tracking) let the pod go.
-            self.status.container.terminated(code, "Completed" if code == 0 else "Error")
-            self.status.container.ready = False
+            stopped = next((i for i in self.status.init if i.name == self.running_container), self.status.container)
+            stopped.terminated(code, "Completed" if code == 0 else "Error")
+            stopped.ready = False
             self.status.phase = "Succeeded" if code == 0 else "Failed"
             self.publish()
         self._release()
