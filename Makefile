@@ -34,7 +34,7 @@ $(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt
 	touch $@
 
 controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (cached)
-$(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum e2e/controlplane/main.go e2e/controlplane/build.sh
+$(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum $(wildcard e2e/controlplane/*.go) e2e/controlplane/build.sh
 	bash e2e/controlplane/build.sh $(CONTROLPLANE)
 
 # Upstream Prometheus with Kubernetes service discovery (Debian's package has none).

@@ -58,7 +58,7 @@ go build -trimpath \
   -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
   -o "$out.tmp" .
 mv "$out.tmp" "$out"
-for c in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+for c in etcd kube-apiserver kube-controller-manager kube-scheduler metrics-adapter kubectl; do
   ln -sf "$(basename "$out")" "$(dirname "$out")/$c"
 done
 echo "built $out in $(( $(date +%s) - start ))s ($(du -h "$out" | cut -f1))" >&2

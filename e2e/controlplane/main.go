@@ -11,11 +11,11 @@ import (
 	"path/filepath"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
-	_ "k8s.io/client-go/plugin/pkg/client/auth"
 	kubectl "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
@@ -39,12 +39,14 @@ func main() {
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
 	case "kube-scheduler":
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "metrics-adapter":
+		os.Exit(runMetricsAdapter())
 	case "kubectl":
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
 			kubectlutil.CheckErr(err)
 		}
 	default:
-		fmt.Fprintf(os.Stderr, "controlplane: unknown component %q (want etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kubectl)\n", name)
+		fmt.Fprintf(os.Stderr, "controlplane: unknown component %q (want etcd, kube-apiserver, kube-controller-manager, kube-scheduler, metrics-adapter or kubectl)\n", name)
 		os.Exit(2)
 	}
 }

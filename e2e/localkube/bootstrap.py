@@ -1,5 +1,6 @@
 """Objects every local cluster starts with: RBAC for localkube's own clients, the
-default StorageClass ``local``, metrics-server's registration as ``metrics.k8s.io``,
+default StorageClass ``local``, the registration of metrics-server (``metrics.k8s.io``) and
+the custom metrics adapter (``custom.metrics.k8s.io``),
 and (on request) the Gateway API CRDs."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from localkube.kube import Kube
 PROVISIONER_USER = "localkube:provisioner"
 PROMETHEUS_USER = "localkube:prometheus"
 METRICS_SERVER_USER = "system:metrics-server"
+METRICS_ADAPTER_USER = "system:custom-metrics-adapter"
 PROVISIONER_NAME = "slipway.dev/local"
 STORAGE_CLASS = "local"
 GATEWAY_API_VERSION = "v1.4.1"
@@ -41,6 +43,32 @@ def _cluster_role(name: str, user: str, rules: list[dict[str, object]]) -> list[
     return [(f"{RBAC}/clusterroles", role), (f"{RBAC}/clusterrolebindings", binding)]
 
 
+def _aggregated_api_server(user: str) -> list[tuple[str, dict[str, object]]]:
+    """What an aggregated API server needs to authenticate and authorize its callers."""
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    delegator = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"}
+    reader = {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "extension-apiserver-authentication-reader",
+    }
+    name = user.replace("system:", "")
+    return [
+        (
+            f"{RBAC}/clusterrolebindings",
+            {"metadata": {"name": f"{name}:system:auth-delegator"}, "roleRef": delegator, "subjects": subject},
+        ),
+        (
+            f"{RBAC}/namespaces/kube-system/rolebindings",
+            {
+                "metadata": {"name": f"{name}-auth-reader", "namespace": "kube-system"},
+                "roleRef": reader,
+                "subjects": subject,
+            },
+        ),
+    ]
+
+
 def objects() -> list[tuple[str, dict[str, object]]]:
     """(collection path, object) pairs created right after the API server is ready."""
     read = ["get", "list", "watch"]
@@ -63,7 +91,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
         ],
     )
-    # metrics-server, as its upstream manifest grants it; users read metrics through view/edit/admin.
+    # metrics-server, as its upstream manifest grants it; the custom metrics adapter lists pods.
     out += _cluster_role(
         METRICS_SERVER_USER,
         METRICS_SERVER_USER,
@@ -72,35 +100,13 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": read},
         ],
     )
-    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": METRICS_SERVER_USER}]
-    out.append(
-        (
-            f"{RBAC}/clusterrolebindings",
-            {
-                "metadata": {"name": "metrics-server:system:auth-delegator"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "ClusterRole",
-                    "name": "system:auth-delegator",
-                },
-                "subjects": subject,
-            },
-        )
+    out += _cluster_role(
+        METRICS_ADAPTER_USER,
+        METRICS_ADAPTER_USER,
+        [{"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": read}],
     )
-    out.append(
-        (
-            f"{RBAC}/namespaces/kube-system/rolebindings",
-            {
-                "metadata": {"name": "metrics-server-auth-reader", "namespace": "kube-system"},
-                "roleRef": {
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "kind": "Role",
-                    "name": "extension-apiserver-authentication-reader",
-                },
-                "subjects": subject,
-            },
-        )
-    )
+    for user in (METRICS_SERVER_USER, METRICS_ADAPTER_USER):
+        out += _aggregated_api_server(user)
     aggregate = {f"rbac.authorization.k8s.io/aggregate-to-{r}": "true" for r in ("admin", "edit", "view")}
     out.append(
         (
@@ -136,41 +142,40 @@ def apply(kube: Kube) -> None:
         kube.ensure(path, obj)
 
 
-def register_metrics_server(kube: Kube, port: int, ca_pem: str) -> None:
-    """A selector-less Service ``kube-system/metrics-server`` whose endpoint is the local process,
-    and the APIService ``v1beta1.metrics.k8s.io`` that sends metrics.k8s.io requests to it."""
+def register_aggregated_api(kube: Kube, service: str, port: int, ca_pem: str, group: str, versions: list[str]) -> None:
+    """A selector-less Service ``kube-system/<service>`` whose endpoint is a local process on
+    ``port``, and an APIService per version of ``group`` that sends the group's requests to it."""
     ports = [{"name": "https", "port": 443, "targetPort": port, "protocol": "TCP"}]
     kube.ensure(
         "/api/v1/namespaces/kube-system/services",
-        {"metadata": {"name": "metrics-server", "namespace": "kube-system"}, "spec": {"ports": ports}},
+        {"metadata": {"name": service, "namespace": "kube-system"}, "spec": {"ports": ports}},
     )
-    endpoints = {
-        "metadata": {"name": "metrics-server", "namespace": "kube-system"},
-        "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}],
-    }
-    current = kube.get_or_none("/api/v1/namespaces/kube-system/endpoints/metrics-server")
-    if current is None:
-        kube.create("/api/v1/namespaces/kube-system/endpoints", endpoints)
-    else:
-        kube.patch(
-            "/api/v1/namespaces/kube-system/endpoints/metrics-server", {"subsets": endpoints["subsets"]}, kind="merge"
+    subsets = [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"name": "https", "port": port}]}]
+    path = f"/api/v1/namespaces/kube-system/endpoints/{service}"
+    if kube.get_or_none(path) is None:
+        kube.create(
+            "/api/v1/namespaces/kube-system/endpoints",
+            {"metadata": {"name": service, "namespace": "kube-system"}, "subsets": subsets},
         )
-    kube.ensure(
-        "/apis/apiregistration.k8s.io/v1/apiservices",
-        {
-            "apiVersion": "apiregistration.k8s.io/v1",
-            "kind": "APIService",
-            "metadata": {"name": "v1beta1.metrics.k8s.io"},
-            "spec": {
-                "group": "metrics.k8s.io",
-                "version": "v1beta1",
-                "groupPriorityMinimum": 100,
-                "versionPriority": 100,
-                "service": {"name": "metrics-server", "namespace": "kube-system", "port": 443},
-                "caBundle": base64.b64encode(ca_pem.encode()).decode(),
+    else:
+        kube.patch(path, {"subsets": subsets}, kind="merge")
+    for version in versions:
+        kube.ensure(
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            {
+                "apiVersion": "apiregistration.k8s.io/v1",
+                "kind": "APIService",
+                "metadata": {"name": f"{version}.{group}"},
+                "spec": {
+                    "group": group,
+                    "version": version,
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                    "service": {"name": service, "namespace": "kube-system", "port": 443},
+                    "caBundle": base64.b64encode(ca_pem.encode()).decode(),
+                },
             },
-        },
-    )
+        )
 
 
 def gateway_api_crd_dir(version: str = GATEWAY_API_VERSION) -> Path:

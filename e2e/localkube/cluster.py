@@ -51,7 +51,9 @@ class ClusterConfig:
     scrape_interval: str = "5s"
     gateway_api: bool = False
     restart_backoff: float = 10.0
-    metrics_server: bool = True
+    metrics_server: bool = True  # with Prometheus, also the custom metrics adapter
+    # Prometheus metrics the adapter serves as Pods metrics (custom.metrics.k8s.io).
+    pod_metrics: tuple[str, ...] = ("slipway_requests_in_flight", "vllm:num_requests_running")
     # The HPA controller's scale-down stabilization window (upstream default 5m), short so that
     # a test sees replicas return once load stops.
     hpa_downscale_stabilization: str = "30s"
@@ -133,7 +135,15 @@ class Launcher:
         self.logs.mkdir(parents=True)
         self.ports = {
             name: free_port()
-            for name in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "metrics-server")
+            for name in (
+                "etcd",
+                "etcd-peer",
+                "apiserver",
+                "controller-manager",
+                "scheduler",
+                "metrics-server",
+                "metrics-adapter",
+            )
         }
         self.kubelet_ports = {node: free_port() for node in self.cfg.node_names()}
         self.info.apiserver_url = f"https://127.0.0.1:{self.ports['apiserver']}"
@@ -167,6 +177,14 @@ class Launcher:
             # The API server's identity towards the node agents' kubelet API (kubectl logs).
             "apiserver-kubelet-client": ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client"),
             "metrics-server": ca.issue("metrics-server", bootstrap.METRICS_SERVER_USER),
+            "metrics-adapter": ca.issue("metrics-adapter", bootstrap.METRICS_ADAPTER_USER),
+            "metrics-adapter-serving": ca.issue(
+                "metrics-adapter-serving",
+                "custom-metrics-adapter",
+                server=True,
+                dns_names=("custom-metrics-adapter.kube-system.svc", "localhost"),
+                ip_addresses=("127.0.0.1",),
+            ),
             "metrics-server-serving": ca.issue(
                 "metrics-server-serving",
                 "metrics-server",
@@ -398,17 +416,52 @@ class Launcher:
                 "--kubelet-request-timeout=5s",
             ],
         )
-        bootstrap.register_metrics_server(self.kube, port, self.ca.pair.cert.read_text())
+        ca = self.ca.pair.cert.read_text()
+        bootstrap.register_aggregated_api(self.kube, "metrics-server", port, ca, "metrics.k8s.io", ["v1beta1"])
 
-    def wait_metrics_server(self, timeout: float = 60) -> None:
-        def available() -> bool:
-            if not self.metrics_server.alive():
-                raise RuntimeError(f"metrics-server exited while starting; see {self.metrics_server.log}")
-            svc = self.kube.get_or_none("/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io")
-            conditions = {c["type"]: c["status"] for c in (svc or {}).get("status", {}).get("conditions", [])}
-            return conditions.get("Available") == "True"
+    def start_metrics_adapter(self) -> None:
+        """The custom metrics adapter (``metrics-adapter`` of the control-plane binary), registered as
+        ``custom.metrics.k8s.io``: Pods metrics for HPAs, read from the cluster's Prometheus."""
+        kc = self._kubeconfig("metrics-adapter", self.certs["metrics-adapter"])
+        port = self.ports["metrics-adapter"]
+        serving = self.certs["metrics-adapter-serving"]
+        self.metrics_adapter = self._spawn(
+            "metrics-adapter",
+            self._component("metrics-adapter")
+            + [
+                f"--lister-kubeconfig={kc}",
+                f"--authentication-kubeconfig={kc}",
+                f"--authorization-kubeconfig={kc}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--tls-cert-file={serving.cert}",
+                f"--tls-private-key-file={serving.key}",
+                f"--prometheus-url={self.info.prometheus_url}",
+                *(f"--pod-metric={m}" for m in self.cfg.pod_metrics),
+            ],
+        )
+        ca = self.ca.pair.cert.read_text()
+        group = "custom.metrics.k8s.io"
+        bootstrap.register_aggregated_api(self.kube, "custom-metrics-adapter", port, ca, group, ["v1beta1", "v1beta2"])
 
-        wait_for(available, timeout, "the metrics.k8s.io API (metrics-server) Available")
+    def wait_aggregated_apis(self, timeout: float = 60) -> None:
+        """Wait until every APIService registered by :meth:`start_metrics_server` and
+        :meth:`start_metrics_adapter` is Available; fail at once if its process exits."""
+        wanted = []
+        if self.cfg.metrics_server:
+            wanted.append((self.metrics_server, "v1beta1.metrics.k8s.io"))
+        if self.cfg.metrics_server and self.cfg.prometheus:
+            wanted += [(self.metrics_adapter, f"{v}.custom.metrics.k8s.io") for v in ("v1beta1", "v1beta2")]
+        for proc, name in wanted:
+
+            def available(proc: Proc = proc, name: str = name) -> bool:
+                if not proc.alive():
+                    raise RuntimeError(f"{proc.name} exited while starting; see {proc.log}")
+                svc = self.kube.get_or_none(f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+                conditions = {c["type"]: c["status"] for c in (svc or {}).get("status", {}).get("conditions", [])}
+                return conditions.get("Available") == "True"
+
+            wait_for(available, timeout, f"the APIService {name} ({proc.name}) Available")
 
     def start_prometheus(self) -> None:
         port = free_port()
@@ -468,10 +521,11 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
             launcher.start_metrics_server()
         if cfg.prometheus:
             launcher.start_prometheus()
+        if cfg.metrics_server and cfg.prometheus:
+            launcher.start_metrics_adapter()
         if cfg.gateway_api:
             launcher.apply_gateway_api()
-        if cfg.metrics_server:
-            launcher.wait_metrics_server()
+        launcher.wait_aggregated_apis()
         if cfg.mlflow:
             launcher.wait_mlflow()
     except BaseException:

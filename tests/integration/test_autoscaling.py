@@ -1,10 +1,12 @@
 """Autoscaled inference replicas, for real: the InferenceDeployment's HPA reads CPU from
-metrics-server (which reads the node agents' kubelet API), the real HPA controller scales
-the stable track to its maximum under load and back to its minimum once load stops."""
+metrics-server (which reads the node agents' kubelet API) or a Pods metric from the custom
+metrics adapter (which reads Prometheus), and the real HPA controller scales the stable
+track to its maximum under load and back to its minimum once load stops."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -17,78 +19,107 @@ from slipway_testing import apply_object, report, train_run, wait_status
 pytestmark = pytest.mark.cluster
 
 
-def test_cpu_target_scales_the_stable_track_to_max_under_load_and_back(kube_api, namespace, operator, cluster):
-    operator()
-    model = f"digits-{namespace}"
+def serve(kube_api, namespace: str, cluster, name: str, spec: dict[str, Any], tags: dict[str, str]) -> None:
+    """Register a model version (with ``tags``), serve it as InferenceDeployment ``name``, wait until it serves."""
+    model = f"{name}-{namespace}"
     run_id = train_run(cluster.mlflow_url, "autoscaling-tests", steps=4)
     with MlflowClient(cluster.mlflow_url) as mlflow:
         mlflow.get_or_create_registered_model(model)
-        version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, {}).version
+        version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags).version
         mlflow.set_alias(model, "candidate", version)
-    apply_object(
-        kube_api,
-        namespace,
-        {
-            "apiVersion": "slipway.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "scaler"},
-            "spec": {
-                "model": {"name": model, "alias": "candidate"},
-                "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                "command": ["python", "-m", "slipway.workloads.serve"],
-                # A small request, so that real inference load is a large share of it.
-                "resources": {"cpu": "20m"},
-                "autoscaling": {
-                    "minReplicas": 2,
-                    "maxReplicas": 4,
-                    "metrics": [{"type": "Cpu", "targetAverageUtilization": 50}],
-                },
-            },
+    body = {
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": model, "alias": "candidate"},
+            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
+            "command": ["python", "-m", "slipway.workloads.serve"],
+            **spec,
         },
-    )
+    }
+    apply_object(kube_api, namespace, body)
     wait_status(
         kube_api,
         namespace,
         "InferenceDeployment",
-        "scaler",
+        name,
         lambda o: (o.get("status") or {}).get("phase") == "Promoted",
         180,
         "serving",
     )
-    apps = client.AppsV1Api(kube_api)
-    hpas = client.AutoscalingV2Api(kube_api)
 
-    def replicas() -> int:
-        return apps.read_namespaced_deployment("scaler-stable", namespace).spec.replicas
 
-    def utilization() -> int | None:
-        status = hpas.read_namespaced_horizontal_pod_autoscaler("scaler", namespace).status
+class Scaling:
+    """Reads the stable track's replicas and what its HPA currently measures."""
+
+    def __init__(self, kube_api, namespace: str, name: str) -> None:
+        self.apps = client.AppsV1Api(kube_api)
+        self.hpas = client.AutoscalingV2Api(kube_api)
+        self.namespace, self.name = namespace, name
+
+    def replicas(self) -> int:
+        return self.apps.read_namespaced_deployment(f"{self.name}-stable", self.namespace).spec.replicas
+
+    def ready(self) -> int:
+        return self.apps.read_namespaced_deployment(f"{self.name}-stable", self.namespace).status.ready_replicas or 0
+
+    def current(self) -> str | None:
+        """The HPA's current value of its one metric, or None while it cannot read it."""
+        status = self.hpas.read_namespaced_horizontal_pod_autoscaler(self.name, self.namespace).status
         for m in status.current_metrics or []:
-            if m.resource and m.resource.name == "cpu":
-                return m.resource.current.average_utilization
+            if m.resource and m.resource.current.average_utilization is not None:
+                return f"{m.resource.current.average_utilization}%"
+            if m.pods and m.pods.current.average_value is not None:
+                return str(m.pods.current.average_value)
         return None
 
-    # The HPA reads real CPU (no FailedGetResourceMetric) and holds the minimum at rest.
-    wait_for(lambda: utilization() is not None, 90, "the HPA to read CPU from metrics.k8s.io")
-    assert replicas() == 2
+    def cycle(self, load: LoadDriver) -> tuple[float, float, str | None, dict[int, int]]:
+        """Under ``load``: wait for 4 replicas (all ready); then stop it and wait for 2.
+        Returns (seconds to scale up, seconds to scale down, the metric at the peak, responses)."""
+        wait_for(lambda: self.current() is not None, 90, "the HPA to read its metric")
+        assert self.replicas() == 2
+        with load:
+            loaded = time.monotonic()
+            wait_for(lambda: self.replicas() == 4, 240, "4 replicas under load", interval=2)
+            up = time.monotonic() - loaded
+            peak = self.current()
+            wait_for(lambda: self.ready() == 4, 120, "4 ready replicas", interval=2)
+            stats = load.stats()
+        stopped = time.monotonic()
+        wait_for(lambda: self.replicas() == 2, 240, "back to 2 replicas once load stopped", interval=2)
+        return up, time.monotonic() - stopped, peak, dict(stats.by_code)
 
-    with LoadDriver.for_service(kube_api, namespace, "scaler", rate=60, max_duration=400) as load:
-        loaded = time.monotonic()
-        wait_for(lambda: replicas() == 4, 240, "4 replicas under load", interval=2)
-        up = time.monotonic() - loaded
-        peak = utilization()
-        wait_for(
-            lambda: apps.read_namespaced_deployment("scaler-stable", namespace).status.ready_replicas == 4,
-            120,
-            "4 ready replicas",
-        )
-        stats = load.stats()
-    stopped = time.monotonic()
-    wait_for(lambda: replicas() == 2, 240, "back to 2 replicas once load stopped", interval=2)
-    down = time.monotonic() - stopped
-    assert stats.by_code.get(200, 0) > 0
+
+def test_cpu_target_scales_the_stable_track_to_max_under_load_and_back(kube_api, namespace, operator, cluster):
+    operator()
+    autoscaling = {"minReplicas": 2, "maxReplicas": 4, "metrics": [{"type": "Cpu", "targetAverageUtilization": 50}]}
+    # A small request, so that real inference load is a large share of it.
+    serve(kube_api, namespace, cluster, "cpu-scaler", {"resources": {"cpu": "20m"}, "autoscaling": autoscaling}, {})
+    scaling = Scaling(kube_api, namespace, "cpu-scaler")
+    load = LoadDriver.for_service(kube_api, namespace, "cpu-scaler", rate=60, max_duration=400)
+    up, down, peak, responses = scaling.cycle(load)
+    assert responses.get(200, 0) > 0
     report(
         f"\nHPA on CPU (target 50% of 20m): 2 -> 4 replicas {up:.0f}s after load began (60 req/s, "
-        f"utilization {peak}%), 4 -> 2 {down:.0f}s after it stopped (stabilization window 30s); "
-        f"responses {dict(stats.by_code)}"
+        f"utilization {peak}), 4 -> 2 {down:.0f}s after it stopped (stabilization window 30s); responses {responses}"
+    )
+
+
+def test_pods_metric_in_flight_requests_scales_the_stable_track_and_back(kube_api, namespace, operator, cluster):
+    operator()
+    metric = {"type": "Pods", "name": "slipway_requests_in_flight", "targetAverageValue": "1"}
+    autoscaling = {"minReplicas": 2, "maxReplicas": 4, "metrics": [metric]}
+    # Each request takes 0.4 s: at 20 requests/s about 8 are in flight, 4 per pod of 2.
+    serve(
+        kube_api, namespace, cluster, "inflight", {"autoscaling": autoscaling}, {"slipway.fault.latencySeconds": "0.4"}
+    )
+    scaling = Scaling(kube_api, namespace, "inflight")
+    load = LoadDriver.for_service(kube_api, namespace, "inflight", rate=20, concurrency=16, max_duration=400)
+    up, down, peak, responses = scaling.cycle(load)
+    assert responses.get(200, 0) > 0
+    report(
+        f"\nHPA on the Pods metric slipway_requests_in_flight (target 1 per pod, custom.metrics.k8s.io from "
+        f"Prometheus): 2 -> 4 replicas {up:.0f}s after load began (20 req/s of 0.4 s, {peak} per pod), "
+        f"4 -> 2 {down:.0f}s after it stopped; responses {responses}"
     )
