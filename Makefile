@@ -7,10 +7,11 @@ CACHE := .cache
 CONTROLPLANE := $(CACHE)/controlplane/controlplane
 PROMETHEUS := $(CACHE)/prometheus/prometheus
 METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
+TRAEFIK := $(CACHE)/traefik/traefik
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus metrics-server crds verify lint types test test-unit test-faults test-integration \
+.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik crds verify lint types test test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -42,6 +43,10 @@ metrics-server: $(METRICS_SERVER)  ## build metrics-server from the Go module pr
 $(METRICS_SERVER): e2e/controlplane/build-metrics-server.sh
 	bash e2e/controlplane/build-metrics-server.sh $(METRICS_SERVER)
 
+traefik: $(TRAEFIK)  ## build Traefik (the local Gateway API data plane) from the Go module proxy (cached)
+$(TRAEFIK): e2e/gateway/build-traefik.sh e2e/gateway/go.mod e2e/gateway/go.sum
+	bash e2e/gateway/build-traefik.sh $(TRAEFIK)
+
 prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
 $(PROMETHEUS): e2e/controlplane/build-prometheus.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
@@ -59,7 +64,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus metrics-server  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
+test: install controlplane prometheus metrics-server traefik  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
 	$(PY) -m pytest -q tests e2e/tests
 
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
@@ -68,8 +73,8 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
 
-cluster-up: install controlplane prometheus metrics-server  ## start the local cluster, MLflow and Prometheus in the background
-	$(PY) -m localkube up
+cluster-up: install controlplane prometheus metrics-server traefik  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
+	$(PY) -m localkube up $(if $(GATEWAY_API),--gateway-api)
 
 demo: install controlplane prometheus metrics-server  ## the whole lifecycle on the local cluster, live, with a summary
 	$(PY) -m slipway_e2e.demo

@@ -48,6 +48,8 @@ def _print_info(info: ClusterInfo) -> None:
     print(f"  nodes        {', '.join(info.nodes)}")
     print(f"  MLflow       {info.mlflow_url or '-'}")
     print(f"  Prometheus   {info.prometheus_url or '-'}")
+    if info.gateway_port:
+        print(f"  gateway      http://127.0.0.1:{info.gateway_port}  (GatewayClass localkube; listeners on this port)")
     print(f"  logs         {info.directory / 'logs'}/  pods: {info.directory / 'pods'}/")
 
 
@@ -86,7 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--no-mlflow", dest="mlflow", action="store_false")
     u.add_argument("--no-prometheus", dest="prometheus", action="store_false")
     u.add_argument("--scrape-interval", default="5s")
-    u.add_argument("--gateway-api", action="store_true", help="install the Gateway API standard CRDs")
+    u.add_argument(
+        "--gateway-api",
+        action="store_true",
+        help="install the Gateway API standard CRDs and run the gateway (Traefik, `make traefik`)",
+    )
     u.add_argument("--restart-backoff", type=float, default=10.0, help="first CrashLoopBackOff delay (s)")
     u.set_defaults(func=_up)
     sub.add_parser("down", help="stop what `up` started").set_defaults(func=_down)

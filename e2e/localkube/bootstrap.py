@@ -21,12 +21,12 @@ METRICS_SERVER_USER = "system:metrics-server"
 METRICS_ADAPTER_USER = "system:custom-metrics-adapter"
 PROVISIONER_NAME = "slipway.dev/local"
 STORAGE_CLASS = "local"
-GATEWAY_API_VERSION = "v1.4.1"
+GATEWAY_API_VERSION = "v1.6.1"  # what the gateway (Traefik v3.7) is built against
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 
 
-def _cluster_role(name: str, user: str, rules: list[dict[str, object]]) -> list[tuple[str, dict[str, object]]]:
+def cluster_role(name: str, user: str, rules: list[dict[str, object]]) -> list[tuple[str, dict[str, object]]]:
     role: dict[str, object] = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -72,7 +72,7 @@ def _aggregated_api_server(user: str) -> list[tuple[str, dict[str, object]]]:
 def objects() -> list[tuple[str, dict[str, object]]]:
     """(collection path, object) pairs created right after the API server is ready."""
     read = ["get", "list", "watch"]
-    out = _cluster_role(
+    out = cluster_role(
         PROVISIONER_USER,
         PROVISIONER_USER,
         [
@@ -82,7 +82,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         ],
     )
-    out += _cluster_role(
+    out += cluster_role(
         PROMETHEUS_USER,
         PROMETHEUS_USER,
         [
@@ -92,7 +92,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
         ],
     )
     # metrics-server, as its upstream manifest grants it; the custom metrics adapter lists pods.
-    out += _cluster_role(
+    out += cluster_role(
         METRICS_SERVER_USER,
         METRICS_SERVER_USER,
         [
@@ -100,7 +100,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             {"apiGroups": [""], "resources": ["pods", "nodes"], "verbs": read},
         ],
     )
-    out += _cluster_role(
+    out += cluster_role(
         METRICS_ADAPTER_USER,
         METRICS_ADAPTER_USER,
         [{"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": read}],

@@ -495,8 +495,10 @@ class Launcher:
         self.info.mlflow_url = self.mlflow.url
         self.info.save()
 
-    def apply_gateway_api(self) -> None:
-        bootstrap.apply_gateway_api_crds(self.kube)
+    def start_gateway(self) -> None:
+        from localkube.gateway import ensure_gateway
+
+        self.info = ensure_gateway(self.dir)
 
 
 def up(cfg: ClusterConfig) -> ClusterInfo:
@@ -524,7 +526,7 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
         if cfg.metrics_server and cfg.prometheus:
             launcher.start_metrics_adapter()
         if cfg.gateway_api:
-            launcher.apply_gateway_api()
+            launcher.start_gateway()
         launcher.wait_aggregated_apis()
         if cfg.mlflow:
             launcher.wait_mlflow()

@@ -86,6 +86,18 @@ class CertificateAuthority:
         self.pair.cert.write_bytes(self._cert.public_bytes(serialization.Encoding.PEM))
         _write_key(self.pair.key, self._key)
 
+    @classmethod
+    def load(cls, directory: Path) -> CertificateAuthority:
+        """The CA kept in ``directory`` (to issue certificates for a component added later)."""
+        ca = cls.__new__(cls)
+        ca.directory = directory
+        ca.pair = CertPair(directory / "ca.crt", directory / "ca.key")
+        ca._cert = x509.load_pem_x509_certificate(ca.pair.cert.read_bytes())
+        key = serialization.load_pem_private_key(ca.pair.key.read_bytes(), password=None)
+        assert isinstance(key, ec.EllipticCurvePrivateKey)
+        ca._key = key
+        return ca
+
     def issue(
         self,
         name: str,

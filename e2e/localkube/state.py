@@ -26,6 +26,8 @@ class ClusterInfo:
     apiserver_url: str = ""
     mlflow_url: str | None = None
     prometheus_url: str | None = None
+    gateway_port: int | None = None
+    """The port of the gateway's listener (see :mod:`localkube.gateway`); None without a gateway."""
     audit_log: Path | None = None
     """The kube-apiserver's audit log (see :mod:`localkube.audit`); None for a cluster started without one."""
     nodes: list[str] = field(default_factory=list)
@@ -51,6 +53,7 @@ class ClusterInfo:
             "kubeconfig": str(self.kubeconfig),
             "mlflow_url": self.mlflow_url,
             "prometheus_url": self.prometheus_url,
+            "gateway_port": self.gateway_port,
             "audit_log": str(self.audit_log) if self.audit_log else None,
             "nodes": self.nodes,
             "processes": [p.to_dict() for p in self.processes],
@@ -71,6 +74,7 @@ class ClusterInfo:
             apiserver_url=doc["apiserver_url"],
             mlflow_url=doc.get("mlflow_url"),
             prometheus_url=doc.get("prometheus_url"),
+            gateway_port=doc.get("gateway_port"),
             audit_log=Path(doc["audit_log"]) if doc.get("audit_log") else None,
             nodes=doc.get("nodes", []),
             processes=[Proc.from_dict(p) for p in doc.get("processes", [])],

@@ -18,6 +18,7 @@ It runs in a background thread at a bounded rate, at most ``concurrency`` reques
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -118,6 +119,7 @@ class LoadStats:
 
     by_code: dict[int, int]  # responses by HTTP status code
     by_endpoint: dict[str, int]  # responses by endpoint IP
+    by_version: dict[str, int]  # 200 responses by the modelVersion that answered
     transport_errors: dict[str, int]  # requests without a response, by exception type
     no_endpoint: int  # ticks with no endpoint to send to
     skipped: int  # ticks skipped because `concurrency` requests were in flight
@@ -146,6 +148,7 @@ class LoadDriver:
         timeout: float = 5.0,
         instances: int = 1,
         refresh_seconds: float = REFRESH_SECONDS,
+        host: str | None = None,
     ) -> None:
         if not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate {rate}: give 0 < rate <= {MAX_RATE:g} requests per second")
@@ -159,6 +162,7 @@ class LoadDriver:
         self.concurrency = concurrency
         self.timeout = timeout
         self.refresh_seconds = refresh_seconds
+        self.headers = {"Host": host} if host else {}  # a gateway routes by it
         self._body = predict_payload(instances)
         self._endpoints: list[Endpoint] = []
         self._turns = RoundRobin()
@@ -167,6 +171,7 @@ class LoadDriver:
         self._lock = threading.Lock()
         self._by_code: Counter[int] = Counter()
         self._by_endpoint: Counter[str] = Counter()
+        self._by_version: Counter[str] = Counter()
         self._transport_errors: Counter[str] = Counter()
         self._no_endpoint = 0
         self._skipped = 0
@@ -188,6 +193,11 @@ class LoadDriver:
             return ready_endpoints(api.sanitize_for_serialization(slices).get("items") or [], port_name)
 
         return cls(endpoints, **options)
+
+    @classmethod
+    def for_address(cls, ip: str, port: int, **options: Any) -> LoadDriver:
+        """A driver for one fixed address, e.g. a gateway's listener (with ``host=`` for its routes)."""
+        return cls(lambda: [Endpoint(ip, port)], **options)
 
     def start(self) -> LoadDriver:
         if self._thread is not None:
@@ -225,6 +235,7 @@ class LoadDriver:
             return LoadStats(
                 dict(self._by_code),
                 dict(self._by_endpoint),
+                dict(self._by_version),
                 dict(self._transport_errors),
                 self._no_endpoint,
                 self._skipped,
@@ -238,7 +249,7 @@ class LoadDriver:
         next_send = start
         period = 1.0 / self.rate
         with (
-            httpx.Client(timeout=self.timeout) as http,
+            httpx.Client(timeout=self.timeout, headers=self.headers) as http,
             ThreadPoolExecutor(self.concurrency, thread_name_prefix="loadgen-request") as pool,
         ):
             while not self._stopping.is_set():
@@ -284,6 +295,12 @@ class LoadDriver:
             return
         finally:
             self._in_flight.release()
+        version = None
+        if response.status_code == 200:
+            with contextlib.suppress(ValueError):
+                version = str(response.json().get("modelVersion"))
         with self._lock:
             self._by_code[response.status_code] += 1
             self._by_endpoint[endpoint.ip] += 1
+            if version is not None:
+                self._by_version[version] += 1

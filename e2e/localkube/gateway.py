@@ -1,0 +1,130 @@
+"""The local cluster's Gateway API data plane: Traefik v3 (``make traefik``, built from the
+Go module proxy by ``e2e/gateway/build-traefik.sh``) as a local process with its Kubernetes
+Gateway provider. It routes HTTPRoutes of Gateways of the GatewayClass ``localkube`` by
+their backend weights to the pods of the backend Services (read from EndpointSlices).
+
+Traefik binds a Gateway listener to the entryPoint with the same port, so the cluster's
+Gateways listen on ``ClusterInfo.gateway_port`` (a free port chosen at start, printed by
+``localkube up`` and kept in ``state.json``), on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from localkube import bootstrap
+from localkube.kube import Kube, write_kubeconfig
+from localkube.mlflow_server import free_port
+from localkube.pki import CertificateAuthority
+from localkube.procs import spawn
+from localkube.state import ROOT, ClusterInfo
+from localkube.wait import wait_for
+
+TRAEFIK = ROOT / ".cache" / "traefik" / "traefik"
+GATEWAY_CLASS = "localkube"
+CONTROLLER = "traefik.io/gateway-controller"
+USER = "localkube:gateway"
+PROCESS = "gateway"
+
+
+def objects() -> list[tuple[str, dict[str, object]]]:
+    """The GatewayClass and the RBAC of Traefik's Gateway provider (as its Helm chart grants it)."""
+    read = ["get", "list", "watch"]
+    kinds = ["gatewayclasses", "gateways", "httproutes", "grpcroutes", "tcproutes", "tlsroutes", "backendtlspolicies"]
+    out = bootstrap.cluster_role(
+        USER,
+        USER,
+        [
+            {"apiGroups": [""], "resources": ["namespaces", "services", "secrets", "configmaps"], "verbs": read},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": read},
+            {"apiGroups": ["gateway.networking.k8s.io"], "resources": [*kinds, "referencegrants"], "verbs": read},
+            {
+                "apiGroups": ["gateway.networking.k8s.io"],
+                "resources": [f"{k}/status" for k in kinds],
+                "verbs": ["update", "patch"],
+            },
+        ],
+    )
+    out.append(
+        (
+            "/apis/gateway.networking.k8s.io/v1/gatewayclasses",
+            {
+                "apiVersion": "gateway.networking.k8s.io/v1",
+                "kind": "GatewayClass",
+                "metadata": {"name": GATEWAY_CLASS},
+                "spec": {"controllerName": CONTROLLER},
+            },
+        )
+    )
+    return out
+
+
+def ensure_gateway(directory: Path, binary: Path = TRAEFIK, timeout: float = 60) -> ClusterInfo:
+    """Start the gateway of the cluster in ``directory`` unless it runs; its CRDs (the Gateway API
+    standard channel), GatewayClass and RBAC first. Returns the cluster's info, with
+    ``gateway_port`` set."""
+    info = ClusterInfo.load(directory)
+    if info is None:
+        raise FileNotFoundError(f"no cluster recorded in {directory}")
+    running = next((p for p in info.processes if p.name == PROCESS), None)
+    if running is not None and running.alive() and info.gateway_port:
+        return info
+    if not binary.exists():
+        raise FileNotFoundError(f"{binary} is missing: run `make traefik` first")
+    kube = Kube(info.kubeconfig)
+    bootstrap.apply_gateway_api_crds(kube)
+    for path, obj in objects():
+        wait_for(lambda path=path, obj=obj: kube.ensure(path, obj), 30, f"{path} served")  # type: ignore[misc]
+    ca = CertificateAuthority.load(info.pki)
+    pair = ca.issue("gateway", USER)
+    kubeconfig = directory / "kubeconfigs" / "gateway.kubeconfig"
+    write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, pair.cert, pair.key, user="gateway")
+    port, admin = free_port(), free_port()
+    # Outside a pod: Traefik would take in-cluster credentials if these were set.
+    env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""}
+    cmd = [
+        str(binary),
+        f"--entryPoints.web.address=127.0.0.1:{port}",
+        f"--entryPoints.traefik.address=127.0.0.1:{admin}",
+        "--ping=true",
+        "--ping.entryPoint=traefik",
+        "--providers.kubernetesgateway=true",
+        "--providers.kubernetesgateway.statusaddress.ip=127.0.0.1",
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+        "--log.level=INFO",
+        "--log.noColor=true",
+    ]
+    proc = spawn(PROCESS, cmd, directory / "logs" / f"{PROCESS}.log", env=env, cwd=directory)
+    info.processes = [p for p in info.processes if p.name != PROCESS] + [proc]
+    info.gateway_port = port
+    info.save()
+
+    def ready() -> bool:
+        if not proc.alive():
+            raise RuntimeError(f"the gateway (Traefik) exited while starting; see {proc.log}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{admin}/ping", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(ready, timeout, "the gateway (Traefik) to answer /ping")
+    return info
+
+
+def gateway(name: str, namespace: str, port: int) -> dict[str, object]:
+    """A Gateway of the cluster's class with one HTTP listener on the gateway's port, open to
+    routes of every namespace."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "Gateway",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "gatewayClassName": GATEWAY_CLASS,
+            "listeners": [
+                {"name": "http", "port": port, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}
+            ],
+        },
+    }
