@@ -412,3 +412,57 @@ def test_serve_takes_faults_from_the_model_version_tags(workloads: Workloads, tr
     assert canary.stop() == 0 and stable.stop() == 0
     assert "fault switches: errorRate=1.0 (model version tag slipway.fault.errorRate)" in canary.output()
     assert "fault switches: none set" in stable.output()
+
+
+def _registered(workloads: Workloads, trained_run: str, digest: str | None) -> tuple[str, str]:
+    """A registered version of the trained model, tagged with ``digest`` as ModelArtifact registration does."""
+    client = workloads.client
+    name = f"fetch-{uuid.uuid4().hex[:8]}"
+    client.get_or_create_registered_model(name)
+    version = client.create_model_version(name, client.get_run(trained_run).artifact_uri + "/model", run_id=trained_run)
+    if digest:
+        client.set_model_version_tag(name, version.version, "slipway.digest", digest)
+    return name, version.version
+
+
+def test_fetch_puts_the_version_where_the_server_reads_it(
+    workloads: Workloads, trained_run: str, serving: Any, tmp_path: Path
+) -> None:
+    from slipway.workloads.common import file_digest
+
+    digest = workloads.client.get_run(trained_run).tags["slipway.model.digest"]
+    name, version = _registered(workloads, trained_run, digest)
+    dest, cache = tmp_path / "models" / "current", tmp_path / "cache"
+    uri = f"models:/{name}/{version}"
+    workloads.run("fetch", SLIPWAY_MODEL_URI=uri, SLIPWAY_MODEL_PATH=str(dest), SLIPWAY_MODEL_CACHE=str(cache))
+    assert file_digest(dest / "model.onnx") == digest
+    receipt = json.loads((dest / "slipway-fetch.json").read_text())
+    assert receipt["digest"] == digest and receipt["version"] == version and receipt["fromCache"] is False
+    print(f"fetch: {receipt['bytes']} bytes in {receipt['seconds']}s")
+    # A second pod on the node: the cache answers, and the files are the same.
+    again = tmp_path / "again"
+    workloads.run("fetch", SLIPWAY_MODEL_URI=uri, SLIPWAY_MODEL_PATH=str(again), SLIPWAY_MODEL_CACHE=str(cache))
+    assert json.loads((again / "slipway-fetch.json").read_text())["fromCache"] is True
+    assert file_digest(again / "model.onnx") == digest
+    # The server serves the fetched files (it would fail to start without them).
+    server: Server = serving(model_uri=uri, SLIPWAY_MODEL_PATH=str(dest))
+    server.wait_ready()
+    assert server.predict(digits_split().test_x[:1].tolist()).json()["modelVersion"] == version
+    assert server.stop() == 0
+    assert f"serving the files fetched into {dest}" in server.output()
+
+
+def test_fetch_refuses_files_whose_digest_is_not_the_versions(
+    workloads: Workloads, trained_run: str, tmp_path: Path
+) -> None:
+    name, version = _registered(workloads, trained_run, "sha256:" + "0" * 64)
+    dest, cache = tmp_path / "current", tmp_path / "cache"
+    dest.mkdir()
+    (dest / "stale.txt").write_text("from an earlier pod")
+    done = workloads.run(
+        "fetch", expect=EXIT_CONFIG, SLIPWAY_MODEL_URI=f"models:/{name}/{version}", SLIPWAY_MODEL_PATH=str(dest),
+        SLIPWAY_MODEL_CACHE=str(cache),
+    )  # fmt: skip
+    assert "digest mismatch" in done.stdout and "sha256:" + "0" * 64 in done.stdout
+    assert list(dest.iterdir()) == [], "the destination is left empty"
+    assert not any(cache.rglob("model.onnx")), "a file with the wrong digest was kept in the cache"

@@ -356,14 +356,28 @@ class PodWorker(threading.Thread):
         ]
 
     def _supervise(self, env: dict[str, str]) -> Outcome | None:
-        """Watch the running container: probes, token refresh, exit, deletion."""
+        """Watch the running container: probes, token refresh, exit, deletion. As the kubelet does,
+        a startup probe holds the other two back until it succeeds, and kills the container
+        once it has failed ``failureThreshold`` times in a row."""
         assert self.container is not None
         c = self.container_spec
         cs = self.status.container
-        started = time.monotonic()
-        readiness = Prober(c["readinessProbe"], started, result=False) if c.get("readinessProbe") else None
-        liveness = Prober(c["livenessProbe"], started, result=True) if c.get("livenessProbe") else None
-        cs.ready = readiness is None
+        startup = Prober(c["startupProbe"], time.monotonic(), result=False) if c.get("startupProbe") else None
+        readiness: Prober | None = None
+        liveness: Prober | None = None
+
+        def arm() -> None:
+            nonlocal readiness, liveness
+            now = time.monotonic()
+            readiness = Prober(c["readinessProbe"], now, result=False) if c.get("readinessProbe") else None
+            liveness = Prober(c["livenessProbe"], now, result=True) if c.get("livenessProbe") else None
+            cs.started = True
+            cs.ready = readiness is None
+
+        if startup is None:
+            arm()
+        else:
+            cs.started = cs.ready = False
         self.publish()
         while True:
             if self.stopping():
@@ -373,6 +387,15 @@ class PodWorker(threading.Thread):
                 return self._outcome(code, c, cs)
             now = time.monotonic()
             pid = self.container.pid
+            if startup and not startup.result and startup.due(now):
+                startup.run(self.status.pod_ip, c, pid, env)
+                if startup.result:
+                    arm()
+                    self.publish()
+                elif startup.failures >= int(startup.probe.get("failureThreshold", 3)):
+                    log.info("%s: startup probe failed, killing the container", self.name)
+                    code = self.container.stop(self._grace(c["startupProbe"]))
+                    return Outcome(code, "Error", "startup probe failed")
             if readiness and readiness.due(now) and readiness.run(self.status.pod_ip, c, pid, env):
                 cs.ready = readiness.result
                 self.publish()
@@ -385,7 +408,8 @@ class PodWorker(threading.Thread):
             refresh = self.volumes.next_refresh() if self.volumes else None
             if refresh is not None and now >= refresh:
                 self._refresh_tokens()
-            deadlines = [p.next_at for p in (readiness, liveness) if p] + ([refresh] if refresh else [])
+            probers = [p for p in (readiness, liveness) if p] + ([startup] if startup and not startup.result else [])
+            deadlines = [p.next_at for p in probers] + ([refresh] if refresh else [])
             self.sleep(min([*deadlines, now + 5]) - time.monotonic())
 
     def _refresh_tokens(self) -> None:

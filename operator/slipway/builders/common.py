@@ -101,6 +101,7 @@ def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, 
     MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values."""
     if not secret:
         return manifest
-    for container in manifest["spec"]["template"]["spec"]["containers"]:
+    pod = manifest["spec"]["template"]["spec"]
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
         container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
     return manifest

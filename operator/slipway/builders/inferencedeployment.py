@@ -25,6 +25,23 @@ URI_ANNOTATION = "slipway.dev/model-uri"
 MODEL_ANNOTATION = "slipway.dev/model-name"
 REVISION_LABEL = "slipway.dev/revision"
 TRACKS = ("stable", "canary")
+MODEL_VOLUME = "slipway-model"
+CACHE_VOLUME = "slipway-model-cache"
+CACHE_PATH = "/var/cache/slipway-models"
+FETCH_COMMAND = ["python", "-m", "slipway.workloads.fetch"]
+# Probe defaults: a startup probe lets a large model load for 30 minutes (every 10 s, 180 failures)
+# before liveness may restart the server; readiness is quick to take and to shed traffic.
+PROBE_DEFAULTS: dict[str, dict[str, int]] = {
+    "startup": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 180},
+    "readiness": {"periodSeconds": 2, "failureThreshold": 2},
+    "liveness": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+}
+_PROBE_FIELDS = {
+    "initial_delay_seconds": "initialDelaySeconds",
+    "period_seconds": "periodSeconds",
+    "timeout_seconds": "timeoutSeconds",
+    "failure_threshold": "failureThreshold",
+}
 
 
 def deployment_name(name: str, track: str) -> str:
@@ -65,14 +82,51 @@ def revision(
     """The revision of what would be served: a hash of the pod template (model name, version and URI,
     image, command, args, env, resources, port, probes) as both tracks would run it. Any change of
     it is a new revision, and a new revision is canaried."""
+    dumped = spec.model_dump(mode="json", by_alias=True)
     served = {
         "model": [model_name or spec.model.name or "", version, uri],
-        "container": {k: v for k, v in spec.model_dump(mode="json", by_alias=True).items()
-                      if k in ("image", "command", "args", "port", "resources", "env")},
+        "container": {k: v for k, v in dumped.items() if k in ("image", "command", "args", "port", "resources", "env")},
         "probePath": readiness_path(spec),
         "mlflow": mlflow_url or "",
-    }  # fmt: skip
+    }
+    # Set only when given, so that a revision served before these fields existed keeps its hash.
+    served |= {k: dumped[k] for k in ("probes", "modelLoad", "podTemplate") if dumped.get(k) is not None}
     return hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def probe(spec: InferenceDeploymentSpec, kind: str) -> dict[str, Any]:
+    """The ``kind`` probe (startup, readiness, liveness): Slipway's defaults, then what spec.probes sets."""
+    default_path = readiness_path(spec) if kind == "readiness" else liveness_path(spec)
+    custom = getattr(spec.probes, kind) if spec.probes else None
+    body: dict[str, Any] = {
+        "httpGet": {"path": (custom and custom.path) or default_path, "port": (custom and custom.port) or spec.port},
+        **PROBE_DEFAULTS[kind],
+    }
+    if custom is not None:
+        body |= {key: getattr(custom, attr) for attr, key in _PROBE_FIELDS.items() if getattr(custom, attr) is not None}
+    return body
+
+
+def liveness_path(spec: InferenceDeploymentSpec) -> str:
+    return "/healthz" if readiness_path(spec) == "/readyz" else "/health"
+
+
+def fetch_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]], workload_image: str) -> dict[str, Any]:
+    """The init container that puts the served version's files at spec.modelLoad.path."""
+    assert spec.model_load is not None
+    mounts = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path}]
+    fetch_env = [e for e in env if e["name"].startswith(("SLIPWAY_MODEL_", "MLFLOW_"))]
+    if spec.model_load.cache_claim_name:
+        mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_PATH})
+        fetch_env.append({"name": "SLIPWAY_MODEL_CACHE", "value": CACHE_PATH})
+    return {
+        "name": "fetch-model",
+        "image": workload_image,
+        "command": list(FETCH_COMMAND),
+        "env": fetch_env,
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
 
 
 def deployment(
@@ -85,9 +139,11 @@ def deployment(
     mlflow_url: str | None,
     replicas: int | None,
     model_name: str | None = None,
+    workload_image: str = "",
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
-    ``replicas`` None leaves the count to the HPA."""
+    ``replicas`` None leaves the count to the HPA. With spec.modelLoad, an init container of
+    ``workload_image`` (Slipway's) fetches the model first."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     labels[REVISION_LABEL] = revision(spec, version, uri, mlflow_url, model_name)
     base_env = {
@@ -99,26 +155,51 @@ def deployment(
     }
     if mlflow_url:
         base_env["MLFLOW_TRACKING_URI"] = mlflow_url
+    if spec.model_load is not None:
+        base_env["SLIPWAY_MODEL_PATH"] = spec.model_load.path
+    template = spec.pod_template
     env = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        *env_list(base_env, spec.env),
+        *env_list(base_env, [*(spec.env or []), *((template and template.env) or [])]),
     ]
-    probe_port = {"port": spec.port}
     container: dict[str, Any] = {
         "name": "server",
         "image": spec.image,
         "ports": [{"name": "http", "containerPort": spec.port}],
         "env": env,
         "resources": resource_requirements(spec.resources),
-        "readinessProbe": {"httpGet": {"path": readiness_path(spec), **probe_port}, "periodSeconds": 2,
-                           "failureThreshold": 2},
-        "livenessProbe": {"httpGet": {"path": "/healthz" if readiness_path(spec) == "/readyz" else "/health",
-                                      **probe_port}, "initialDelaySeconds": 15, "periodSeconds": 10},
-    }  # fmt: skip
+        "startupProbe": probe(spec, "startup"),
+        "readinessProbe": probe(spec, "readiness"),
+        "livenessProbe": probe(spec, "liveness"),
+    }
     if spec.command:
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
+    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 30}
+    mounts: list[dict[str, Any]] = list((template and template.volume_mounts) or [])
+    volumes: list[dict[str, Any]] = list((template and template.volumes) or [])
+    if spec.model_load is not None:
+        mounts.append({"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True})
+        volumes.append({"name": MODEL_VOLUME, "emptyDir": {}})
+        if spec.model_load.cache_claim_name:
+            claim = {"claimName": spec.model_load.cache_claim_name}
+            volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+        pod_spec["initContainers"] = [fetch_container(spec, env, workload_image or spec.image)]
+    if mounts:
+        container["volumeMounts"] = mounts
+    if volumes:
+        pod_spec["volumes"] = volumes
+    pod_labels, pod_annotations = {}, {}
+    if template is not None:
+        dumped = template.model_dump(mode="json", by_alias=True, exclude_none=True)
+        for key in ("nodeSelector", "tolerations", "affinity", "serviceAccountName", "imagePullSecrets",
+                    "priorityClassName"):  # fmt: skip
+            if key in dumped:
+                pod_spec[key] = dumped[key]
+        if template.env_from:
+            container["envFrom"] = list(template.env_from)
+        pod_labels, pod_annotations = dict(template.labels or {}), dict(template.annotations or {})
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -133,15 +214,16 @@ def deployment(
             "strategy": strategy(spec, track),
             "template": {
                 "metadata": {
-                    "labels": labels,
+                    "labels": {**pod_labels, **labels},  # Slipway's own labels win
                     "annotations": {
+                        **pod_annotations,
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(spec.port),
                         "prometheus.io/path": "/metrics",
                         DEPLOYMENT_NAME_ANNOTATION: name,
                     },
                 },
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 30},
+                "spec": pod_spec,
             },
         },
     }

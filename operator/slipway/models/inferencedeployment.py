@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from slipway.models.base import (
     Condition,
@@ -15,6 +16,7 @@ from slipway.models.base import (
     Resources,
     SlipwayModel,
     StatusModel,
+    Toleration,
     cel,
 )
 from slipway.models.modelartifact import Alias
@@ -291,6 +293,95 @@ class Traffic(SlipwayModel):
         return self
 
 
+PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
+PRESERVE: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
+Volume = Annotated[dict[str, Any], Field(description="A volume, as in a Pod spec.", json_schema_extra=PRESERVE)]
+VolumeMount = Annotated[
+    dict[str, Any],
+    Field(description="name, mountPath, readOnly, subPath, as in a container.", json_schema_extra=PRESERVE),
+]
+EnvFrom = Annotated[
+    dict[str, Any], Field(description="secretRef or configMapRef, with an optional prefix.", json_schema_extra=PRESERVE)
+]
+MOUNT_CONFLICT_MESSAGE = "spec.podTemplate.volumeMounts: a mount at spec.modelLoad.path would hide the model"
+
+
+class ModelLoad(SlipwayModel):
+    """Fetch the served version's files from MLflow before the server starts (an init container,
+    as KServe's storage initializer does): any server image then finds the model on disk."""
+
+    path: str = Field(
+        default="/models/current",
+        pattern=PATH_PATTERN,
+        max_length=256,
+        description="Where the model's files are, read-only, in the server container; SLIPWAY_MODEL_PATH says so.",
+    )
+    cache_claim_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        description="A PersistentVolumeClaim that keeps fetched versions (digest checked): a version found there "
+        "is copied, not downloaded again. ReadWriteMany to share it across nodes.",
+    )
+
+
+class Probe(SlipwayModel):
+    """An HTTP GET probe of the server; unset fields keep Slipway's defaults."""
+
+    path: str | None = Field(default=None, pattern=PATH_PATTERN, max_length=256, description="HTTP path.")
+    port: int | None = Field(default=None, ge=1, le=65535, description="Port (default: spec.port).")
+    initial_delay_seconds: int | None = Field(default=None, ge=0, le=3600, description="Wait before the first probe.")
+    period_seconds: int | None = Field(default=None, ge=1, le=3600, description="Seconds between probes.")
+    timeout_seconds: int | None = Field(default=None, ge=1, le=600, description="Seconds a probe may take.")
+    failure_threshold: int | None = Field(
+        default=None, ge=1, le=10000, description="Consecutive failures that count as failed."
+    )
+
+
+class Probes(SlipwayModel):
+    """Probes of the server container. By default a startup probe lets the model load for up to
+    30 minutes (every 10 s, 180 failures) before liveness may restart the server."""
+
+    startup: Probe | None = Field(default=None, description="Until it passes, readiness and liveness wait.")
+    readiness: Probe | None = Field(default=None, description="When the pod takes traffic.")
+    liveness: Probe | None = Field(default=None, description="When the server is restarted.")
+
+
+class PodTemplate(SlipwayModel):
+    """What both tracks' pods get besides the server container Slipway builds, as in a Pod spec."""
+
+    labels: dict[str, str] | None = Field(default=None, description="Extra pod labels (Slipway's own win).")
+    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="Node and pod affinity, as in a Pod spec.", json_schema_extra=PRESERVE
+    )
+    volumes: list[Volume] | None = Field(default=None, description="Extra volumes, as in a Pod spec.", max_length=32)
+    volume_mounts: list[VolumeMount] | None = Field(
+        default=None,
+        description="Mounts of those volumes in the server container (name, mountPath, readOnly, subPath).",
+        max_length=32,
+    )
+    env: list[EnvVar] | None = Field(
+        default=None, description="More environment variables (after spec.env).", max_length=128
+    )
+    env_from: list[EnvFrom] | None = Field(
+        default=None,
+        description="Whole Secrets or ConfigMaps as environment (secretRef, configMapRef, prefix).",
+        max_length=16,
+    )
+    service_account_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="ServiceAccount of the pods."
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, description="Secrets to pull the image.", max_length=16
+    )
+    priority_class_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="PriorityClass of the pods."
+    )
+
+
 class InferenceDeploymentSpec(SlipwayModel):
     """Desired state of an InferenceDeployment."""
 
@@ -304,6 +395,19 @@ class InferenceDeploymentSpec(SlipwayModel):
     autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Replicas of the stable track.")
     rollout: Rollout = Field(default_factory=Rollout, description="Canary steps and analysis.")
     traffic: Traffic = Field(default_factory=Traffic, description="How traffic is split.")
+    model_load: ModelLoad | None = Field(
+        default=None, description="Fetch the model's files into a volume before the server starts."
+    )
+    probes: Probes | None = Field(default=None, description="Startup, readiness and liveness probes.")
+    pod_template: PodTemplate | None = Field(default=None, description="Pod settings applied to both tracks.")
+
+    @model_validator(mode="after")
+    def _model_mount_free(self) -> InferenceDeploymentSpec:
+        if self.model_load is not None and self.pod_template is not None:
+            paths = {m.get("mountPath") for m in self.pod_template.volume_mounts or []}
+            if self.model_load.path in paths:
+                raise ValueError(MOUNT_CONFLICT_MESSAGE)
+        return self
 
 
 class TrackStatus(StatusModel):

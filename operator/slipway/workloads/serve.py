@@ -28,6 +28,9 @@ Environment (flags fall back to it):
                            or mlflow-artifacts:/… (required)
   MLFLOW_TRACKING_URI      the tracking server (required)
   SLIPWAY_MODEL_VERSION    the version label for metrics (default: from a models:/ URI)
+  SLIPWAY_MODEL_PATH       a directory where the model's files already are (spec.modelLoad's
+                           fetch-model init container put them there): served from it, not
+                           downloaded
   POD_IP, PORT             --host, --port (defaults 127.0.0.1 and 8080)
   SLIPWAY_ORT_THREADS      ONNX Runtime intra-op threads (default 1)
   SLIPWAY_SHUTDOWN_DELAY_SECONDS  after SIGTERM, fail readiness and keep serving this long
@@ -92,6 +95,7 @@ from slipway.workloads.common import (
     EXIT_ERROR,
     INPUT_NAME,
     METADATA_FILE,
+    MODEL_FILE,
     N_FEATURES,
     ConfigError,
     WorkloadExit,
@@ -461,6 +465,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def local_model() -> Path | None:
+    """The model file fetched before the server started (``SLIPWAY_MODEL_PATH``, spec.modelLoad), if any."""
+    path = env_str("SLIPWAY_MODEL_PATH")
+    if not path:
+        return None
+    model_file = Path(path) / MODEL_FILE
+    if not model_file.is_file():
+        raise ConfigError(f"SLIPWAY_MODEL_PATH={path} holds no {MODEL_FILE}: did the fetch-model init container run?")
+    log.info("serving the files fetched into %s", path)
+    return model_file
+
+
 def load_in_background(server: PredictionServer, args: argparse.Namespace, workdir: Path) -> threading.Thread:
     """Download and load the model, and settle the fault switches it carries, while /healthz
     already answers; stop the server if it fails (or a fault switch says to crash)."""
@@ -472,7 +488,7 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
             # An alias is resolved once: the files, the fault tags and the version label are of one version.
             named = parse_model_uri(args.model_uri)
             source = version.uri if version is not None and named and named.alias is not None else args.model_uri
-            model_file = download_model(client, source, workdir)
+            model_file = local_model() or download_model(client, source, workdir)
             faults = resolve_faults(
                 os.environ, version.tags if version else {}, read_metadata(model_file).get("faults")
             )

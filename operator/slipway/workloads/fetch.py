@@ -1,0 +1,184 @@
+"""Fetch a model version's files from MLflow into a directory, digest checked, before a server starts.
+
+    python -m slipway.workloads.fetch [--model-uri URI] [--dest DIR] [--cache DIR]
+
+The init container of an InferenceDeployment with ``spec.modelLoad`` (as KServe's storage
+initializer is): the server container then reads the files, read-only, at ``--dest``, whatever
+its image. For a ``models:/name/version`` (or ``@alias``) URI the files are those of the
+version's source, and the digest they must have is the version's ``slipway.digest`` tag (the
+one ModelArtifact registration records); ``SLIPWAY_MODEL_DIGEST`` overrides it. A mismatch
+exits 2 and leaves nothing at ``--dest``: a server never starts on files that are not the
+version's.
+
+With ``--cache`` (a PersistentVolumeClaim shared by the pods), a version already in the cache
+with the right digest is copied from there instead of downloaded; one that is not is
+downloaded into the cache first.
+
+Environment (each flag falls back to it):
+  MLFLOW_TRACKING_URI     the tracking server (required)
+  SLIPWAY_MODEL_URI       --model-uri
+  SLIPWAY_MODEL_PATH      --dest (default /models/current)
+  SLIPWAY_MODEL_CACHE     --cache
+  SLIPWAY_MODEL_DIGEST    the expected digest (default: the version's slipway.digest tag)
+
+Writes ``slipway-fetch.json`` beside the files: uri, version, digest, bytes, seconds, and
+whether the cache answered. Exit codes: 0, 2 (bad configuration, digest mismatch), 75 (MLflow
+unavailable: retried by the pod's restart policy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from slipway.mlflow import parse_model_uri
+from slipway.workloads.common import (
+    MODEL_FILE,
+    ConfigError,
+    download_model,
+    env_str,
+    file_digest,
+    mlflow_client,
+    run_workload,
+    setup_logging,
+)
+
+log = logging.getLogger("slipway.workloads.fetch")
+
+DIGEST_TAG = "slipway.digest"
+RECEIPT = "slipway-fetch.json"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m slipway.workloads.fetch", description=__doc__.split("\n")[0])
+    parser.add_argument("--model-uri", default=env_str("SLIPWAY_MODEL_URI"))
+    parser.add_argument("--dest", default=env_str("SLIPWAY_MODEL_PATH", "/models/current"))
+    parser.add_argument("--cache", default=env_str("SLIPWAY_MODEL_CACHE"))
+    args = parser.parse_args(argv)
+    if not args.model_uri:
+        raise ConfigError("no model to fetch: pass --model-uri or set SLIPWAY_MODEL_URI")
+    return args
+
+
+def _cache_dir(cache: Path, name: str, version: str) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    return cache / safe / version
+
+
+def _empty(dest: Path) -> None:
+    """Remove what ``dest`` holds (it may be a mount point: the directory itself stays)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for old in dest.iterdir():
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+
+
+def _copy_tree(source: Path, dest: Path) -> int:
+    """Copy the files of ``source`` into ``dest`` (emptied first); returns the bytes copied."""
+    _empty(dest)
+    total = 0
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            total += path.stat().st_size
+    return total
+
+
+def _verified(model_dir: Path, expected: str | None) -> str:
+    """The digest of the model file in ``model_dir``; ConfigError if it is not ``expected``."""
+    files = [model_dir / MODEL_FILE] if (model_dir / MODEL_FILE).is_file() else sorted(model_dir.rglob("*.onnx"))
+    if len(files) != 1:
+        raise ConfigError(f"the model holds {len(files)} .onnx files; expected one {MODEL_FILE}")
+    digest = file_digest(files[0])
+    if expected and digest != expected:
+        raise ConfigError(f"digest mismatch: the files are {digest}, the version records {expected}")
+    return digest
+
+
+def fetch(args: argparse.Namespace) -> dict[str, object]:
+    """Fetch, or leave ``--dest`` empty: a server never starts on files that are not the version's."""
+    try:
+        return _fetch(args)
+    except ConfigError:
+        _empty(Path(args.dest))
+        raise
+
+
+def _fetch(args: argparse.Namespace) -> dict[str, object]:
+    started = time.monotonic()
+    dest = Path(args.dest)
+    client = mlflow_client()
+    named = parse_model_uri(args.model_uri)
+    version = None
+    if named is not None:
+        version = (
+            client.get_version_by_alias(named.name, named.alias)
+            if named.alias is not None
+            else client.get_model_version(named.name, named.registered_version or "")
+        )
+        if version is None:
+            raise ConfigError(f"{args.model_uri}: the alias points at no version")
+    source = version.uri if version is not None else args.model_uri
+    expected = env_str("SLIPWAY_MODEL_DIGEST") or (version.tags.get(DIGEST_TAG) if version else None)
+    if not expected:
+        log.warning("%s records no digest (tag %s): the files are not checked", args.model_uri, DIGEST_TAG)
+    cached = None
+    if args.cache and named is not None and version is not None:
+        cached = _cache_dir(Path(args.cache), named.name, version.version)
+    from_cache = False
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+    if cached is not None and cached.is_dir():
+        try:
+            _verified(cached, expected)
+            from_cache = True
+        except ConfigError as exc:
+            log.warning("cache %s is not usable (%s): downloading again", cached, exc)
+            shutil.rmtree(cached, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=".slipway-fetch-", dir=cached.parent if cached else None) as tmp:
+        if not from_cache:
+            model_file = download_model(client, source, Path(tmp))
+            digest = _verified(model_file.parent, expected)
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copytree(model_file.parent, Path(tmp) / "complete")
+                shutil.rmtree(cached, ignore_errors=True)
+                (Path(tmp) / "complete").rename(cached)  # a version appears in the cache whole or not at all
+            origin = cached if cached is not None else model_file.parent
+        else:
+            origin = cached  # type: ignore[assignment]
+        size = _copy_tree(origin, dest)
+        digest = _verified(dest, expected)
+    receipt = {
+        "uri": args.model_uri,
+        "version": version.version if version else None,
+        "digest": digest,
+        "bytes": size,
+        "seconds": round(time.monotonic() - started, 3),
+        "fromCache": from_cache,
+    }
+    (dest / RECEIPT).write_text(json.dumps(receipt) + "\n")
+    log.info("fetched %s (%s, %d bytes%s) into %s in %.2fs", args.model_uri, digest, size,
+             ", from the cache" if from_cache else "", dest, receipt["seconds"])  # fmt: skip
+    return receipt
+
+
+def main(argv: list[str] | None = None) -> int:
+    setup_logging()
+    return run_workload(lambda: fetch(parse_args(argv)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

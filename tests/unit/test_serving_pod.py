@@ -1,0 +1,125 @@
+"""The serving pod an InferenceDeployment asks for: probes (defaults that let a large model load
+for 30 minutes, per-field overrides), spec.modelLoad's fetch init container and read-only model
+volume, spec.podTemplate merged into both tracks, and revisions unchanged by fields left unset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from slipway.builders import inferencedeployment as build
+from slipway.builders.common import with_credentials
+from slipway.models import InferenceDeploymentSpec
+
+BASE: dict[str, Any] = {"model": {"name": "digits", "alias": "candidate"}, "image": "server:1", "port": 9000}
+WORKLOAD_IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"
+
+
+def pod(track: str = "stable", **fields: Any) -> dict[str, Any]:
+    spec = InferenceDeploymentSpec.model_validate({**BASE, **fields})
+    body = build.deployment(
+        "digits", "ns", spec, track, "3", "models:/digits/3", "http://mlflow:5000", None, "digits", WORKLOAD_IMAGE
+    )
+    return body["spec"]["template"]
+
+
+def server(template: dict[str, Any]) -> dict[str, Any]:
+    return template["spec"]["containers"][0]
+
+
+def test_default_probes_let_a_model_load_for_30_minutes_before_liveness() -> None:
+    c = server(pod())
+    startup = c["startupProbe"]
+    assert startup["httpGet"] == {"path": "/healthz", "port": 9000}
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 1800
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "initialDelaySeconds" not in c["livenessProbe"]  # the startup probe holds it back
+
+
+def test_probe_fields_override_one_by_one() -> None:
+    probes = {"startup": {"failureThreshold": 360}, "readiness": {"path": "/ready", "port": 9001, "periodSeconds": 5}}
+    c = server(pod(probes=probes))
+    assert c["startupProbe"]["failureThreshold"] == 360 and c["startupProbe"]["periodSeconds"] == 10
+    assert c["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 9001}
+    assert c["readinessProbe"]["periodSeconds"] == 5 and c["readinessProbe"]["failureThreshold"] == 2
+
+
+def test_model_load_fetches_into_a_read_only_volume_before_the_server() -> None:
+    template = pod(modelLoad={"cacheClaimName": "model-cache"})
+    spec = template["spec"]
+    (fetch,) = spec["initContainers"]
+    assert fetch["image"] == WORKLOAD_IMAGE and fetch["command"] == ["python", "-m", "slipway.workloads.fetch"]
+    fetch_env = {e["name"]: e.get("value") for e in fetch["env"]}
+    assert fetch_env["SLIPWAY_MODEL_URI"] == "models:/digits/3"
+    assert fetch_env["SLIPWAY_MODEL_PATH"] == "/models/current"
+    assert fetch_env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    assert fetch_env["SLIPWAY_MODEL_CACHE"] == build.CACHE_PATH
+    assert {"name": build.MODEL_VOLUME, "mountPath": "/models/current"} in fetch["volumeMounts"]
+    c = server(template)
+    assert {"name": build.MODEL_VOLUME, "mountPath": "/models/current", "readOnly": True} in c["volumeMounts"]
+    assert {e["name"]: e.get("value") for e in c["env"]}["SLIPWAY_MODEL_PATH"] == "/models/current"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes[build.MODEL_VOLUME] == {"name": build.MODEL_VOLUME, "emptyDir": {}}
+    assert volumes[build.CACHE_VOLUME]["persistentVolumeClaim"] == {"claimName": "model-cache"}
+
+
+def test_mlflow_credentials_reach_the_fetch_container_by_reference() -> None:
+    spec = InferenceDeploymentSpec.model_validate({**BASE, "modelLoad": {}})
+    body = build.deployment("d", "ns", spec, "stable", "3", "models:/digits/3", "http://m", None, "digits", "img")
+    body = with_credentials(body, "creds")
+    fetch = body["spec"]["template"]["spec"]["initContainers"][0]
+    assert fetch["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
+
+
+def test_pod_template_reaches_both_tracks_and_slipway_labels_win() -> None:
+    template_spec = {
+        "labels": {"team": "search", build.TRACK_LABEL: "hijack"},
+        "annotations": {"owner": "sre"},
+        "nodeSelector": {"gpu": "a100"},
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}},
+        "volumes": [{"name": "hf", "secret": {"secretName": "hf-token"}}],
+        "volumeMounts": [{"name": "hf", "mountPath": "/etc/hf", "readOnly": True}],
+        "env": [{"name": "HF_HOME", "value": "/tmp/hf"}],
+        "envFrom": [{"configMapRef": {"name": "tuning"}}],
+        "serviceAccountName": "server",
+        "imagePullSecrets": [{"name": "registry"}],
+        "priorityClassName": "slipway-inference",
+    }
+    for track in build.TRACKS:
+        template = pod(track, podTemplate=template_spec)
+        labels, spec, c = template["metadata"]["labels"], template["spec"], server(template)
+        assert labels["team"] == "search" and labels[build.TRACK_LABEL] == track
+        assert template["metadata"]["annotations"]["owner"] == "sre"
+        assert spec["nodeSelector"] == {"gpu": "a100"} and spec["tolerations"][0]["key"] == "gpu"
+        assert spec["serviceAccountName"] == "server" and spec["priorityClassName"] == "slipway-inference"
+        assert spec["imagePullSecrets"] == [{"name": "registry"}] and "nodeAffinity" in spec["affinity"]
+        assert spec["volumes"] == [{"name": "hf", "secret": {"secretName": "hf-token"}}]
+        assert c["volumeMounts"] == [{"name": "hf", "mountPath": "/etc/hf", "readOnly": True}]
+        assert {"name": "HF_HOME", "value": "/tmp/hf"} in c["env"] and c["envFrom"] == [
+            {"configMapRef": {"name": "tuning"}}
+        ]
+
+
+def test_a_mount_over_the_model_path_is_refused() -> None:
+    with pytest.raises(ValidationError, match="would hide the model"):
+        InferenceDeploymentSpec.model_validate(
+            {**BASE, "modelLoad": {}, "podTemplate": {"volumeMounts": [{"name": "x", "mountPath": "/models/current"}]}}
+        )
+
+
+def test_revision_changes_only_with_fields_that_are_set() -> None:
+    plain = InferenceDeploymentSpec.model_validate(BASE)
+    before = build.revision(plain, "3", "models:/digits/3", "http://m", "digits")
+    # What Slipway computed for this spec before probes, modelLoad and podTemplate existed: an
+    # operator upgrade does not make every InferenceDeployment canary a new revision.
+    assert before == "cd0a062f03"
+    for extra in (
+        {"probes": {"startup": {"failureThreshold": 10}}},
+        {"modelLoad": {}},
+        {"podTemplate": {"labels": {"a": "b"}}},
+    ):
+        spec = InferenceDeploymentSpec.model_validate({**BASE, **extra})
+        assert build.revision(spec, "3", "models:/digits/3", "http://m", "digits") != before, extra
