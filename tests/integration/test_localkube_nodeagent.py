@@ -166,6 +166,54 @@ def test_failing_liveness_probe_restarts_the_container(kube_api: client.ApiClien
     assert status.last_state.terminated.exit_code == 128 + signal.SIGTERM
 
 
+def test_startup_probe_holds_readiness_and_liveness_back_then_gives_up(
+    kube_api: client.ApiClient, namespace: str
+) -> None:
+    """A server that takes about 3 s to open its port: not started, not ready, and not killed by a
+    liveness probe that would fail meanwhile; once the startup probe passes, readiness follows.
+    One whose port never opens is killed after failureThreshold startup failures."""
+    core = client.CoreV1Api(kube_api)
+    slow = (
+        "import socket, time; time.sleep(3); s = socket.socket(); "
+        "s.bind((socket.gethostbyname(socket.gethostname()), 8080)); s.listen(); time.sleep(600)"
+    )
+    probe = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
+    loads = simple_pod(
+        "slow-start",
+        [PYTHON, "-c", slow],
+        restart_policy="Always",
+        startupProbe={**probe, "failureThreshold": 20},
+        readinessProbe=probe,
+        livenessProbe={**probe, "failureThreshold": 1},
+    )
+    never = simple_pod(
+        "never-starts", ["sleep", "600"], restart_policy="Always", startupProbe={**probe, "failureThreshold": 3}
+    )
+    core.create_namespaced_pod(namespace, loads)
+    core.create_namespaced_pod(namespace, never)
+
+    seen_unstarted = False
+
+    def ready() -> object:
+        nonlocal seen_unstarted
+        s = core.read_namespaced_pod("slow-start", namespace).status.container_statuses or []
+        if s and s[0].state.running and not s[0].started:
+            seen_unstarted = True
+            assert not s[0].ready
+        return s and s[0].ready and s[0]
+
+    status = wait_for(ready, 30, "ready once the startup probe passed", interval=0.3)
+    assert seen_unstarted, "the container was reported started before its startup probe passed"
+    assert status.started and status.restart_count == 0, "liveness did not run before startup passed"
+
+    def killed() -> object:
+        s = core.read_namespaced_pod("never-starts", namespace).status.container_statuses or []
+        return s and s[0].restart_count >= 1 and s[0]
+
+    status = wait_for(killed, 30, "a restart after the startup probe failed 3 times")
+    assert status.last_state.terminated.exit_code == 128 + signal.SIGTERM
+
+
 def test_pod_without_command_reports_no_command(kube_api: client.ApiClient, namespace: str) -> None:
     core = client.CoreV1Api(kube_api)
     pod = simple_pod("imageonly", [])

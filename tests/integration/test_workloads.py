@@ -466,3 +466,65 @@ def test_fetch_refuses_files_whose_digest_is_not_the_versions(
     assert "digest mismatch" in done.stdout and "sha256:" + "0" * 64 in done.stdout
     assert list(dest.iterdir()) == [], "the destination is left empty"
     assert not any(cache.rglob("model.onnx")), "a file with the wrong digest was kept in the cache"
+
+
+def _quantile_sum(server: Server, histogram: str) -> tuple[float, float]:
+    """(sum, count) of a histogram's series on the server's /metrics."""
+    total = count = 0.0
+    for line in server.get("/metrics").text.splitlines():
+        if line.startswith(histogram + "_sum{"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith(histogram + "_count{"):
+            count += float(line.rsplit(" ", 1)[1])
+    return total, count
+
+
+def test_openai_mode_streams_tokens_and_exports_vllms_metrics(serving: Any) -> None:
+    """serve --api openai answers completions and chat completions (streamed as server-sent
+    events), and exports the series the vllm analysis preset reads, under vLLM's names."""
+    fast: Server = serving(SLIPWAY_SERVE_API="openai", SLIPWAY_TOKENS_PER_SECOND="200", SLIPWAY_MODEL_NAME="digits-llm")
+    slow: Server = serving(
+        SLIPWAY_SERVE_API="openai", SLIPWAY_TOKENS_PER_SECOND="200", SLIPWAY_FAULT_FIRST_TOKEN_DELAY_SECONDS="0.05"
+    )
+    for server in (fast, slow):
+        server.wait_ready()
+        assert server.get("/health").status_code == 200
+    answer = httpx.post(fast.url + "/v1/completions", json={"prompt": "count", "max_tokens": 5}, timeout=10).json()
+    assert answer["object"] == "text_completion" and answer["model"] == "digits-llm"
+    tokens = answer["choices"][0]["text"].split()
+    assert len(tokens) == 5 and all(t.isdigit() for t in tokens)
+    assert answer["usage"]["completion_tokens"] == 5
+    assert httpx.get(fast.url + "/v1/models", timeout=5).json()["data"][0]["id"] == "digits-llm"
+
+    chunks, arrivals = [], []
+    started = time.monotonic()
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True}
+    with httpx.stream("POST", fast.url + "/v1/chat/completions", json=body, timeout=10) as response:
+        assert response.headers["content-type"] == "text/event-stream"
+        for line in response.iter_lines():
+            if line.startswith("data: "):
+                chunks.append(line[6:])
+                arrivals.append(time.monotonic() - started)
+    assert chunks[-1] == "[DONE]"
+    events = [json.loads(c) for c in chunks[:-1]]
+    assert [e["object"] for e in events] == ["chat.completion.chunk"] * 9
+    assert sum(1 for e in events if e["choices"][0]["delta"].get("content")) == 8
+    assert events[-1]["choices"][0]["finish_reason"] == "length"
+    assert arrivals[7] - arrivals[0] >= 7 * 0.005 * 0.8, "tokens arrive as they are produced (200 per second)"
+
+    bad = httpx.post(fast.url + "/v1/completions", json={"prompt": "x", "max_tokens": 0}, timeout=5)
+    assert bad.status_code == 400 and "max_tokens" in bad.json()["error"]["message"]
+    for _ in range(5):
+        httpx.post(slow.url + "/v1/completions", json={"prompt": "x", "max_tokens": 4}, timeout=10)
+        httpx.post(fast.url + "/v1/completions", json={"prompt": "x", "max_tokens": 4}, timeout=10)
+    fast_ttft, fast_n = _quantile_sum(fast, "vllm:time_to_first_token_seconds")
+    slow_ttft, slow_n = _quantile_sum(slow, "vllm:time_to_first_token_seconds")
+    assert fast_n == 7 and slow_n == 5
+    assert slow_ttft / slow_n >= 3 * fast_ttft / fast_n, "the first-token fault makes TTFT 3x slower"
+    metrics = fast.get("/metrics").text
+    for name in ("vllm:inter_token_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_bucket",
+                 "vllm:request_success_total", "vllm:num_requests_running"):  # fmt: skip
+        assert name in metrics, name
+    assert 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 6.0' in metrics
+    assert 'http_requests_total{handler="/v1/completions",method="POST",status="4xx"} 1.0' in metrics
+    assert fast.stop() == 0 and slow.stop() == 0

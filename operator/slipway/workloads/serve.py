@@ -1,6 +1,9 @@
 """Serve an ONNX model from MLflow over HTTP, with Prometheus metrics and fault switches.
 
-    python -m slipway.workloads.serve [--model-uri URI] [--host $POD_IP] [--port 8080]
+    python -m slipway.workloads.serve [--model-uri URI] [--host $POD_IP] [--port 8080] [--api slipway|openai]
+
+With ``--api openai`` (or SLIPWAY_SERVE_API=openai) it also answers as an OpenAI-compatible LLM
+server (completions, chat completions, streaming) and exports vLLM's metrics: see openai_api.py.
 
 Endpoints:
   POST /v1/predict  {"instances": [[64 pixel values 0..16], ...]}
@@ -91,6 +94,7 @@ from prometheus_client import (
 )
 
 from slipway.mlflow import MlflowClient, ModelVersion, parse_model_uri
+from slipway.workloads import openai_api
 from slipway.workloads.common import (
     EXIT_ERROR,
     INPUT_NAME,
@@ -99,6 +103,7 @@ from slipway.workloads.common import (
     N_FEATURES,
     ConfigError,
     WorkloadExit,
+    digits_split,
     download_model,
     env_float,
     env_int,
@@ -124,6 +129,9 @@ FAULT_ENV = {
     "errorRate": "SLIPWAY_FAULT_ERROR_RATE",
     "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
     "crashOnStart": "SLIPWAY_FAULT_CRASH_ON_START",
+    # --api openai: a slower prefill, slower decoding (see openai_api.py)
+    "firstTokenDelaySeconds": "SLIPWAY_FAULT_FIRST_TOKEN_DELAY_SECONDS",
+    "tokenDelaySeconds": "SLIPWAY_FAULT_TOKEN_DELAY_SECONDS",
 }
 
 
@@ -138,6 +146,8 @@ class Faults:
     error_rate: float = 0.0
     latency_seconds: float = 0.0
     crash_on_start: bool = False
+    first_token_delay_seconds: float = 0.0
+    token_delay_seconds: float = 0.0
     # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -151,7 +161,13 @@ class Faults:
         return draw < self.error_rate
 
     def active(self) -> bool:
-        return bool(self.error_rate or self.latency_seconds or self.crash_on_start)
+        return bool(
+            self.error_rate
+            or self.latency_seconds
+            or self.crash_on_start
+            or self.first_token_delay_seconds
+            or self.token_delay_seconds
+        )
 
     def source(self, switch: str) -> str:
         return self.sources.get(switch, "no source")
@@ -162,6 +178,8 @@ class Faults:
             "errorRate": self.error_rate,
             "latencySeconds": self.latency_seconds,
             "crashOnStart": self.crash_on_start,
+            "firstTokenDelaySeconds": self.first_token_delay_seconds,
+            "tokenDelaySeconds": self.token_delay_seconds,
         }
         return ", ".join(f"{switch}={values[switch]} ({where})" for switch, where in self.sources.items()) or "none set"
 
@@ -202,6 +220,8 @@ def resolve_faults(
         error_rate=values.get("errorRate", 0.0),
         latency_seconds=values.get("latencySeconds", 0.0),
         crash_on_start=values.get("crashOnStart", False),
+        first_token_delay_seconds=values.get("firstTokenDelaySeconds", 0.0),
+        token_delay_seconds=values.get("tokenDelaySeconds", 0.0),
         sources=sources,
     )
 
@@ -267,9 +287,10 @@ class ServingMetrics:
 class LoadedModel:
     """An ONNX model in an ONNX Runtime session, with the version it is served as."""
 
-    def __init__(self, model_file: Path, version: str, uri: str, threads: int) -> None:
+    def __init__(self, model_file: Path, version: str, uri: str, threads: int, name: str = "model") -> None:
         self.version = version
         self.uri = uri
+        self.name = name
         self.session = onnx_session(model_file, threads)
 
     def predict(self, instances: Any) -> tuple[list[int], list[list[float]]]:
@@ -335,10 +356,14 @@ class PredictionServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], faults: Faults, metrics: ServingMetrics) -> None:
+    def __init__(self, address: tuple[str, int], faults: Faults, metrics: ServingMetrics, api: str = "slipway") -> None:
         super().__init__(address, PredictionHandler)
         self.faults = faults
         self.metrics = metrics
+        self.api = api
+        if api == "openai":
+            self.vllm = openai_api.VllmMetrics(metrics.registry)
+            self.openai_images = digits_split().test_x
         self.model: LoadedModel | None = None
         self.stopping = threading.Event()
         self.load_error: BaseException | None = None
@@ -372,7 +397,13 @@ class PredictionHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        if self.path == "/healthz":
+        openai = self.server.api == "openai"
+        if openai and self.path == "/health":
+            status = HTTPStatus.OK if self.server.ready else HTTPStatus.SERVICE_UNAVAILABLE
+            self._send(status, b"", "application/json")
+        elif openai and self.path == "/v1/models":
+            openai_api.models(self)
+        elif self.path == "/healthz":
             self._send_json(HTTPStatus.OK, {"status": "ok"})
         elif self.path == "/readyz":
             if self.server.ready:
@@ -385,6 +416,9 @@ class PredictionHandler(BaseHTTPRequestHandler):
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
 
     def do_POST(self) -> None:
+        if self.server.api == "openai" and self.path in openai_api.ROUTES:
+            openai_api.handle(self, self.path)
+            return
         if self.path != "/v1/predict":
             self._read_body()
             self._send_json(HTTPStatus.NOT_FOUND, {"error": f"no route {self.path}"})
@@ -459,6 +493,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--host", default=env_str("POD_IP", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=env_int("PORT", 8080, minimum=1))
     parser.add_argument("--threads", type=int, default=env_int("SLIPWAY_ORT_THREADS", 1, minimum=1))
+    parser.add_argument(
+        "--api",
+        choices=("slipway", "openai"),
+        default=env_str("SLIPWAY_SERVE_API", "slipway"),
+        help="openai: also the OpenAI-compatible endpoints and vLLM's metrics (see openai_api.py)",
+    )
     args = parser.parse_args(argv)
     if not args.model_uri:
         raise ConfigError("no model to serve: pass --model-uri or set SLIPWAY_MODEL_URI")
@@ -494,7 +534,10 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
             )
             log.info("fault switches: %s", faults.describe())
             crash_if_asked(faults)
-            model = LoadedModel(model_file, model_version_label(args.model_uri, version), args.model_uri, args.threads)
+            named_model = env_str("SLIPWAY_MODEL_NAME") or (named.name if named else "model")
+            model = LoadedModel(
+                model_file, model_version_label(args.model_uri, version), args.model_uri, args.threads, named_model
+            )
             server.faults = faults  # before the model: no request is served without them
             server.serve_model(model)
             log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
@@ -515,7 +558,7 @@ def serve(args: argparse.Namespace) -> None:
     faults = Faults.from_env()  # checked at once; the model's own switches join once it is downloaded
     crash_if_asked(faults)
     shutdown_delay = env_float("SLIPWAY_SHUTDOWN_DELAY_SECONDS", 0.0, minimum=0.0)
-    server = PredictionServer((args.host, args.port), faults, ServingMetrics())
+    server = PredictionServer((args.host, args.port), faults, ServingMetrics(), args.api)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("%s: shutting down", signal.Signals(signum).name)
