@@ -89,6 +89,9 @@ def install_crds(kube: Kube, crds: Path) -> list[str]:
         names.append(name)
     if not names:
         raise FileNotFoundError(f"no slipway.dev_*.yaml in {crds}")
+    # Slipway's pods use the PriorityClasses of manifests/ (as `kubectl apply -k manifests/` installs them).
+    for body in yaml.safe_load_all((crds.parent / "manifests" / "priorityclasses.yaml").read_text()):
+        kube.ensure("/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
     def established() -> bool:
         for name in names:

@@ -52,7 +52,19 @@ def install_crds(api: client.ApiClient) -> list[str]:
         return True
 
     wait_for(established, 30, "the Slipway CRDs to be established")
+    install_priority_classes(api)
     return names
+
+
+def install_priority_classes(api: client.ApiClient) -> None:
+    """manifests/priorityclasses.yaml, as `kubectl apply -k manifests/` installs it: Slipway's pods use them."""
+    scheduling = client.SchedulingV1Api(api)
+    for body in yaml.safe_load_all((ROOT / "manifests" / "priorityclasses.yaml").read_text()):
+        try:
+            scheduling.create_priority_class(body)
+        except ApiException as exc:
+            if exc.status != 409:  # value and preemptionPolicy are immutable: an existing one stays
+                raise
 
 
 def free_port() -> int:

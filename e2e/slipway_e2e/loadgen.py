@@ -149,6 +149,8 @@ class LoadDriver:
         instances: int = 1,
         refresh_seconds: float = REFRESH_SECONDS,
         host: str | None = None,
+        path: str = PREDICT_PATH,
+        body: Mapping[str, Any] | None = None,
     ) -> None:
         if not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate {rate}: give 0 < rate <= {MAX_RATE:g} requests per second")
@@ -163,7 +165,8 @@ class LoadDriver:
         self.timeout = timeout
         self.refresh_seconds = refresh_seconds
         self.headers = {"Host": host} if host else {}  # a gateway routes by it
-        self._body = predict_payload(instances)
+        self.path = path  # e.g. /v1/completions for an OpenAI-compatible server
+        self._body = dict(body) if body is not None else predict_payload(instances)
         self._endpoints: list[Endpoint] = []
         self._turns = RoundRobin()
         self._stopping = threading.Event()
@@ -288,7 +291,7 @@ class LoadDriver:
 
     def _send(self, http: httpx.Client, endpoint: Endpoint) -> None:
         try:
-            response = http.post(endpoint.url + PREDICT_PATH, json=self._body)
+            response = http.post(endpoint.url + self.path, json=self._body)
         except httpx.HTTPError as exc:
             with self._lock:
                 self._transport_errors[type(exc).__name__] += 1

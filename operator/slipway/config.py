@@ -67,6 +67,14 @@ class OperatorConfig:
     workload_image: str = field(
         default_factory=lambda: os.environ.get("SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0")
     )
+    # PriorityClasses of Slipway's pods when a spec names none (manifests/priorityclasses.yaml);
+    # "" uses none. Serving preempts training for GPUs.
+    training_priority_class: str = field(
+        default_factory=lambda: os.environ.get("SLIPWAY_TRAINING_PRIORITY_CLASS", "slipway-training")
+    )
+    inference_priority_class: str = field(
+        default_factory=lambda: os.environ.get("SLIPWAY_INFERENCE_PRIORITY_CLASS", "slipway-inference")
+    )
     metrics_port: int = field(default_factory=lambda: _env_int("SLIPWAY_METRICS_PORT", 8080))
     # Where /metrics listens; a pod IP where pods share one network (the local test cluster).
     metrics_address: str = field(default_factory=lambda: os.environ.get("SLIPWAY_METRICS_ADDRESS", "0.0.0.0"))

@@ -123,3 +123,28 @@ def test_revision_changes_only_with_fields_that_are_set() -> None:
     ):
         spec = InferenceDeploymentSpec.model_validate({**BASE, **extra})
         assert build.revision(spec, "3", "models:/digits/3", "http://m", "digits") != before, extra
+
+
+def test_serving_pods_get_the_inference_priority_class_unless_the_template_names_one() -> None:
+    spec = InferenceDeploymentSpec.model_validate(BASE)
+    args = ("digits", "ns", spec, "canary", "3", "models:/digits/3", "http://m", None, "digits", "img")
+    body = build.deployment(*args, priority_class="slipway-inference")
+    assert body["spec"]["template"]["spec"]["priorityClassName"] == "slipway-inference"
+    assert "priorityClassName" not in build.deployment(*args)["spec"]["template"]["spec"]
+    own = InferenceDeploymentSpec.model_validate({**BASE, "podTemplate": {"priorityClassName": "critical"}})
+    body = build.deployment("digits", "ns", own, "canary", "3", "u", None, None, "digits", "img", "slipway-inference")
+    assert body["spec"]["template"]["spec"]["priorityClassName"] == "critical"
+
+
+def test_training_pods_get_the_training_priority_class_unless_the_spec_names_one() -> None:
+    from slipway.builders import trainingrun
+    from slipway.models import TrainingRunSpec
+
+    spec = TrainingRunSpec.model_validate({"model": {"name": "digits"}, "image": "trainer:1"})
+    job = trainingrun.job("run", "ns", spec, None, "slipway-training")
+    assert job["spec"]["template"]["spec"]["priorityClassName"] == "slipway-training"
+    own = TrainingRunSpec.model_validate({"model": {"name": "digits"}, "image": "t:1", "priorityClassName": "batch"})
+    assert (
+        trainingrun.job("run", "ns", own, None, "slipway-training")["spec"]["template"]["spec"]["priorityClassName"]
+        == "batch"
+    )

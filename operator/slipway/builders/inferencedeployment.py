@@ -140,10 +140,12 @@ def deployment(
     replicas: int | None,
     model_name: str | None = None,
     workload_image: str = "",
+    priority_class: str = "",
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
     ``replicas`` None leaves the count to the HPA. With spec.modelLoad, an init container of
-    ``workload_image`` (Slipway's) fetches the model first."""
+    ``workload_image`` (Slipway's) fetches the model first. The pods get ``priority_class`` (the
+    operator's default, above training's) unless spec.podTemplate names one."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     labels[REVISION_LABEL] = revision(spec, version, uri, mlflow_url, model_name)
     base_env = {
@@ -191,6 +193,8 @@ def deployment(
     if volumes:
         pod_spec["volumes"] = volumes
     pod_labels, pod_annotations = {}, {}
+    if priority_class:
+        pod_spec["priorityClassName"] = priority_class
     if template is not None:
         dumped = template.model_dump(mode="json", by_alias=True, exclude_none=True)
         for key in ("nodeSelector", "tolerations", "affinity", "serviceAccountName", "imagePullSecrets",

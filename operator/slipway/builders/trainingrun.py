@@ -150,8 +150,11 @@ def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) ->
     return env
 
 
-def job(name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) -> dict[str, Any]:
-    """The training Job. With queueName it starts suspended, for Kueue to admit."""
+def job(
+    name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, priority_class: str = ""
+) -> dict[str, Any]:
+    """The training Job. With queueName it starts suspended, for Kueue to admit. Its pods get
+    spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible)."""
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
@@ -173,8 +176,8 @@ def job(name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | N
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
-    if spec.priority_class_name:
-        pod["priorityClassName"] = spec.priority_class_name
+    if spec.priority_class_name or priority_class:
+        pod["priorityClassName"] = spec.priority_class_name or priority_class
     if spec.nodes > 1:
         pod["subdomain"] = service_name(name)
     job_labels = labels(name)

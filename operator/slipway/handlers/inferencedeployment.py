@@ -223,7 +223,7 @@ class Reconciler:
         stable that changes revision keeps what it served before (to revert a failed promotion)."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 self.ctx.config.pod_mlflow_url, replicas, desired.model,
-                                self.ctx.config.workload_image)  # fmt: skip
+                                self.ctx.config.workload_image, self.ctx.config.inference_priority_class)  # fmt: skip
         body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
         labels = (current or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
         if current is not None and labels.get(build.REVISION_LABEL) != desired.revision:

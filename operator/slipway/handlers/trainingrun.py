@@ -40,8 +40,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if job is None:
         uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
         link = build.MlflowLink(uri, run.run_id, run.experiment_id)
-        job = ctx.ensure("jobs", with_credentials(build.job(ctx.name, ctx.namespace, spec, link),
-                                                  ctx.config.mlflow_credentials_secret))  # fmt: skip
+        body = build.job(ctx.name, ctx.namespace, spec, link, ctx.config.training_priority_class)
+        job = ctx.ensure("jobs", with_credentials(body, ctx.config.mlflow_credentials_secret))
     elif (patch := suspend_patch(spec, job)) is not None:
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
     artifact_name = _artifact(ctx, spec, job)
