@@ -148,3 +148,25 @@ def test_training_pods_get_the_training_priority_class_unless_the_spec_names_one
         trainingrun.job("run", "ns", own, None, "slipway-training")["spec"]["template"]["spec"]["priorityClassName"]
         == "batch"
     )
+
+
+def test_a_failing_fetch_shows_what_it_said() -> None:
+    from slipway.status.trainingrun import pod_problem
+
+    said = "fetching models:/digits/4\nERROR digest mismatch: the files are sha256:ab, the version records sha256:00"
+    pod = {
+        "metadata": {"name": "digits-canary-x"},
+        "status": {
+            "initContainerStatuses": [
+                {
+                    "name": "fetch-model",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}},
+                    "lastState": {"terminated": {"exitCode": 2, "message": said}},
+                }
+            ],
+            "containerStatuses": [{"name": "server", "state": {"waiting": {"reason": "PodInitializing"}}}],
+        },
+    }
+    reason, message = pod_problem([pod])  # type: ignore[misc]
+    assert reason == "CrashLoopBackOff"
+    assert message.startswith("pod digits-canary-x: init container fetch-model: ERROR digest mismatch")

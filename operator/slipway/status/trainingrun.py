@@ -43,6 +43,13 @@ def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
                 reason = cond.get("reason") or "Unschedulable"
                 return reason, f"pod {name}: {cond.get('message') or reason}"
+        for cs in status.get("initContainerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in WAITING_PROBLEMS:
+                # What the init container said last (e.g. fetch-model's digest mismatch), else the wait.
+                said = (((cs.get("lastState") or {}).get("terminated") or {}).get("message") or "").strip()
+                detail = said.splitlines()[-1][-300:] if said else waiting.get("message") or waiting["reason"]
+                return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {detail}"
         for cs in status.get("containerStatuses") or []:
             waiting = (cs.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") in WAITING_PROBLEMS:
