@@ -170,3 +170,37 @@ def test_a_failing_fetch_shows_what_it_said() -> None:
     reason, message = pod_problem([pod])  # type: ignore[misc]
     assert reason == "CrashLoopBackOff"
     assert message.startswith("pod digits-canary-x: init container fetch-model: ERROR digest mismatch")
+
+
+def test_training_pods_take_the_pod_template_and_the_specs_own_fields_win() -> None:
+    from slipway.builders import trainingrun
+    from slipway.models import TrainingRunSpec
+
+    spec = TrainingRunSpec.model_validate(
+        {
+            "model": {"name": "digits"},
+            "image": "trainer:1",
+            "nodeSelector": {"pool": "a100"},
+            "checkpoint": {"size": "1Gi"},
+            "podTemplate": {
+                "nodeSelector": {"pool": "any", "zone": "z1"},
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+                "envFrom": [{"secretRef": {"name": "wandb"}}],
+                "serviceAccountName": "trainer",
+                "priorityClassName": "batch",
+            },
+        }
+    )
+    template = trainingrun.job("run", "ns", spec, None, "slipway-training")["spec"]["template"]
+    pod, c = template["spec"], template["spec"]["containers"][0]
+    assert pod["nodeSelector"] == {"pool": "a100", "zone": "z1"}
+    assert [v["name"] for v in pod["volumes"]] == ["checkpoints", "data"]
+    assert [m["mountPath"] for m in c["volumeMounts"]] == ["/checkpoints", "/data"]
+    assert c["envFrom"] == [{"secretRef": {"name": "wandb"}}] and pod["serviceAccountName"] == "trainer"
+    assert pod["priorityClassName"] == "batch"
+    with pytest.raises(ValidationError, match="/checkpoints"):
+        TrainingRunSpec.model_validate(
+            {"model": {"name": "d"}, "image": "t", "checkpoint": {"size": "1Gi"},
+             "podTemplate": {"volumeMounts": [{"name": "x", "mountPath": "/checkpoints"}]}}
+        )  # fmt: skip

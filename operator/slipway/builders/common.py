@@ -15,7 +15,7 @@ import hashlib
 import re
 from typing import Any
 
-from slipway.models.base import EnvVar, Resources
+from slipway.models.base import EnvVar, PodTemplate, Resources
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "slipway"}
 MAX_LABEL = 63  # DNS labels (Service, Job and Deployment names) and label values
@@ -105,3 +105,32 @@ def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, 
     for container in [*pod.get("initContainers", []), *pod["containers"]]:
         container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
     return manifest
+
+
+def apply_pod_template(template: dict[str, Any], container: dict[str, Any], pod_template: PodTemplate | None) -> None:
+    """Merge a spec's podTemplate into the pod ``template`` Slipway built and its main ``container``:
+    Slipway's labels and annotations win, nodeSelector keys set by the spec itself win, tolerations,
+    volumes, volume mounts and envFrom are added, env of the template replaces same-named variables.
+    priorityClassName is the caller's to decide (spec fields and defaults rank differently)."""
+    if pod_template is None:
+        return
+    given = pod_template.model_dump(mode="json", by_alias=True, exclude_none=True)
+    meta, pod = template.setdefault("metadata", {}), template["spec"]
+    for key in ("labels", "annotations"):
+        if key in given:
+            meta[key] = {**given[key], **meta.get(key, {})}
+    if "nodeSelector" in given:
+        pod["nodeSelector"] = {**given["nodeSelector"], **pod.get("nodeSelector", {})}
+    for key in ("tolerations", "volumes"):
+        if key in given:
+            pod[key] = [*pod.get(key, []), *given[key]]
+    for key in ("affinity", "serviceAccountName", "imagePullSecrets"):
+        if key in given:
+            pod[key] = given[key]
+    if "volumeMounts" in given:
+        container["volumeMounts"] = [*container.get("volumeMounts", []), *given["volumeMounts"]]
+    if "env" in given:
+        names = {e["name"] for e in given["env"]}
+        container["env"] = [e for e in container.get("env", []) if e["name"] not in names] + given["env"]
+    if "envFrom" in given:
+        container["envFrom"] = [*container.get("envFrom", []), *given["envFrom"]]

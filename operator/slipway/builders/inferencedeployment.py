@@ -8,6 +8,7 @@ from typing import Any
 
 from slipway.builders.common import (
     MANAGED_BY,
+    apply_pod_template,
     dns1035_name,
     dns1123_name,
     env_list,
@@ -159,10 +160,9 @@ def deployment(
         base_env["MLFLOW_TRACKING_URI"] = mlflow_url
     if spec.model_load is not None:
         base_env["SLIPWAY_MODEL_PATH"] = spec.model_load.path
-    template = spec.pod_template
     env = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        *env_list(base_env, [*(spec.env or []), *((template and template.env) or [])]),
+        *env_list(base_env, spec.env),
     ]
     container: dict[str, Any] = {
         "name": "server",
@@ -179,31 +179,16 @@ def deployment(
     if spec.args:
         container["args"] = list(spec.args)
     pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 30}
-    mounts: list[dict[str, Any]] = list((template and template.volume_mounts) or [])
-    volumes: list[dict[str, Any]] = list((template and template.volumes) or [])
     if spec.model_load is not None:
-        mounts.append({"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True})
-        volumes.append({"name": MODEL_VOLUME, "emptyDir": {}})
+        container["volumeMounts"] = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True}]
+        pod_spec["volumes"] = [{"name": MODEL_VOLUME, "emptyDir": {}}]
         if spec.model_load.cache_claim_name:
             claim = {"claimName": spec.model_load.cache_claim_name}
-            volumes.append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+            pod_spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
         pod_spec["initContainers"] = [fetch_container(spec, env, workload_image or spec.image)]
-    if mounts:
-        container["volumeMounts"] = mounts
-    if volumes:
-        pod_spec["volumes"] = volumes
-    pod_labels, pod_annotations = {}, {}
-    if priority_class:
-        pod_spec["priorityClassName"] = priority_class
-    if template is not None:
-        dumped = template.model_dump(mode="json", by_alias=True, exclude_none=True)
-        for key in ("nodeSelector", "tolerations", "affinity", "serviceAccountName", "imagePullSecrets",
-                    "priorityClassName"):  # fmt: skip
-            if key in dumped:
-                pod_spec[key] = dumped[key]
-        if template.env_from:
-            container["envFrom"] = list(template.env_from)
-        pod_labels, pod_annotations = dict(template.labels or {}), dict(template.annotations or {})
+    chosen_priority = (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
+    if chosen_priority:
+        pod_spec["priorityClassName"] = chosen_priority
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -218,9 +203,8 @@ def deployment(
             "strategy": strategy(spec, track),
             "template": {
                 "metadata": {
-                    "labels": {**pod_labels, **labels},  # Slipway's own labels win
+                    "labels": labels,
                     "annotations": {
-                        **pod_annotations,
                         "prometheus.io/scrape": "true",
                         "prometheus.io/port": str(spec.port),
                         "prometheus.io/path": "/metrics",
@@ -231,6 +215,7 @@ def deployment(
             },
         },
     }
+    apply_pod_template(body["spec"]["template"], container, spec.pod_template)
     if replicas is not None:
         body["spec"]["replicas"] = replicas
     return body

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.builders import common
-from slipway.builders.common import MANAGED_BY, dns1035_name, dns1123_name, env_list, label_value, resource_requirements
+from slipway.builders.common import (
+    MANAGED_BY,
+    apply_pod_template,
+    dns1035_name,
+    dns1123_name,
+    env_list,
+    label_value,
+    resource_requirements,
+)
 from slipway.models.trainingrun import TrainingRunSpec
 
 CHECKPOINT_MOUNT = "/checkpoints"
@@ -176,8 +184,11 @@ def job(
         pod["nodeSelector"] = dict(spec.node_selector)
     if spec.tolerations:
         pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
-    if spec.priority_class_name or priority_class:
-        pod["priorityClassName"] = spec.priority_class_name or priority_class
+    chosen_priority = (
+        spec.priority_class_name or (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
+    )
+    if chosen_priority:
+        pod["priorityClassName"] = chosen_priority
     if spec.nodes > 1:
         pod["subdomain"] = service_name(name)
     job_labels = labels(name)
@@ -191,6 +202,7 @@ def job(
         "suspend": spec.suspend or spec.queue_name is not None,
         "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
     }
+    apply_pod_template(job_spec["template"], container, spec.pod_template)
     if spec.nodes > 1:
         job_spec["completionMode"] = "Indexed"
     if spec.failure_policy.active_deadline_seconds:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
 
 
 class SlipwayModel(BaseModel):
@@ -186,3 +187,50 @@ def describe_errors(errors: list[Any], root: str = "spec") -> list[str]:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         lines.append(msg if msg.startswith(f"{root}.") else f"{field_path(loc, root)}: {msg}")
     return lines
+
+
+PRESERVE: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
+Volume = Annotated[dict[str, Any], Field(description="A volume, as in a Pod spec.", json_schema_extra=PRESERVE)]
+VolumeMount = Annotated[
+    dict[str, Any],
+    Field(description="name, mountPath, readOnly, subPath, as in a container.", json_schema_extra=PRESERVE),
+]
+EnvFrom = Annotated[
+    dict[str, Any], Field(description="secretRef or configMapRef, with an optional prefix.", json_schema_extra=PRESERVE)
+]
+
+
+class PodTemplate(SlipwayModel):
+    """Pod settings Slipway merges into the pods it builds (both tracks of an InferenceDeployment,
+    a TrainingRun's pods), as in a Pod spec."""
+
+    labels: dict[str, str] | None = Field(default=None, description="Extra pod labels (Slipway's own win).")
+    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
+    affinity: dict[str, Any] | None = Field(
+        default=None, description="Node and pod affinity, as in a Pod spec.", json_schema_extra=PRESERVE
+    )
+    volumes: list[Volume] | None = Field(default=None, description="Extra volumes, as in a Pod spec.", max_length=32)
+    volume_mounts: list[VolumeMount] | None = Field(
+        default=None,
+        description="Mounts of those volumes in the server container (name, mountPath, readOnly, subPath).",
+        max_length=32,
+    )
+    env: list[EnvVar] | None = Field(
+        default=None, description="More environment variables (after spec.env).", max_length=128
+    )
+    env_from: list[EnvFrom] | None = Field(
+        default=None,
+        description="Whole Secrets or ConfigMaps as environment (secretRef, configMapRef, prefix).",
+        max_length=16,
+    )
+    service_account_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="ServiceAccount of the pods."
+    )
+    image_pull_secrets: list[LocalObjectReference] | None = Field(
+        default=None, description="Secrets to pull the image.", max_length=16
+    )
+    priority_class_name: str | None = Field(
+        default=None, min_length=1, max_length=253, description="PriorityClass of the pods."
+    )

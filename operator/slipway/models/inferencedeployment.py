@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic.json_schema import JsonDict
 
 from slipway.models.base import (
     Condition,
     Duration,
     EnvVar,
     LocalObjectReference,
+    PodTemplate,
     Resources,
     SlipwayModel,
     StatusModel,
-    Toleration,
     cel,
 )
 from slipway.models.modelartifact import Alias
@@ -294,15 +293,6 @@ class Traffic(SlipwayModel):
 
 
 PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
-PRESERVE: JsonDict = {"x-kubernetes-preserve-unknown-fields": True}
-Volume = Annotated[dict[str, Any], Field(description="A volume, as in a Pod spec.", json_schema_extra=PRESERVE)]
-VolumeMount = Annotated[
-    dict[str, Any],
-    Field(description="name, mountPath, readOnly, subPath, as in a container.", json_schema_extra=PRESERVE),
-]
-EnvFrom = Annotated[
-    dict[str, Any], Field(description="secretRef or configMapRef, with an optional prefix.", json_schema_extra=PRESERVE)
-]
 MOUNT_CONFLICT_MESSAGE = "spec.podTemplate.volumeMounts: a mount at spec.modelLoad.path would hide the model"
 
 
@@ -345,41 +335,6 @@ class Probes(SlipwayModel):
     startup: Probe | None = Field(default=None, description="Until it passes, readiness and liveness wait.")
     readiness: Probe | None = Field(default=None, description="When the pod takes traffic.")
     liveness: Probe | None = Field(default=None, description="When the server is restarted.")
-
-
-class PodTemplate(SlipwayModel):
-    """What both tracks' pods get besides the server container Slipway builds, as in a Pod spec."""
-
-    labels: dict[str, str] | None = Field(default=None, description="Extra pod labels (Slipway's own win).")
-    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
-    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
-    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
-    affinity: dict[str, Any] | None = Field(
-        default=None, description="Node and pod affinity, as in a Pod spec.", json_schema_extra=PRESERVE
-    )
-    volumes: list[Volume] | None = Field(default=None, description="Extra volumes, as in a Pod spec.", max_length=32)
-    volume_mounts: list[VolumeMount] | None = Field(
-        default=None,
-        description="Mounts of those volumes in the server container (name, mountPath, readOnly, subPath).",
-        max_length=32,
-    )
-    env: list[EnvVar] | None = Field(
-        default=None, description="More environment variables (after spec.env).", max_length=128
-    )
-    env_from: list[EnvFrom] | None = Field(
-        default=None,
-        description="Whole Secrets or ConfigMaps as environment (secretRef, configMapRef, prefix).",
-        max_length=16,
-    )
-    service_account_name: str | None = Field(
-        default=None, min_length=1, max_length=253, description="ServiceAccount of the pods."
-    )
-    image_pull_secrets: list[LocalObjectReference] | None = Field(
-        default=None, description="Secrets to pull the image.", max_length=16
-    )
-    priority_class_name: str | None = Field(
-        default=None, min_length=1, max_length=253, description="PriorityClass of the pods."
-    )
 
 
 class InferenceDeploymentSpec(SlipwayModel):

@@ -11,6 +11,7 @@ from slipway.models.base import (
     EnvVar,
     LocalObjectReference,
     ModelRef,
+    PodTemplate,
     Quantity,
     Resources,
     SlipwayModel,
@@ -115,6 +116,9 @@ class Sizing(SlipwayModel):
     )
 
 
+CHECKPOINT_MOUNT_MESSAGE = "spec.podTemplate.volumeMounts: a mount at /checkpoints would hide spec.checkpoint's volume"
+
+
 class TrainingRunSpec(SlipwayModel):
     """Desired state of a TrainingRun."""
 
@@ -151,12 +155,24 @@ class TrainingRunSpec(SlipwayModel):
     )
     failure_policy: FailurePolicy = Field(default_factory=FailurePolicy, description="Retries and deadlines.")
     suspend: bool = Field(default=False, description="Stop the pods and keep the checkpoint; false resumes.")
+    pod_template: PodTemplate | None = Field(
+        default=None,
+        description="More pod settings (volumes, env from Secrets, service account, affinity...); "
+        "spec.nodeSelector and spec.priorityClassName win over the template's.",
+    )
     mlflow: MlflowRun = Field(default_factory=MlflowRun, description="The MLflow run created before the pods start.")
     sizing: Sizing | None = Field(default=None, description="Estimate GPU memory and refuse a run that cannot fit.")
     artifact: ArtifactTemplate | None = Field(
         default=None,
         description="The ModelArtifact created when the run succeeds; omit to stop after training.",
     )
+
+    @model_validator(mode="after")
+    def _checkpoint_mount_free(self) -> TrainingRunSpec:
+        mounts = {m.get("mountPath") for m in (self.pod_template and self.pod_template.volume_mounts) or []}
+        if self.checkpoint is not None and "/checkpoints" in mounts:
+            raise ValueError(CHECKPOINT_MOUNT_MESSAGE)
+        return self
 
     @model_validator(mode="after")
     def _sizing_needs_gpus(self) -> TrainingRunSpec:
