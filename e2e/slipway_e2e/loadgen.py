@@ -300,8 +300,9 @@ class LoadDriver:
             self._in_flight.release()
         version = None
         if response.status_code == 200:
-            with contextlib.suppress(ValueError):
-                version = str(response.json().get("modelVersion"))
+            with contextlib.suppress(ValueError, AttributeError):
+                answered = response.json().get("modelVersion")
+                version = None if answered is None else str(answered)
         with self._lock:
             self._by_code[response.status_code] += 1
             self._by_endpoint[endpoint.ip] += 1
