@@ -169,3 +169,16 @@ def test_values_training_code_writes_badly_never_break_the_progress():
     assert progress == {"step": 3} and checkpoint == {"step": 12}
     run.tags["slipway.checkpoint.step"] = "twelve"
     assert progress_from_run(run)[1] is None
+
+
+def test_restarts_count_preempted_attempts_the_job_does_not():
+    from slipway.status.trainingrun import with_attempts
+
+    state = training_state(SPEC, job(failed=1), [pod()])
+    assert state.restarts == 1
+    # Three starts (one failure the Job counted, one preemption it ignored): 2 restarts.
+    assert with_attempts(state, running_run({}, {"slipway.attempts": "3"})).restarts == 2
+    # Never fewer than the Job counts; a bad or missing tag changes nothing.
+    assert with_attempts(state, running_run({}, {"slipway.attempts": "1"})).restarts == 1
+    assert with_attempts(state, running_run({}, {"slipway.attempts": "many"})).restarts == 1
+    assert with_attempts(state, running_run({}, {})).restarts == 1

@@ -15,7 +15,14 @@ from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
 from slipway.redact import without_credentials
 from slipway.status import jobs
 from slipway.status.conditions import stalled
-from slipway.status.trainingrun import TrainingState, finished, progress_from_run, suspend_patch, training_state
+from slipway.status.trainingrun import (
+    TrainingState,
+    finished,
+    progress_from_run,
+    suspend_patch,
+    training_state,
+    with_attempts,
+)
 
 
 def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
@@ -49,6 +56,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None)
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
+    state = with_attempts(state, run)
     url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
     _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
            mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -145,6 +146,18 @@ def training_state(
 
 
 PROGRESS_KEYS = {"step", "totalSteps", "checkpointStep"}
+ATTEMPTS_TAG = "slipway.attempts"
+
+
+def with_attempts(state: TrainingState, run: Any) -> TrainingState:
+    """``state`` whose restarts also count the starts the training code recorded (tag
+    ``slipway.attempts``, the number of starts): a pod preempted for a serving pod is replaced
+    by the Job without counting as failed (its podFailurePolicy ignores DisruptionTarget), yet
+    the run restarted."""
+    attempts = _count(run.tags.get(ATTEMPTS_TAG))
+    if attempts is None or attempts - 1 <= state.restarts:
+        return state
+    return dataclasses.replace(state, restarts=attempts - 1)
 
 
 def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

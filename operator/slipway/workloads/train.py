@@ -33,7 +33,8 @@ Reported to the MLflow run:
   metrics   per step: loss, accuracy (on the training split), step; once: totalSteps;
             at each checkpoint: checkpointStep
   tags      slipway.checkpoint (file path) and slipway.checkpoint.step, the newest checkpoint;
-            slipway.resumedFromStep when an attempt resumed; slipway.model.uri, .digest, .sizeBytes
+            slipway.resumedFromStep when an attempt resumed; slipway.attempts, the number of starts;
+            slipway.model.uri, .digest, .sizeBytes
   artifacts model/model.onnx and model/slipway-model.json (see common.py for the layout;
             "faults" holds the SLIPWAY_SERVE_FAULT_* switches that were set, if any)
   status    FINISHED on success, FAILED on an error; a simulated failure or SIGTERM leaves it
@@ -365,6 +366,9 @@ class Trainer:
             log.warning("the model carries serve fault switches: %s", self.serve_faults)
 
 
+ATTEMPTS_TAG = "slipway.attempts"
+
+
 def train(args: argparse.Namespace) -> None:
     rank = env_int("NODE_RANK", 0, minimum=0)
     if rank != 0:
@@ -372,6 +376,9 @@ def train(args: argparse.Namespace) -> None:
         return
     client = mlflow_client()
     run = ensure_run(client, run_name="train")
+    # Every start counts, preempted ones too (the Job does not count those as failures).
+    attempts = int(run.tags.get(ATTEMPTS_TAG, "0") or 0) + 1
+    client.set_tags(run.run_id, {ATTEMPTS_TAG: str(attempts)})
     trainer = Trainer(args, client, run)
     with tracked_run(client, run):
         state = trainer.train()
