@@ -369,7 +369,11 @@ def test_deadline_counts_time_without_progress_not_the_steps_age(kube_api, names
         return any(c.type == "Ready" and c.status == "True" for p in pods for c in p.status.conditions or [])
 
     wait_for(replacement_ready, 60, "the replacement canary pod ready")
-    assert status_of(kube_api, namespace)["phase"] == "Analyzing"
+    back = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                       lambda o: phase_in("Analyzing", "RolledBack")(o)
+                       and (o["status"].get("canary") or {}).get("readyReplicas") == 1,
+                       30, "the operator to see the replacement ready")  # fmt: skip
+    assert back["status"]["phase"] == "Analyzing" and not back["status"].get("lastRollback"), back["status"]
     # Paused for longer than the deadline: still no rollback.
     patch_spec(kube_api, namespace, {"rollout": {"paused": True}})
     wait_phase(kube_api, namespace, ["Paused"], 30, "paused")

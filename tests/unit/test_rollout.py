@@ -112,6 +112,31 @@ def test_the_weight_reported_is_the_real_share_beside_the_requested_one():
     assert "one canary pod is the floor" in cond(p, "Ready").message
 
 
+def test_a_steps_pause_counts_from_when_its_canary_pods_are_ready_not_from_the_step_start():
+    s = spec(steps=[{"weight": 10, "pause": "10s"}, {"weight": 50, "pause": "10s"}])
+    long_ago = NOW - timedelta(minutes=5)
+    # Step 1 began 5 minutes ago but its canary pod is still starting: the clock does not run.
+    starting = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status(since=long_ago)))
+    assert starting.phase == "Progressing" and starting.status["stepStartTime"] is None
+    held = {**canary_status(since=long_ago), "stepStartTime": None}
+    ready = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=held))
+    assert (ready.phase, ready.status["currentStep"], ready.status["stepStartTime"]) == ("Analyzing", 0, iso(NOW))
+    # Ten seconds at the step's weight: now it advances.
+    later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=NOW),
+                         now=NOW + timedelta(seconds=10)))  # fmt: skip
+    assert later.status["currentStep"] == 1
+
+
+def test_a_gateway_route_keeps_the_ready_canary_pods_share_while_the_next_steps_pods_start():
+    s = spec(traffic={"mode": "GatewayAPI", "parentRefs": [{"name": "web"}]}, maxSurgeReplicas=2,
+             steps=[{"weight": 25}, {"weight": 50}])  # fmt: skip
+    # Step 2 wants 2 canary pods; 1 is ready: the route keeps what 1 pod carries (1 of 3), never 0.
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1, 2), status=canary_status(step=1)))
+    assert (p.phase, p.canary_replicas, p.route_weight, p.requested_weight) == ("Progressing", 2, 33, 50)
+    none_ready = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status()))
+    assert none_ready.route_weight == 0
+
+
 # -- revisions ----------------------------------------------------------------------------------
 
 

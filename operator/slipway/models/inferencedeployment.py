@@ -423,7 +423,10 @@ class InferenceDeploymentStatus(StatusModel):
     stable: TrackStatus | None = Field(default=None, description="The stable track.")
     canary: TrackStatus | None = Field(default=None, description="The canary track, with its weight.")
     current_step: int | None = Field(default=None, description="Index of the current rollout step.")
-    step_start_time: str | None = Field(default=None, description="When the current step began.")
+    step_start_time: str | None = Field(
+        default=None,
+        description="When the current step's canary pods were all ready; its pause counts from then.",
+    )
     canary_start_time: str | None = Field(default=None, description="When the current canary was started.")
     failed_analyses: int | None = Field(default=None, description="Failed analyses of the current canary.")
     analysis: list[AnalysisResult] | None = Field(default=None, description="The latest analysis results.")

@@ -150,7 +150,7 @@ def canary_sizing(mode: str, weight: int, stable_replicas: int, max_surge: int) 
     exact = weight * stable / (100 - weight)
     wanted = math.floor(exact + 1e-9) if mode == "Replicas" else math.ceil(exact - 1e-9)
     pods = max(1, min(max_surge, wanted))
-    capacity = math.floor(100 * pods / (stable + pods))
+    capacity = route_capacity(pods, stable)
     share = capacity if mode == "Replicas" else min(weight, capacity)
     note = ""
     if wanted < 1 and capacity > weight:
@@ -158,6 +158,11 @@ def canary_sizing(mode: str, weight: int, stable_replicas: int, max_surge: int) 
     elif wanted > max_surge:
         note = f"capped by spec.rollout.maxSurgeReplicas={max_surge}: {share}% for a {weight}% step"
     return Sizing(pods, share, note)
+
+
+def route_capacity(canary_pods: int, stable_replicas: int) -> int:
+    """The route weight ``canary_pods`` can carry at the stable's per-pod load."""
+    return math.floor(100 * canary_pods / (max(1, stable_replicas) + canary_pods)) if canary_pods > 0 else 0
 
 
 def replica_weight(canary_ready: int, stable_ready: int) -> int:
@@ -348,7 +353,9 @@ class Canary:
         weight = self.weights[self.step]
         complete = canary_ready >= sizing.pods
         if self.spec.traffic.mode == "GatewayAPI":
-            real = sizing.share if complete else 0
+            # Ready canary pods keep the share they can carry while the rest start: the route never
+            # falls back to 0% between two steps.
+            real = sizing.share if complete else min(weight, route_capacity(canary_ready, self.stable.replicas))
         else:
             real = replica_weight(canary_ready, self.stable.ready)
         return {"canary": self.desired, "canary_replicas": sizing.pods, "weight": real, "requested_weight": weight,
@@ -395,10 +402,12 @@ class Canary:
         problem = self.obs.canary.problem if self.obs.canary else None
         if problem and problem[0] == "Unschedulable":
             message = f"{message}; the canary cannot be scheduled: {problem[1]}"
-            return _plan("Progressing", stalled, "CanaryUnschedulable", message, status=self.status(), **serve)
+            return _plan("Progressing", stalled, "CanaryUnschedulable", message,
+                         status=self.status(stepStartTime=None), **serve)  # fmt: skip
         if problem:
             message = f"{message}; {problem[0]}: {problem[1]}"
-        return _plan("Progressing", reconciling, "CanaryStarting", message, status=self.status(), **serve)
+        return _plan("Progressing", reconciling, "CanaryStarting", message, status=self.status(stepStartTime=None),
+                     **serve)  # fmt: skip
 
     def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         analysis = self.spec.rollout.analysis
