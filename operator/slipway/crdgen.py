@@ -52,6 +52,10 @@ def _ready_column() -> dict[str, Any]:
     return {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'}
 
 
+def _reason_column() -> dict[str, Any]:
+    return {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'}
+
+
 def _age_column() -> dict[str, Any]:
     return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
@@ -73,6 +77,7 @@ KINDS = (
             {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
             {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
             _ready_column(),
+            _reason_column(),
             {"name": "Run", "type": "string", "jsonPath": ".status.mlflow.runId", "priority": 1},
             {"name": "Artifact", "type": "string", "jsonPath": ".status.artifactRef.name", "priority": 1},
             _age_column(),
@@ -93,6 +98,7 @@ KINDS = (
             {"name": "Quantized", "type": "string", "jsonPath": ".status.quantizedVersion"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             _ready_column(),
+            _reason_column(),
             {"name": "Size", "type": "integer", "jsonPath": ".status.sizeBytes", "priority": 1},
             {"name": "Digest", "type": "string", "jsonPath": ".status.digest", "priority": 1},
             _age_column(),
@@ -115,6 +121,7 @@ KINDS = (
             {"name": "Weight", "type": "integer", "jsonPath": ".status.canary.weight"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             _ready_column(),
+            _reason_column(),
             _age_column(),
         ),
     ),

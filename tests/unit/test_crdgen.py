@@ -60,7 +60,11 @@ def test_names_scope_and_subresources(kind, short):
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {"status": {}}
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
-    assert {"Phase", "Ready", "Age"} <= columns
+    assert {"Phase", "Ready", "Reason", "Age"} <= columns
+    conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]
+    # Keyed by type, so each condition is its own entry for server-side apply and merges.
+    assert (conditions["x-kubernetes-list-type"], conditions["x-kubernetes-list-map-keys"]) == ("map", ["type"])
+    assert "type" in conditions["items"]["required"]
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -101,6 +101,16 @@ class Condition(StatusModel):
     )
 
 
+def conditions_field(kinds: str) -> Any:
+    """status.conditions: a list keyed by type (server-side apply and strategic merges treat each
+    type as its own entry), listing the types a kind writes."""
+    return Field(
+        default=None,
+        description=f"{kinds}.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
 class EnvVar(SlipwayModel):
     """An environment variable for the container, as in a Pod spec."""
 

@@ -17,6 +17,7 @@ from slipway.models.base import (
     SlipwayModel,
     StatusModel,
     cel,
+    conditions_field,
 )
 from slipway.models.modelartifact import Alias
 
@@ -441,9 +442,7 @@ class InferenceDeploymentStatus(StatusModel):
         default=None, description="MLflow alias moves and tags decided but not yet confirmed by MLflow."
     )
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        default=None, description="Ready, Reconciling, Stalled, Progressing, Degraded."
-    )
+    conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Progressing, Degraded")
 
 
 class InferenceDeployment(SlipwayModel):

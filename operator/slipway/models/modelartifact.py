@@ -15,6 +15,7 @@ from slipway.models.base import (
     SlipwayModel,
     StatusModel,
     cel,
+    conditions_field,
 )
 
 QuantizationMethod = Literal["none", "fp16", "int8-dynamic", "int8-static"]
@@ -204,9 +205,8 @@ class ModelArtifactStatus(StatusModel):
     size_bytes: int | None = Field(default=None, description="Size of the artifact files.")
     gates: list[GateResult] | None = Field(default=None, description="The outcome of each gate.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
-    conditions: list[Condition] | None = Field(
-        default=None,
-        description="Ready, Reconciling, Stalled, Registered, Quantized, Validated.",
+    conditions: list[Condition] | None = conditions_field(
+        "Ready, Reconciling, Stalled, Registered, Quantized, Validated"
     )
 
 

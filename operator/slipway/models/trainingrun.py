@@ -18,6 +18,7 @@ from slipway.models.base import (
     StatusModel,
     Toleration,
     cel,
+    conditions_field,
 )
 from slipway.models.modelartifact import ArtifactTemplate
 
@@ -230,7 +231,7 @@ class TrainingRunStatus(StatusModel):
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
-    conditions: list[Condition] | None = Field(default=None, description="Ready, Reconciling, Stalled, Trained.")
+    conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Trained")
 
 
 class TrainingRun(SlipwayModel):
