@@ -17,7 +17,7 @@ from slipway.controller import Cache, Key
 from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
 from slipway.models.base import StatusModel, describe_errors
 from slipway.prometheus import PrometheusClient
-from slipway.status.conditions import Cond, reconciling, stalled
+from slipway.status.conditions import Cond, new_generation, reconciling, stalled
 from slipway.status.writer import Event, next_status
 
 M = TypeVar("M", bound=BaseModel)
@@ -152,6 +152,18 @@ def drop_legacy_finalizer(ctx: Context) -> None:
         raise kopf.TemporaryError("removed the finalizer of an earlier Slipway version", delay=0)
 
 
+def announce_generation(ctx: Context) -> None:
+    """A new generation reads Reconciling (Ready=False) at that generation before the pass does
+    any I/O: kstatus, Flux and ``helm --wait`` never take the last generation's Ready for this one."""
+    if not new_generation(ctx.body):
+        return
+    generation = ctx.body["metadata"].get("generation")
+    ctx.write(
+        reconciling("NewGeneration", f"{ctx.kind} {ctx.namespace}/{ctx.name}: reconciling generation {generation}")
+    )
+    flush(ctx)
+
+
 def run_pass(
     ctx: Context, spec_model: type[M], step: Step[M], models: Models[M], *, needs_mlflow: bool = True
 ) -> float | None:
@@ -182,6 +194,7 @@ def attempt(
         if ctx.mlflow is None and needs_mlflow:
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
             return None
+        announce_generation(ctx)
         return step(ctx, spec)
     except InvalidSpec as exc:
         ctx.write(stalled("InvalidSpec", str(exc)))

@@ -102,3 +102,16 @@ def stalled(reason: str, message: str) -> list[Cond]:
         Cond(RECONCILING, "False", reason, ""),
         Cond(STALLED, "True", reason, message),
     ]
+
+
+def new_generation(body: Mapping[str, Any]) -> bool:
+    """The spec changed (or the object is new) since status was last computed."""
+    return (body.get("status") or {}).get("observedGeneration") != body["metadata"].get("generation")
+
+
+def settled(body: Mapping[str, Any], phases: Iterable[str]) -> bool:
+    """In one of the final ``phases`` for the current generation, with no pass half done (a pass
+    that announced a new generation as Reconciling and then crashed has not settled it)."""
+    status = body.get("status") or {}
+    in_flight = (get_condition(status.get("conditions"), RECONCILING) or {}).get("status") == "True"
+    return status.get("phase") in set(phases) and not new_generation(body) and not in_flight

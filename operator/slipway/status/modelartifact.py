@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.status import jobs
-from slipway.status.conditions import Cond, ready, reconciling, stalled
+from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
 from slipway.status.gates import GateOutcome
 
 REGISTERED, QUANTIZED, VALIDATED = "Registered", "Quantized", "Validated"
@@ -89,8 +89,7 @@ class Source:
 
 def decided_at_generation(body: Mapping[str, Any]) -> bool:
     """A decision was reached for the current spec (immutable): nothing changes any more."""
-    status = body.get("status") or {}
-    return status.get("phase") in FINAL and status.get("observedGeneration") == body["metadata"].get("generation")
+    return settled(body, FINAL)
 
 
 DECISION_TAG = "slipway.dev/validation"

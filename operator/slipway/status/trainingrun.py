@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slipway.models.trainingrun import TrainingRunSpec
-from slipway.status.conditions import Cond, ready, reconciling, stalled
+from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
 from slipway.status.jobs import job_condition
 
 TRAINED = "Trained"
@@ -220,7 +220,5 @@ def suspend_patch(spec: TrainingRunSpec, job: Obj) -> dict[str, Any] | None:
 def finished(body: Mapping[str, Any]) -> bool:
     """Succeeded (with its artifact) or Failed, at the current generation: nothing changes any more."""
     status = body.get("status") or {}
-    if status.get("observedGeneration") != body["metadata"].get("generation"):
-        return False
     artifact_done = not (body.get("spec") or {}).get("artifact") or status.get("artifactRef")
-    return status.get("phase") == "Failed" or (status.get("phase") == "Succeeded" and bool(artifact_done))
+    return settled(body, ("Failed", "Succeeded") if artifact_done else ("Failed",))
