@@ -100,7 +100,10 @@ def test_complete_is_ready_unless_the_artifact_is_pending():
 
 def test_suspended_by_spec_vs_queued_by_kueue():
     suspended = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "suspend": True})
-    assert training_state(suspended, job(suspend=True), []).phase == "Suspended"
+    held = training_state(suspended, job(suspend=True), [])
+    assert held.phase == "Suspended"
+    # Suspended on purpose: neither in progress nor stuck (kstatus Current), and not Ready.
+    assert [cond(held, t).status for t in ("Ready", "Reconciling", "Stalled")] == ["False", "False", "False"]
     queued = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "queueName": "q"})
     state = training_state(queued, job(suspend=True), [])
     assert state.phase == "Pending"

@@ -95,6 +95,16 @@ def reconciling(reason: str, message: str) -> list[Cond]:
     ]
 
 
+def held(reason: str, message: str) -> list[Cond]:
+    """Held on purpose by a person (suspended, paused): not ready, yet neither in progress nor
+    stuck, so kstatus reads it as Current and a GitOps wait does not hang on it."""
+    return [
+        Cond(READY, "False", reason, message),
+        Cond(RECONCILING, "False", reason, ""),
+        Cond(STALLED, "False", reason, ""),
+    ]
+
+
 def stalled(reason: str, message: str) -> list[Cond]:
     """Stuck until a person changes something: the message says what."""
     return [

@@ -29,7 +29,7 @@ from slipway.analysis import AnalysisOutcome
 from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
-from slipway.status.conditions import Cond, Status, get_condition, ready, reconciling, stalled
+from slipway.status.conditions import Cond, Status, get_condition, held, ready, reconciling, stalled
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
@@ -386,7 +386,7 @@ class Canary:
             self.progress = self.now  # a paused rollout never times out; ready pods are progress
         if self.spec.rollout.paused:
             message = f"paused at {step_text} by spec.rollout.paused"
-            return _plan("Paused", reconciling, "Paused", message, progressing="Unknown", status=self.status(), **serve)
+            return _plan("Paused", held, "Paused", message, progressing="Unknown", status=self.status(), **serve)
         if canary_ready < sizing.pods:
             return self.starting(canary_ready, sizing, serve)
         return self.analysing(step_text, sizing, serve)

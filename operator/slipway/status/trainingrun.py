@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slipway.models.trainingrun import TrainingRunSpec
-from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
+from slipway.status.conditions import Cond, held, ready, reconciling, settled, stalled
 from slipway.status.jobs import job_condition
 
 TRAINED = "Trained"
@@ -92,7 +92,7 @@ def _failure(job: Obj, spec: TrainingRunSpec) -> tuple[str, str]:
 
 def _state(phase: str, summary: str, reason: str, message: str, trained: bool = False, **kw: Any) -> TrainingState:
     """A state whose summary conditions (ready / reconciling / stalled) and Trained agree."""
-    summary_conds = {"ready": ready, "reconciling": reconciling, "stalled": stalled}[summary](reason, message)
+    summary_conds = {"ready": ready, "reconciling": reconciling, "stalled": stalled, "held": held}[summary](reason, message)
     trained_cond = Cond(TRAINED, "True" if trained else "False", reason, message)
     return TrainingState(phase, [*summary_conds, trained_cond], **kw)
 
@@ -131,7 +131,7 @@ def training_state(
     if (job.get("spec") or {}).get("suspend"):
         if spec.suspend:
             message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
-            return _state("Suspended", "reconciling", "Suspended", message, **kw)
+            return _state("Suspended", "held", "Suspended", message, **kw)
         return _state(
             "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
         )
