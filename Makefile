@@ -8,10 +8,11 @@ CONTROLPLANE := $(CACHE)/controlplane/controlplane
 PROMETHEUS := $(CACHE)/prometheus/prometheus
 METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 TRAEFIK := $(CACHE)/traefik/traefik
+HEALTH := $(CACHE)/health/health
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik crds verify lint types test test-unit test-faults test-integration \
+.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool crds verify lint types test test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -47,6 +48,10 @@ traefik: $(TRAEFIK)  ## build Traefik (the local Gateway API data plane) from th
 $(TRAEFIK): e2e/gateway/build-traefik.sh e2e/gateway/go.mod e2e/gateway/go.sum
 	bash e2e/gateway/build-traefik.sh $(TRAEFIK)
 
+health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua) and kstatus (cli-utils) health checker the tests use
+$(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
+	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
+
 prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
 $(PROMETHEUS): e2e/controlplane/build-prometheus.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
@@ -64,7 +69,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus metrics-server traefik  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
+test: install controlplane prometheus metrics-server traefik health-tool  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
 	$(PY) -m pytest -q tests e2e/tests
 
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures

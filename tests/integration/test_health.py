@@ -1,24 +1,76 @@
-"""Health that tells the truth to kstatus (Flux, ``helm --wait``) and to kubectl: every status
-version a watcher sees is read at once, so a new generation's first status must already say
-Reconciling at that generation, before the pass did any I/O (no MLflow run yet)."""
+"""Health that tells the truth to kstatus (Flux, ``helm --wait``), Argo CD and kubectl.
+
+Every status version a watcher sees is read at once, so a new generation's first status must
+already say Reconciling at that generation, before the pass did any I/O (no MLflow run yet).
+Argo CD's view comes from manifests/argocd/health.lua run in gopher-lua (the VM Argo CD embeds),
+kstatus' from sigs.k8s.io/cli-utils itself: both in the small Go program e2e/health."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client, watch
 
 from localkube.cluster import CONTROLPLANE
+from slipway.status.conditions import held, ready, reconciling, set_conditions, stalled
 from slipway_testing import GROUP, VERSION, apply_object, condition, wait_status
 
-pytestmark = pytest.mark.cluster
-
+ROOT = Path(__file__).resolve().parents[2]
+HEALTH_TOOL = ROOT / ".cache" / "health" / "health"  # make health-tool (a prerequisite of make test)
+HEALTH_LUA = ROOT / "manifests" / "argocd" / "health.lua"
 TRAIN = ["python", "-m", "slipway.workloads.train"]
+KINDS = ("TrainingRun", "ModelArtifact", "InferenceDeployment")
 
 
+def health(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(Argo CD health, kstatus status) of each object."""
+    done = subprocess.run([str(HEALTH_TOOL), str(HEALTH_LUA)], input=json.dumps(objects), capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return [(r["argocd"]["status"], r["kstatus"]["status"]) for r in json.loads(done.stdout)]
+
+
+def obj(kind: str, phase: str | None, conditions: Any = (), generation: int = 1, observed: int = 1) -> dict[str, Any]:
+    body: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+                            "metadata": {"name": "x", "namespace": "team-a", "generation": generation}}  # fmt: skip
+    if phase is not None:
+        body["status"] = {"phase": phase, "observedGeneration": observed,
+                          "conditions": set_conditions(None, conditions, observed)}  # fmt: skip
+    return body
+
+
+def test_the_argocd_config_map_carries_the_health_check_for_every_kind():
+    config = yaml.safe_load((ROOT / "manifests" / "argocd" / "argocd-cm.yaml").read_text())
+    assert config["metadata"]["name"] == "argocd-cm"
+    script = HEALTH_LUA.read_text()
+    assert {f"resource.customizations.health.slipway.dev_{kind}": script for kind in KINDS} == config["data"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("phase", "conditions", "generation", "argocd", "kstatus"),
+    [
+        (None, (), 1, "Progressing", "Current"),  # before the operator's first pass: kstatus cannot know
+        ("Running", ready("Running"), 2, "Progressing", "InProgress"),  # a spec change not yet observed
+        ("Pending", reconciling("NewGeneration", "reconciling generation 1"), 1, "Progressing", "InProgress"),
+        ("Promoted", ready("Promoted", "serving"), 1, "Healthy", "Current"),
+        ("Failed", stalled("PermanentExitCode", "exit 2"), 1, "Degraded", "Failed"),
+        ("RolledBack", stalled("AnalysisFailed", "errorRate 0.3 > 0.05"), 1, "Degraded", "Failed"),
+        ("Rejected", stalled("GateFailed", "accuracy 0.5 < 0.9"), 1, "Degraded", "Failed"),
+        ("Paused", held("Paused", "paused by spec.rollout.paused"), 1, "Suspended", "InProgress"),
+        ("Suspended", held("Suspended", "spec.suspend is true"), 1, "Suspended", "InProgress"),
+    ],
+)
+def test_argocd_and_kstatus_read_each_state(kind, phase, conditions, generation, argocd, kstatus):
+    assert health([obj(kind, phase, conditions, generation=generation)]) == [(argocd, kstatus)]
+
+
+@pytest.mark.cluster
 class StatusHistory:
     """Every version of one object's status, in the order the API server made them (a watch)."""
 
@@ -86,6 +138,15 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
         assert reconciling["observedGeneration"] == generation
     # Generation 1 was announced before the pass created the MLflow run or the Job.
     assert not history.first_at(1)["status"].get("mlflow")
+    # What Argo CD and kstatus made of every version a watcher saw: never Healthy/Current while
+    # the run trains, Progressing/InProgress at each new generation, Suspended at the end.
+    seen = health(history.versions)
+    for version, (argocd, kstatus) in zip(history.versions, seen, strict=True):
+        phase = (version.get("status") or {}).get("phase")
+        if phase in ("Pending", "Running"):
+            assert (argocd, kstatus) == ("Progressing", "InProgress"), version["status"]
+    assert seen[history.versions.index(history.first_at(2))] == ("Progressing", "InProgress")
+    assert seen[-1] == ("Suspended", "InProgress"), history.versions[-1]["status"]
     table = subprocess.run(
         [str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get", "tr"],
         capture_output=True, text=True, timeout=60, check=True,

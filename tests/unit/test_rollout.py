@@ -240,7 +240,7 @@ def test_a_paused_rollout_never_times_out_and_holds_even_an_unready_canary():
     long_ago = NOW - timedelta(hours=2)
     p = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status(0, long_ago)))
     assert p.phase == "Paused" and p.status["lastProgressTime"] == iso(NOW)
-    # Held by a person: not in progress and not stuck (kstatus Current), and not Ready either.
+    # Held by a person: no work in flight and nothing stuck, and not Ready either.
     assert [cond(p, t).status for t in ("Ready", "Reconciling", "Stalled")] == ["False", "False", "False"]
 
 

@@ -102,7 +102,7 @@ def test_suspended_by_spec_vs_queued_by_kueue():
     suspended = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "suspend": True})
     held = training_state(suspended, job(suspend=True), [])
     assert held.phase == "Suspended"
-    # Suspended on purpose: neither in progress nor stuck (kstatus Current), and not Ready.
+    # Suspended on purpose: no work in flight and nothing stuck, and not Ready.
     assert [cond(held, t).status for t in ("Ready", "Reconciling", "Stalled")] == ["False", "False", "False"]
     queued = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "queueName": "q"})
     state = training_state(queued, job(suspend=True), [])

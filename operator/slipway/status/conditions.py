@@ -96,8 +96,8 @@ def reconciling(reason: str, message: str) -> list[Cond]:
 
 
 def held(reason: str, message: str) -> list[Cond]:
-    """Held on purpose by a person (suspended, paused): not ready, yet neither in progress nor
-    stuck, so kstatus reads it as Current and a GitOps wait does not hang on it."""
+    """Held on purpose by a person (suspended, paused): not ready, and neither work in flight nor
+    stuck (Argo CD's health check reads it as Suspended)."""
     return [
         Cond(READY, "False", reason, message),
         Cond(RECONCILING, "False", reason, ""),

@@ -1,0 +1,138 @@
+// health: what Argo CD and kstatus (Flux, `helm --wait`, `kubectl wait` in cli-utils) make of
+// Slipway objects. It reads a JSON array of objects on stdin and writes one JSON object per
+// input: the Argo CD health that a Lua health check gives (run in gopher-lua, the Lua VM Argo CD
+// embeds, with the libraries Argo CD opens for health checks) and kstatus' computed status.
+//
+// Usage: health LUA_FILE < objects.json
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	lua "github.com/yuin/gopher-lua"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+)
+
+type verdict struct {
+	Status  string `json:"status"`
+	Message string `json:"message"`
+}
+
+type result struct {
+	ArgoCD  verdict `json:"argocd"`
+	KStatus verdict `json:"kstatus"`
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: health LUA_FILE < objects.json")
+		os.Exit(2)
+	}
+	script, err := os.ReadFile(os.Args[1])
+	check(err)
+	decoder := json.NewDecoder(os.Stdin)
+	decoder.UseNumber()
+	var decoded []any
+	check(decoder.Decode(&decoded))
+	out := make([]result, 0, len(decoded))
+	for _, item := range decoded {
+		obj, ok := numbers(item).(map[string]any)
+		if !ok {
+			check(fmt.Errorf("not an object: %v", item))
+		}
+		argo, err := argoHealth(string(script), obj)
+		check(err)
+		computed, err := status.Compute(&unstructured.Unstructured{Object: obj})
+		check(err)
+		out = append(out, result{ArgoCD: argo, KStatus: verdict{Status: computed.Status.String(), Message: computed.Message}})
+	}
+	check(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// argoHealth runs a health script as Argo CD does: `obj` is the object as a Lua table, the
+// script returns a table with `status` and `message`.
+func argoHealth(script string, obj map[string]any) (verdict, error) {
+	l := lua.NewState(lua.Options{SkipOpenLibs: true})
+	defer l.Close()
+	for _, lib := range []struct {
+		name string
+		open lua.LGFunction
+	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable},
+		{lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
+		l.Push(l.NewFunction(lib.open))
+		l.Push(lua.LString(lib.name))
+		l.Call(1, 0)
+	}
+	l.SetGlobal("obj", toLua(l, obj))
+	if err := l.DoString(script); err != nil {
+		return verdict{}, err
+	}
+	returned, ok := l.Get(-1).(*lua.LTable)
+	if !ok {
+		return verdict{}, fmt.Errorf("the health script returned %s, not a table", l.Get(-1).Type())
+	}
+	return verdict{Status: lua.LVAsString(returned.RawGetString("status")), Message: lua.LVAsString(returned.RawGetString("message"))}, nil
+}
+
+// toLua converts decoded JSON as Argo CD does: objects and arrays become tables (arrays from 1), null is nil.
+func toLua(l *lua.LState, value any) lua.LValue {
+	switch v := value.(type) {
+	case map[string]any:
+		t := l.NewTable()
+		for key, item := range v {
+			t.RawSetString(key, toLua(l, item))
+		}
+		return t
+	case []any:
+		t := l.NewTable()
+		for _, item := range v {
+			t.Append(toLua(l, item))
+		}
+		return t
+	case string:
+		return lua.LString(v)
+	case float64:
+		return lua.LNumber(v)
+	case int64:
+		return lua.LNumber(v)
+	case bool:
+		return lua.LBool(v)
+	default:
+		return lua.LNil
+	}
+}
+
+// numbers turns JSON numbers into int64 where they are whole (as the API server's decoder does,
+// and as kstatus expects of metadata.generation) and float64 otherwise.
+func numbers(value any) any {
+	switch v := value.(type) {
+	case map[string]any:
+		for key, item := range v {
+			v[key] = numbers(item)
+		}
+		return v
+	case []any:
+		for i, item := range v {
+			v[i] = numbers(item)
+		}
+		return v
+	case json.Number:
+		if n, err := v.Int64(); err == nil {
+			return n
+		}
+		f, _ := v.Float64()
+		return f
+	default:
+		return v
+	}
+}
+
+func check(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "health:", err)
+		os.Exit(1)
+	}
+}
