@@ -1,18 +1,24 @@
-"""Prometheus metrics of the operator itself, served on /metrics."""
+"""Prometheus metrics of the operator itself, served on /metrics: counters of its work, and
+per-object gauges (phase, readiness, canary weight, served versions, training progress) so that
+"which deployment is rolling back now" is one query. Object labels are ``namespace`` and ``name``:
+scrape with ``honorLabels: true`` (manifests/monitoring/servicemonitor.yaml) so the operator pod's
+own namespace does not overwrite them."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
 TRANSITIONS = Counter("slipway_phase_transitions_total", "Phase transitions by kind and new phase.", ["kind", "phase"])
-PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace"])
-ROLLBACKS = Counter("slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "reason"])
+PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace", "name"])
+ROLLBACKS = Counter("slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "name", "reason"])
 GATE_RESULTS = Counter("slipway_gate_results_total", "Validation gate and analysis outcomes.", ["kind", "result"])
 # One per HTTP request sent to MLflow or Prometheus (each retry too): at rest it stays still.
 EXTERNAL_REQUESTS = Counter(
@@ -24,6 +30,103 @@ LEADER = Gauge("slipway_leader", "1 while this replica leads (holds the Lease an
 CHILD_ACTIONS = Counter(
     "slipway_child_actions_total", "Children created, updated or deleted, by kind and action.", ["kind", "action"]
 )
+
+
+PHASES = {
+    "TrainingRun": ("Pending", "Running", "Succeeded", "Failed", "Suspended"),
+    "ModelArtifact": ("Registering", "Quantizing", "Validating", "Validated", "Rejected", "Failed"),
+    "InferenceDeployment": ("Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"),
+}
+OBJECT = ["kind", "namespace", "name"]
+PHASE = {kind: Gauge(f"slipway_{kind.lower()}_phase", f"1 for the {kind}'s current phase, 0 for its other phases.",
+                     ["namespace", "name", "phase"]) for kind in PHASES}  # fmt: skip
+READY = Gauge("slipway_object_ready", "1 while the object's Ready condition is True; reason: that condition's reason.",
+              [*OBJECT, "reason"])  # fmt: skip
+STALLED = Gauge("slipway_object_stalled", "1 while the object's Stalled condition is True.", OBJECT)
+CANARY_WEIGHT = Gauge("slipway_inferencedeployment_canary_weight",
+                      "The canary's real share of traffic (percent).", ["namespace", "name"])  # fmt: skip
+REQUESTED_WEIGHT = Gauge("slipway_inferencedeployment_requested_weight",
+                         "The current step's weight (percent).", ["namespace", "name"])  # fmt: skip
+TRACK_INFO = Gauge("slipway_inferencedeployment_track_info",
+                   "1 for the model version each track serves (track: stable or canary).",
+                   ["namespace", "name", "track", "model", "version"])  # fmt: skip
+TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
+TRAINING_PROGRESS = Gauge("slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.",
+                          ["namespace", "name"])  # fmt: skip
+
+
+class ObjectGauges:
+    """The per-object gauges of each object, set from its status after every pass and removed
+    when it is deleted (or when this replica stops leading)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.series: dict[tuple[str, str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
+
+    def observe(self, kind: str, namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
+        wanted = object_series(kind, namespace, name, status or {})
+        with self.lock:
+            old = self.series.get((kind, namespace, name), [])
+            keep = {(id(g), labels) for g, labels, _ in wanted}
+            for gauge, labels in old:
+                if (id(gauge), labels) not in keep:
+                    _remove(gauge, labels)
+            for gauge, labels, value in wanted:
+                gauge.labels(*labels).set(value)
+            self.series[(kind, namespace, name)] = [(g, labels) for g, labels, _ in wanted]
+
+    def forget(self, kind: str, namespace: str, name: str) -> None:
+        with self.lock:
+            for gauge, labels in self.series.pop((kind, namespace, name), []):
+                _remove(gauge, labels)
+
+    def clear(self) -> None:
+        with self.lock:
+            keys = list(self.series)
+        for key in keys:
+            self.forget(*key)
+
+
+def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
+    with suppress(KeyError):
+        gauge.remove(*labels)
+
+
+def object_series(
+    kind: str, namespace: str, name: str, status: Mapping[str, Any]
+) -> list[tuple[Gauge, tuple[str, ...], float]]:
+    """(gauge, labels, value) of every per-object series of one object (pure)."""
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = conditions.get("Ready") or {}
+    phase = status.get("phase")
+    series: list[tuple[Gauge, tuple[str, ...], float]] = [
+        (PHASE[kind], (namespace, name, p), 1.0 if p == phase else 0.0) for p in PHASES.get(kind, ())
+    ]
+    if ready:
+        series.append((READY, (kind, namespace, name, str(ready.get("reason") or "")),
+                       1.0 if ready.get("status") == "True" else 0.0))  # fmt: skip
+    series.append((STALLED, (kind, namespace, name), 1.0 if (conditions.get("Stalled") or {}).get("status") == "True"
+                   else 0.0))  # fmt: skip
+    if kind == "InferenceDeployment":
+        canary = status.get("canary") or {}
+        series.append((CANARY_WEIGHT, (namespace, name), float(canary.get("weight") or 0)))
+        series.append((REQUESTED_WEIGHT, (namespace, name), float(canary.get("requestedWeight") or 0)))
+        for track in ("stable", "canary"):
+            served = status.get(track) or {}
+            if served.get("modelVersion"):
+                labels = (namespace, name, track, str(served.get("modelName") or ""), str(served["modelVersion"]))
+                series.append((TRACK_INFO, labels, 1.0))
+    if kind == "TrainingRun":
+        progress = status.get("progress") or {}
+        step, total = progress.get("step"), progress.get("totalSteps")
+        if isinstance(step, int | float):
+            series.append((TRAINING_STEP, (namespace, name), float(step)))
+            if isinstance(total, int | float) and total > 0:
+                series.append((TRAINING_PROGRESS, (namespace, name), min(1.0, float(step) / float(total))))
+    return series
+
+
+OBJECTS = ObjectGauges()
 
 
 @contextmanager

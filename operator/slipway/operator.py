@@ -143,6 +143,7 @@ def elect(memo: kopf.Memo, config: OperatorConfig) -> LeaderElector:
     def stand_by() -> None:
         metrics.LEADER.set(0)
         scheduler.pause()
+        metrics.OBJECTS.clear()  # the leader reports the objects; a standby's figures would go stale
 
     timing = Timing(config.lease_duration_seconds, config.lease_renew_seconds, config.lease_retry_seconds)
     store = LeaseStore(memo.kube.api, config.leader_election_namespace, timeout=timing.renew)

@@ -173,6 +173,7 @@ def run_pass(
     with metrics.reconcile_timer(ctx.kind):
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
         flush(ctx)
+    metrics.OBJECTS.observe(ctx.kind, ctx.namespace, ctx.name, ctx.body.get("status"))
     return requeue
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from slipway import GROUP, VERSION
+from slipway import GROUP, VERSION, metrics
 from slipway.builders.common import MANAGED_BY
 from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
 from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
@@ -180,6 +180,7 @@ def _register_parents() -> None:
                 seen.pop(key, None)
                 memo.scheduler.forget(key)
                 memo.cache.forget(key)
+                metrics.OBJECTS.forget(body["kind"], meta["namespace"], meta["name"])
             elif seen.get(key) != fingerprint(body):
                 # A new object, a spec or annotation change: not the echo of our own status write.
                 seen[key] = fingerprint(body)

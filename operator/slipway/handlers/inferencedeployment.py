@@ -82,7 +82,7 @@ class Reconciler:
         stored = list(self.ctx.status.get("pendingRegistryUpdates") or [])
         pending = stored + [u for u in decision.registry if u not in stored]
         if "lastRollback" in decision.status:
-            metrics.ROLLBACKS.labels(self.namespace, decision.status["lastRollback"]["reason"]).inc()
+            metrics.ROLLBACKS.labels(self.namespace, self.name, decision.status["lastRollback"]["reason"]).inc()
         if decision.durable:  # the decision is on record before anything acts on it
             self.write(decision, tracks, pending)
             flush(self.ctx)
@@ -105,7 +105,7 @@ class Reconciler:
             if update["action"] == "SetAlias":
                 self.ctx.event("Normal", "AliasMoved", f"MLflow alias {update['alias']} of {update['model']} now "
                                f"points at version {update['version']}")  # fmt: skip
-                metrics.PROMOTIONS.labels(self.namespace).inc()
+                metrics.PROMOTIONS.labels(self.namespace, self.name).inc()
         return pending
 
     def pod_problem(self, track: str) -> tuple[str, str] | None:

@@ -92,7 +92,9 @@ def _failure(job: Obj, spec: TrainingRunSpec) -> tuple[str, str]:
 
 def _state(phase: str, summary: str, reason: str, message: str, trained: bool = False, **kw: Any) -> TrainingState:
     """A state whose summary conditions (ready / reconciling / stalled) and Trained agree."""
-    summary_conds = {"ready": ready, "reconciling": reconciling, "stalled": stalled, "held": held}[summary](reason, message)
+    summary_conds = {"ready": ready, "reconciling": reconciling, "stalled": stalled, "held": held}[summary](
+        reason, message
+    )
     trained_cond = Cond(TRAINED, "True" if trained else "False", reason, message)
     return TrainingState(phase, [*summary_conds, trained_cond], **kw)
 

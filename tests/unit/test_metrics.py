@@ -1,0 +1,69 @@
+"""The operator's per-object gauges: what each status becomes, and nothing left behind (pure,
+against prometheus_client's own registry)."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from slipway import metrics
+
+
+def value(metric: str, **labels: str) -> float | None:
+    return REGISTRY.get_sample_value(metric, labels)
+
+
+def test_an_inference_deployment_mid_canary_and_after_its_rollback():
+    gauges = metrics.ObjectGauges()
+    canary = {
+        "phase": "Analyzing",
+        "stable": {"modelName": "digits", "modelVersion": "3"},
+        "canary": {"modelName": "digits", "modelVersion": "4", "weight": 33, "requestedWeight": 50},
+        "conditions": [{"type": "Ready", "status": "False", "reason": "Analyzing"},
+                       {"type": "Stalled", "status": "False", "reason": "Analyzing"}],
+    }  # fmt: skip
+    who = {"namespace": "team-a", "name": "m-idep"}
+    gauges.observe("InferenceDeployment", "team-a", "m-idep", canary)
+    assert value("slipway_inferencedeployment_phase", **who, phase="Analyzing") == 1
+    assert value("slipway_inferencedeployment_phase", **who, phase="Promoted") == 0
+    assert value("slipway_inferencedeployment_canary_weight", **who) == 33
+    assert value("slipway_inferencedeployment_requested_weight", **who) == 50
+    assert value("slipway_inferencedeployment_track_info", **who, track="canary", model="digits", version="4") == 1
+    assert value("slipway_object_ready", kind="InferenceDeployment", **who, reason="Analyzing") == 0
+    rolled_back = {
+        "phase": "RolledBack",
+        "stable": {"modelName": "digits", "modelVersion": "3"},
+        "canary": {"weight": 0},
+        "conditions": [{"type": "Ready", "status": "False", "reason": "AnalysisFailed"},
+                       {"type": "Stalled", "status": "True", "reason": "AnalysisFailed"}],
+    }  # fmt: skip
+    gauges.observe("InferenceDeployment", "team-a", "m-idep", rolled_back)
+    assert value("slipway_inferencedeployment_phase", **who, phase="RolledBack") == 1
+    assert value("slipway_inferencedeployment_phase", **who, phase="Analyzing") == 0
+    assert value("slipway_object_stalled", kind="InferenceDeployment", **who) == 1
+    # The series of the earlier state are gone, not left at their last value.
+    assert value("slipway_inferencedeployment_track_info", **who, track="canary", model="digits", version="4") is None
+    assert value("slipway_object_ready", kind="InferenceDeployment", **who, reason="Analyzing") is None
+    gauges.forget("InferenceDeployment", "team-a", "m-idep")
+    assert value("slipway_inferencedeployment_phase", **who, phase="RolledBack") is None
+    assert value("slipway_object_stalled", kind="InferenceDeployment", **who) is None
+
+
+def test_training_progress_and_a_missing_or_odd_total():
+    gauges = metrics.ObjectGauges()
+    who = {"namespace": "team-a", "name": "run"}
+    gauges.observe("TrainingRun", "team-a", "run", {"phase": "Running", "progress": {"step": 30, "totalSteps": 120}})
+    assert value("slipway_trainingrun_step", **who) == 30
+    assert value("slipway_trainingrun_progress_ratio", **who) == 0.25
+    assert value("slipway_trainingrun_phase", **who, phase="Running") == 1
+    gauges.observe("TrainingRun", "team-a", "run", {"phase": "Running", "progress": {"step": 31, "totalSteps": 0}})
+    assert value("slipway_trainingrun_progress_ratio", **who) is None
+    gauges.clear()
+    assert value("slipway_trainingrun_step", **who) is None
+
+
+def test_an_object_without_status_yet_is_no_phase_but_not_stalled():
+    series = metrics.object_series("ModelArtifact", "ns", "a", {})
+    assert {labels[-1]: v for g, labels, v in series if g is metrics.PHASE["ModelArtifact"]} == dict.fromkeys(
+        metrics.PHASES["ModelArtifact"], 0.0
+    )
+    assert [(labels, v) for g, labels, v in series if g is metrics.STALLED] == [(("ModelArtifact", "ns", "a"), 0.0)]
