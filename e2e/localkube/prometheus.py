@@ -9,15 +9,18 @@ discovery (``e2e/controlplane/build-prometheus.sh``, into
 Pods are scraped when annotated ``prometheus.io/scrape: "true"``; the port and
 path come from ``prometheus.io/port`` and ``prometheus.io/path`` (default
 ``/metrics``). Pod labels become metric labels, plus ``namespace``, ``pod`` and
-``node``. Service discovery authenticates with its own client certificate
-(user ``localkube:prometheus``, allowed to list and watch pods).
+``node``. Slipway's operator pods have a job of their own with ``honor_labels``.
+Service discovery authenticates with its own client certificate (user
+``localkube:prometheus``, allowed to list and watch pods).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
+import httpx
 import yaml
 
 from localkube.pki import CertPair
@@ -37,10 +40,19 @@ def binary() -> Path:
     return path
 
 
-def scrape_config(apiserver_url: str, ca: Path, client: CertPair) -> dict[str, object]:
-    """The ``kubernetes-pods`` scrape job."""
+OPERATOR_POD_LABELS = ("__meta_kubernetes_pod_label_app_kubernetes_io_name",
+                       "__meta_kubernetes_pod_label_app_kubernetes_io_component")  # fmt: skip
+
+
+def scrape_config(apiserver_url: str, ca: Path, client: CertPair, operator: bool = False) -> dict[str, object]:
+    """The ``kubernetes-pods`` scrape job, or (``operator``) the ``slipway-operator`` job: the
+    operator's pods, with ``honor_labels`` as manifests/monitoring/servicemonitor.yaml has it, so
+    the per-object gauges keep the object's ``namespace``."""
+    operator_pods = {"source_labels": list(OPERATOR_POD_LABELS), "regex": "slipway;operator",
+                     "action": "keep" if operator else "drop"}  # fmt: skip
     return {
-        "job_name": "kubernetes-pods",
+        "job_name": "slipway-operator" if operator else "kubernetes-pods",
+        **({"honor_labels": True} if operator else {}),
         "kubernetes_sd_configs": [
             {
                 "role": "pod",
@@ -54,6 +66,7 @@ def scrape_config(apiserver_url: str, ca: Path, client: CertPair) -> dict[str, o
                 "action": "keep",
                 "regex": "true",
             },
+            operator_pods,
             {
                 "source_labels": ["__meta_kubernetes_pod_phase"],
                 "action": "drop",
@@ -84,10 +97,25 @@ def write_config(path: Path, apiserver_url: str, ca: Path, client: CertPair, scr
     """Write ``prometheus.yml``; return its path."""
     doc = {
         "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-        "scrape_configs": [scrape_config(apiserver_url, ca, client)],
+        "scrape_configs": [
+            scrape_config(apiserver_url, ca, client),
+            scrape_config(apiserver_url, ca, client, operator=True),
+        ],  # fmt: skip
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def load_rules(config: Path, url: str, groups: list[dict[str, Any]]) -> Path:
+    """Write rule ``groups`` beside ``config``, point the config at them and reload Prometheus
+    (it runs with ``--web.enable-lifecycle``); raises if Prometheus refuses them."""
+    rules = config.parent / "rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    doc = yaml.safe_load(config.read_text())
+    doc["rule_files"] = [str(rules)]
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    httpx.post(f"{url}/-/reload", timeout=30).raise_for_status()
+    return rules
 
 
 def command(config: Path, data_dir: Path, port: int) -> list[str]:

@@ -15,6 +15,7 @@ from kubernetes import client
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter
+from slipway_e2e import monitoring
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operator_pod, wait_operator_replaced
 from slipway_e2e.loadgen import LoadDriver
@@ -26,8 +27,10 @@ GROUP, VERSION = "slipway.dev", "v1alpha1"
 
 @pytest.fixture(scope="module")
 def deployed_operator(cluster):
-    """The operator from manifests/, running as a pod; removed after the module."""
+    """The operator from manifests/, running as a pod (scraped by Prometheus, with the monitoring
+    kit's alert rules loaded); removed after the module."""
     start = time.monotonic()
+    monitoring.load_kit_rules(cluster)
     deploy_operator(cluster)
     report(f"\noperator deployed from manifests/ in {time.monotonic() - start:.1f}s")
     yield
@@ -104,6 +107,7 @@ def status(kube_api, namespace: str, plural: str, name: str) -> dict[str, Any]:
 def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, deployed_operator, tmp_path):
     model = f"digits-{namespace}"
     stages = Stages()
+    began = time.time()
     apply(cluster, namespace, training("v1", model), tmp_path)
     apply(cluster, namespace, serving(model), tmp_path)
     wait_ready(cluster, namespace, "trainingrun/v1", 300)
@@ -166,3 +170,25 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
     idep = status(kube_api, namespace, "inferencedeployments", "digits")
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
     report("\nstage durations since the first apply:\n" + stages.report())
+    check_monitoring(cluster, namespace, began, v2)
+
+
+def check_monitoring(cluster, namespace: str, began: float, stable_version: str) -> None:
+    """The monitoring kit during this lifecycle: the rollback alert fires for this deployment,
+    the per-object gauges name it, and every dashboard panel's query has data."""
+    url = cluster.prometheus_url
+    assert {r["alert"] for g in monitoring.rule_groups() for r in g["rules"]} <= monitoring.rules_loaded(url)
+    firing = f'ALERTS{{alertname="SlipwayRollback", alertstate="firing", namespace="{namespace}", name="digits"}}'
+    wait_for(lambda: monitoring.query(url, firing), 60, "the SlipwayRollback alert firing for this deployment")
+    served = f'slipway_inferencedeployment_track_info{{namespace="{namespace}", name="digits", track="stable"}}'
+    wait_for(
+        lambda: [s for s in monitoring.query(url, served) if s["metric"].get("version") == stable_version],
+        30,
+        f"the stable track's gauge at version {stable_version}",
+    )
+    phase = f'slipway_inferencedeployment_phase{{namespace="{namespace}", name="digits", phase="RolledBack"}} == 1'
+    assert monitoring.query(url, phase), "the phase gauge of the rolled-back deployment"
+    empty = [(title, expr) for title, expr in monitoring.dashboard_queries()
+             if not monitoring.query_range(url, expr, began, time.time())]  # fmt: skip
+    assert not empty, f"dashboard panels without data during the lifecycle: {empty}"
+    report(f"monitoring: SlipwayRollback fired; {len(monitoring.dashboard_queries())} dashboard queries had data")
