@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+import pytest
 
 from slipway.mlflow import Metric, Run
 from slipway.models import TrainingRunSpec
@@ -66,6 +69,28 @@ def test_image_pull_backoff_is_named():
     waiting = {"state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}}
     state = training_state(SPEC, job(), [pod("Pending", containerStatuses=[waiting])])
     assert cond(state, "Ready").reason == "ImagePullBackOff"
+
+
+@pytest.mark.parametrize("reason", ["ImagePullBackOff", "CreateContainerConfigError", "CrashLoopBackOff"])
+def test_a_pod_that_cannot_run_is_reconciling_for_the_grace_period_then_stalled(reason):
+    waiting = {"state": {"waiting": {"reason": reason, "message": "what the node said"}}}
+    stuck = {**pod("Pending", containerStatuses=[waiting]), "metadata": {"name": "p-1",
+             "creationTimestamp": "2026-01-01T00:00:00Z"}}  # fmt: skip
+    early = training_state(SPEC, job(), [stuck], now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC), stuck_grace_seconds=300)
+    assert (cond(early, "Reconciling").status, cond(early, "Stalled").status) == ("True", "False")
+    assert early.recheck_seconds == 240  # looked at again when the grace ends, without an event
+    late = training_state(SPEC, job(), [stuck], now=datetime(2026, 1, 1, 0, 6, tzinfo=UTC), stuck_grace_seconds=300)
+    assert (cond(late, "Stalled").status, cond(late, "Stalled").reason) == ("True", reason)
+    assert "what the node said" in cond(late, "Stalled").message and "stuck for 360s" in cond(late, "Stalled").message
+    assert late.phase == "Pending" and cond(late, "Reconciling").status == "False"
+
+
+def test_an_unschedulable_pod_is_never_stalled_by_age():
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no GPU"}
+    waiting = {**pod("Pending", conditions=[scheduled]), "metadata": {"name": "p-1",
+               "creationTimestamp": "2026-01-01T00:00:00Z"}}  # fmt: skip
+    state = training_state(SPEC, job(), [waiting], now=datetime(2026, 1, 2, tzinfo=UTC), stuck_grace_seconds=300)
+    assert cond(state, "Reconciling").status == "True"  # preemption or a new node may yet make room
 
 
 def test_permanent_exit_code_fails_with_the_code():

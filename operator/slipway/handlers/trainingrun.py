@@ -3,6 +3,7 @@ progress timer while it trains; everything is recomputed from the cache and MLfl
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from slipway import API_VERSION, kube, sizing
@@ -53,7 +54,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
     artifact_name = _artifact(ctx, spec, job)
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
-    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None)
+    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None,
+                           now=datetime.now(UTC), stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds)  # fmt: skip
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
     state = with_attempts(state, run)
@@ -61,8 +63,11 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
            mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},
            artifact_ref={"name": artifact_name} if artifact_name else None)  # fmt: skip
-    # Progress lives in MLflow, which sends no events: while the run trains, time is the input.
-    return ctx.config.progress_poll_seconds if state.phase == "Running" else None
+    # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
+    # so it is for a stuck pod's grace period.
+    delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
+                          state.recheck_seconds) if d is not None]  # fmt: skip
+    return max(1.0, min(delays)) if delays else None
 
 
 def models(spec: TrainingRunSpec) -> list[str]:

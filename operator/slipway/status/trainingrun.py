@@ -33,28 +33,41 @@ class TrainingState:
     completion_time: str | None = None
     failed: bool = False
     succeeded: bool = False
+    recheck_seconds: float | None = None  # time is the input: look again then (a stuck pod's grace)
 
 
 def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
     """The first reason a pod cannot run that a user can act on: (reason, message)."""
+    found = _problem_pod(pods)
+    return found[1] if found else None
+
+
+def _problem_pod(pods: Sequence[Obj]) -> tuple[Obj, tuple[str, str]] | None:
     for pod in pods:
-        name = pod["metadata"]["name"]
-        status = pod.get("status") or {}
-        for cond in status.get("conditions") or []:
-            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                reason = cond.get("reason") or "Unschedulable"
-                return reason, f"pod {name}: {cond.get('message') or reason}"
-        for cs in status.get("initContainerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in WAITING_PROBLEMS:
-                # What the init container said last (e.g. fetch-model's digest mismatch), else the wait.
-                said = (((cs.get("lastState") or {}).get("terminated") or {}).get("message") or "").strip()
-                detail = said.splitlines()[-1][-300:] if said else waiting.get("message") or waiting["reason"]
-                return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {detail}"
-        for cs in status.get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in WAITING_PROBLEMS:
-                return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
+        problem = _problem_of(pod)
+        if problem is not None:
+            return pod, problem
+    return None
+
+
+def _problem_of(pod: Obj) -> tuple[str, str] | None:
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            reason = cond.get("reason") or "Unschedulable"
+            return reason, f"pod {name}: {cond.get('message') or reason}"
+    for cs in status.get("initContainerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in WAITING_PROBLEMS:
+            # What the init container said last (e.g. fetch-model's digest mismatch), else the wait.
+            said = (((cs.get("lastState") or {}).get("terminated") or {}).get("message") or "").strip()
+            detail = said.splitlines()[-1][-300:] if said else waiting.get("message") or waiting["reason"]
+            return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {detail}"
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in WAITING_PROBLEMS:
+            return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
     return None
 
 
@@ -105,11 +118,14 @@ def training_state(
     pods: Sequence[Obj],
     sizing_refusal: str | None = None,
     artifact_pending: bool = False,
+    now: datetime | None = None,
+    stuck_grace_seconds: float | None = None,
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
     ``artifact_pending``: the run succeeded and its ModelArtifact is still to be
-    created (Ready waits for it).
+    created (Ready waits for it). A pod that cannot run (bad image, missing Secret, crash
+    loop) is Reconciling for ``stuck_grace_seconds`` after it was created, then Stalled.
     """
     if sizing_refusal is not None and job is None:
         return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
@@ -138,13 +154,31 @@ def training_state(
             "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
         )
     running = _running_pods(pods)
-    problem = pod_problem(pods)
-    if problem is not None:
-        return _state("Running" if running else "Pending", "reconciling", *problem, **kw)
+    found = _problem_pod(pods)
+    if found is not None:
+        pod, (reason, message) = found
+        phase = "Running" if running else "Pending"
+        age = _age_seconds(pod, now)
+        if stuck_grace_seconds is None or age is None or reason in ("Unschedulable", "SchedulingGated"):
+            return _state(phase, "reconciling", reason, message, **kw)  # the scheduler may yet find room
+        if age >= stuck_grace_seconds:
+            message = f"{message}; stuck for {age:.0f}s (over {stuck_grace_seconds:.0f}s): fix it and the pod goes on"
+            return _state(phase, "stalled", reason, message, **kw)
+        return _state(phase, "reconciling", reason, message, recheck_seconds=stuck_grace_seconds - age, **kw)
     if running:
         message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
         return _state("Running", "reconciling", "Training", message, **kw)
     return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)
+
+
+def _age_seconds(pod: Obj, now: datetime | None) -> float | None:
+    created = (pod.get("metadata") or {}).get("creationTimestamp")
+    if now is None or not created:
+        return None
+    try:
+        return max(0.0, (now - datetime.fromisoformat(str(created).replace("Z", "+00:00"))).total_seconds())
+    except ValueError:
+        return None
 
 
 PROGRESS_KEYS = {"step", "totalSteps", "checkpointStep"}
