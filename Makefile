@@ -48,7 +48,7 @@ traefik: $(TRAEFIK)  ## build Traefik (the local Gateway API data plane) from th
 $(TRAEFIK): e2e/gateway/build-traefik.sh e2e/gateway/go.mod e2e/gateway/go.sum
 	bash e2e/gateway/build-traefik.sh $(TRAEFIK)
 
-health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua) and kstatus (cli-utils) health checker the tests use
+health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) and Flux (CEL) health checker the tests use
 $(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
 

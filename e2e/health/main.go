@@ -1,19 +1,24 @@
-// health: what Argo CD and kstatus (Flux, `helm --wait`, `kubectl wait` in cli-utils) make of
-// Slipway objects. It reads a JSON array of objects on stdin and writes one JSON object per
-// input: the Argo CD health that a Lua health check gives (run in gopher-lua, the Lua VM Argo CD
-// embeds, with the libraries Argo CD opens for health checks) and kstatus' computed status.
+// health: what Argo CD, kstatus (`helm --wait`, cli-utils) and Flux make of Slipway objects.
+// It reads a JSON array of objects on stdin and writes one JSON object per input: the Argo CD
+// health that a Lua health check gives (run in gopher-lua, the Lua VM Argo CD embeds, with the
+// libraries Argo CD opens for health checks), kstatus' computed status, and, given a Flux
+// Kustomization with healthCheckExprs, the status Flux's own CEL evaluator gives.
 //
-// Usage: health LUA_FILE < objects.json
+// Usage: health LUA_FILE [FLUX_KUSTOMIZATION_YAML] < objects.json
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 
+	"github.com/fluxcd/pkg/apis/kustomize"
+	fluxcel "github.com/fluxcd/pkg/runtime/cel"
 	lua "github.com/yuin/gopher-lua"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/yaml"
 )
 
 type verdict struct {
@@ -22,17 +27,23 @@ type verdict struct {
 }
 
 type result struct {
-	ArgoCD  verdict `json:"argocd"`
-	KStatus verdict `json:"kstatus"`
+	ArgoCD  verdict  `json:"argocd"`
+	KStatus verdict  `json:"kstatus"`
+	Flux    *verdict `json:"flux,omitempty"`
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: health LUA_FILE < objects.json")
+	if len(os.Args) != 2 && len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: health LUA_FILE [FLUX_KUSTOMIZATION_YAML] < objects.json")
 		os.Exit(2)
 	}
 	script, err := os.ReadFile(os.Args[1])
 	check(err)
+	flux := map[string]*fluxcel.StatusEvaluator{}
+	if len(os.Args) == 3 {
+		flux, err = fluxEvaluators(os.Args[2])
+		check(err)
+	}
 	decoder := json.NewDecoder(os.Stdin)
 	decoder.UseNumber()
 	var decoded []any
@@ -47,9 +58,46 @@ func main() {
 		check(err)
 		computed, err := status.Compute(&unstructured.Unstructured{Object: obj})
 		check(err)
-		out = append(out, result{ArgoCD: argo, KStatus: verdict{Status: computed.Status.String(), Message: computed.Message}})
+		r := result{ArgoCD: argo, KStatus: verdict{Status: computed.Status.String(), Message: computed.Message}}
+		u := &unstructured.Unstructured{Object: obj}
+		if evaluator, ok := flux[u.GetAPIVersion()+"/"+u.GetKind()]; ok {
+			// Flux's status reader turns an evaluation error (a field the object has not got yet)
+			// into Unknown, and waits on.
+			if got, err := evaluator.Evaluate(context.Background(), u); err != nil {
+				r.Flux = &verdict{Status: status.UnknownStatus.String(), Message: err.Error()}
+			} else {
+				r.Flux = &verdict{Status: got.Status.String(), Message: got.Message}
+			}
+		}
+		out = append(out, r)
 	}
 	check(json.NewEncoder(os.Stdout).Encode(out))
+}
+
+// fluxEvaluators reads spec.healthCheckExprs of a Flux Kustomization: one evaluator per apiVersion/kind.
+func fluxEvaluators(path string) (map[string]*fluxcel.StatusEvaluator, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Spec struct {
+			HealthCheckExprs []kustomize.CustomHealthCheck `json:"healthCheckExprs"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, err
+	}
+	evaluators := map[string]*fluxcel.StatusEvaluator{}
+	for i := range doc.Spec.HealthCheckExprs {
+		check := doc.Spec.HealthCheckExprs[i]
+		evaluator, err := fluxcel.NewStatusEvaluator(&check.HealthCheckExpressions)
+		if err != nil {
+			return nil, fmt.Errorf("%s/%s: %w", check.APIVersion, check.Kind, err)
+		}
+		evaluators[check.APIVersion+"/"+check.Kind] = evaluator
+	}
+	return evaluators, nil
 }
 
 // argoHealth runs a health script as Argo CD does: `obj` is the object as a Lua table, the

@@ -3,7 +3,8 @@
 Every status version a watcher sees is read at once, so a new generation's first status must
 already say Reconciling at that generation, before the pass did any I/O (no MLflow run yet).
 Argo CD's view comes from manifests/argocd/health.lua run in gopher-lua (the VM Argo CD embeds),
-kstatus' from sigs.k8s.io/cli-utils itself: both in the small Go program e2e/health."""
+kstatus' from sigs.k8s.io/cli-utils itself, Flux's from its own CEL evaluator (fluxcd/pkg/runtime)
+with manifests/flux/kustomization-health.yaml: all three in the small Go program e2e/health."""
 
 from __future__ import annotations
 
@@ -24,15 +25,21 @@ from slipway_testing import GROUP, VERSION, apply_object, condition, wait_status
 ROOT = Path(__file__).resolve().parents[2]
 HEALTH_TOOL = ROOT / ".cache" / "health" / "health"  # make health-tool (a prerequisite of make test)
 HEALTH_LUA = ROOT / "manifests" / "argocd" / "health.lua"
+FLUX_CHECKS = ROOT / "manifests" / "flux" / "kustomization-health.yaml"
 TRAIN = ["python", "-m", "slipway.workloads.train"]
 KINDS = ("TrainingRun", "ModelArtifact", "InferenceDeployment")
 
 
+def readings(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(Argo CD health, kstatus status, Flux status with Slipway's healthCheckExprs) of each object."""
+    done = subprocess.run([str(HEALTH_TOOL), str(HEALTH_LUA), str(FLUX_CHECKS)], input=json.dumps(objects),
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return [(r["argocd"]["status"], r["kstatus"]["status"], r["flux"]["status"]) for r in json.loads(done.stdout)]
+
+
 def health(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(Argo CD health, kstatus status) of each object."""
-    done = subprocess.run([str(HEALTH_TOOL), str(HEALTH_LUA)], input=json.dumps(objects), capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
-    return [(r["argocd"]["status"], r["kstatus"]["status"]) for r in json.loads(done.stdout)]
+    return [(argocd, kstatus) for argocd, kstatus, _ in readings(objects)]
 
 
 def obj(kind: str, phase: str | None, conditions: Any = (), generation: int = 1, observed: int = 1) -> dict[str, Any]:
@@ -53,21 +60,35 @@ def test_the_argocd_config_map_carries_the_health_check_for_every_kind():
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize(
-    ("phase", "conditions", "generation", "argocd", "kstatus"),
+    ("phase", "conditions", "generation", "argocd", "kstatus", "flux"),
     [
-        (None, (), 1, "Progressing", "Current"),  # before the operator's first pass: kstatus cannot know
-        ("Running", ready("Running"), 2, "Progressing", "InProgress"),  # a spec change not yet observed
-        ("Pending", reconciling("NewGeneration", "reconciling generation 1"), 1, "Progressing", "InProgress"),
-        ("Promoted", ready("Promoted", "serving"), 1, "Healthy", "Current"),
-        ("Failed", stalled("PermanentExitCode", "exit 2"), 1, "Degraded", "Failed"),
-        ("RolledBack", stalled("AnalysisFailed", "errorRate 0.3 > 0.05"), 1, "Degraded", "Failed"),
-        ("Rejected", stalled("GateFailed", "accuracy 0.5 < 0.9"), 1, "Degraded", "Failed"),
-        ("Paused", held("Paused", "paused by spec.rollout.paused"), 1, "Suspended", "InProgress"),
-        ("Suspended", held("Suspended", "spec.suspend is true"), 1, "Suspended", "InProgress"),
+        # Before the operator's first pass: kstatus cannot know; Flux's evaluator has no status to read.
+        (None, (), 1, "Progressing", "Current", "Unknown"),
+        ("Running", ready("Running"), 2, "Progressing", "InProgress", "InProgress"),  # a spec change not yet seen
+        ("Pending", reconciling("NewGeneration", "generation 1"), 1, "Progressing", "InProgress", "InProgress"),
+        ("Promoted", ready("Promoted", "serving"), 1, "Healthy", "Current", "Current"),
+        ("Failed", stalled("PermanentExitCode", "exit 2"), 1, "Degraded", "Failed", "Failed"),
+        ("RolledBack", stalled("AnalysisFailed", "errorRate 0.3 > 0.05"), 1, "Degraded", "Failed", "Failed"),
+        ("Rejected", stalled("GateFailed", "accuracy 0.5 < 0.9"), 1, "Degraded", "Failed", "Failed"),
     ],
 )
-def test_argocd_and_kstatus_read_each_state(kind, phase, conditions, generation, argocd, kstatus):
-    assert health([obj(kind, phase, conditions, generation=generation)]) == [(argocd, kstatus)]
+def test_argocd_kstatus_and_flux_read_each_state(kind, phase, conditions, generation, argocd, kstatus, flux):
+    assert readings([obj(kind, phase, conditions, generation=generation)]) == [(argocd, kstatus, flux)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "phase", "flux"),
+    [
+        ("TrainingRun", "Suspended", "Current"),
+        ("InferenceDeployment", "Paused", "Current"),
+        ("ModelArtifact", "Validating", "InProgress"),
+    ],  # fmt: skip
+)
+def test_an_object_held_on_purpose_is_suspended_for_argocd_and_current_for_flux(kind, phase, flux):
+    # kstatus' generic rules read any Ready=False as in progress; Slipway's Flux expressions know better.
+    assert readings([obj(kind, phase, held(phase, "held by its spec"))]) == [("Suspended" if flux == "Current"
+                                                                               else "Progressing", "InProgress",
+                                                                               flux)]  # fmt: skip
 
 
 @pytest.mark.cluster
@@ -153,6 +174,7 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
             assert (argocd, kstatus) == ("Progressing", "InProgress"), version["status"]
     assert seen[history.versions.index(history.first_at(2))] == ("Progressing", "InProgress")
     assert seen[-1] == ("Suspended", "InProgress"), history.versions[-1]["status"]
+    assert readings(history.versions[-1:])[0][2] == "Current"  # Flux with Slipway's healthCheckExprs
     table = subprocess.run(
         [str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get", "tr"],
         capture_output=True, text=True, timeout=60, check=True,
@@ -201,3 +223,35 @@ def test_a_training_pod_that_cannot_start_goes_stalled_after_its_grace_and_recov
                           and condition(o, "Stalled").get("status") == "False",
                           120, "running once the Secret exists")  # fmt: skip
     assert health([running]) == [("Progressing", "InProgress")]
+
+
+@pytest.mark.cluster
+def test_a_run_whose_artifact_is_rejected_is_stalled_not_ready(kube_api, namespace, operator):
+    operator()
+    gate = {"metric": "sizeBytes", "max": 1}  # no model is 1 byte: the gate rejects it
+    body = {
+        "apiVersion": "slipway.dev/v1alpha1",
+        "kind": "TrainingRun",
+        "metadata": {"name": "small"},
+        "spec": {
+            "model": {"name": f"digits-{namespace}"},
+            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
+            "command": TRAIN,
+            "args": ["--steps", "4", "--checkpoint-every", "2"],
+            "artifact": {"quantization": {"method": "none"}, "validation": {"gates": [gate]}},
+        },  # fmt: skip
+    }
+    apply_object(kube_api, namespace, body)
+    seen_ready: list[str] = []
+
+    def decided(o: dict[str, Any]) -> bool:
+        if condition(o, "Ready").get("status") == "True":
+            seen_ready.append(condition(o, "Ready")["reason"])
+        return condition(o, "Stalled").get("status") == "True"
+
+    run = wait_status(kube_api, namespace, "TrainingRun", "small", decided, 300, "Stalled by its rejected artifact")
+    assert seen_ready == [], "Ready while its artifact was still undecided"
+    stalled = condition(run, "Stalled")
+    assert stalled["reason"] == "ArtifactRejected" and "sizeBytes" in stalled["message"], stalled
+    assert run["status"]["phase"] == "Succeeded" and condition(run, "Trained")["status"] == "True"
+    assert health([run]) == [("Degraded", "Failed")]

@@ -64,11 +64,14 @@ def test_run_succeeds_with_mlflow_run_progress_and_artifact(kube_api, namespace,
     tr = wait_status(kube_api, namespace, "TrainingRun", "ok", phase_is("Succeeded", "Failed"), 180, "finish")
     status = tr["status"]
     assert status["phase"] == "Succeeded", status
+    # Ready once what it trained is usable: its ModelArtifact validated.
     wait_status(
-        kube_api, namespace, "TrainingRun", "ok", lambda o: condition(o, "Ready").get("status") == "True", 60, "Ready"
+        kube_api, namespace, "TrainingRun", "ok", lambda o: condition(o, "Ready").get("status") == "True", 240, "Ready"
     )
     tr = get_object(kube_api, namespace, "TrainingRun", "ok")
     status = tr["status"]
+    assert get_object(kube_api, namespace, "ModelArtifact", "ok")["status"]["phase"] == "Validated"
+    assert "ModelArtifact ok validated" in condition(tr, "Ready")["message"]
     assert condition(tr, "Trained")["status"] == "True"
     assert status["progress"]["step"] == 6
     assert status["progress"]["totalSteps"] == 6

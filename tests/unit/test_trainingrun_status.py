@@ -123,6 +123,26 @@ def test_complete_is_ready_unless_the_artifact_is_pending():
     assert cond(pending, "Reconciling").reason == "CreatingArtifact"
 
 
+def artifact(phase: str | None, message: str = "") -> dict[str, Any]:
+    status = {"phase": phase, "modelVersion": "3", "conditions": [{"type": "Ready", "message": message}]}
+    return {"metadata": {"name": "run"}, "status": status if phase else {}}
+
+
+def test_a_finished_run_reports_its_artifacts_verdict():
+    complete = job([{"type": "Complete", "status": "True"}])
+    deciding = training_state(SPEC, complete, [], artifact=artifact("Validating", "validating version 3"))
+    assert (deciding.phase, cond(deciding, "Ready").status, cond(deciding, "Reconciling").reason) == (
+        "Succeeded", "False", "ArtifactInProgress")  # fmt: skip
+    assert "validating version 3" in cond(deciding, "Ready").message
+    usable = training_state(SPEC, complete, [], artifact=artifact("Validated"))
+    assert cond(usable, "Ready").status == "True" and "version 3" in cond(usable, "Ready").message
+    rejected = training_state(SPEC, complete, [], artifact=artifact("Rejected", "accuracy 0.5 < 0.9"))
+    assert (rejected.phase, cond(rejected, "Trained").status) == ("Succeeded", "True")  # training itself worked
+    assert (cond(rejected, "Stalled").status, cond(rejected, "Stalled").reason) == ("True", "ArtifactRejected")
+    assert "accuracy 0.5 < 0.9" in cond(rejected, "Stalled").message
+    assert cond(training_state(SPEC, complete, [], artifact=artifact(None)), "Reconciling").status == "True"
+
+
 def test_suspended_by_spec_vs_queued_by_kueue():
     suspended = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "suspend": True})
     held = training_state(suspended, job(suspend=True), [])

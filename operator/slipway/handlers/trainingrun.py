@@ -52,10 +52,12 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         job = ctx.ensure("jobs", with_credentials(body, ctx.config.mlflow_credentials_secret))
     elif (patch := suspend_patch(spec, job)) is not None:
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
-    artifact_name = _artifact(ctx, spec, job)
+    artifact = _artifact(ctx, spec, job)
+    artifact_name = artifact["metadata"]["name"] if artifact else None
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
-    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact_name is None,
-                           now=datetime.now(UTC), stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds)  # fmt: skip
+    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
+                           artifact=artifact, now=datetime.now(UTC),
+                           stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds)  # fmt: skip
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
     state = with_attempts(state, run)
@@ -115,8 +117,8 @@ def _finish_mlflow_run(client: MlflowClient, run: Run, state: TrainingState) -> 
     return run
 
 
-def _artifact(ctx: Context, spec: TrainingRunSpec, job: dict[str, Any]) -> str | None:
-    """Create the run's ModelArtifact once the Job completed; its name is the run's name."""
+def _artifact(ctx: Context, spec: TrainingRunSpec, job: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's ModelArtifact, created once the Job completed (its name is the run's name)."""
     if spec.artifact is None or not jobs.is_complete(job):
         return None
     artifact = {
@@ -129,5 +131,4 @@ def _artifact(ctx: Context, spec: TrainingRunSpec, job: dict[str, Any]) -> str |
             **spec.artifact.to_dict(),
         },  # fmt: skip
     }
-    ctx.ensure("modelartifacts", artifact)
-    return ctx.name
+    return ctx.ensure("modelartifacts", artifact)

@@ -118,14 +118,17 @@ def training_state(
     pods: Sequence[Obj],
     sizing_refusal: str | None = None,
     artifact_pending: bool = False,
+    artifact: Obj | None = None,
     now: datetime | None = None,
     stuck_grace_seconds: float | None = None,
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
-    ``artifact_pending``: the run succeeded and its ModelArtifact is still to be
-    created (Ready waits for it). A pod that cannot run (bad image, missing Secret, crash
-    loop) is Reconciling for ``stuck_grace_seconds`` after it was created, then Stalled.
+    ``artifact_pending``: the run succeeded and its ModelArtifact is still to be created;
+    ``artifact``: that ModelArtifact as observed. Ready waits for its verdict, and a Rejected or
+    Failed artifact makes the run Stalled: what it trained is not usable. A pod that cannot run
+    (bad image, missing Secret, crash loop) is Reconciling for ``stuck_grace_seconds`` after it
+    was created, then Stalled.
     """
     if sizing_refusal is not None and job is None:
         return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
@@ -142,6 +145,8 @@ def training_state(
         if artifact_pending:
             return _state("Succeeded", "reconciling", "CreatingArtifact", "training finished; creating the "
                           "ModelArtifact", trained=True, succeeded=True, **kw)  # fmt: skip
+        if artifact is not None:
+            return _artifact_outcome(artifact, **kw)
         return _state("Succeeded", "ready", "Succeeded", "training finished", trained=True, succeeded=True, **kw)
     if job_condition(job, "Failed"):
         reason, message = _failure(job, spec)
@@ -169,6 +174,23 @@ def training_state(
         message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
         return _state("Running", "reconciling", "Training", message, **kw)
     return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)
+
+
+def _artifact_outcome(artifact: Obj, **kw: Any) -> TrainingState:
+    """A finished run whose ModelArtifact decides whether what it trained can be served."""
+    name = artifact["metadata"]["name"]
+    status = artifact.get("status") or {}
+    phase = status.get("phase")
+    said = next((c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Ready"), "") or ""
+    if phase == "Validated":
+        version = status.get("quantizedVersion") or status.get("modelVersion")
+        message = f"training finished; ModelArtifact {name} validated" + (f" (version {version})" if version else "")
+        return _state("Succeeded", "ready", "Succeeded", message, trained=True, succeeded=True, **kw)
+    if phase in ("Rejected", "Failed"):
+        message = f"training finished, but ModelArtifact {name} is {phase}: {said or phase}"
+        return _state("Succeeded", "stalled", f"Artifact{phase}", message, trained=True, succeeded=True, **kw)
+    message = f"training finished; ModelArtifact {name} is {phase or 'starting'}" + (f": {said}" if said else "")
+    return _state("Succeeded", "reconciling", "ArtifactInProgress", message, trained=True, succeeded=True, **kw)
 
 
 def _age_seconds(pod: Obj, now: datetime | None) -> float | None:
