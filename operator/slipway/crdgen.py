@@ -46,6 +46,7 @@ class Kind:
     status: type[BaseModel]
     description: str
     columns: tuple[dict[str, Any], ...]
+    rules: tuple[dict[str, str], ...] = ()  # CEL on the whole object (spec against status)
 
 
 def _ready_column() -> dict[str, Any]:
@@ -54,6 +55,17 @@ def _ready_column() -> dict[str, Any]:
 
 def _reason_column() -> dict[str, Any]:
     return {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'}
+
+
+def frozen_spec_rule(spec: type[BaseModel], once: str, mutable: tuple[str, ...], message: str) -> dict[str, str]:
+    """A transition rule: once ``oldSelf.status.<once>`` is set, every spec field but ``mutable``
+    keeps its value (present or absent alike)."""
+    names = [f.alias or n for n, f in spec.model_fields.items() if (f.alias or n) not in mutable]
+    same = " && ".join(
+        f"(has(self.spec.{n}) ? has(oldSelf.spec.{n}) && self.spec.{n} == oldSelf.spec.{n} : !has(oldSelf.spec.{n}))"
+        for n in names
+    )
+    return {"rule": f"!has(oldSelf.status) || !has(oldSelf.status.{once}) || ({same})", "message": message}
 
 
 def _age_column() -> dict[str, Any]:
@@ -81,6 +93,15 @@ KINDS = (
             {"name": "Run", "type": "string", "jsonPath": ".status.mlflow.runId", "priority": 1},
             {"name": "Artifact", "type": "string", "jsonPath": ".status.artifactRef.name", "priority": 1},
             _age_column(),
+        ),
+        rules=(
+            frozen_spec_rule(
+                TrainingRunSpec,
+                "startTime",
+                ("suspend",),
+                "spec is immutable once training has started (status.startTime): only spec.suspend may change; "
+                "create a new TrainingRun for a new spec",
+            ),
         ),
     ),
     Kind(
@@ -227,6 +248,7 @@ def crd(kind: Kind) -> dict[str, Any]:
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },
+                            **({"x-kubernetes-validations": list(kind.rules)} if kind.rules else {}),
                         }
                     },
                 }

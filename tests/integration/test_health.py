@@ -151,9 +151,16 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
         apply_object(kube_api, namespace, body)
         wait_status(kube_api, namespace, "TrainingRun", "health",
                     lambda o: (o.get("status") or {}).get("phase") == "Running", 120, "training")  # fmt: skip
-        client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "trainingruns", "health", {"spec": {"suspend": True}}
-        )
+        custom = client.CustomObjectsApi(kube_api)
+        # Started: the spec is frozen (CEL at admission), suspend aside.
+        wait_status(kube_api, namespace, "TrainingRun", "health",
+                    lambda o: bool((o.get("status") or {}).get("startTime")), 60, "status.startTime")  # fmt: skip
+        with pytest.raises(client.ApiException) as refused:
+            custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", "health",
+                                                  {"spec": {"args": ["--steps", "400"]}})  # fmt: skip
+        assert refused.value.status == 422 and "only spec.suspend may change" in str(refused.value.body)
+        custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", "health",
+                                              {"spec": {"suspend": True}})  # fmt: skip
         wait_status(kube_api, namespace, "TrainingRun", "health",
                     lambda o: (o.get("status") or {}).get("phase") == "Suspended"
                     and o["status"].get("observedGeneration") == o["metadata"]["generation"],
