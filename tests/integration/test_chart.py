@@ -14,6 +14,7 @@ chart's RBAC; the aggregated user roles let an `edit` user create InferenceDeplo
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ HELM = ROOT / ".cache" / "helm" / "helm"
 CHART = ROOT / "charts" / "slipway"
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
+SHARED = {"CustomResourceDefinition", "PriorityClass", "Namespace"}  # kept for the session's other tests
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 120) -> str:
@@ -303,13 +305,16 @@ def slipway_system_pods(kube_api: client.ApiClient, ns: str) -> list[str]:
 @pytest.mark.cluster
 def test_kustomize_installs_in_one_pass(cluster, kube_api):
     """`kubectl apply -k` of manifests/ (the overlay only sets the URLs): one pass, the operator rolls out."""
+    crds_new = kubectl(cluster, "get", "crd", "trainingruns.slipway.dev", check=False).returncode != 0
     start = time.monotonic()
     deploy_operator(cluster)  # raises unless the single apply succeeds; waits for the rollout
-    report(f"kubectl apply -k manifests/ overlay: one pass and rollout in {time.monotonic() - start:.1f}s")
-    # Remove what it installed but the CRDs (other tests' objects) and the namespace (its later users).
+    report(f"kubectl apply -k manifests/ overlay: one pass and rollout in {time.monotonic() - start:.1f}s"
+           f" ({'CRDs new in that apply' if crds_new else 'CRDs already there'})")  # fmt: skip
+    # Remove the operator and its RBAC; keep what other tests of the session use (the CRDs, the
+    # PriorityClasses that install_crds put there, the namespace slipway-system).
     rendered = subprocess.run([str(KUBECTL), "kustomize", str(write_overlay(cluster))], capture_output=True,
                               text=True, timeout=60, check=True).stdout  # fmt: skip
-    rest = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] not in {"CustomResourceDefinition", "Namespace"}]
+    rest = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] not in SHARED]
     done = kubectl_stdin(cluster, yaml.safe_dump_all(rest), "delete", "--wait=true", "-f", "-")
     assert done.returncode == 0, done.stderr
     wait_for(lambda: not slipway_system_pods(kube_api, "slipway-system"), 120, "the kustomize operator pods gone")
@@ -356,7 +361,7 @@ def has_status(obj: Obj) -> bool:
 
 @pytest.mark.cluster
 def test_helm_install_reconciles_grants_user_roles_and_uninstalls(cluster, kube_api, namespace):
-    release = system = "slipway-chart"
+    release = system = f"slipway-chart-{secrets.token_hex(2)}"
     kubectl(cluster, "create", "namespace", system)
     try:
         kubectl(cluster, "label", "namespace", system, "pod-security.kubernetes.io/enforce=restricted")
@@ -422,7 +427,7 @@ def test_helm_install_reconciles_grants_user_roles_and_uninstalls(cluster, kube_
 @pytest.mark.cluster
 def test_helm_install_watching_one_namespace(cluster, kube_api, namespace):
     """watchNamespaces: the operator reconciles there, and its ServiceAccount may touch nothing elsewhere."""
-    release = system = "slipway-scoped"
+    release = system = f"slipway-scoped-{secrets.token_hex(2)}"
     kubectl(cluster, "create", "namespace", system)
     try:
         helm("install", release, str(CHART), "-n", system, "--set", f"watchNamespaces={{{namespace}}}",
