@@ -9,10 +9,12 @@ PROMETHEUS := $(CACHE)/prometheus/prometheus
 METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 TRAEFIK := $(CACHE)/traefik/traefik
 HEALTH := $(CACHE)/health/health
+HELM := $(CACHE)/helm/helm
+CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool crds verify lint types test test-unit test-faults test-integration \
+.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -52,15 +54,19 @@ health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) a
 $(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
 
+helm: $(HELM)  ## build Helm from the Go module proxy (cached): the chart tests lint, render and install charts/slipway
+$(HELM): e2e/helm/build-helm.sh
+	bash e2e/helm/build-helm.sh $(HELM)
+
 prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
 $(PROMETHEUS): e2e/controlplane/build-prometheus.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
 
-crds: $(VENV)/.installed  ## regenerate crds/ from the pydantic models
-	$(PY) -m slipway.crdgen crds
+crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
+	$(PY) -m slipway.crdgen $(CRD_DIRS)
 
 verify: lint types  ## lint, types, CRD drift
-	$(PY) -m slipway.crdgen --check crds
+	$(PY) -m slipway.crdgen --check $(CRD_DIRS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check operator e2e tests
@@ -69,7 +75,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus metrics-server traefik health-tool  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
+test: install controlplane prometheus metrics-server traefik health-tool helm  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
 	$(PY) -m pytest -q tests e2e/tests
 
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
@@ -78,7 +84,7 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 test-unit: $(VENV)/.installed
 	$(PY) -m pytest -q tests/unit
 
-cluster-up: install controlplane prometheus metrics-server traefik  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
+cluster-up: install controlplane prometheus metrics-server traefik helm  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
 	$(PY) -m localkube up $(if $(GATEWAY_API),--gateway-api)
 
 demo: install controlplane prometheus metrics-server  ## the whole lifecycle on the local cluster, live, with a summary

@@ -27,8 +27,8 @@ kubectl apply -f e2e/kind/addons.yaml
 kubectl -n mlflow rollout status deployment/mlflow --timeout=300s
 kubectl -n monitoring rollout status deployment/prometheus --timeout=300s
 
-# CRDs first, then the rest (the kopf peering object needs its CRD established).
-kubectl apply -k e2e/kind || { kubectl wait --for=condition=Established crd --all --timeout=60s && kubectl apply -k e2e/kind; }
+# One pass: manifests/ holds no object of a kind whose CRD it creates.
+kubectl apply -k e2e/kind
 kubectl -n slipway-system rollout status deployment/slipway-operator --timeout=300s
 
 kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f -

@@ -58,14 +58,11 @@ def write_overlay(cluster: ClusterInfo) -> Path:
 
 
 def deploy_operator(cluster: ClusterInfo, timeout: float = 180) -> None:
-    """``kubectl apply -k`` the overlay (twice if the CRDs were new), then wait for the operator."""
+    """``kubectl apply -k`` the overlay in one pass, as README says, then wait for the operator."""
     overlay = write_overlay(cluster)
-    first = kubectl(cluster, "apply", "-k", str(overlay), check=False)
-    if first.returncode != 0:
-        # Objects of a kind whose CRD was created in the same apply (the kopf peering) need
-        # the CRD established first: the usual two-step of installing CRDs.
-        kubectl(cluster, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        kubectl(cluster, "apply", "-k", str(overlay))
+    applied = kubectl(cluster, "apply", "-k", str(overlay), check=False)
+    if applied.returncode != 0:
+        raise RuntimeError(f"kubectl apply -k {overlay} failed in one pass: {applied.stderr.strip()}")
     kubectl(
         cluster,
         "-n",

@@ -1,7 +1,8 @@
 """Generate Slipway's CustomResourceDefinitions from the pydantic models.
 
-``python -m slipway.crdgen crds`` writes ``crds/*.yaml``; ``--check`` fails
-when the files on disk differ from what the models generate (CI drift check).
+``python -m slipway.crdgen crds charts/slipway/crds`` writes ``*.yaml`` into each directory
+(kustomize's ``crds/`` and the Helm chart's ``crds/``); ``--check`` fails when the files in
+any of them differ from what the models generate (CI drift check).
 
 The JSON schema pydantic emits is turned into a Kubernetes structural schema:
 ``$ref`` inlined, ``title`` dropped, ``Optional`` unwrapped (absent, not null),
@@ -270,19 +271,21 @@ def file_name(kind: Kind) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slipway.crdgen", description=__doc__.splitlines()[0])
-    parser.add_argument("directory", type=Path, help="where the CRD files live (crds/)")
+    parser.add_argument("directories", type=Path, nargs="+", metavar="DIRECTORY",
+                        help="where the CRD files live (crds/, charts/slipway/crds/)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     args = parser.parse_args(argv)
     drift = []
-    for kind in KINDS:
-        path = args.directory / file_name(kind)
-        text = render(kind)
-        if args.check:
-            if not path.exists() or path.read_text() != text:
-                drift.append(str(path))
-        else:
-            args.directory.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+    for directory in args.directories:
+        for kind in KINDS:
+            path = directory / file_name(kind)
+            text = render(kind)
+            if args.check:
+                if not path.exists() or path.read_text() != text:
+                    drift.append(str(path))
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                path.write_text(text)
     if drift:
         print(f"CRDs out of date with the models: {', '.join(drift)}; run `make crds`", file=sys.stderr)
         return 1

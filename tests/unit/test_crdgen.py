@@ -27,15 +27,31 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def test_no_drift(tmp_path):
-    """`make crds` output matches what is committed; regenerating changes nothing."""
+CRD_DIRS = (ROOT / "crds", ROOT / "charts" / "slipway" / "crds")
+
+
+@pytest.mark.parametrize("directory", CRD_DIRS, ids=["kustomize", "chart"])
+def test_no_drift(tmp_path, directory):
+    """`make crds` output matches what is committed (crds/ and the chart's crds/)."""
     assert crdgen.main([str(tmp_path)]) == 0
     for kind in crdgen.KINDS:
-        committed = ROOT / "crds" / crdgen.file_name(kind)
+        committed = directory / crdgen.file_name(kind)
         assert committed.read_text() == (tmp_path / crdgen.file_name(kind)).read_text(), (
             f"{committed} is stale: run `make crds`"
         )
-    assert crdgen.main(["--check", str(ROOT / "crds")]) == 0
+    assert crdgen.main(["--check", *map(str, CRD_DIRS)]) == 0
+
+
+def test_check_reports_drift_in_any_directory(tmp_path, capsys):
+    """`make verify` checks both copies: a stale chart copy fails even when crds/ is current."""
+    kustomize, chart = tmp_path / "crds", tmp_path / "chart-crds"
+    assert crdgen.main([str(kustomize), str(chart)]) == 0
+    assert crdgen.main(["--check", str(kustomize), str(chart)]) == 0
+    (chart / crdgen.file_name(crdgen.KINDS[1])).unlink()
+    assert crdgen.main(["--check", str(kustomize), str(chart)]) == 1
+    err = capsys.readouterr().err
+    assert str(chart / crdgen.file_name(crdgen.KINDS[1])) in err
+    assert str(kustomize) + "/" not in err
 
 
 def test_check_reports_drift(tmp_path, capsys):
