@@ -277,7 +277,6 @@ class Cache:
     def watch(self, kind: Kind, version: str) -> None:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
 
         failures = 0
         while not self.stop.is_set():
@@ -302,7 +301,7 @@ class Cache:
                             store[obj["metadata"]["name"]] = obj
                     self.changed.put(kind.kind)
                 failures = 0
-            except (ApiException, HTTPError, Failure) as exc:
+            except Exception as exc:  # noqa: BLE001 - a watch thread reports every failure, never raises
                 if self.stop.is_set():
                     return
                 failures += 1
@@ -531,7 +530,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code = run(sys.argv[1:] if argv is None else argv, sys.stdout, sys.stderr)
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code)
+    # Watch threads may be blocked reading a long request: exit without waiting for them (an
+    # interpreter shutting down around such threads can abort, losing the exit code).
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
