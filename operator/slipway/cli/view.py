@@ -1,0 +1,437 @@
+"""What ``kubectl slipway`` shows and decides, from the objects' dicts (pure: no I/O).
+
+- :func:`resolve_kind` and :func:`parse_ref`: ``idep/digits``, ``inferencedeployment digits``, ...
+- :func:`lifecycle` and :func:`render`: the tree one object belongs to: a TrainingRun, the
+  ModelArtifact it made (``status.artifactRef``), its versions and gates, and the
+  InferenceDeployments that serve them, with their tracks, weights, steps, analysis and rollback.
+- :func:`wait_state`: whether a ``wait`` is done, or the object is Stalled at its generation.
+- :func:`action_refusal`: why ``promote``, ``abort`` or ``retry`` cannot apply in the current phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from slipway.models.inferencedeployment import DeploymentPhase, Rollout
+from slipway.models.modelartifact import ArtifactPhase
+from slipway.models.trainingrun import TrainingPhase
+from slipway.status.conditions import get_condition
+from slipway.status.rollout import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION, step_weights
+
+Obj = Mapping[str, Any]
+
+
+class UsageError(ValueError):
+    """A command line that names no known kind, or no object: exit code 2."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    plural: str
+    short: str
+    phases: tuple[str, ...]
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.singular, self.plural, self.short)
+
+
+TRAINING_RUN = Kind("TrainingRun", "trainingruns", "tr", get_args(TrainingPhase))
+MODEL_ARTIFACT = Kind("ModelArtifact", "modelartifacts", "ma", get_args(ArtifactPhase))
+INFERENCE_DEPLOYMENT = Kind("InferenceDeployment", "inferencedeployments", "idep", get_args(DeploymentPhase))
+KINDS = (TRAINING_RUN, MODEL_ARTIFACT, INFERENCE_DEPLOYMENT)
+KIND_NAMES = ", ".join(f"{k.singular} ({k.short})" for k in KINDS)
+
+ACTIONS = {"promote": PROMOTE_ANNOTATION, "abort": ABORT_ANNOTATION, "retry": RETRY_ANNOTATION}
+CANARY_PHASES = ("Progressing", "Analyzing", "Paused")  # a canary may be in flight
+
+
+def resolve_kind(text: str) -> Kind:
+    """A kind by its plural, singular or short name, optionally with the group (``idep.slipway.dev``)."""
+    word = text.lower().removesuffix(".slipway.dev")
+    for kind in KINDS:
+        if word in kind.names:
+            return kind
+    raise UsageError(f"unknown kind {text!r}: use one of {KIND_NAMES}")
+
+
+def parse_ref(words: list[str], default: Kind | None = None) -> tuple[Kind, str]:
+    """``KIND/NAME``, ``KIND NAME``, or (with a default kind) ``NAME``."""
+    if len(words) == 1 and "/" in words[0]:
+        kind_text, _, name = words[0].partition("/")
+        if not name or "/" in name:
+            raise UsageError(f"{words[0]!r}: write KIND/NAME, e.g. idep/digits")
+        return resolve_kind(kind_text), name
+    if len(words) == 2 and "/" not in words[0] + words[1]:
+        return resolve_kind(words[0]), words[1]
+    if len(words) == 1 and default is not None:
+        return default, words[0]
+    expected = "NAME or idep/NAME" if default is not None else "KIND/NAME or KIND NAME (e.g. idep/digits)"
+    raise UsageError(f"expected {expected}, got {' '.join(words) or 'nothing'}")
+
+
+# -- the lifecycle tree ----------------------------------------------------------------------------
+
+
+@dataclass
+class Node:
+    kind: Kind
+    name: str
+    obj: Obj | None  # None: referenced, but not found
+    children: list[Node] = field(default_factory=list)
+
+
+def _name(obj: Obj) -> str:
+    return str(obj["metadata"]["name"])
+
+
+def _get(obj: Obj | None, *path: str) -> Any:
+    value: Any = obj
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _artifact_versions(artifact: Obj) -> set[tuple[str, str]]:
+    """(model, version) pairs an artifact registered: its version and its quantized version."""
+    model = str(_get(artifact, "spec", "model", "name") or "")
+    return {(model, str(v)) for v in (_get(artifact, "status", k) for k in ("modelVersion", "quantizedVersion")) if v}
+
+
+def _served_versions(deployment: Obj) -> set[tuple[str, str]]:
+    """(model, version) pairs a deployment serves, canaries or rolled back."""
+    status = _get(deployment, "status") or {}
+    tracks = [status.get("stable"), status.get("canary"), status.get("lastRollback")]
+    return {(str(t.get("modelName")), str(t.get("modelVersion"))) for t in tracks if t and t.get("modelVersion")}
+
+
+def serves(deployment: Obj, artifact: Obj) -> bool:
+    """By ``spec.model.artifactRef``, or following an alias of the artifact's model and serving
+    (or canarying, or having rolled back) one of its versions: name and version together."""
+    model = _get(deployment, "spec", "model") or {}
+    ref = _get(model, "artifactRef", "name")
+    if ref is not None:
+        return bool(ref == _name(artifact))
+    if model.get("name") != _get(artifact, "spec", "model", "name"):
+        return False
+    return bool(_served_versions(deployment) & _artifact_versions(artifact))
+
+
+def lifecycle(
+    kind: Kind, name: str, runs: Iterable[Obj], artifacts: Iterable[Obj], deployments: Iterable[Obj]
+) -> list[Node]:
+    """The trees the object ``kind/name`` belongs to (usually one), roots first.
+
+    Raises KeyError when that object is not among the ones given."""
+    by_kind: dict[str, dict[str, Obj]] = {
+        TRAINING_RUN.kind: {_name(o): o for o in runs},
+        MODEL_ARTIFACT.kind: {_name(o): o for o in artifacts},
+        INFERENCE_DEPLOYMENT.kind: {_name(o): o for o in deployments},
+    }
+    runs_, artifacts_, deployments_ = (by_kind[k.kind] for k in KINDS)
+    if name not in by_kind[kind.kind]:
+        raise KeyError(name)
+
+    def artifact_names_of(run: Obj) -> list[str]:
+        names = [_get(run, "status", "artifactRef", "name")]
+        names += [n for n, a in artifacts_.items() if _get(a, "spec", "source", "trainingRunRef", "name") == _name(run)]
+        return list(dict.fromkeys(n for n in names if n))
+
+    def run_name_of(artifact: Obj) -> str | None:
+        ref = _get(artifact, "spec", "source", "trainingRunRef", "name")
+        if ref:
+            return str(ref)
+        return next((n for n, r in runs_.items() if _get(r, "status", "artifactRef", "name") == _name(artifact)), None)
+
+    def artifact_node(artifact_name: str) -> Node:
+        artifact = artifacts_.get(artifact_name)
+        node = Node(MODEL_ARTIFACT, artifact_name, artifact)
+        if artifact is not None:
+            node.children = [
+                Node(INFERENCE_DEPLOYMENT, n, d) for n, d in sorted(deployments_.items()) if serves(d, artifact)
+            ]
+        return node
+
+    def run_node(run_name: str) -> Node:
+        run = runs_.get(run_name)
+        children = [artifact_node(n) for n in artifact_names_of(run)] if run is not None else []
+        return Node(TRAINING_RUN, run_name, run, children)
+
+    def tree_of_artifact(artifact_name: str) -> Node:
+        artifact = artifacts_.get(artifact_name)
+        run_name = run_name_of(artifact) if artifact is not None else None
+        if run_name and run_name not in runs_:  # the run is gone (or not made yet): shown as not found
+            return Node(TRAINING_RUN, run_name, None, [artifact_node(artifact_name)])
+        return run_node(run_name) if run_name else artifact_node(artifact_name)
+
+    if kind is TRAINING_RUN:
+        return [run_node(name)]
+    if kind is MODEL_ARTIFACT:
+        return [tree_of_artifact(name)]
+    deployment = deployments_[name]
+    ref = _get(deployment, "spec", "model", "artifactRef", "name")
+    served = [ref] if ref else [n for n, a in sorted(artifacts_.items()) if serves(deployment, a)]
+    roots: list[Node] = []
+    for artifact_name in served:
+        root = tree_of_artifact(artifact_name)
+        if not any(r.kind is root.kind and r.name == root.name for r in roots):
+            roots.append(root)
+    if ref and artifacts_.get(ref) is None:
+        roots[0].children = [Node(INFERENCE_DEPLOYMENT, name, deployment)]  # the artifact it names is missing
+    return roots or [Node(INFERENCE_DEPLOYMENT, name, deployment)]
+
+
+# -- rendering ---------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def ready_line(obj: Obj) -> str:
+    """``True Promoted: serving ...`` (and a note when Stalled, or when status is of an older generation)."""
+    ready = get_condition(_get(obj, "status", "conditions"), "Ready")
+    if ready is None:
+        return "Unknown (no status yet)"
+    text = f"{ready.get('status')} {ready.get('reason')}"
+    if ready.get("message"):
+        text += f": {ready['message']}"
+    stalled = get_condition(_get(obj, "status", "conditions"), "Stalled")
+    if stalled is not None and stalled.get("status") == "True":
+        text += "  [Stalled: a person must act]"
+    generation = _get(obj, "metadata", "generation")
+    observed = _get(obj, "status", "observedGeneration")
+    if generation is not None and observed is not None and observed != generation:
+        text += f"  [status of generation {observed}; the spec is at {generation}]"
+    return text
+
+
+def _track(track: Mapping[str, Any] | None) -> str:
+    if not track or not track.get("revision"):
+        return "none"
+    model = f"{track.get('modelName') or '?'} v{_fmt(track.get('modelVersion'))}"
+    return (
+        f"{model}  revision {track.get('revision')}  "
+        f"{_fmt(track.get('readyReplicas') or 0)}/{_fmt(track.get('replicas') or 0)} ready  "
+        f"weight {_fmt(track.get('weight') or 0)}%"
+    )
+
+
+def steps_of(spec: Mapping[str, Any]) -> int | None:
+    """How many canary steps the spec's rollout has (None if the spec cannot be read)."""
+    try:
+        return len(step_weights(Rollout.model_validate(spec.get("rollout") or {})))
+    except ValueError:
+        return None
+
+
+def _run_details(obj: Obj) -> list[tuple[str, str]]:
+    status = obj.get("status") or {}
+    lines = [("Ready", ready_line(obj))]
+    progress = status.get("progress") or {}
+    if progress.get("step") is not None:
+        lines.append(("progress", f"step {progress['step']}/{_fmt(progress.get('totalSteps'))}"))
+    if status.get("restarts"):
+        lines.append(("restarts", _fmt(status["restarts"])))
+    run_id = _get(status, "mlflow", "runId")
+    if run_id:
+        lines.append(("mlflow run", str(run_id)))
+    return lines
+
+
+def _artifact_details(obj: Obj) -> list[tuple[str, str]]:
+    status = obj.get("status") or {}
+    model = _get(obj, "spec", "model", "name") or "?"
+    lines = [("Ready", ready_line(obj))]
+    if status.get("modelVersion") or status.get("quantizedVersion"):
+        versions = f"{model} v{_fmt(status.get('modelVersion'))}"
+        if status.get("quantizedVersion"):
+            versions += f", quantized v{status['quantizedVersion']}"
+        lines.append(("versions", versions))
+    for i, gate in enumerate(status.get("gates") or []):
+        mark = "passed" if gate.get("passed") else "FAILED"
+        text = f"{gate.get('metric')} {_fmt(gate.get('value'))} ({gate.get('threshold') or '-'}) {mark}"
+        if not gate.get("passed") and gate.get("message"):
+            text += f": {gate['message']}"
+        lines.append(("gates" if i == 0 else "", text))
+    return lines
+
+
+def _deployment_details(obj: Obj) -> list[tuple[str, str]]:
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    model = spec.get("model") or {}
+    source = (
+        f"artifactRef {model['artifactRef'].get('name')}"
+        if model.get("artifactRef")
+        else f"{model.get('name')} alias {model.get('alias')}"
+    )
+    lines = [("Ready", ready_line(obj)), ("model", source), ("stable", _track(status.get("stable")))]
+    canary = status.get("canary") or {}
+    canary_text = _track(canary)
+    if canary.get("revision"):
+        if canary.get("requestedWeight") is not None:
+            canary_text += f" (requested {canary['requestedWeight']}%)"
+        if status.get("currentStep") is not None and status.get("phase") in CANARY_PHASES:
+            canary_text += f"  step {int(status['currentStep']) + 1} of {_fmt(steps_of(spec))}"
+    lines.append(("canary", canary_text))
+    if _get(spec, "rollout", "paused"):
+        lines.append(("paused", "spec.rollout.paused is true"))
+    for i, result in enumerate(status.get("analysis") or []):
+        value, threshold = _fmt(result.get("value")), result.get("threshold") or "-"
+        text = f"{result.get('metric')} {value} ({threshold}) {result.get('result')}"
+        if result.get("result") != "Passed" and result.get("message"):
+            text += f": {result['message']}"
+        lines.append(("analysis" if i == 0 else "", text))
+    rollback = status.get("lastRollback")
+    if rollback:
+        text = str(rollback.get("reason"))
+        if rollback.get("metric"):
+            text += f" {rollback['metric']}={_fmt(rollback.get('value'))}"
+        text += f"  {rollback.get('modelName') or '?'} v{_fmt(rollback.get('modelVersion'))}"
+        text += f"  revision {rollback.get('revision')}  at {rollback.get('time')}"
+        if rollback.get("retried"):
+            text += "  (retried)"
+        lines.append(("lastRollback", text))
+    pending = status.get("pendingRegistryUpdates") or []
+    if pending:
+        lines.append(("registry", f"{len(pending)} MLflow update(s) pending"))
+    return lines
+
+
+DETAILS = {TRAINING_RUN.kind: _run_details, MODEL_ARTIFACT.kind: _artifact_details,
+           INFERENCE_DEPLOYMENT.kind: _deployment_details}  # fmt: skip
+
+
+def header(node: Node) -> str:
+    if node.obj is None:
+        return f"{node.kind.kind}/{node.name}  (not found)"
+    return f"{node.kind.kind}/{node.name}  {_get(node.obj, 'status', 'phase') or '-'}"
+
+
+def render(roots: Iterable[Node]) -> str:
+    """The trees as text, one object a block: its kind/name and phase, then its details."""
+    lines: list[str] = []
+
+    def draw(node: Node, lead: str, body: str) -> None:
+        lines.append(lead + header(node))
+        if node.obj is not None:
+            details = DETAILS[node.kind.kind](node.obj)
+            width = max(len(label) for label, _ in details)
+            rail = "│ " if node.children else "  "
+            lines.extend(f"{body}{rail}{label:<{width}}  {text}".rstrip() for label, text in details)
+        for i, child in enumerate(node.children):
+            last = i == len(node.children) - 1
+            draw(child, body + ("└─ " if last else "├─ "), body + ("   " if last else "│  "))
+
+    for root in roots:
+        draw(root, "", "")
+    return "\n".join(lines) + "\n"
+
+
+# -- wait ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WaitState:
+    done: bool
+    stalled: str | None  # the Stalled condition's reason and message, when it holds at this generation
+    progress: tuple[Any, ...]  # what a progress line reports; a new line when it changes
+    line: str
+
+
+def _at_generation(obj: Obj, cond: Mapping[str, Any] | None) -> bool:
+    generation = _get(obj, "metadata", "generation")
+    observed = (cond or {}).get("observedGeneration", _get(obj, "status", "observedGeneration"))
+    return generation is None or observed == generation
+
+
+def wait_state(obj: Obj, target: str) -> WaitState:
+    """``target`` is ``Ready`` (the Ready condition True at the object's generation) or a phase
+    (status.phase, with status.observedGeneration at the generation)."""
+    status = obj.get("status") or {}
+    conditions = status.get("conditions")
+    ready = get_condition(conditions, "Ready")
+    if target == "Ready":
+        done = ready is not None and ready.get("status") == "True" and _at_generation(obj, ready)
+    else:
+        done = status.get("phase") == target and _at_generation(obj, None)
+    stalled_cond = get_condition(conditions, "Stalled")
+    stalled = None
+    if stalled_cond is not None and stalled_cond.get("status") == "True" and _at_generation(obj, stalled_cond):
+        stalled = f"{stalled_cond.get('reason')}: {stalled_cond.get('message')}"
+    phase = status.get("phase") or "-"
+    progress = (phase, (ready or {}).get("status"), (ready or {}).get("reason"), status.get("currentStep"))
+    line = f"{phase}; Ready {ready_line(obj)}"
+    return WaitState(done, stalled, progress, line)
+
+
+def wait_target(kind: Kind, text: str) -> str:
+    """``Ready``, ``condition=Ready`` (as kubectl wait writes it), or one of the kind's phases."""
+    word = text.removeprefix("condition=")
+    if word.lower() == "ready":
+        return "Ready"
+    for phase in kind.phases:
+        if phase.lower() == word.lower():
+            return phase
+    raise UsageError(f"--for={text}: a {kind.kind} waits for Ready or a phase: {', '.join(kind.phases)}")
+
+
+# -- manual control -----------------------------------------------------------------------------------
+
+
+def action_refusal(action: str, obj: Obj) -> str | None:
+    """Why ``promote``, ``abort`` or ``retry`` means nothing in the object's current phase (None: it applies).
+
+    As the operator reads the annotations (status/rollout.py): promote skips the remaining steps of
+    a canary in flight; abort rolls a canary back, or reverts a promotion; retry re-rolls the
+    revision that was rolled back, while the spec still asks for it."""
+    status = obj.get("status") or {}
+    phase = status.get("phase")
+    where = f"InferenceDeployment {_get(obj, 'metadata', 'namespace')}/{_name(obj)}"
+    canary = status.get("canary") or {}
+    in_flight = phase in CANARY_PHASES and bool(canary.get("revision"))
+    rollback = status.get("lastRollback") or {}
+    stable = status.get("stable") or {}
+    serving = f"serving {stable.get('modelName') or '?'} v{_fmt(stable.get('modelVersion'))}"
+    rolled = f"{rollback.get('modelName') or '?'} v{_fmt(rollback.get('modelVersion'))}"
+    if action == "retry":
+        if not rollback:
+            return f"{where}: nothing was rolled back, so there is nothing to retry (it is {phase or 'new'})"
+        if rollback.get("retried"):
+            return f"{where}: the rollback of {rolled} was already retried; publish a new version or change the spec"
+        if phase != "RolledBack":
+            return (
+                f"{where} is {phase}: its last rollback ({rolled}) is not what the spec asks for now, "
+                "so there is nothing to retry"
+            )
+        return None
+    if action == "abort" and phase == "Promoting":
+        return None
+    if in_flight:
+        return None
+    if phase == "Promoting":
+        return f"{where} is already Promoting {canary.get('modelName') or '?'} v{_fmt(canary.get('modelVersion'))}"
+    if phase == "RolledBack":
+        return (
+            f"{where} has no canary to {action}: {rolled} was rolled back ({rollback.get('reason')}); "
+            f"`kubectl slipway retry {_name(obj)}` rolls it out again"
+        )
+    if phase == "Promoted":
+        return (
+            f"{where} has no canary to {action}: it is Promoted, {serving}; a rollout starts when a new "
+            "version is published or the spec changes"
+        )
+    return f"{where} has no canary in flight to {action} (phase {phase or 'not set yet'})"

@@ -1,0 +1,212 @@
+"""kubectl slipway against a real rollout: the installed console script, run as a user would, with
+the test cluster's kubeconfig, while the operator moves real serving pods."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.test_inferencedeployment import Versions, deployment, serving
+from localkube.cluster import CONTROLPLANE
+from slipway_testing import apply_object, condition, get_object, wait_status
+
+pytestmark = pytest.mark.cluster
+
+PLUGIN = Path(sys.executable).with_name("kubectl-slipway")
+KUBECTL = CONTROLPLANE.parent / "kubectl"
+HOLD = "600s"  # each step holds far longer than the test: only the commands move the rollout
+
+
+@pytest.fixture(scope="module")
+def trained(cluster) -> str:
+    from slipway_testing import train_run
+
+    return train_run(cluster.mlflow_url, "kubectl-plugin-tests", steps=6)
+
+
+@pytest.fixture
+def mlflow(cluster):
+    from slipway.mlflow import MlflowClient
+
+    with MlflowClient(cluster.mlflow_url) as c:
+        yield c
+
+
+class Plugin:
+    """``kubectl-slipway`` as a subprocess: KUBECONFIG from the environment, or --kubeconfig."""
+
+    def __init__(self, cluster: Any, namespace: str) -> None:
+        self.cluster, self.namespace = cluster, namespace
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+
+    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(PLUGIN), *args, "-n", self.namespace], env=self.env(), capture_output=True,
+                              text=True, timeout=timeout)  # fmt: skip
+
+    def ok(self, *args: str, timeout: float = 60) -> str:
+        done = self(*args, timeout=timeout)
+        assert done.returncode == 0, f"kubectl slipway {' '.join(args)}: rc {done.returncode}\n{done.stderr}"
+        return done.stdout
+
+
+def in_flight(version: str):
+    def check(o: dict[str, Any]) -> bool:
+        status = o.get("status") or {}
+        canary = status.get("canary") or {}
+        return (
+            status.get("phase") == "Analyzing"
+            and canary.get("modelVersion") == version
+            and (canary.get("readyReplicas") or 0) >= 1
+        )
+
+    return check
+
+
+def line_of(text: str, label: str) -> str:
+    """The text of a detail line of ``get``, after its label."""
+    found = [line.strip()[len(label) :].strip() for line in text.splitlines() if line.strip().startswith(label + " ")]
+    assert found, f"no {label!r} line in:\n{text}"
+    return found[0]
+
+
+def test_steer_a_live_rollout(kube_api, namespace, operator, mlflow, trained, cluster):
+    operator()
+    plugin = Plugin(cluster, namespace)
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    body = deployment(versions.model, steps=[{"weight": 25, "pause": HOLD}, {"weight": 50, "pause": HOLD}])
+    body["spec"]["rollout"].pop("analysis")
+    apply_object(kube_api, namespace, body)
+    serving(kube_api, namespace, v1)
+
+    # get: the tracks and weights of a live canary, as its status has them.
+    v2 = versions.publish()
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", in_flight(v2), 90, "v2 canary in flight")
+    shown = plugin.ok("get", "idep/digits")
+    stable, canary = idep["status"]["stable"], idep["status"]["canary"]
+    assert shown.startswith("InferenceDeployment/digits  Analyzing\n"), shown
+    assert line_of(shown, "stable") == (
+        f"{versions.model} v{v1}  revision {stable['revision']}  "
+        f"{stable['readyReplicas']}/{stable['replicas']} ready  weight {stable['weight']}%"
+    )
+    assert line_of(shown, "canary") == (
+        f"{versions.model} v{v2}  revision {canary['revision']}  "
+        f"{canary['readyReplicas']}/{canary['replicas']} ready  weight {canary['weight']}% (requested 25%)  step 1 of 2"
+    )
+    assert stable["weight"] + canary["weight"] == 100 and 0 < canary["weight"] <= 50
+    # kubectl itself finds the plugin on PATH.
+    path = f"{PLUGIN.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    via_kubectl = subprocess.run([str(KUBECTL), "slipway", "get", "inferencedeployment", "digits", "-n", namespace,
+                                  f"--kubeconfig={cluster.kubeconfig}"], env={**os.environ, "PATH": path},
+                                 capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert via_kubectl.returncode == 0, via_kubectl.stderr
+    assert "InferenceDeployment/digits  Analyzing" in via_kubectl.stdout
+
+    # pause holds at the step (phase Paused); resume continues.
+    assert "spec.rollout.paused=true" in plugin.ok("pause", "digits")
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", lambda o: o["status"].get("phase") ==
+                       "Paused", 30, "paused")  # fmt: skip
+    assert condition(idep, "Ready")["reason"] == "Paused" and idep["status"]["currentStep"] == 0
+    shown = plugin.ok("get", "idep/digits")
+    assert "InferenceDeployment/digits  Paused" in shown and "spec.rollout.paused is true" in shown
+    assert "already true" in plugin.ok("pause", "digits")
+    plugin.ok("resume", "idep/digits")
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits", in_flight(v2), 30, "resumed")
+
+    # retry with nothing rolled back is refused, naming the object and why.
+    refused = plugin("retry", "digits")
+    assert refused.returncode == 3, refused
+    assert f"InferenceDeployment {namespace}/digits: nothing was rolled back" in refused.stderr
+
+    # promote skips both 600 s steps; wait returns 0 once Promoted.
+    plugin.ok("promote", "digits")
+    started = time.monotonic()
+    waited = plugin.ok("wait", "idep/digits", "--for=Promoted", "--timeout=2m", timeout=150)
+    assert time.monotonic() - started < 100
+    assert waited.rstrip().endswith("InferenceDeployment/digits is Promoted"), waited
+    assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["stable"]["modelVersion"] == v2
+    refused = plugin("promote", "digits")
+    assert refused.returncode == 3 and f"it is Promoted, serving {versions.model} v{v2}" in refused.stderr, refused
+
+    # abort rolls a canary back; wait on the rolled-back object fails at once with its Stalled message.
+    v3 = versions.publish()
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits", in_flight(v3), 90, "v3 canary in flight")
+    plugin.ok("abort", "digits")
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                       lambda o: o["status"].get("phase") == "RolledBack", 30, "aborted")  # fmt: skip
+    assert idep["status"]["lastRollback"]["reason"] == "Aborted"
+    assert idep["status"]["lastRollback"]["modelVersion"] == v3
+    started = time.monotonic()
+    failed = plugin("wait", "idep/digits", "--timeout=2m", timeout=150)
+    assert failed.returncode == 4, failed
+    assert time.monotonic() - started < 20
+    assert f"InferenceDeployment {namespace}/digits is Stalled while waiting for Ready: " in failed.stderr
+    assert f"version {v3} (revision {idep['status']['lastRollback']['revision']}) was rolled back (Aborted)" in (
+        failed.stderr
+    )
+    shown = plugin.ok("get", "idep/digits")
+    assert line_of(shown, "lastRollback").startswith(f"Aborted  {versions.model} v{v3}  revision ")
+
+    # retry rolls the rolled-back version out again; a watching get redraws as it moves.
+    watcher = subprocess.Popen([str(PLUGIN), "get", "idep/digits", "-w", "--timeout=25s", "-n", namespace,
+                                f"--kubeconfig={cluster.kubeconfig}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        assert watcher.stdout is not None
+        first = watcher.stdout.readline()  # the first frame is drawn (bounded by the watch's --timeout)
+        assert first.startswith("--- "), first
+        plugin.ok("retry", "digits")
+        idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", in_flight(v3), 90, "v3 retried")
+        assert idep["status"]["lastRollback"]["retried"] is True
+        out = first + watcher.stdout.read()  # to the end: the watch's --timeout
+        assert watcher.stderr is not None
+        err = watcher.stderr.read()
+        watcher.wait(10)
+    finally:
+        watcher.kill()
+    assert watcher.returncode == 0, err
+    frames = [f for f in out.split("--- ") if f.strip()]
+    assert len(frames) >= 2, out
+    assert "InferenceDeployment/digits  RolledBack" in frames[0], frames[0]
+    assert "InferenceDeployment/digits  RolledBack" not in frames[-1] and "(retried)" in frames[-1], frames[-1]
+    assert versions.alias("production") == v2
+
+
+def test_wait_fails_fast_on_a_stalled_object_and_errors_name_the_object(kube_api, namespace, operator, cluster):
+    operator()
+    plugin = Plugin(cluster, namespace)
+    body = deployment(f"unpublished-{namespace}")  # no version yet: WaitingForModel, in progress, not Stalled
+    body["metadata"]["name"] = "waiting"
+    apply_object(kube_api, namespace, body)
+    body = deployment(f"unpublished-{namespace}")
+    body["metadata"]["name"] = "elsewhere"  # a Prometheus off the operator's allow-list: Stalled, InvalidSpec
+    body["spec"]["rollout"]["analysis"]["prometheus"] = {"address": "http://prometheus.elsewhere.example:9090"}
+    apply_object(kube_api, namespace, body)
+    started = time.monotonic()
+    failed = plugin("wait", "inferencedeployments/elsewhere", "--for=Ready", "--timeout=3m", timeout=200)
+    elapsed = time.monotonic() - started
+    assert failed.returncode == 4, failed
+    assert elapsed < 30, elapsed
+    assert (
+        f"InferenceDeployment {namespace}/elsewhere is Stalled while waiting for Ready: InvalidSpec:" in failed.stderr
+    )
+    assert "prometheus.elsewhere.example" in failed.stderr
+
+    missing = plugin("get", "tr/nope")
+    assert missing.returncode == 1
+    assert f"TrainingRun {namespace}/nope not found; check the name and -n/--namespace" in missing.stderr
+    missing = plugin("promote", "nope")
+    assert missing.returncode == 1 and f"InferenceDeployment {namespace}/nope not found" in missing.stderr
+    waiting = lambda o: condition(o, "Ready").get("reason") == "WaitingForModel"  # noqa: E731
+    wait_status(kube_api, namespace, "InferenceDeployment", "waiting", waiting, 30, "waiting for its model")
+    timed_out = plugin("wait", "idep/waiting", "--for=Promoted", "--timeout=2s")
+    assert timed_out.returncode == 5, timed_out
+    assert f"timed out after 2s waiting for InferenceDeployment {namespace}/waiting to be Promoted" in timed_out.stderr
