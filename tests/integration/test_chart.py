@@ -238,6 +238,31 @@ def test_one_replica_has_no_disruption_budget():
     assert not [o for o in objs if o["kind"] == "PodDisruptionBudget"]
 
 
+MONITORING = ("monitoring.serviceMonitor.enabled=true", "monitoring.podMonitor.enabled=true",
+              "monitoring.prometheusRule.enabled=true", "monitoring.dashboard.enabled=true")  # fmt: skip
+
+
+def test_the_monitoring_kit_is_off_by_default_and_the_same_as_manifests_monitoring_when_on():
+    kinds = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    assert not [o for o in render() if o["kind"] in kinds or o["metadata"]["name"].endswith("-dashboard")]
+    helm("lint", "--strict", str(CHART), *[a for s in MONITORING for a in ("--set", s)])
+    chart = render(*MONITORING, "monitoring.serviceMonitor.labels.release=kube-prometheus-stack")
+    done = subprocess.run([str(KUBECTL), "kustomize", str(ROOT / "manifests" / "monitoring")], capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    kit = {o["kind"]: o for o in yaml.safe_load_all(done.stdout) if o}
+    assert only(chart, "PrometheusRule")["spec"] == kit["PrometheusRule"]["spec"]
+    assert only(chart, "PodMonitor")["spec"] == kit["PodMonitor"]["spec"]
+    monitor = only(chart, "ServiceMonitor")
+    assert monitor["spec"]["endpoints"] == kit["ServiceMonitor"]["spec"]["endpoints"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # The ServiceMonitor selects the chart's metrics Service, and that Service only.
+    service = only(chart, "Service", "slipway-operator-metrics")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    dashboard = only(chart, "ConfigMap", "slipway-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"] == kit["ConfigMap"]["data"]
+
+
 def test_chart_and_kustomize_install_the_same_objects():
     chart = index(render(crds=True))
     kust = index(kustomize())
