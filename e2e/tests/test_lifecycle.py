@@ -170,25 +170,27 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
     idep = status(kube_api, namespace, "inferencedeployments", "digits")
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
     report("\nstage durations since the first apply:\n" + stages.report())
-    check_monitoring(cluster, namespace, began, v2)
+    check_monitoring(cluster, namespace, began, v2, v3)
 
 
-def check_monitoring(cluster, namespace: str, began: float, stable_version: str) -> None:
+def check_monitoring(cluster, namespace: str, began: float, stable_version: str, rolled_back: str) -> None:
     """The monitoring kit during this lifecycle: the rollback alert fires for this deployment,
     the per-object gauges name it, and every dashboard panel's query has data."""
     url = cluster.prometheus_url
     assert {r["alert"] for g in monitoring.rule_groups() for r in g["rules"]} <= monitoring.rules_loaded(url)
-    firing = f'ALERTS{{alertname="SlipwayRollback", alertstate="firing", namespace="{namespace}", name="digits"}}'
-    wait_for(lambda: monitoring.query(url, firing), 60, "the SlipwayRollback alert firing for this deployment")
-    served = f'slipway_inferencedeployment_track_info{{namespace="{namespace}", name="digits", track="stable"}}'
-    wait_for(
-        lambda: [s for s in monitoring.query(url, served) if s["metric"].get("version") == stable_version],
-        30,
-        f"the stable track's gauge at version {stable_version}",
-    )
     phase = f'slipway_inferencedeployment_phase{{namespace="{namespace}", name="digits", phase="RolledBack"}} == 1'
-    assert monitoring.query(url, phase), "the phase gauge of the rolled-back deployment"
+    try:
+        wait_for(lambda: monitoring.query(url, phase), 60, "the operator's phase gauge of the rolled-back deployment")
+    except TimeoutError as exc:
+        targets = monitoring.query(url, 'up{job="slipway-operator"}')
+        raise AssertionError(f"{exc}; operator scrape targets: {targets}") from exc
+    served = f'slipway_inferencedeployment_track_info{{namespace="{namespace}", name="digits", track="stable"}}'
+    assert [s for s in monitoring.query(url, served) if s["metric"].get("version") == stable_version], served
+    firing = f'ALERTS{{alertname="SlipwayRollback", alertstate="firing", namespace="{namespace}", name="digits"}}'
+    alert = wait_for(lambda: monitoring.query(url, firing), 60, "the SlipwayRollback alert firing for this deployment")
+    assert (alert[0]["metric"]["reason"], alert[0]["metric"]["version"]) == ("AnalysisFailed", rolled_back), alert
     empty = [(title, expr) for title, expr in monitoring.dashboard_queries()
              if not monitoring.query_range(url, expr, began, time.time())]  # fmt: skip
-    assert not empty, f"dashboard panels without data during the lifecycle: {empty}"
+    now = {expr: monitoring.query(url, expr) for _, expr in empty}
+    assert not empty, f"dashboard panels without data during the lifecycle: {empty}; instant answers: {now}"
     report(f"monitoring: SlipwayRollback fired; {len(monitoring.dashboard_queries())} dashboard queries had data")

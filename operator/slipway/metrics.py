@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -50,18 +51,35 @@ REQUESTED_WEIGHT = Gauge("slipway_inferencedeployment_requested_weight",
 TRACK_INFO = Gauge("slipway_inferencedeployment_track_info",
                    "1 for the model version each track serves (track: stable or canary).",
                    ["namespace", "name", "track", "model", "version"])  # fmt: skip
+LAST_ROLLBACK = Gauge("slipway_inferencedeployment_last_rollback_timestamp_seconds",
+                      "When the last rollback happened, with its reason and the model version it pulled.",
+                      ["namespace", "name", "reason", "version"])  # fmt: skip
 TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
 TRAINING_PROGRESS = Gauge("slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.",
                           ["namespace", "name"])  # fmt: skip
 
 
+# Every reason a rollback (or a reverted promotion) can have: each deployment's counters start at 0
+# for all of them, so increase() sees its first rollback (a series born at 1 shows no increase).
+ROLLBACK_REASONS = ("AnalysisFailed", "ProgressDeadlineExceeded", "Aborted", "PromotionFailed", "PromotionAborted")
+
+
 class ObjectGauges:
     """The per-object gauges of each object, set from its status after every pass and removed
-    when it is deleted (or when this replica stops leading)."""
+    when it is deleted (or when this replica stops leading); an InferenceDeployment's rollback and
+    promotion counters are made at 0 before its first pass."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.series: dict[tuple[str, str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
+
+    def start(self, kind: str, namespace: str, name: str) -> None:
+        """Before a pass: the object's counters exist (at 0 the first time), so the first
+        rollback or promotion it counts is an increase a scrape can see."""
+        if kind == "InferenceDeployment":
+            for reason in ROLLBACK_REASONS:
+                ROLLBACKS.labels(namespace, name, reason)
+            PROMOTIONS.labels(namespace, name)
 
     def observe(self, kind: str, namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
         wanted = object_series(kind, namespace, name, status or {})
@@ -79,6 +97,10 @@ class ObjectGauges:
         with self.lock:
             for gauge, labels in self.series.pop((kind, namespace, name), []):
                 _remove(gauge, labels)
+            if kind == "InferenceDeployment":
+                for reason in ROLLBACK_REASONS:
+                    _remove(ROLLBACKS, (namespace, name, reason))
+                _remove(PROMOTIONS, (namespace, name))
 
     def clear(self) -> None:
         with self.lock:
@@ -87,7 +109,7 @@ class ObjectGauges:
             self.forget(*key)
 
 
-def _remove(gauge: Gauge, labels: tuple[str, ...]) -> None:
+def _remove(gauge: Gauge | Counter, labels: tuple[str, ...]) -> None:
     with suppress(KeyError):
         gauge.remove(*labels)
 
@@ -111,6 +133,11 @@ def object_series(
         canary = status.get("canary") or {}
         series.append((CANARY_WEIGHT, (namespace, name), float(canary.get("weight") or 0)))
         series.append((REQUESTED_WEIGHT, (namespace, name), float(canary.get("requestedWeight") or 0)))
+        rollback = status.get("lastRollback") or {}
+        when = _epoch(rollback.get("time"))
+        if when is not None:
+            pulled = (namespace, name, str(rollback.get("reason") or ""), str(rollback.get("modelVersion") or ""))
+            series.append((LAST_ROLLBACK, pulled, when))
         for track in ("stable", "canary"):
             served = status.get(track) or {}
             if served.get("modelVersion"):
@@ -124,6 +151,13 @@ def object_series(
             if isinstance(total, int | float) and total > 0:
                 series.append((TRAINING_PROGRESS, (namespace, name), min(1.0, float(step) / float(total))))
     return series
+
+
+def _epoch(timestamp: Any) -> float | None:
+    try:
+        return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp() if timestamp else None
+    except ValueError:
+        return None
 
 
 OBJECTS = ObjectGauges()

@@ -170,6 +170,7 @@ def run_pass(
     """The frame of every pass: timed and counted, the pass attempted, then its status and Events
     written. Returns when to run the pass again (seconds), or None to wait for a change.
     ``models`` names the MLflow models the spec uses (checked against the namespace's allow-list)."""
+    metrics.OBJECTS.start(ctx.kind, ctx.namespace, ctx.name)
     with metrics.reconcile_timer(ctx.kind):
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
         flush(ctx)

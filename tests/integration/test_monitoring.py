@@ -53,11 +53,16 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
             {
                 "interval": "1m",
                 "input_series": [
-                    # digits rolled back once at minute 5; other stays still.
-                    {"series": 'slipway_rollbacks_total{namespace="team-a",name="digits",reason="AnalysisFailed"}',
+                    # digits rolled back at minute 5; other is promoted throughout.
+                    {"series": 'slipway_inferencedeployment_phase{namespace="team-a",name="digits",phase="RolledBack"}',
                      "values": "0x4 1x30"},
-                    {"series": 'slipway_rollbacks_total{namespace="team-a",name="other",reason="AnalysisFailed"}',
-                     "values": "2x35"},
+                    {"series": 'slipway_inferencedeployment_last_rollback_timestamp_seconds{namespace="team-a",'
+                               'name="digits",reason="AnalysisFailed",version="7"}', "values": "_x4 300x30"},
+                    # other was rolled back yesterday, and has been promoted since.
+                    {"series": 'slipway_inferencedeployment_last_rollback_timestamp_seconds{namespace="team-a",'
+                               'name="other",reason="AnalysisFailed",version="2"}', "values": "-86400x35"},
+                    {"series": 'slipway_inferencedeployment_phase{namespace="team-a",name="other",phase="RolledBack"}',
+                     "values": "0x35"},
                     # a TrainingRun stalled from minute 0, a ModelArtifact only for 5 minutes.
                     {"series": 'slipway_object_stalled{kind="TrainingRun",namespace="team-a",name="run"}',
                      "values": "1x30"},
@@ -70,20 +75,23 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
                      "values": "0+10x30"},
                     {"series": 'slipway_external_requests_total{service="mlflow",outcome="ok"}',
                      "values": "0+5x5 30x25"},
-                    {"series": 'slipway_object_ready{kind="InferenceDeployment",namespace="team-a",name="digits",'
+                    {"series": 'slipway_object_ready{kind="InferenceDeployment",namespace="team-a",name="llm",'
                                'reason="AnalysisInconclusive"}', "values": "0x30"},
+                    {"series": 'slipway_inferencedeployment_phase{namespace="team-a",name="llm",phase="Paused"}',
+                     "values": "1x30"},
                     {"series": 'slipway_leader{pod="slipway-operator-a"}', "values": "1x5 0x25"},
                     {"series": 'slipway_leader{pod="slipway-operator-b"}', "values": "0x30"},
                 ],
                 "alert_rule_test": [
                     {"eval_time": "3m", "alertname": "SlipwayRollback", "exp_alerts": []},
-                    fires("10m", "SlipwayRollback", namespace="team-a", name="digits", reason="AnalysisFailed"),
+                    fires("10m", "SlipwayRollback", namespace="team-a", name="digits", reason="AnalysisFailed",
+                          version="7"),
                     fires("12m", "SlipwayObjectStalled", kind="TrainingRun", namespace="team-a", name="run"),
                     fires("12m", "SlipwayReconcileErrors", kind="InferenceDeployment"),
                     {"eval_time": "4m", "alertname": "SlipwayMlflowUnreachable", "exp_alerts": []},
                     fires("20m", "SlipwayMlflowUnreachable"),
                     {"eval_time": "10m", "alertname": "SlipwayAnalysisInconclusive", "exp_alerts": []},
-                    fires("20m", "SlipwayAnalysisInconclusive", namespace="team-a", name="digits"),
+                    fires("20m", "SlipwayAnalysisInconclusive", namespace="team-a", name="llm"),
                     {"eval_time": "4m", "alertname": "SlipwayNoLeader", "exp_alerts": []},
                     fires("15m", "SlipwayNoLeader"),
                 ],

@@ -22,7 +22,11 @@ def test_an_inference_deployment_mid_canary_and_after_its_rollback():
                        {"type": "Stalled", "status": "False", "reason": "Analyzing"}],
     }  # fmt: skip
     who = {"namespace": "team-a", "name": "m-idep"}
+    gauges.start("InferenceDeployment", "team-a", "m-idep")
     gauges.observe("InferenceDeployment", "team-a", "m-idep", canary)
+    # Its counters exist from the start, at 0: the first rollback is an increase Prometheus sees.
+    assert value("slipway_rollbacks_total", **who, reason="AnalysisFailed") == 0
+    assert value("slipway_promotions_total", **who) == 0
     assert value("slipway_inferencedeployment_phase", **who, phase="Analyzing") == 1
     assert value("slipway_inferencedeployment_phase", **who, phase="Promoted") == 0
     assert value("slipway_inferencedeployment_canary_weight", **who) == 33
@@ -36,7 +40,10 @@ def test_an_inference_deployment_mid_canary_and_after_its_rollback():
         "conditions": [{"type": "Ready", "status": "False", "reason": "AnalysisFailed"},
                        {"type": "Stalled", "status": "True", "reason": "AnalysisFailed"}],
     }  # fmt: skip
+    rolled_back["lastRollback"] = {"reason": "AnalysisFailed", "modelVersion": "4", "time": "2026-01-01T00:00:10Z"}
     gauges.observe("InferenceDeployment", "team-a", "m-idep", rolled_back)
+    assert value("slipway_inferencedeployment_last_rollback_timestamp_seconds", **who, reason="AnalysisFailed",
+                 version="4") == 1767225610  # fmt: skip
     assert value("slipway_inferencedeployment_phase", **who, phase="RolledBack") == 1
     assert value("slipway_inferencedeployment_phase", **who, phase="Analyzing") == 0
     assert value("slipway_object_stalled", kind="InferenceDeployment", **who) == 1
@@ -44,6 +51,7 @@ def test_an_inference_deployment_mid_canary_and_after_its_rollback():
     assert value("slipway_inferencedeployment_track_info", **who, track="canary", model="digits", version="4") is None
     assert value("slipway_object_ready", kind="InferenceDeployment", **who, reason="Analyzing") is None
     gauges.forget("InferenceDeployment", "team-a", "m-idep")
+    assert value("slipway_rollbacks_total", **who, reason="AnalysisFailed") is None
     assert value("slipway_inferencedeployment_phase", **who, phase="RolledBack") is None
     assert value("slipway_object_stalled", kind="InferenceDeployment", **who) is None
 
