@@ -12,3 +12,12 @@ def slipway_crds(cluster, kube_api) -> list[str]:
     from slipway_testing import install_crds
 
     return install_crds(kube_api)
+
+
+@pytest.fixture
+def mlflow(cluster):
+    """A client of the cluster's MLflow server."""
+    from slipway.mlflow import MlflowClient
+
+    with MlflowClient(cluster.mlflow_url) as client:
+        yield client

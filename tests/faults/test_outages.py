@@ -19,7 +19,6 @@ from integration.test_inferencedeployment import Versions, pods_of
 from localkube.audit import audited_kubeconfig
 from localkube.cluster import start_process, stop_process
 from localkube.wait import wait_for
-from slipway.mlflow import MlflowClient
 from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, get_object, read_or_none, train_run, wait_status
@@ -60,12 +59,6 @@ class Outage:
 
     def since_back(self) -> float:
         return time.monotonic() - self.back
-
-
-@pytest.fixture
-def mlflow(cluster):
-    with MlflowClient(cluster.mlflow_url) as client:
-        yield client
 
 
 def test_kube_apiserver_stopped_for_20s_mid_training(cluster, kube_api, namespace, operators, figures):

@@ -30,6 +30,22 @@ TRAIN = ["python", "-m", "slipway.workloads.train"]
 KINDS = ("TrainingRun", "ModelArtifact", "InferenceDeployment")
 
 
+def training_run(name: str, namespace: str, steps: int, **spec: Any) -> dict[str, Any]:
+    """A TrainingRun of the reference trainer (checkpoints every 2 steps)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": f"digits-{namespace}"},
+            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
+            "command": TRAIN,
+            "args": ["--steps", str(steps), "--checkpoint-every", "2"],
+            **spec,
+        },  # fmt: skip
+    }
+
+
 def readings(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """(Argo CD health, kstatus status, Flux status with Slipway's healthCheckExprs) of each object."""
     done = subprocess.run([str(HEALTH_TOOL), str(HEALTH_LUA), str(FLUX_CHECKS)], input=json.dumps(objects),
@@ -136,17 +152,7 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     kube_api, namespace, operator, cluster
 ):
     operator()
-    body = {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": "health"},
-        "spec": {
-            "model": {"name": f"digits-{namespace}"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": TRAIN,
-            "args": ["--steps", "200", "--checkpoint-every", "5"],
-        },  # fmt: skip
-    }
+    body = training_run("health", namespace, 200)
     with StatusHistory(kube_api, namespace, "trainingruns", "health") as history:
         apply_object(kube_api, namespace, body)
         wait_status(kube_api, namespace, "TrainingRun", "health",
@@ -199,18 +205,7 @@ def test_a_training_pod_that_cannot_start_goes_stalled_after_its_grace_and_recov
     monkeypatch.setenv("SLIPWAY_STUCK_POD_GRACE_SECONDS", "8")
     operator()
     token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "token"}}}
-    body = {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": "stuck"},
-        "spec": {
-            "model": {"name": f"digits-{namespace}"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": TRAIN,
-            "args": ["--steps", "200", "--checkpoint-every", "5"],
-            "env": [token],
-        },  # fmt: skip
-    }
+    body = training_run("stuck", namespace, 200, env=[token])
     apply_object(kube_api, namespace, body)
     waiting = wait_status(kube_api, namespace, "TrainingRun", "stuck",
                           lambda o: condition(o, "Ready").get("reason") == "CreateContainerConfigError",
@@ -236,18 +231,8 @@ def test_a_training_pod_that_cannot_start_goes_stalled_after_its_grace_and_recov
 def test_a_run_whose_artifact_is_rejected_is_stalled_not_ready(kube_api, namespace, operator):
     operator()
     gate = {"metric": "sizeBytes", "max": 1}  # no model is 1 byte: the gate rejects it
-    body = {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": "small"},
-        "spec": {
-            "model": {"name": f"digits-{namespace}"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": TRAIN,
-            "args": ["--steps", "4", "--checkpoint-every", "2"],
-            "artifact": {"quantization": {"method": "none"}, "validation": {"gates": [gate]}},
-        },  # fmt: skip
-    }
+    artifact = {"quantization": {"method": "none"}, "validation": {"gates": [gate]}}
+    body = training_run("small", namespace, 4, artifact=artifact)
     apply_object(kube_api, namespace, body)
     seen_ready: list[str] = []
 

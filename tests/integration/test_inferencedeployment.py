@@ -26,12 +26,6 @@ def trained(cluster) -> str:
     return train_run(cluster.mlflow_url, "idep-tests", steps=8)
 
 
-@pytest.fixture
-def mlflow(cluster):
-    with MlflowClient(cluster.mlflow_url) as c:
-        yield c
-
-
 class Versions:
     def __init__(self, mlflow: MlflowClient, model: str, run_id: str) -> None:
         self.mlflow, self.model, self.run_id = mlflow, model, run_id

@@ -30,14 +30,6 @@ def trained(cluster) -> str:
     return train_run(cluster.mlflow_url, "kubectl-plugin-tests", steps=6)
 
 
-@pytest.fixture
-def mlflow(cluster):
-    from slipway.mlflow import MlflowClient
-
-    with MlflowClient(cluster.mlflow_url) as c:
-        yield c
-
-
 class Plugin:
     """``kubectl-slipway`` as a subprocess: KUBECONFIG from the environment, or --kubeconfig."""
 

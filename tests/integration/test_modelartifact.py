@@ -32,12 +32,6 @@ GATES = [
 ]
 
 
-@pytest.fixture
-def mlflow(cluster):
-    with MlflowClient(cluster.mlflow_url) as c:
-        yield c
-
-
 def versions_of(mlflow: MlflowClient, model: str, uid: str, role: str | None = None) -> list[Any]:
     tags = {"slipway.dev/uid": uid, **({"slipway.dev/role": role} if role else {})}
     return mlflow.search_model_versions(model_version_filter(model, tags))

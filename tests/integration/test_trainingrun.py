@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from slipway.mlflow import MlflowClient, tag_filter
+from slipway.mlflow import tag_filter
 from slipway_testing import apply_object, condition, get_object, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -49,12 +49,6 @@ def pods_of(kube_api, namespace: str, name: str) -> list[Any]:
         .list_namespaced_pod(namespace, label_selector=f"slipway.dev/trainingrun={name}")
         .items
     )
-
-
-@pytest.fixture
-def mlflow(cluster):
-    with MlflowClient(cluster.mlflow_url) as c:
-        yield c
 
 
 def test_run_succeeds_with_mlflow_run_progress_and_artifact(kube_api, namespace, operator, mlflow):
