@@ -26,8 +26,8 @@ install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workload
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# The editable install's notice about same-named folders is about src-less layouts; ours maps
-	# operator/slipway explicitly, so it is silenced.
+	# The editable install warns that a folder named like a package in the working directory may
+	# shadow it; none is (operator/slipway is mapped by name in pyproject.toml): silenced.
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev,workloads]'
 	touch $@
 
