@@ -8,6 +8,7 @@ with manifests/flux/kustomization-health.yaml: all three in the small Go program
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -247,3 +248,24 @@ def test_a_run_whose_artifact_is_rejected_is_stalled_not_ready(kube_api, namespa
     assert stalled["reason"] == "ArtifactRejected" and "sizeBytes" in stalled["message"], stalled
     assert run["status"]["phase"] == "Succeeded" and condition(run, "Trained")["status"] == "True"
     assert health([run]) == [("Degraded", "Failed")]
+
+
+@pytest.mark.cluster
+def test_the_readme_patch_merges_the_health_checks_into_an_existing_argocd_cm(kube_api, cluster):
+    core = client.CoreV1Api(kube_api)
+    with contextlib.suppress(client.ApiException):
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="argocd")))
+    mine = {"url": "https://argocd.example.test", "resource.customizations.health.apps_Other": "return {}"}
+    core.create_namespaced_config_map("argocd", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="argocd-cm"),
+                                                                   data=mine))  # fmt: skip
+    try:
+        subprocess.run([str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", "argocd",
+                        "patch", "configmap", "argocd-cm", "--patch-file",
+                        str(ROOT / "manifests" / "argocd" / "argocd-cm.yaml")],
+                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        data = core.read_namespaced_config_map("argocd-cm", "argocd").data
+        assert mine.items() <= data.items()  # what Argo CD had is kept
+        script = HEALTH_LUA.read_text()
+        assert all(data[f"resource.customizations.health.slipway.dev_{kind}"] == script for kind in KINDS)
+    finally:
+        core.delete_namespaced_config_map("argocd-cm", "argocd")
