@@ -23,11 +23,11 @@ help:  ## list the targets
 install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workloads, local cluster and tests
 
 
+# The editable install warns that a folder named like a package in the working directory may
+# shadow it; none is (operator/slipway is mapped by name in pyproject.toml): silenced.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# The editable install warns that a folder named like a package in the working directory may
-	# shadow it; none is (operator/slipway is mapped by name in pyproject.toml): silenced.
 	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev,workloads]'
 	touch $@
 
