@@ -45,11 +45,11 @@ $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum $(wildcard e2e/
 
 # Upstream Prometheus with Kubernetes service discovery (Debian's package has none).
 metrics-server: $(METRICS_SERVER)  ## build metrics-server from the Go module proxy (cached)
-$(METRICS_SERVER): e2e/controlplane/build-metrics-server.sh
+$(METRICS_SERVER): e2e/controlplane/build-metrics-server.sh e2e/go-build.sh
 	bash e2e/controlplane/build-metrics-server.sh $(METRICS_SERVER)
 
 traefik: $(TRAEFIK)  ## build Traefik (the local Gateway API data plane) from the Go module proxy (cached)
-$(TRAEFIK): e2e/gateway/build-traefik.sh e2e/gateway/go.mod e2e/gateway/go.sum
+$(TRAEFIK): e2e/gateway/build-traefik.sh e2e/go-build.sh e2e/gateway/go.mod e2e/gateway/go.sum
 	bash e2e/gateway/build-traefik.sh $(TRAEFIK)
 
 health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) and Flux (CEL) health checker the tests use
@@ -57,11 +57,11 @@ $(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
 
 helm: $(HELM)  ## build Helm from the Go module proxy (cached): the chart tests lint, render and install charts/slipway
-$(HELM): e2e/helm/build-helm.sh
+$(HELM): e2e/helm/build-helm.sh e2e/go-build.sh
 	bash e2e/helm/build-helm.sh $(HELM)
 
 prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
-$(PROMETHEUS): e2e/controlplane/build-prometheus.sh
+$(PROMETHEUS): e2e/controlplane/build-prometheus.sh e2e/go-build.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
 
 crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models

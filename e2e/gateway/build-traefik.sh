@@ -4,16 +4,13 @@
 # its cmd/traefik is built inside this wrapper module (go.mod copied from Traefik's, with
 # the workarounds it explains). Usage: build-traefik.sh OUTPUT_BINARY
 set -euo pipefail
-out=${1:?usage: build-traefik.sh OUTPUT_BINARY}
 version=v3.7.13
 lego_version=v5.4.1
 here=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$(dirname "$out")"
-out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-command -v go >/dev/null || { echo "build-traefik.sh: Go is not installed" >&2; exit 1; }
+# shellcheck source=../go-build.sh
+source "$(dirname "$0")/../go-build.sh"
+go_build_setup build-traefik.sh "${1:-}"
 echo "building Traefik $version with $(go version) (cold: about 4 minutes on 2 cores, 1.5 GB of modules)" >&2
-start=$(date +%s)
 work="$(dirname "$out")/build"
 mkdir -p "$work"
 dir_of() { go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'; }

@@ -3,17 +3,12 @@
 # Go module proxy. Helm's go.mod has no replace directives, so `go install` of its cmd/helm
 # at a tagged version works directly. Usage: build-helm.sh OUTPUT_BINARY
 set -euo pipefail
-out=${1:?usage: build-helm.sh OUTPUT_BINARY}
 version=v3.22.0
 k8s_minor=37            # Helm v3.22.0 builds against k8s.io/client-go v0.37: its lint and template default to 1.37
-mkdir -p "$(dirname "$out")"
-out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
-export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
-command -v go >/dev/null || { echo "build-helm.sh: Go is not installed" >&2; exit 1; }
+# shellcheck source=../go-build.sh
+source "$(dirname "$0")/../go-build.sh"
+go_build_setup build-helm.sh "${1:-}"
 echo "building Helm $version with $(go version) (cold: about 3 minutes on 2 cores, 400 MB of modules)" >&2
-start=$(date +%s)
-bindir=$(mktemp -d)
-trap 'rm -rf "$bindir"' EXIT
 # The same -X flags as Helm's own Makefile, so `helm version` and the Kubernetes version
 # that `helm lint`/`helm template` assume are those of a release build.
 GOBIN=$bindir go install -trimpath \

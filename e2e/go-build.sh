@@ -1,0 +1,15 @@
+# Sourced by the build scripts of the binaries the local cluster and the tests use: Go never
+# downloads a toolchain (GOTOOLCHAIN=local), no cgo, modules resolved from the module proxy.
+# go_build_setup SCRIPT OUTPUT sets $out (the output's absolute path, its folder made), $start
+# (for the build time printed at the end) and $bindir (a GOBIN removed on exit).
+go_build_setup() {
+  local script=$1
+  out=${2:?usage: $script OUTPUT_BINARY}
+  mkdir -p "$(dirname "$out")"
+  out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
+  export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
+  command -v go >/dev/null || { echo "$script: Go is not installed" >&2; exit 1; }
+  start=$(date +%s)
+  bindir=$(mktemp -d)
+  trap 'rm -rf "$bindir"' EXIT
+}
