@@ -183,6 +183,34 @@ def custom(api: client.ApiClient) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(api)
 
 
+TRAIN = ["python", "-m", "slipway.workloads.train"]
+
+
+def training_run(
+    name: str,
+    steps: int = 6,
+    env: dict[str, str] | list[dict[str, Any]] | None = None,
+    model: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A TrainingRun of the reference trainer, checkpointing every 2 steps (model ``digits-NAME``
+    unless named); ``env`` as name/value pairs or as EnvVar entries (valueFrom, ...)."""
+    entries = [{"name": k, "value": v} for k, v in env.items()] if isinstance(env, dict) else list(env or [])
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingRun",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": model or f"digits-{name}"},
+            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
+            "command": TRAIN,
+            "args": ["--steps", str(steps), "--checkpoint-every", "2"],
+            "env": entries,
+            **spec,
+        },
+    }
+
+
 def apply_object(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
     plural = body["kind"].lower() + "s"
     return custom(api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)  # type: ignore[no-any-return]

@@ -21,30 +21,13 @@ from kubernetes import client, watch
 
 from localkube.cluster import CONTROLPLANE
 from slipway.status.conditions import held, ready, reconciling, set_conditions, stalled
-from slipway_testing import GROUP, VERSION, apply_object, condition, wait_status
+from slipway_testing import GROUP, VERSION, apply_object, condition, training_run, wait_status
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTH_TOOL = ROOT / ".cache" / "health" / "health"  # make health-tool (a prerequisite of make test)
 HEALTH_LUA = ROOT / "manifests" / "argocd" / "health.lua"
 FLUX_CHECKS = ROOT / "manifests" / "flux" / "kustomization-health.yaml"
-TRAIN = ["python", "-m", "slipway.workloads.train"]
 KINDS = ("TrainingRun", "ModelArtifact", "InferenceDeployment")
-
-
-def training_run(name: str, namespace: str, steps: int, **spec: Any) -> dict[str, Any]:
-    """A TrainingRun of the reference trainer (checkpoints every 2 steps)."""
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "TrainingRun",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": f"digits-{namespace}"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": TRAIN,
-            "args": ["--steps", str(steps), "--checkpoint-every", "2"],
-            **spec,
-        },  # fmt: skip
-    }
 
 
 def readings(objects: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -153,7 +136,7 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     kube_api, namespace, operator, cluster
 ):
     operator()
-    body = training_run("health", namespace, 200)
+    body = training_run("health", 200, model=f"digits-{namespace}")
     with StatusHistory(kube_api, namespace, "trainingruns", "health") as history:
         apply_object(kube_api, namespace, body)
         wait_status(kube_api, namespace, "TrainingRun", "health",
@@ -206,7 +189,7 @@ def test_a_training_pod_that_cannot_start_goes_stalled_after_its_grace_and_recov
     monkeypatch.setenv("SLIPWAY_STUCK_POD_GRACE_SECONDS", "8")
     operator()
     token = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hub-token", "key": "token"}}}
-    body = training_run("stuck", namespace, 200, env=[token])
+    body = training_run("stuck", 200, [token], model=f"digits-{namespace}")
     apply_object(kube_api, namespace, body)
     waiting = wait_status(kube_api, namespace, "TrainingRun", "stuck",
                           lambda o: condition(o, "Ready").get("reason") == "CreateContainerConfigError",
@@ -233,7 +216,7 @@ def test_a_run_whose_artifact_is_rejected_is_stalled_not_ready(kube_api, namespa
     operator()
     gate = {"metric": "sizeBytes", "max": 1}  # no model is 1 byte: the gate rejects it
     artifact = {"quantization": {"method": "none"}, "validation": {"gates": [gate]}}
-    body = training_run("small", namespace, 4, artifact=artifact)
+    body = training_run("small", 4, model=f"digits-{namespace}", artifact=artifact)
     apply_object(kube_api, namespace, body)
     seen_ready: list[str] = []
 

@@ -8,27 +8,9 @@ import pytest
 from kubernetes import client
 
 from slipway.mlflow import tag_filter
-from slipway_testing import apply_object, condition, get_object, wait_status
+from slipway_testing import apply_object, condition, get_object, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
-
-TRAIN = ["python", "-m", "slipway.workloads.train"]
-
-
-def training_run(name: str, steps: int = 6, env: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "TrainingRun",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": f"digits-{name}"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": TRAIN,
-            "args": ["--steps", str(steps), "--checkpoint-every", "2"],
-            "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
-            **spec,
-        },
-    }
 
 
 def phase_is(*phases: str):
