@@ -10,6 +10,8 @@ METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 TRAEFIK := $(CACHE)/traefik/traefik
 HEALTH := $(CACHE)/health/health
 HELM := $(CACHE)/helm/helm
+ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
+KWOK := $(CACHE)/kwok/kwok
 CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
@@ -94,17 +96,38 @@ demo: install controlplane prometheus metrics-server  ## the whole lifecycle on 
 
 demo-down: cluster-down  ## stop the demo's cluster
 
-# Benchmarks, run by hand (never by `make test` or CI): BENCH_SOURCE is the checkout measured.
-.PHONY: bench
+# Benchmarks, run by hand (never by `make test` or CI). `make bench` runs the four scenarios of
+# bench/README.md (Slipway beside Argo Rollouts on one local cluster, then Slipway at scale on kwok
+# nodes), keeps the raw JSON in bench/out/run-<time>/ and renders bench/RESULTS.md and bench/plots/.
+.PHONY: bench bench-env bench-report bench-at-rest bench-rollback argo-rollouts kwok
 BENCH_SOURCE ?= .
 BENCH_SECONDS ?= 120
-bench: install controlplane prometheus metrics-server  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
-	$(PY) bench/at_rest.py --source $(BENCH_SOURCE) --seconds $(BENCH_SECONDS)
-
-.PHONY: bench-rollback
 BENCH_TRIALS ?= 3
+BENCH_ARGS ?=
+bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/RESULTS.md
+	$(PY) -m bench all $(BENCH_ARGS)
+
+bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from the last run's raw JSON
+	$(PY) -m bench report
+
+bench-env: $(VENV)/.bench-installed
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev,workloads,bench]'
+	touch $@
+
+argo-rollouts: $(ARGO_ROLLOUTS)  ## build the Argo Rollouts controller (the benchmarks' peer) from the Go module proxy (cached)
+$(ARGO_ROLLOUTS): bench/build-argo-rollouts.sh e2e/go-build.sh
+	bash bench/build-argo-rollouts.sh $(ARGO_ROLLOUTS)
+
+kwok: $(KWOK)  ## build kwok (fake nodes for the scale benchmarks) from the Go module proxy (cached)
+$(KWOK): bench/build-kwok.sh e2e/go-build.sh
+	bash bench/build-kwok.sh $(KWOK)
+
+bench-at-rest: install controlplane prometheus metrics-server  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
+	$(PY) -m bench.at_rest --source $(BENCH_SOURCE) --seconds $(BENCH_SECONDS)
+
 bench-rollback: install controlplane prometheus metrics-server  ## canary ready -> rollback -> stable, vs its floor (bench/rollback_latency.py)
-	$(PY) bench/rollback_latency.py --source $(BENCH_SOURCE) --trials $(BENCH_TRIALS)
+	$(PY) -m bench.rollback_latency --source $(BENCH_SOURCE) --trials $(BENCH_TRIALS)
 
 e2e-kind:  ## the lifecycle on kind (needs Docker, kind, kubectl; not available on Slipway's CI machine)
 	bash e2e/kind/run.sh

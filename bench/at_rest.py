@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from harness import (
+from bench.harness import (
     GROUP,
     IMAGE,
     ROOT,

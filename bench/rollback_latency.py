@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import (
+from bench.harness import (
     GROUP,
     IMAGE,
     ROOT,

@@ -1,0 +1,66 @@
+"""``python -m bench {all,rollback,at-rest,scale,report}``: see bench/README.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from bench import rundir
+
+SCENARIOS = ("rollback", "at-rest", "scale")
+
+
+def _module(name: str):  # the scenario modules import the cluster tooling: only when run
+    if name == "rollback":
+        from bench import scenario_a as module
+    elif name == "at-rest":
+        from bench import scenario_b as module
+    else:
+        from bench import scenario_c as module
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    every = sub.add_parser("all", help="every scenario, one after the other, then the report")
+    every.add_argument("--only", action="append", choices=SCENARIOS, help="run only these scenarios (repeatable)")
+    every.add_argument("--out", type=Path, help="the run's folder (default: bench/out/run-<time>)")
+    for name in SCENARIOS:
+        _module(name).add_arguments(every)
+    for name in SCENARIOS:
+        one = sub.add_parser(name, help=f"scenario {name} alone, into the last run's folder or --out")
+        one.add_argument("--out", type=Path, help="the run's folder (default: a new bench/out/run-<time>)")
+        _module(name).add_arguments(one)
+    report = sub.add_parser("report", help="render bench/RESULTS.md and bench/plots/ from a run's raw JSON")
+    report.add_argument("run", nargs="?", type=Path, help="the run's folder (default: the last run)")
+    report.add_argument("--results", type=Path, default=rundir.BENCH / "RESULTS.md")
+    report.add_argument("--plots", type=Path, default=rundir.BENCH / "plots")
+    args = parser.parse_args(argv)
+
+    from bench import report as render
+
+    if args.command == "report":
+        run = args.run or rundir.last_run()
+        render.render(run, args.results, args.plots)
+        return 0
+    run = rundir.start(args.out)
+    names = (args.only or list(SCENARIOS)) if args.command == "all" else [args.command]
+    failed = []
+    for name in names:
+        try:
+            _module(name).run(run, args)
+        except (Exception, KeyboardInterrupt) as e:  # the other scenarios still run; the report says what failed
+            rundir.record_failure(run, name, e)
+            failed.append(name)
+            if isinstance(e, KeyboardInterrupt):
+                break
+    render.render(run, rundir.BENCH / "RESULTS.md", rundir.BENCH / "plots")
+    if failed:
+        print(f"failed: {', '.join(failed)} (see {run}/failures.json)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
