@@ -73,8 +73,8 @@ verify: lint types  ## lint, types, CRD drift
 	$(PY) -m slipway.crdgen --check $(CRD_DIRS)
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check operator e2e tests
-	$(VENV)/bin/ruff format --check operator e2e tests
+	$(VENV)/bin/ruff check operator e2e tests bench
+	$(VENV)/bin/ruff format --check operator e2e tests bench
 
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy

@@ -46,6 +46,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from kubernetes.client.exceptions import ApiException
+
 from bench.harness import (
     GROUP,
     IMAGE,
@@ -65,8 +67,6 @@ from bench.harness import (
     print_log_findings,
     source_of,
 )
-from kubernetes.client.exceptions import ApiException
-
 from localkube.audit import AuditRecord, audited_kubeconfig, requests_by, summarize
 from localkube.bootstrap import apply_gateway_api_crds
 from localkube.kube import Kube

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
 from bench.harness import (
     GROUP,
     IMAGE,
@@ -67,7 +68,6 @@ from bench.harness import (
     print_log_findings,
     source_of,
 )
-
 from localkube.audit import audited_kubeconfig
 from localkube.kube import Kube, api_client
 from localkube.state import ClusterInfo

@@ -36,14 +36,15 @@ def machine() -> dict[str, Any]:
     meminfo = Path("/proc/meminfo").read_text().splitlines()
     mem_kib = next((int(line.split()[1]) for line in meminfo if line.startswith("MemTotal")), 0)
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), platform.processor())
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
     return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(mem_kib / 1024 / 1024, 1),
             "kernel": platform.release(), "python": platform.python_version()}  # fmt: skip
 
 
 def versions() -> dict[str, str]:
     controlplane = (ROOT / "e2e" / "controlplane" / "go.mod").read_text()
-    kube = next((line.split()[1] for line in controlplane.splitlines() if line.strip().startswith("k8s.io/kubernetes ")), "")
+    lines = [line.split() for line in controlplane.splitlines()]
+    kube = next((words[1] for words in lines if len(words) > 1 and words[0] == "k8s.io/kubernetes"), "")
     commit = _run("git", "-C", str(ROOT), "rev-parse", "--short", "HEAD")
     dirty = bool(_run("git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"))
     return {
