@@ -10,10 +10,11 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from slipway.status.conditions import parse_time
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
@@ -134,7 +135,8 @@ def object_series(
         series.append((CANARY_WEIGHT, (namespace, name), float(canary.get("weight") or 0)))
         series.append((REQUESTED_WEIGHT, (namespace, name), float(canary.get("requestedWeight") or 0)))
         rollback = status.get("lastRollback") or {}
-        when = _epoch(rollback.get("time"))
+        parsed = parse_time(rollback.get("time"))
+        when = parsed.timestamp() if parsed else None
         if when is not None:
             pulled = (namespace, name, str(rollback.get("reason") or ""), str(rollback.get("modelVersion") or ""))
             series.append((LAST_ROLLBACK, pulled, when))
@@ -151,13 +153,6 @@ def object_series(
             if isinstance(total, int | float) and total > 0:
                 series.append((TRAINING_PROGRESS, (namespace, name), min(1.0, float(step) / float(total))))
     return series
-
-
-def _epoch(timestamp: Any) -> float | None:
-    try:
-        return datetime.fromisoformat(str(timestamp).replace("Z", "+00:00")).timestamp() if timestamp else None
-    except ValueError:
-        return None
 
 
 OBJECTS = ObjectGauges()

@@ -53,3 +53,15 @@ def test_stalled_is_abnormal_true_and_others_are_kept():
     assert not is_true(second, "Ready")
     assert get_condition(second, "Trained")["observedGeneration"] == 1
     assert [c["type"] for c in second] == ["Trained", "Ready", "Reconciling", "Stalled"]
+
+
+def test_parse_time_reads_the_api_servers_times_and_refuses_nothing() -> None:
+    from datetime import UTC, datetime
+
+    from slipway.status.conditions import parse_time
+
+    assert parse_time("2026-12-01T10:00:00Z") == datetime(2026, 12, 1, 10, tzinfo=UTC)
+    assert parse_time("2026-12-01T10:00:00.250000Z") == datetime(2026, 12, 1, 10, 0, 0, 250000, tzinfo=UTC)
+    assert parse_time(None) is None
+    assert parse_time("") is None
+    assert parse_time("yesterday") is None  # a hand-edited status: no time, not an exception

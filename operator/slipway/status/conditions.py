@@ -24,6 +24,17 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 time as the API server writes it (``2026-12-01T10:00:00Z``, fractions allowed);
+    None when empty or unreadable, so a hand-edited status never breaks a pass."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Cond:
     """A desired condition, before timestamps."""

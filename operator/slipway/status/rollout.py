@@ -29,7 +29,7 @@ from slipway.analysis import AnalysisOutcome
 from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
-from slipway.status.conditions import Cond, Status, get_condition, held, ready, reconciling, stalled
+from slipway.status.conditions import Cond, Status, get_condition, held, parse_time, ready, reconciling, stalled
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
@@ -170,10 +170,6 @@ def replica_weight(canary_ready: int, stable_ready: int) -> int:
     return round(100 * canary_ready / total) if total else 0
 
 
-def _ts(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
-
-
 def _iso(value: datetime) -> str:
     return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
@@ -289,7 +285,7 @@ def _settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
 def _degraded(obs: Observed, desired: Desired, stable: Track) -> Plan:
     detail = f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""
     message = f"{stable.ready}/{stable.replicas} stable replicas ready{detail}"
-    since = _ts((get_condition(obs.status.get("conditions"), "Degraded") or {}).get("lastTransitionTime"))
+    since = parse_time((get_condition(obs.status.get("conditions"), "Degraded") or {}).get("lastTransitionTime"))
     was_degraded = (get_condition(obs.status.get("conditions"), "Degraded") or {}).get("status") == "True"
     deadline = timedelta(seconds=obs.spec.rollout.progress_deadline_seconds)
     if was_degraded and since is not None and obs.now - since > deadline:
@@ -333,13 +329,13 @@ class Canary:
         ) != "RolledBack"
         self.weights = step_weights(self.spec.rollout)
         self.step = min(int(status.get("currentStep") or 0), len(self.weights) - 1) if self.same else 0
-        self.started = (_ts(status.get("canaryStartTime")) if self.same else None) or self.now
-        self.step_started = (_ts(status.get("stepStartTime")) if self.same else None) or self.now
-        self.progress = (_ts(status.get("lastProgressTime")) if self.same else None) or self.now
+        self.started = (parse_time(status.get("canaryStartTime")) if self.same else None) or self.now
+        self.step_started = (parse_time(status.get("stepStartTime")) if self.same else None) or self.now
+        self.progress = (parse_time(status.get("lastProgressTime")) if self.same else None) or self.now
         self.failed = int(status.get("failedAnalyses") or 0) if self.same else 0
         # Only analyses of this canary at this step count towards advancing it.
-        self.previous_results = [r for r in (status.get("analysis") or [])
-                                 if self.same and (_ts(r.get("time")) or self.now) >= self.step_started]  # fmt: skip
+        analyses = (status.get("analysis") or []) if self.same else []
+        self.previous_results = [r for r in analyses if (parse_time(r.get("time")) or self.now) >= self.step_started]
 
     def status(self, **changes: Any) -> dict[str, Any]:
         fields: dict[str, Any] = {"currentStep": self.step, "stepStartTime": _iso(self.step_started),
@@ -445,7 +441,7 @@ class Canary:
     def analysis_due(self) -> bool:
         analysis = self.spec.rollout.analysis
         assert analysis is not None
-        times = [t for t in (_ts(r.get("time")) for r in self.previous_results) if t is not None]
+        times = [t for t in (parse_time(r.get("time")) for r in self.previous_results) if t is not None]
         return not times or self.now - max(times) >= parse_duration(analysis.interval)
 
     def inconclusive_reason(self) -> str:
@@ -484,7 +480,7 @@ class Promotion:
         self.obs, self.desired, self.now = obs, desired, obs.now
         status = obs.status
         self.previous = status.get("previousStable") or {}
-        self.progress = _ts(status.get("lastProgressTime")) or self.now
+        self.progress = parse_time(status.get("lastProgressTime")) or self.now
         self.deadline = timedelta(seconds=obs.spec.rollout.progress_deadline_seconds)
 
     def plan(self) -> Plan:

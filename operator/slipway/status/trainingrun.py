@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slipway.models.trainingrun import TrainingRunSpec
-from slipway.status.conditions import Cond, held, ready, reconciling, settled, stalled
+from slipway.status.conditions import Cond, held, parse_time, ready, reconciling, settled, stalled
 from slipway.status.jobs import job_condition
 
 TRAINED = "Trained"
@@ -194,13 +194,8 @@ def _artifact_outcome(artifact: Obj, **kw: Any) -> TrainingState:
 
 
 def _age_seconds(pod: Obj, now: datetime | None) -> float | None:
-    created = (pod.get("metadata") or {}).get("creationTimestamp")
-    if now is None or not created:
-        return None
-    try:
-        return max(0.0, (now - datetime.fromisoformat(str(created).replace("Z", "+00:00"))).total_seconds())
-    except ValueError:
-        return None
+    created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+    return None if now is None or created is None else max(0.0, (now - created).total_seconds())
 
 
 PROGRESS_KEYS = {"step", "totalSteps", "checkpointStep"}
