@@ -216,6 +216,36 @@ def test_inconclusive_holds_and_never_advances():
     assert "Prometheus unreachable" in cond(p, "Ready").message and p.stable is None
 
 
+def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interval():
+    """A canary's first query usually comes before Prometheus holds two samples of it: waiting a
+    whole interval for the next would delay the verdict on a bad canary by that much."""
+    s = spec(analysis={"interval": "10s", "metrics": [{"name": "errorRate", "max": 0.05}]})
+    no_data = outcome("Inconclusive", None, "errorRate: no data")
+    first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=no_data))
+    assert first.phase == "Paused" and first.retry_analysis
+    recorded = {**canary_status(), **first.status}  # the inconclusive result is on record at NOW
+    for seconds, due in ((1, False), (2, True)):
+        later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=recorded,
+                             now=NOW + timedelta(seconds=seconds)))  # fmt: skip
+        assert later.analyze is due, seconds
+    # Past the step's first interval, no data is queried once per interval, as anything else.
+    step_began = NOW - timedelta(seconds=30)
+    old = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
+                       analysis=no_data))  # fmt: skip
+    assert not old.retry_analysis
+    old_status = {**canary_status(since=step_began), **old.status}
+    for seconds, due in ((2, False), (9, False), (10, True)):
+        later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=old_status,
+                             now=NOW + timedelta(seconds=seconds)))  # fmt: skip
+        assert later.analyze is due, seconds
+    # A result that is not inconclusive waits the whole interval; and retrying never fails sooner.
+    failed = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(),
+                          analysis=outcome("Failed", 0.3)))  # fmt: skip
+    assert not failed.retry_analysis and failed.status["failedAnalyses"] == 1
+    assert not plan(observe(s, stable=track(V1), canary=track(V2, 1), status={**canary_status(), **failed.status},
+                            now=NOW + timedelta(seconds=2))).analyze  # fmt: skip
+
+
 # -- deadlines measure progress ---------------------------------------------------------------
 
 

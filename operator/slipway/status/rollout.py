@@ -31,6 +31,10 @@ from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
 from slipway.status.conditions import Cond, Status, get_condition, held, parse_time, ready, reconciling, stalled
 
+# In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
+# scraped twice) is tried again this soon, not a whole interval later.
+INCONCLUSIVE_RETRY = timedelta(seconds=2)
+
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
 RETRY_ANNOTATION = "slipway.dev/retry"
@@ -108,6 +112,7 @@ class Plan:
     route_weight: int = 0  # GatewayAPI: the canary backend's weight
     rollout: Desired | None = None  # the revision being rolled out, for status.canary
     analyze: bool = False
+    retry_analysis: bool = False  # an inconclusive first analysis: try again after INCONCLUSIVE_RETRY
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None
@@ -425,8 +430,10 @@ class Canary:
             message = (
                 f"holding {step_text}: analysis inconclusive ({self.inconclusive_reason()}); never promoting blind"
             )
+            latest = changes["analysis"] if changes else None
             return _plan("Paused", reconciling, "AnalysisInconclusive", message, progressing="Unknown",
-                         status=self.status(**changes), **serve)  # fmt: skip
+                         status=self.status(**changes), retry_analysis=self.retrying_inconclusive(latest),
+                         **serve)  # fmt: skip
         if verdict == "Passed" and self.now - self.step_started >= step_duration(self.spec.rollout, self.step):
             if self.step + 1 >= len(self.weights):
                 return self.promote(**changes)
@@ -439,10 +446,34 @@ class Canary:
         return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes), **serve)
 
     def analysis_due(self) -> bool:
+        """Every ``analysis.interval``. Sooner in the step's first interval, while the latest
+        analysis was inconclusive: a canary's first query usually comes before Prometheus holds
+        two samples of its pods, and waiting a whole interval for the next one would delay every
+        verdict by that much. It is tried again after :data:`INCONCLUSIVE_RETRY` instead (no data
+        never counts towards ``failureLimit``, so this never rolls back sooner on no data). Past
+        the first interval, a canary with no data is queried once per interval, as any other."""
         analysis = self.spec.rollout.analysis
         assert analysis is not None
-        times = [t for t in (parse_time(r.get("time")) for r in self.previous_results) if t is not None]
-        return not times or self.now - max(times) >= parse_duration(analysis.interval)
+        timed = [(t, r) for r in self.previous_results if (t := parse_time(r.get("time"))) is not None]
+        if not timed:
+            return True
+        last = max(t for t, _ in timed)
+        interval = parse_duration(analysis.interval)
+        if self.retrying_inconclusive():
+            interval = min(interval, INCONCLUSIVE_RETRY)
+        return self.now - last >= interval
+
+    def retrying_inconclusive(self, results: list[dict[str, Any]] | None = None) -> bool:
+        """The latest analysis (``results``, else the recorded one) was inconclusive, and the step
+        is in its first analysis interval."""
+        analysis = self.spec.rollout.analysis
+        if analysis is None or self.now - self.step_started >= parse_duration(analysis.interval):
+            return False
+        if results is None:
+            timed = [(t, r) for r in self.previous_results if (t := parse_time(r.get("time"))) is not None]
+            last = max((t for t, _ in timed), default=None)
+            results = [r for t, r in timed if t == last]
+        return bool(results) and all(r.get("result") == "Inconclusive" for r in results)
 
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
