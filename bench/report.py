@@ -340,6 +340,7 @@ def results_markdown(run: Path, plots: Path, results: Path, explanations: dict[s
                 ],
             ],
         ),  # fmt: skip
+        *_provenance(rollback, at_rest, scale),
         "\n## Goals\n",
         render_goals(goals(rollback, at_rest, scale), explanations, run.name),
         "\n## A. Rollback latency (real pods)\n",
@@ -359,6 +360,16 @@ def results_markdown(run: Path, plots: Path, results: Path, explanations: dict[s
         parts.append("\n## Scenarios that failed in this run\n")
         parts += [f"- `{name}`: {f.get('error')}" for name, f in failures.items()]
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _provenance(*results: dict[str, Any] | None) -> list[str]:
+    """When each scenario's file was written, with which Slipway commit."""
+    rows = []
+    for label, data in zip(("A. rollback", "B. at rest", "C/D. scale"), results, strict=True):
+        p = (data or {}).get("provenance")
+        if p:
+            rows.append([label, p.get("written", "?"), (p.get("versions") or {}).get("slipway", "?")])
+    return ["\n" + table(["scenario", "written", "Slipway"], rows)] if rows else []
 
 
 def _relative(path: Path, base: Path) -> str:

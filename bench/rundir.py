@@ -76,7 +76,12 @@ def last_run() -> Path:
 
 
 def write(run: Path, name: str, data: Any) -> Path:
-    """Write ``<run>/<name>.json`` (atomically: a report never reads half a file)."""
+    """Write ``<run>/<name>.json`` (atomically: a report never reads half a file). A scenario's
+    result (a dict) is stamped with when it was written and the versions it ran with
+    (``provenance``): a scenario run again into the same folder says so."""
+    if isinstance(data, dict) and name != "run":
+        data = {**data, "provenance": {"written": datetime.now(UTC).isoformat(timespec="seconds"),
+                                       "versions": versions()}}  # fmt: skip
     path = run / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
