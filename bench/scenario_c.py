@@ -633,7 +633,7 @@ def scale_c(
         if time.time() > deadline:
             notes.append(f"scenario C did not finish within --scale-timeout={args.scale_timeout:.0f} s: {c}")
             break
-        if time.time() - last_log > 30:
+        if time.time() - last_log > 60:  # listing every pod costs the API server: once a minute
             last_log = time.time()
             phases = kwok.pods_by_phase(admin, NAMESPACE)
             log(f"t={time.time() - t_apply0:.0f}s {c}; kwok pods {phases}; "
