@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 CONTROLPLANE = ROOT / ".cache" / "controlplane" / "controlplane"
 METRICS_SERVER = ROOT / ".cache" / "metrics-server" / "metrics-server"
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = "10.0.0.0/16"  # room for thousands of Services (a /24 holds 254: the scale bench makes 300+)
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 

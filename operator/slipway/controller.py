@@ -14,8 +14,10 @@ poll), and nothing else runs at rest.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,15 +33,69 @@ PassFn = Callable[[Key], "float | None"]
 ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
+class Slots:
+    """``size`` passes at once. A freed slot goes to the oldest pass waiting that a change woke
+    (a new object, a spec change, a child's event) before any pass that only its own timer woke
+    (a requeue: training progress, the alias poll, a canary's tick, a retry): at scale, the passes
+    that time alone asks for use what capacity is left and never hold back new work."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self.urgent: deque[asyncio.Future[None]] = deque()
+        self.timed: deque[asyncio.Future[None]] = deque()
+        self.waiting: dict[Key, asyncio.Future[None]] = {}  # keys waiting in the timed lane
+
+    async def acquire(self, key: Key, urgent: bool) -> None:
+        if self.free > 0 and not self.urgent and not self.timed:
+            self.free -= 1
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        (self.urgent if urgent else self.timed).append(future)
+        if not urgent:
+            self.waiting[key] = future
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self.release()  # the slot was handed over as the task was cancelled: pass it on
+            else:
+                for lane in (self.urgent, self.timed):
+                    with contextlib.suppress(ValueError):
+                        lane.remove(future)
+            raise
+        finally:
+            if self.waiting.get(key) is future:
+                del self.waiting[key]
+
+    def promote(self, key: Key) -> None:
+        """A change woke ``key`` while its timed pass waits for a slot: it waits as urgent now."""
+        future = self.waiting.pop(key, None)
+        if future is not None and not future.done():
+            with contextlib.suppress(ValueError):
+                self.timed.remove(future)
+                self.urgent.append(future)
+
+    def release(self) -> None:
+        for lane in (self.urgent, self.timed):
+            while lane:
+                future = lane.popleft()
+                if not future.done():
+                    future.set_result(None)
+                    return
+        self.free += 1
+
+
 class Scheduler:
     """A work queue keyed by object: deduplicated wake-ups, delayed requeues, one pass per key
-    at a time (a wake-up during a pass runs it again right after), ``workers`` passes at once."""
+    at a time (a wake-up during a pass runs it again right after), ``workers`` passes at once,
+    passes woken by a change before those only a requeue timer woke (see :class:`Slots`)."""
 
     def __init__(self, run: PassFn, workers: int = 4) -> None:
         self.run = run
         self.loop = asyncio.get_running_loop()
-        self.slots = asyncio.Semaphore(workers)
+        self.slots = Slots(workers)
         self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self.requeued: set[Key] = set()  # keys whose next pass only their own requeue timer asked for
         self.running: set[Key] = set()
         self.again: set[Key] = set()
         self.failures: dict[Key, int] = {}
@@ -51,10 +107,17 @@ class Scheduler:
         self.pending: set[Key] = set()
         self.started: dict[Key, float] = {}  # loop time each running pass got its slot (liveness)
 
-    def wake(self, key: Key, delay: float = 0.0) -> None:
-        """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). Event loop only."""
+    def wake(self, key: Key, delay: float = 0.0, *, requeue: bool = False) -> None:
+        """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). ``requeue``:
+        the pass asked for it itself (time is the input), which waits behind passes woken by a
+        change. Event loop only."""
         when = self.loop.time() + max(0.0, delay)
         scheduled = self.timers.get(key)
+        if not requeue:
+            self.requeued.discard(key)
+            self.slots.promote(key)
+        elif scheduled is None:
+            self.requeued.add(key)
         if scheduled is not None:
             if scheduled[0] <= when:
                 return
@@ -66,21 +129,25 @@ class Scheduler:
 
     def _fire(self, key: Key) -> None:
         self.timers.pop(key, None)
+        urgent = key not in self.requeued
+        self.requeued.discard(key)
         if not self.active:
             self.pending.add(key)
             return
         if key in self.running:
-            self.again.add(key)
+            if key in self.started:  # a pass that has not started yet reads the freshest object anyway
+                self.again.add(key)
             return
         self.running.add(key)
-        task = asyncio.create_task(self._pass(key), name=f"slipway pass {'/'.join(key)}")
+        task = asyncio.create_task(self._pass(key, urgent), name=f"slipway pass {'/'.join(key)}")
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _pass(self, key: Key) -> None:
+    async def _pass(self, key: Key, urgent: bool = True) -> None:
         requeue: float | None
         try:
-            async with self.slots:
+            await self.slots.acquire(key, urgent)
+            try:
                 if not self.active:  # leadership lost while this pass waited for a slot
                     self.pending.add(key)
                     self.again.discard(key)
@@ -91,6 +158,8 @@ class Scheduler:
                     requeue = await asyncio.to_thread(self.run, key)
                 finally:
                     self.started.pop(key, None)
+            finally:
+                self.slots.release()
             self.failures.pop(key, None)
         except kopf.TemporaryError as exc:
             requeue = float(exc.delay or 5)
@@ -105,7 +174,7 @@ class Scheduler:
             self.again.discard(key)
             self.wake(key)
         elif requeue is not None:
-            self.wake(key, requeue)
+            self.wake(key, requeue, requeue=True)
 
     def forget(self, key: Key) -> None:
         """The object is gone: drop its timer."""
@@ -114,6 +183,7 @@ class Scheduler:
             scheduled[1].cancel()
         self.failures.pop(key, None)
         self.pending.discard(key)
+        self.requeued.discard(key)
 
     def pause(self) -> None:
         """Stand by: wake-ups are kept, no new pass starts (passes already running finish)."""

@@ -219,3 +219,35 @@ def test_a_pass_at_the_generation_already_observed_announces_nothing_and_writes_
     ctx.mlflow = object()  # type: ignore[assignment]
     attempt(ctx, InferenceDeploymentSpec, lambda c, s: c.write(ready("Promoted")) and None)
     assert ctx.patch == {} and ctx.events == []  # ctx.kube is None: any write would have failed
+
+
+def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_asked_for() -> None:
+    # At scale, hundreds of training runs ask for a progress pass every 15 s: those passes must
+    # never hold back a new object's first pass, nor a change (a pod or Job event) of another.
+    async def scenario() -> list[str]:
+        runs: list[str] = []
+        gate = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            runs.append(key[2])
+            if key[2] == "busy":
+                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
+            return None
+
+        scheduler = Scheduler(run, workers=1)
+        scheduler.wake(("trainingruns", "n", "busy"))
+        while not scheduler.running:
+            await asyncio.sleep(0.01)
+        for name in ("poll-1", "poll-2", "poll-3"):
+            scheduler.wake(("trainingruns", "n", name), requeue=True)  # due now, queued first
+        await asyncio.sleep(0.05)
+        scheduler.wake(("trainingruns", "n", "new"))  # a new object, queued after them
+        await asyncio.sleep(0.05)
+        scheduler.wake(("trainingruns", "n", "poll-3"))  # a change of one that waits as a poll: once
+        await asyncio.sleep(0.05)
+        gate.set()
+        assert await scheduler.idle(5)
+        return runs
+
+    assert asyncio.run(scenario()) == ["busy", "new", "poll-3", "poll-1", "poll-2"]
