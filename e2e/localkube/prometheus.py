@@ -9,7 +9,9 @@ discovery (``e2e/controlplane/build-prometheus.sh``, into
 Pods are scraped when annotated ``prometheus.io/scrape: "true"``; the port and
 path come from ``prometheus.io/port`` and ``prometheus.io/path`` (default
 ``/metrics``). Pod labels become metric labels, plus ``namespace``, ``pod`` and
-``node``. Slipway's operator pods have a job of their own with ``honor_labels``.
+``node``. Slipway's operator pods have a job of their own with ``honor_labels``. Pods of kwok's
+fake nodes (named ``kwok-*``, see ``bench/kwok.py``) are never scraped: nothing runs behind
+their addresses.
 Service discovery authenticates with its own client certificate (user
 ``localkube:prometheus``, allowed to list and watch pods).
 """
@@ -40,6 +42,9 @@ def binary() -> Path:
     return path
 
 
+FAKE_NODES = "kwok-.*"
+"""Nodes whose pods are never scraped: kwok's (``bench/kwok.py``), where no container runs."""
+
 OPERATOR_POD_LABELS = ("__meta_kubernetes_pod_label_app_kubernetes_io_name",
                        "__meta_kubernetes_pod_label_app_kubernetes_io_component")  # fmt: skip
 
@@ -67,6 +72,7 @@ def scrape_config(apiserver_url: str, ca: Path, client: CertPair, operator: bool
                 "regex": "true",
             },
             operator_pods,
+            {"source_labels": ["__meta_kubernetes_pod_node_name"], "action": "drop", "regex": FAKE_NODES},
             {
                 "source_labels": ["__meta_kubernetes_pod_phase"],
                 "action": "drop",
