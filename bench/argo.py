@@ -211,11 +211,17 @@ class Controller:
 
     def __init__(
         self, info: ClusterInfo, directory: Path, log_name: str = "argo-rollouts.log", loglevel: str = "info",
-        extra: list[str] | None = None,
+        extra: list[str] | None = None, namespace: str | None = None,
     ) -> None:  # fmt: skip
+        """``namespace``: run in Argo's namespaced mode (``--namespaced``: it watches only that
+        namespace, which it reads from its kubeconfig's context), else cluster-wide (the default
+        install)."""
         self.info = info
         self.directory = directory
+        self.namespace = namespace
         self.kubeconfig = audited_kubeconfig(info, USER)
+        if namespace:
+            self.kubeconfig = namespaced_kubeconfig(self.kubeconfig, namespace, directory)
         self.loglevel = loglevel
         self.extra = list(extra or [])
         self.log_path = directory / log_name
@@ -240,6 +246,7 @@ class Controller:
             f"--metricsPort={self.metrics_port}",
             f"--loglevel={self.loglevel}",
             "--logformat=text",
+            *(["--namespaced"] if self.namespace else []),
             *self.extra,
         ]
 
@@ -277,6 +284,18 @@ class Controller:
 
     def metrics(self) -> str:
         return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+
+def namespaced_kubeconfig(kubeconfig: Path, namespace: str, directory: Path) -> Path:
+    """A copy of ``kubeconfig`` whose context names ``namespace`` (the same user and certificate)."""
+    doc = yaml.safe_load(kubeconfig.read_text())
+    for context in doc.get("contexts") or []:
+        context["context"]["namespace"] = namespace
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{USER}-{namespace}.kubeconfig"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.chmod(0o600)
+    return path
 
 
 def _record(info: ClusterInfo, proc: Proc) -> None:
