@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -649,6 +650,15 @@ def run_trial(system: Slipway | Argo, kube: Kube, info: ClusterInfo, api: Any, r
 # --------------------------------------------------------------------------- summary
 
 
+def status_query(trials: list[dict[str, Any]]) -> str | None:
+    """The errorRate PromQL Slipway ran (``status.analysis[].query``), its revision hash made ``<revision>``."""
+    for trial in trials:
+        for analysis in trial.get("analyses") or []:
+            if trial["system"] == "slipway" and analysis.get("query"):
+                return re.sub(r'slipway_dev_revision="[^"]*"', 'slipway_dev_revision="<revision>"', analysis["query"])
+    return None
+
+
 def summarize(trials: list[dict[str, Any]], systems: list[str]) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for system in systems:
@@ -747,8 +757,11 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "one system active at a time: both controllers run throughout, the other system's objects are settled "
             "and idle (no new version, no load); each trial records both controllers' CPU seconds "
             "(controller_cpu_seconds)",
-            "same PromQL: Slipway's built-in canary 5xx ratio (rollback_latency.Config.error_ratio_query); Argo's "
-            "pods get slipway.dev/track from canaryMetadata/stableMetadata, so Prometheus gives them the same labels",
+            "same PromQL: Slipway's built-in canary 5xx ratio over the same 20 s window; config.query.slipway is the "
+            "query Slipway ran (status.analysis[].query), which selects its canary's pods by their revision label "
+            "(slipway_dev_revision), Argo's by the model version label of its canary ReplicaSet's pods "
+            "(slipway_dev_model_version, from args): both select exactly the canary's pods. Argo's pods get "
+            "slipway.dev/track from canaryMetadata/stableMetadata, so Prometheus gives them the same labels",
             f"Argo: spec.replicas {args.argo_replicas}, setWeight {ARGO_WEIGHT}, maxSurge 1: Argo's replica "
             "arithmetic (approximateWeightedCanaryStableReplicaCounts) picks 1 canary + 2 stable (3 pods, 33.3%), "
             "the same shape as Slipway's 2 stable + 1 surge canary; endpoints_at_canary_ready records what each trial "
@@ -818,6 +831,8 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                     controller.stop()
     finally:
         data["wall_seconds"] = round(time.time() - started, 1)
+        if ran := status_query(data["trials"]):
+            data["config"]["query"]["slipway"] = ran
         if data["trials"]:
             data["summary"] = summarize(data["trials"], systems)
         if operator is not None:
