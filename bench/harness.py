@@ -160,7 +160,7 @@ class Operator:
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
         scope = [arg for ns in self.namespaces for arg in ("-n", ns)]
         cmd = [sys.executable, "-m", "slipway", "--standalone", *scope, "--liveness", liveness]
-        with self.log_path.open("wb") as out:
+        with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 cmd, env=self.env, cwd=self.log_path.parent, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
