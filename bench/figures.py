@@ -41,9 +41,9 @@ def rollback(data: dict[str, Any], path: Path) -> None:
         for i, (values, color) in enumerate(zip(series, colors, strict=True), start=1):
             ax.scatter([i] * len(values), values, color=color, s=14, zorder=3)
         ax.set_xticks(range(1, len(labels) + 1), labels)
-    if floor := data.get("floor_seconds"):
-        ax.axhline(floor, color="grey", linestyle="--", linewidth=1, label=f"floor {floor:.0f} s")
-        ax.legend(loc="upper left")
+    if bound := data.get("two_sample_bound_seconds"):
+        ax.axhline(bound, color="grey", linestyle="--", linewidth=1, label=f"two-sample bound {bound:.0f} s")
+        ax.legend(loc="lower left")
     ax.set_ylabel("seconds from canary Ready")
     ax.set_title("A. Bad canary: time to the rollback decision and to traffic back on stable")
     ax.set_ylim(bottom=0)

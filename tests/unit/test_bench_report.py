@@ -35,6 +35,7 @@ ROLLBACK = {
     "scenario": "A",
     "config": {"rps": 20, "error_rate": 0.3, "stable_replicas": 2, "interval_seconds": 10, "failure_limit": 1},
     "floor_seconds": 45.0,
+    "two_sample_bound_seconds": 15.0,
     "trials": [
         trial("slipway", 100, 140, 141),
         trial("slipway", 200, 250, 252),

@@ -222,7 +222,7 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
     s = spec(analysis={"interval": "10s", "metrics": [{"name": "errorRate", "max": 0.05}]})
     no_data = outcome("Inconclusive", None, "errorRate: no data")
     first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=no_data))
-    assert first.phase == "Paused" and first.retry_analysis
+    assert first.phase == "Paused" and first.next_analysis == 2.0  # the pass comes back for it on time
     recorded = {**canary_status(), **first.status}  # the inconclusive result is on record at NOW
     for seconds, due in ((1, False), (2, True)):
         later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=recorded,
@@ -232,7 +232,7 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
     step_began = NOW - timedelta(seconds=30)
     old = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
                        analysis=no_data))  # fmt: skip
-    assert not old.retry_analysis
+    assert old.next_analysis == 10.0
     old_status = {**canary_status(since=step_began), **old.status}
     for seconds, due in ((2, False), (9, False), (10, True)):
         later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=old_status,
@@ -241,9 +241,24 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
     # A result that is not inconclusive waits the whole interval; and retrying never fails sooner.
     failed = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(),
                           analysis=outcome("Failed", 0.3)))  # fmt: skip
-    assert not failed.retry_analysis and failed.status["failedAnalyses"] == 1
+    assert failed.next_analysis == 10.0 and failed.status["failedAnalyses"] == 1
     assert not plan(observe(s, stable=track(V1), canary=track(V2, 1), status={**canary_status(), **failed.status},
                             now=NOW + timedelta(seconds=2))).analyze  # fmt: skip
+
+
+def test_the_next_analysis_is_due_an_interval_after_the_last_whatever_woke_the_pass_between():
+    """A pass woken by something else (an HPA status, a pod event) just before the analysis is
+    due must not push the analysis a whole requeue later: the plan says when it is due."""
+    s = spec(analysis={"interval": "10s", "metrics": [{"name": "errorRate", "max": 0.05}]})
+    failed = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(),
+                          analysis=outcome("Failed", 0.3)))  # fmt: skip
+    status = {**canary_status(), **failed.status}
+    early = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=status, now=NOW + timedelta(seconds=9.7)))
+    assert not early.analyze
+    assert early.next_analysis == pytest.approx(0.3)
+    assert plan(
+        observe(s, stable=track(V1), canary=track(V2, 1), status=status, now=NOW + timedelta(seconds=10))
+    ).analyze
 
 
 # -- deadlines measure progress ---------------------------------------------------------------

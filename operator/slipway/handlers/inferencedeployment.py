@@ -22,7 +22,6 @@ from slipway.models.inferencedeployment import InferenceDeploymentStatus
 from slipway.prometheus import address_refusal, analyse_canary
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
 from slipway.status.rollout import (
-    INCONCLUSIVE_RETRY,
     Desired,
     Observed,
     Plan,
@@ -119,8 +118,8 @@ class Reconciler:
         if decision.phase in ACTIVE:
             interval = self.spec.rollout.analysis.interval if self.spec.rollout.analysis else self.spec.rollout.interval
             delays.append(min(parse_duration(interval).total_seconds(), ROLLOUT_TICK_SECONDS))
-            if decision.retry_analysis:
-                delays.append(INCONCLUSIVE_RETRY.total_seconds())
+            if decision.next_analysis is not None:  # on time, whatever woke this pass
+                delays.append(decision.next_analysis)
         if self.spec.model.alias is not None:
             delays.append(self.ctx.config.alias_poll_seconds)
         if pending:

@@ -112,7 +112,7 @@ class Plan:
     route_weight: int = 0  # GatewayAPI: the canary backend's weight
     rollout: Desired | None = None  # the revision being rolled out, for status.canary
     analyze: bool = False
-    retry_analysis: bool = False  # an inconclusive first analysis: try again after INCONCLUSIVE_RETRY
+    next_analysis: float | None = None  # seconds until the next analysis is due (a canary under analysis)
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None
@@ -430,10 +430,10 @@ class Canary:
             message = (
                 f"holding {step_text}: analysis inconclusive ({self.inconclusive_reason()}); never promoting blind"
             )
-            latest = changes["analysis"] if changes else None
             return _plan("Paused", reconciling, "AnalysisInconclusive", message, progressing="Unknown",
-                         status=self.status(**changes), retry_analysis=self.retrying_inconclusive(latest),
+                         status=self.status(**changes), next_analysis=self.seconds_to_analysis(changes),
                          **serve)  # fmt: skip
+        next_analysis = self.seconds_to_analysis(changes)
         if verdict == "Passed" and self.now - self.step_started >= step_duration(self.spec.rollout, self.step):
             if self.step + 1 >= len(self.weights):
                 return self.promote(**changes)
@@ -441,12 +441,25 @@ class Canary:
             sizing = canary_sizing(self.spec.traffic.mode, self.weights[self.step], self.stable.replicas,
                                    self.spec.rollout.max_surge_replicas)  # fmt: skip
             serve = {**serve, "canary_replicas": sizing.pods, "requested_weight": self.weights[self.step]}
+            next_analysis = None  # the next step's pods start first
         failures = f", {self.failed} failed analyses" if self.failed else ""
         message = f"canary {_name(self.desired)} at {step_text}{failures}"
-        return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes), **serve)
+        return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes),
+                     next_analysis=next_analysis, **serve)  # fmt: skip
+
+    def seconds_to_analysis(self, changes: Mapping[str, Any]) -> float | None:
+        """For the pass's requeue: when the next analysis is due, after this pass's (in
+        ``changes``) or the recorded one; None without analysis."""
+        if self.spec.rollout.analysis is None:
+            return None
+        return max(0.0, self.next_analysis(changes.get("analysis")).total_seconds())
 
     def analysis_due(self) -> bool:
-        """Every ``analysis.interval``. Sooner in the step's first interval, while the latest
+        return self.next_analysis() <= timedelta(0)
+
+    def next_analysis(self, latest: list[dict[str, Any]] | None = None) -> timedelta:
+        """How long until the next analysis is due, after the ``latest`` one (else the recorded
+        ones). Every ``analysis.interval``; sooner in the step's first interval while the latest
         analysis was inconclusive: a canary's first query usually comes before Prometheus holds
         two samples of its pods, and waiting a whole interval for the next one would delay every
         verdict by that much. It is tried again after :data:`INCONCLUSIVE_RETRY` instead (no data
@@ -454,26 +467,16 @@ class Canary:
         the first interval, a canary with no data is queried once per interval, as any other."""
         analysis = self.spec.rollout.analysis
         assert analysis is not None
-        timed = [(t, r) for r in self.previous_results if (t := parse_time(r.get("time"))) is not None]
+        timed = [(t, r) for r in (self.previous_results if latest is None else latest)
+                 if (t := parse_time(r.get("time"))) is not None]  # fmt: skip
         if not timed:
-            return True
+            return timedelta(0)
         last = max(t for t, _ in timed)
         interval = parse_duration(analysis.interval)
-        if self.retrying_inconclusive():
+        inconclusive = all(r.get("result") == "Inconclusive" for t, r in timed if t == last)
+        if inconclusive and self.now - self.step_started < interval:
             interval = min(interval, INCONCLUSIVE_RETRY)
-        return self.now - last >= interval
-
-    def retrying_inconclusive(self, results: list[dict[str, Any]] | None = None) -> bool:
-        """The latest analysis (``results``, else the recorded one) was inconclusive, and the step
-        is in its first analysis interval."""
-        analysis = self.spec.rollout.analysis
-        if analysis is None or self.now - self.step_started >= parse_duration(analysis.interval):
-            return False
-        if results is None:
-            timed = [(t, r) for r in self.previous_results if (t := parse_time(r.get("time"))) is not None]
-            last = max((t for t, _ in timed), default=None)
-            results = [r for t, r in timed if t == last]
-        return bool(results) and all(r.get("result") == "Inconclusive" for r in results)
+        return last + interval - self.now
 
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
