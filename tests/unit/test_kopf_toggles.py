@@ -1,0 +1,48 @@
+"""A fresh operator is held until kopf has indexed every watched object once; that wait must be
+linear in the number of objects (kopf 1.45 woke every waiter on every object indexed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kopf._cogs.aiokits.aiotoggles import ToggleSet
+
+from slipway.operator import wake_index_waiters_only_on_change
+
+
+def test_index_waiters_wake_once_the_last_object_is_indexed_not_on_every_one() -> None:
+    assert wake_index_waiters_only_on_change()
+    objects = 600
+
+    async def scenario() -> int:
+        checks = 0
+        indexed = ToggleSet(all)
+        original = indexed.is_on
+
+        def counted() -> bool:
+            nonlocal checks
+            checks += 1
+            return original()
+
+        indexed.is_on = counted  # type: ignore[method-assign]
+        blocker = await indexed.make_toggle(name="startup")
+        toggles = [await indexed.make_toggle(name=f"object {i}") for i in range(objects)]
+        done = 0
+
+        async def worker(index: int, toggle: object) -> None:  # as kopf's per-object worker: index, drop, wait
+            nonlocal done
+            for _ in range(index):  # objects are indexed one after the other, while earlier ones wait
+                await asyncio.sleep(0)
+            await indexed.drop_toggle(toggle)  # type: ignore[arg-type]
+            await indexed.wait_for(True)
+            done += 1
+
+        tasks = [asyncio.create_task(worker(i, t)) for i, t in enumerate(toggles)]
+        await asyncio.sleep(0.5)
+        assert done == 0  # still held by the startup toggle
+        await indexed.drop_toggle(blocker)
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert done == objects
+        return checks
+
+    assert asyncio.run(scenario()) < 10 * objects  # O(objects); unpatched kopf 1.45: objects² / 2
