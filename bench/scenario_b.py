@@ -421,8 +421,9 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                                 data["runs"].append(
                                     measure(info, admin, controllers, system, n, args, creators[system], created)
                                 )
-                            except (TimeoutError, SystemExit) as exc:
-                                data["runs"].append({"system": system, "n": n, "error": str(exc), "notes": [str(exc)]})
+                            except (Exception, SystemExit) as exc:  # the other sizes and system still run
+                                error = f"{type(exc).__name__}: {exc}"[:2000]
+                                data["runs"].append({"system": system, "n": n, "error": error, "notes": [error]})
                                 log(f"{system} n={n} failed: {exc}")
                             finally:
                                 controllers.stop(system)
