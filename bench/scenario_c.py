@@ -69,6 +69,7 @@ from bench.harness import (
     Operator,
     create_namespace,
     describe,
+    git,
     install_crds,
     local_cluster,
     log,
@@ -537,6 +538,10 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "gpus_per_node": args.scale_gpus_per_node,
             "timeout_seconds": args.scale_timeout,
         },  # fmt: skip
+        "source": {
+            "commit": git(ROOT, "rev-parse", "HEAD"),
+            "dirty": git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "operator", "e2e", "bench"),
+        },
         "notes": [],
     }
     try:
