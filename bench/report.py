@@ -113,9 +113,11 @@ def render_rollback(data: dict[str, Any] | None) -> str:
         f"{cfg.get('stable_replicas', '?')} stable replicas and one canary pod, analysis every "
         f"{cfg.get('interval_seconds', '?')} s with failureLimit {cfg.get('failure_limit', '?')}, scrape interval "
         f"{cfg.get('scrape_interval_seconds', '?')} s, rate window {cfg.get('rate_window_seconds', '?')} s. "
-        f"Bounds on the decision: with `rate()` over the first two samples, scrape + interval × failureLimit = "
-        f"**{fmt(data.get('two_sample_bound_seconds'))} s**; with a full rate window, scrape + rate window + "
-        f"interval × (failureLimit + 1) = {fmt(data.get('floor_seconds'))} s. Seconds from the canary pod Ready:",
+        f"Reference times for the decision: with `rate()` over the first two samples after Ready, scrape + "
+        f"interval × failureLimit = **{fmt(data.get('two_sample_bound_seconds'))} s**; with a full rate window, "
+        f"scrape + rate window + interval × (failureLimit + 1) = {fmt(data.get('floor_seconds'))} s (a pod is "
+        "scraped from Running, before it is Ready and takes traffic, so its series can start earlier). "
+        "Seconds from the canary pod Ready:",
         "",
     ]
     rows = []
