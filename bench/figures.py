@@ -42,7 +42,8 @@ def rollback(data: dict[str, Any], path: Path) -> None:
             ax.scatter([i] * len(values), values, color=color, s=14, zorder=3)
         ax.set_xticks(range(1, len(labels) + 1), labels)
     if bound := data.get("two_sample_bound_seconds"):
-        ax.axhline(bound, color="grey", linestyle="--", linewidth=1, label=f"reference: scrape + interval × failureLimit = {bound:.0f} s")
+        label = f"reference: scrape + interval × failureLimit = {bound:.0f} s"
+        ax.axhline(bound, color="grey", linestyle="--", linewidth=1, label=label)
         ax.legend(loc="lower left")
     ax.set_ylabel("seconds from canary Ready")
     ax.set_title("A. Bad canary: time to the rollback decision and to traffic back on stable")
