@@ -1,4 +1,4 @@
-"""``python -m bench {all,rollback,at-rest,scale,report}``: see bench/README.md."""
+"""``python -m bench {all,rollback,at-rest,scale,report,publish}``: see bench/README.md."""
 
 from __future__ import annotations
 
@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("run", nargs="?", type=Path, help="the run's folder (default: the last run)")
     report.add_argument("--results", type=Path, default=rundir.BENCH / "RESULTS.md")
     report.add_argument("--plots", type=Path, default=rundir.BENCH / "plots")
+    publish = sub.add_parser(
+        "publish", help="copy a run's raw JSON to bench/runs/NAME/ (kept in Git) and render from it"
+    )
+    publish.add_argument("run", nargs="?", type=Path, help="the run's folder (default: the last run)")
+    publish.add_argument("--name", help="the folder under bench/runs/ (default: the run's name)")
     args = parser.parse_args(argv)
 
     from bench import report as render
@@ -44,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         run = args.run or rundir.last_run()
         render.render(run, args.results, args.plots)
+        return 0
+    if args.command == "publish":
+        run = args.run or rundir.last_run()
+        kept = rundir.publish(run, args.name or run.resolve().name)
+        render.render(kept, rundir.BENCH / "RESULTS.md", rundir.BENCH / "plots")
         return 0
     run = rundir.start(args.out)
     names = (args.only or list(SCENARIOS)) if args.command == "all" else [args.command]

@@ -84,6 +84,7 @@ def scale(data: dict[str, Any], path: Path) -> None:
             left.plot(values, [(i + 1) / len(values) for i in range(len(values))], label=f"apply → {label}")
     left.axvline(2.0, color="grey", linestyle="--", linewidth=1, label="2 s goal (first child p99)")
     left.set_xscale("symlog", linthresh=1)
+    left.set_xlim(left=0)
     left.set_xlabel("seconds from apply")
     left.set_ylabel("fraction of objects")
     left.legend(fontsize=8)

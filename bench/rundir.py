@@ -79,7 +79,7 @@ def write(run: Path, name: str, data: Any) -> Path:
     """Write ``<run>/<name>.json`` (atomically: a report never reads half a file). A scenario's
     result (a dict) is stamped with when it was written and the versions it ran with
     (``provenance``): a scenario run again into the same folder says so."""
-    if isinstance(data, dict) and name != "run":
+    if isinstance(data, dict) and name not in ("run", "failures"):
         data = {**data, "provenance": {"written": datetime.now(UTC).isoformat(timespec="seconds"),
                                        "versions": versions()}}  # fmt: skip
     path = run / f"{name}.json"
@@ -92,6 +92,16 @@ def write(run: Path, name: str, data: Any) -> Path:
 def read(run: Path, name: str) -> Any | None:
     path = run / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def publish(run: Path, name: str) -> Path:
+    """Copy a run's raw JSON (not its logs) to ``bench/runs/<name>/``, which is kept in Git: the
+    run that RESULTS.md is rendered from stays beside it."""
+    target = BENCH / "runs" / name
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(run.glob("*.json")):
+        (target / path.name).write_text(path.read_text())
+    return target
 
 
 def record_failure(run: Path, scenario: str, error: BaseException) -> None:
