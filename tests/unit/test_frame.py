@@ -221,6 +221,16 @@ def test_a_pass_at_the_generation_already_observed_announces_nothing_and_writes_
     assert ctx.patch == {} and ctx.events == []  # ctx.kube is None: any write would have failed
 
 
+async def until(condition: Any, timeout: float = 5.0) -> None:
+    """Yield to the event loop until ``condition()`` holds; fail after ``timeout`` seconds."""
+
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
 def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_asked_for() -> None:
     # At scale, hundreds of training runs ask for a progress pass every 15 s: those passes must
     # never hold back a new object's first pass, nor a change (a pod or Job event) of another.
@@ -236,16 +246,16 @@ def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_as
             return None
 
         scheduler = Scheduler(run, workers=1)
+        slots = scheduler.slots
         scheduler.wake(("trainingruns", "n", "busy"))
-        while not scheduler.running:
-            await asyncio.sleep(0.01)
+        await until(lambda: bool(scheduler.started))  # the busy pass holds the only slot
         for name in ("poll-1", "poll-2", "poll-3"):
             scheduler.wake(("trainingruns", "n", name), requeue=True)  # due now, queued first
-        await asyncio.sleep(0.05)
+        await until(lambda: len(slots.timed) == 3)
         scheduler.wake(("trainingruns", "n", "new"))  # a new object, queued after them
-        await asyncio.sleep(0.05)
+        await until(lambda: len(slots.urgent) == 1)
         scheduler.wake(("trainingruns", "n", "poll-3"))  # a change of one that waits as a poll: once
-        await asyncio.sleep(0.05)
+        await until(lambda: len(slots.urgent) == 2 and len(slots.timed) == 2)
         gate.set()
         assert await scheduler.idle(5)
         return runs

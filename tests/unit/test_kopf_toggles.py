@@ -38,7 +38,12 @@ def test_index_waiters_wake_once_the_last_object_is_indexed_not_on_every_one() -
             done += 1
 
         tasks = [asyncio.create_task(worker(i, t)) for i, t in enumerate(toggles)]
-        await asyncio.sleep(0.5)
+
+        async def all_indexed() -> None:  # every object's toggle dropped: only the startup one is left
+            while len(indexed._toggles) > 1:
+                await asyncio.sleep(0.001)
+
+        await asyncio.wait_for(all_indexed(), 10)
         assert done == 0  # still held by the startup toggle
         await indexed.drop_toggle(blocker)
         await asyncio.wait_for(asyncio.gather(*tasks), 10)
