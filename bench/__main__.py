@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             if isinstance(e, KeyboardInterrupt):
                 break
-    render.render(run, rundir.BENCH / "RESULTS.md", rundir.BENCH / "plots")
+    # `all` renders bench/RESULTS.md; one scenario alone renders into its run's folder and leaves
+    # the published results as they are.
+    results = rundir.BENCH if args.command == "all" else run
+    render.render(run, results / "RESULTS.md", results / "plots")
     if failed:
         print(f"failed: {', '.join(failed)} (see {run}/failures.json)", file=sys.stderr)
     return 1 if failed else 0

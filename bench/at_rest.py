@@ -65,12 +65,12 @@ from bench.harness import (
     machine,
     operator_env,
     print_log_findings,
+    settle,
     source_of,
 )
 from localkube.audit import AuditRecord, audited_kubeconfig, requests_by, summarize
 from localkube.bootstrap import apply_gateway_api_crds
 from localkube.kube import Kube
-from localkube.state import ClusterInfo
 
 USER = "slipway-bench"
 NAMESPACE = "bench"
@@ -545,20 +545,6 @@ def render_table(result: dict[str, Any], seconds: float) -> str:
 # --------------------------------------------------------------------------- the run
 
 
-def settle(info: ClusterInfo, quiet_seconds: float, max_seconds: float) -> dict[str, Any]:
-    """Wait until the operator made no request but watches for ``quiet_seconds``, at most ``max_seconds``."""
-    started = time.monotonic()
-    while True:
-        now = datetime.now(UTC)
-        recent = [r for r in requests_by(info, USER, now - timedelta(seconds=quiet_seconds)) if r.verb != "watch"]
-        waited = time.monotonic() - started
-        if not recent and waited >= quiet_seconds:
-            return {"quiet": True, "waited_seconds": round(waited, 1)}
-        if waited >= max_seconds:
-            return {"quiet": False, "waited_seconds": round(waited, 1)}
-        time.sleep(2)
-
-
 def wait_ready(kube: Kube, operator: Operator, timeout: float) -> float:
     start = time.monotonic()
     last: dict[tuple[str, str], dict[str, Any] | None] = {}
@@ -631,7 +617,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["ready_seconds"] = round(wait_ready(admin, operator, args.ready_timeout), 1)
                 log(f"all {len(OBJECTS)} objects Ready after {result['ready_seconds']} s")
 
-                result["settle"] = settle(info, args.quiet_seconds, args.settle_max_seconds)
+                result["settle"] = settle(info, USER, args.quiet_seconds, args.settle_max_seconds)
                 log(f"settle: {result['settle']}; counting for {args.seconds:.0f} s")
                 result["load_average_before"] = os.getloadavg()
                 start = datetime.now(UTC)

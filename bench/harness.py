@@ -17,15 +17,17 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from localkube.audit import requests_by, summarize
 from localkube.cluster import ClusterConfig, down, up
 from localkube.kube import Kube
 from localkube.state import ClusterInfo
@@ -258,3 +260,66 @@ def print_log_findings(findings: dict[str, Any], log_path: Path) -> None:
           f"({log_path})")  # fmt: skip
     for item in findings.get("top", [])[:8]:
         print(f"  {item['count']:>4} x {item['message'][:200]}")
+
+
+class PollingThreads:
+    """Two polls in threads for one trial, ``poll_kube`` every ``kube_period`` s and
+    ``poll_prometheus`` every ``prom_period`` s, until the ``with`` block ends. A poll that raises
+    (an API or Prometheus blink) is counted in ``errors``, the first five reported to
+    :meth:`poll_error`, and polled again."""
+
+    def __init__(self, prometheus_url: str, kube_period: float, prom_period: float) -> None:
+        import httpx
+
+        self.prom = httpx.Client(base_url=prometheus_url, timeout=5)
+        self.stop = threading.Event()
+        self.errors = 0
+        self.threads = [
+            threading.Thread(target=self._loop, args=(poll, period), daemon=True)
+            for poll, period in ((self.poll_kube, kube_period), (self.poll_prometheus, prom_period))
+        ]
+
+    def poll_kube(self) -> None:
+        raise NotImplementedError
+
+    def poll_prometheus(self) -> None:
+        raise NotImplementedError
+
+    def poll_error(self, text: str) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+        self.prom.close()
+
+    def _loop(self, poll: Any, period: float) -> None:
+        while not self.stop.is_set():
+            started = time.monotonic()
+            try:
+                poll()
+            except Exception as exc:  # an API or Prometheus blink: count it, poll again
+                self.errors += 1
+                if self.errors <= 5:
+                    self.poll_error(f"poll error: {exc!r}"[:300])
+            self.stop.wait(max(0.0, period - (time.monotonic() - started)))
+
+
+def settle(info: ClusterInfo, user: str, quiet_seconds: float, max_seconds: float) -> dict[str, Any]:
+    """Wait until ``user`` made no request but watches (audit log) for ``quiet_seconds``, at most ``max_seconds``."""
+    started = time.monotonic()
+    while True:
+        now = datetime.now(UTC)
+        recent = [r for r in requests_by(info, user, now - timedelta(seconds=quiet_seconds)) if r.verb != "watch"]
+        waited = time.monotonic() - started
+        if not recent and waited >= quiet_seconds:
+            return {"quiet": True, "waited_seconds": round(waited, 1)}
+        if waited >= max_seconds:
+            return {"quiet": False, "waited_seconds": round(waited, 1), "last_requests": summarize(recent)}
+        time.sleep(2)

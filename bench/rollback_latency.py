@@ -41,14 +41,11 @@ import os
 import random
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import httpx
 
 from bench.harness import (
     GROUP,
@@ -56,6 +53,7 @@ from bench.harness import (
     ROOT,
     VERSION,
     Operator,
+    PollingThreads,
     create_namespace,
     describe,
     git,
@@ -301,45 +299,20 @@ class Trial:
         return out
 
 
-class Observer:
+class Observer(PollingThreads):
     """Polls the deployment, the canary pods and the Service's EndpointSlices (every 0.25 s) and the
     canary's error ratio in Prometheus (every 0.5 s) for one trial, in two threads."""
 
     def __init__(self, kube: Kube, prometheus_url: str, cfg: Config, trial: Trial, load: LoadDriver) -> None:
         self.kube, self.cfg, self.trial, self.load = kube, cfg, trial, load
-        self.prom = httpx.Client(base_url=prometheus_url, timeout=5)
-        self.stop = threading.Event()
+        super().__init__(prometheus_url, KUBE_POLL, PROM_POLL)
         self.query: str | None = None  # the analysis' errorRate PromQL, once status shows it
         self.canary_pods: set[str] = set()
         self.seen_analyses: set[str] = set()
         self.last_state: tuple[Any, ...] | None = None
-        self.errors = 0
-        self.threads = [
-            threading.Thread(target=self._loop, args=(poll, period), daemon=True)
-            for poll, period in ((self.poll_kube, KUBE_POLL), (self.poll_prometheus, PROM_POLL))
-        ]
 
-    def __enter__(self) -> Observer:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(10)
-        self.prom.close()
-
-    def _loop(self, poll: Any, period: float) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                poll()
-            except Exception as exc:  # an API or Prometheus blink: count it, poll again
-                self.errors += 1
-                if self.errors <= 5:
-                    self.trial.problems.append(f"poll error: {exc!r}"[:300])
-            self.stop.wait(max(0.0, period - (time.monotonic() - started)))
+    def poll_error(self, text: str) -> None:
+        self.trial.problems.append(text)
 
     def poll_kube(self) -> None:
         t, ns, trial = time.time(), self.cfg.namespace, self.trial

@@ -46,13 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench import argo, rundir
 from bench.harness import (
     IMAGE,
     ROOT,
     Operator,
+    PollingThreads,
     create_namespace,
     install_crds,
     local_cluster,
@@ -207,44 +206,19 @@ class Trial:
         return out
 
 
-class Observer:
+class Observer(PollingThreads):
     """Polls the system's object, the canary pods and the Service's EndpointSlices every 0.25 s, and
     the canary's error ratio in Prometheus every 0.5 s, for one trial, in two threads."""
 
     def __init__(self, kube: Kube, prometheus_url: str, setup: Setup, trial: Trial, load: LoadDriver) -> None:
         self.kube, self.setup, self.trial, self.load = kube, setup, trial, load
-        self.prom = httpx.Client(base_url=prometheus_url, timeout=5)
-        self.stop = threading.Event()
+        super().__init__(prometheus_url, KUBE_POLL, PROM_POLL)
         self.last_state: tuple[Any, ...] | None = None
         self.last_endpoints: tuple[int, int] | None = None
-        self.errors = 0
         self.lock = threading.Lock()
-        self.threads = [
-            threading.Thread(target=self._loop, args=(poll, period), daemon=True)
-            for poll, period in ((self.poll_kube, KUBE_POLL), (self.poll_prometheus, PROM_POLL))
-        ]
 
-    def __enter__(self) -> Observer:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(10)
-        self.prom.close()
-
-    def _loop(self, poll: Any, period: float) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                poll()
-            except Exception as exc:  # an API or Prometheus blink: count it, poll again
-                self.errors += 1
-                if self.errors <= 5:
-                    self.trial.notes.append(f"poll error: {exc!r}"[:300])
-            self.stop.wait(max(0.0, period - (time.monotonic() - started)))
+    def poll_error(self, text: str) -> None:
+        self.trial.notes.append(text)
 
     # -- the system's own object: subclasses
 

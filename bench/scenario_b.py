@@ -55,6 +55,7 @@ from bench.harness import (
     log,
     log_findings,
     operator_env,
+    settle,
 )
 from bench.rollback_latency import THRESHOLD, Config
 from localkube.audit import AuditRecord, audited_kubeconfig, requests_by, summarize
@@ -156,20 +157,6 @@ def count_ready(kube: Kube, system: str) -> tuple[int, int, list[str]]:
     ok = [o for o in items if (is_ready(o) if system == "slipway" else argo.is_healthy(o, 1))]
     bad = [o for o in items if o not in ok][:3]
     return len(ok), len(items), [f"{o['metadata']['name']}: {describe(o)}" for o in bad]
-
-
-def settle(info: ClusterInfo, user: str, quiet_seconds: float, max_seconds: float) -> dict[str, Any]:
-    """Wait until ``user`` made no request but watches for ``quiet_seconds``, at most ``max_seconds``."""
-    started = time.monotonic()
-    while True:
-        now = datetime.now(UTC)
-        recent = [r for r in requests_by(info, user, now - timedelta(seconds=quiet_seconds)) if r.verb != "watch"]
-        waited = time.monotonic() - started
-        if not recent and waited >= quiet_seconds:
-            return {"quiet": True, "waited_seconds": round(waited, 1)}
-        if waited >= max_seconds:
-            return {"quiet": False, "waited_seconds": round(waited, 1), "last_requests": summarize(recent)}
-        time.sleep(2)
 
 
 def request_rows(records: list[AuditRecord], limit: int = 400) -> list[dict[str, Any]]:

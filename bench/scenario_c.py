@@ -252,6 +252,7 @@ class Watches:
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.errors: list[str] = []
+        self.listed: set[str] = set()  # watches whose initial list is in
 
     def _run(self, path: str, handle: Callable[[dict[str, Any], float], None]) -> None:
         kube = Kube(self.info.kubeconfig, timeout=60)
@@ -260,6 +261,7 @@ class Watches:
             now = time.time()
             for item in items:
                 handle(item, now)
+            self.listed.add(path)
 
         def on_event(kind: str, obj: dict[str, Any]) -> None:
             if kind != "DELETED":
@@ -280,6 +282,10 @@ class Watches:
             thread = threading.Thread(target=self._run, args=(path, handle), name=f"watch {path}", daemon=True)
             thread.start()
             self.threads.append(thread)
+
+    def wait_listed(self, timeout: float = 60) -> None:
+        """Until every watch has its initial list: an ADDED event after it is a new object."""
+        wait_for(lambda: len(self.listed) == len(self.threads), timeout, "the watches' initial lists")
 
     def close(self) -> None:
         self.stop.set()
@@ -609,7 +615,7 @@ def scale_c(
                     "succeeded": len(observed.succeeded), "promoted": len(observed.promoted)}  # fmt: skip
 
     sampler = Sampler(operator.pid, t0, counts).start()
-    time.sleep(2)  # the watches list first: an ADDED event is never mistaken for the initial list
+    watches.wait_listed()  # an ADDED event is never mistaken for the initial list
     log(f"scenario C: creating {len(runs)} TrainingRuns and {len(deps)} InferenceDeployments")
     create_seconds: list[float] = []
     t_apply0 = time.time()
