@@ -42,6 +42,7 @@ import httpx
 import yaml
 
 from localkube.audit import audited_kubeconfig
+from localkube.bootstrap import apply_crds
 from localkube.kube import Kube
 from localkube.mlflow_server import free_port
 from localkube.procs import Proc, spawn
@@ -56,8 +57,6 @@ GROUP, API_VERSION = "argoproj.io", "v1alpha1"
 USER = "argo-rollouts"
 """The controller's audited identity (the CommonName of its client certificate)."""
 FIELD_MANAGER = "slipway-bench"
-PLURALS = ("rollouts", "analysistemplates", "clusteranalysistemplates", "analysisruns", "experiments")
-CRD_BASE = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def binary() -> Path:
@@ -82,34 +81,7 @@ def install_crds(kube: Kube, crds: Path = CRDS, timeout: float = 120) -> list[st
     files = sorted(crds.glob("*-crd.yaml"))
     if not files:
         raise FileNotFoundError(f"no *-crd.yaml in {crds}: run `make argo-rollouts`")
-    names = []
-    for file in files:
-        text = file.read_text()
-        name = yaml.safe_load(text)["metadata"]["name"]
-        kube.request("PATCH", f"{CRD_BASE}/{name}", text, query={"fieldManager": FIELD_MANAGER, "force": "true"},
-                     content_type="application/apply-patch+yaml", timeout=120)  # fmt: skip
-        names.append(name)
-
-    def established() -> bool:
-        for name in names:
-            status = kube.get(f"{CRD_BASE}/{name}").get("status") or {}
-            conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_for(established, timeout, "the Argo Rollouts CRDs to be established")
-
-    def served() -> bool:
-        for plural in PLURALS:
-            try:
-                kube.get(f"/apis/{GROUP}/{API_VERSION}/{plural}", limit=1)
-            except Exception:
-                return False
-        return True
-
-    wait_for(served, timeout, "the Argo Rollouts kinds to be listable")
-    return names
+    return apply_crds(kube, [yaml.safe_load(file.read_text()) for file in files], FIELD_MANAGER, timeout)
 
 
 # --------------------------------------------------------------------------- process sampling

@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from localkube.audit import requests_by, summarize
+from localkube.bootstrap import apply_crds
 from localkube.cluster import ClusterConfig, down, up
 from localkube.kube import Kube
 from localkube.state import ClusterInfo
@@ -36,7 +37,6 @@ from localkube.wait import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"
-SLIPWAY_PLURALS = ("trainingruns", "modelartifacts", "inferencedeployments")
 
 
 def log(text: str) -> None:
@@ -76,40 +76,14 @@ def local_cluster(keep_dir: bool = False, prefix: str = "slipway-bench-") -> Ite
 
 
 def install_crds(kube: Kube, crds: Path) -> list[str]:
-    """Create or replace the CRDs of ``crds/slipway.dev_*.yaml``; wait until they are Established."""
-    base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    names = []
-    for path in sorted(crds.glob("slipway.dev_*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        current = kube.get_or_none(f"{base}/{name}")
-        if current is None:
-            kube.create(base, body)
-        else:
-            body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            kube.request("PUT", f"{base}/{name}", body)
-        names.append(name)
-    if not names:
+    """Apply the CRDs of ``crds/slipway.dev_*.yaml``; wait until they are Established and served."""
+    docs = [yaml.safe_load(path.read_text()) for path in sorted(crds.glob("slipway.dev_*.yaml"))]
+    if not docs:
         raise FileNotFoundError(f"no slipway.dev_*.yaml in {crds}")
+    names = apply_crds(kube, docs, field_manager="slipway-bench")
     # Slipway's pods use the PriorityClasses of manifests/ (as `kubectl apply -k manifests/` installs them).
     for body in yaml.safe_load_all((crds.parent / "manifests" / "priorityclasses.yaml").read_text()):
         kube.ensure("/apis/scheduling.k8s.io/v1/priorityclasses", body)
-
-    def established() -> bool:
-        for name in names:
-            conditions = {
-                c["type"]: c["status"] for c in kube.get(f"{base}/{name}").get("status", {}).get("conditions", [])
-            }
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_for(established, 60, "the Slipway CRDs to be established")
-
-    def served() -> bool:  # Established comes before the storage answers ("storage is (re)initializing")
-        return all(kube.get(f"/apis/{GROUP}/{VERSION}/{plural}") is not None for plural in SLIPWAY_PLURALS)
-
-    wait_for(served, 60, "the Slipway kinds to be listable")
     return names
 
 

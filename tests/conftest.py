@@ -7,11 +7,12 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def slipway_crds(cluster, kube_api) -> list[str]:
+def slipway_crds(cluster) -> list[str]:
     """Slipway's CRDs installed from crds/ and Established."""
+    from localkube.kube import Kube
     from slipway_testing import install_crds
 
-    return install_crds(kube_api)
+    return install_crds(Kube(cluster.kubeconfig))
 
 
 @pytest.fixture

@@ -20,51 +20,28 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from localkube.bootstrap import apply_crds
+from localkube.kube import Kube
 from localkube.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 
 
-def install_crds(api: client.ApiClient) -> list[str]:
-    """Create or update the CRDs from crds/ and wait until the API server serves them."""
-    ext = client.ApiextensionsV1Api(api)
-    names = []
-    for path in sorted((ROOT / "crds").glob("slipway.dev_*.yaml")):
-        body = yaml.safe_load(path.read_text())
-        name = body["metadata"]["name"]
-        try:
-            current = ext.read_custom_resource_definition(name)
-            body["metadata"]["resourceVersion"] = current.metadata.resource_version
-            ext.replace_custom_resource_definition(name, body)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            ext.create_custom_resource_definition(body)
-        names.append(name)
-
-    def established() -> bool:
-        for name in names:
-            crd = ext.read_custom_resource_definition(name)
-            conditions = {c.type: c.status for c in crd.status.conditions or []}
-            if conditions.get("Established") != "True":
-                return False
-        return True
-
-    wait_for(established, 30, "the Slipway CRDs to be established")
-    install_priority_classes(api)
+def install_crds(kube: Kube) -> list[str]:
+    """Apply the CRDs of crds/ (server-side: test workers may do it at once) and wait until the API
+    server serves them; then the PriorityClasses Slipway's pods use."""
+    docs = [yaml.safe_load(path.read_text()) for path in sorted((ROOT / "crds").glob("slipway.dev_*.yaml"))]
+    names = apply_crds(kube, docs, field_manager="slipway-tests")
+    install_priority_classes(kube)
     return names
 
 
-def install_priority_classes(api: client.ApiClient) -> None:
-    """manifests/priorityclasses.yaml, as `kubectl apply -k manifests/` installs it: Slipway's pods use them."""
-    scheduling = client.SchedulingV1Api(api)
+def install_priority_classes(kube: Kube) -> None:
+    """manifests/priorityclasses.yaml, as `kubectl apply -k manifests/` installs it: Slipway's pods use them.
+    value and preemptionPolicy are immutable: an existing one stays."""
     for body in yaml.safe_load_all((ROOT / "manifests" / "priorityclasses.yaml").read_text()):
-        try:
-            scheduling.create_priority_class(body)
-        except ApiException as exc:
-            if exc.status != 409:  # value and preemptionPolicy are immutable: an existing one stays
-                raise
+        kube.ensure("/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
 
 def free_port() -> int:

@@ -10,10 +10,12 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from localkube.kube import Kube
+from localkube.wait import wait_for
 
 PROVISIONER_USER = "localkube:provisioner"
 PROMETHEUS_USER = "localkube:prometheus"
@@ -194,19 +196,51 @@ def gateway_api_crd_dir(version: str = GATEWAY_API_VERSION) -> Path:
     return crds
 
 
-def apply_gateway_api_crds(kube: Kube, version: str = GATEWAY_API_VERSION) -> list[str]:
-    """Create (or replace) the standard-channel Gateway API CRDs; return their names."""
+CRD_BASE = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def apply_crds(
+    kube: Kube, docs: list[dict[str, Any]], field_manager: str = "localkube", timeout: float = 60
+) -> list[str]:
+    """Server-side apply CustomResourceDefinitions (forced, one field manager): safe when several
+    clients apply the same CRDs at once (test workers, benchmarks), where a read-then-replace
+    answers 409. Waits until each is Established and its kinds answer a list; returns the names."""
     names = []
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    for file in sorted(gateway_api_crd_dir(version).glob("*.yaml")):
-        for doc in yaml.safe_load_all(file.read_text()):
-            if not doc or doc.get("kind") != "CustomResourceDefinition":
-                continue
-            current = kube.get_or_none(f"{path}/{doc['metadata']['name']}")
-            if current is None:
-                kube.create(path, doc)
-            else:
-                doc["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                kube.request("PUT", f"{path}/{doc['metadata']['name']}", doc)
-            names.append(doc["metadata"]["name"])
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        kube.request("PATCH", f"{CRD_BASE}/{name}", json.dumps(doc), query={"fieldManager": field_manager,
+                     "force": "true"}, content_type="application/apply-patch+yaml", timeout=120)  # fmt: skip
+        names.append(name)
+
+    def established() -> bool:
+        for name in names:
+            status = kube.get(f"{CRD_BASE}/{name}").get("status") or {}
+            if not any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []):
+                return False
+        return True
+
+    wait_for(established, timeout, f"the CRDs {', '.join(names)} to be established")
+
+    def served() -> bool:  # Established comes before the storage answers ("storage is (re)initializing")
+        for doc in docs:
+            spec = doc["spec"]
+            version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+            try:
+                kube.get(f"/apis/{spec['group']}/{version}/{spec['names']['plural']}", limit=1)
+            except Exception:
+                return False
+        return True
+
+    wait_for(served, timeout, "the new kinds to be listable")
     return names
+
+
+def apply_gateway_api_crds(kube: Kube, version: str = GATEWAY_API_VERSION) -> list[str]:
+    """Apply the standard-channel Gateway API CRDs; return their names."""
+    docs = [
+        doc
+        for file in sorted(gateway_api_crd_dir(version).glob("*.yaml"))
+        for doc in yaml.safe_load_all(file.read_text())
+        if doc and doc.get("kind") == "CustomResourceDefinition"
+    ]
+    return apply_crds(kube, docs)
