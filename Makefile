@@ -16,7 +16,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-unit test-faults test-integration \
+.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -79,8 +79,12 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-test: install controlplane prometheus metrics-server traefik health-tool helm  ## all tests: unit, then the fault suite, integration and e2e on the local cluster
-	$(PY) -m pytest -q tests e2e/tests
+CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool helm
+test: install $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
+	$(PY) tests/suite.py $(TEST_ARGS)
+
+test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart, plugin and health tests
+	$(PY) tests/suite.py --fast $(TEST_ARGS)
 
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
 	$(PY) -m pytest -q tests/faults

@@ -22,3 +22,48 @@ def mlflow(cluster):
 
     with MlflowClient(cluster.mlflow_url) as client:
         yield client
+
+
+# --------------------------------------------------------------------------- the operator on the local cluster
+
+
+@pytest.fixture
+def operator(cluster, slipway_crds, namespace, monkeypatch):
+    """A factory for the Slipway operator running in-process (kopf) against the local cluster,
+    watching the test's namespace, with the cluster's MLflow and Prometheus; stopped after the test."""
+    from slipway_testing import OperatorProcess
+
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    running: list[OperatorProcess] = []
+
+    def start(mlflow_url: str | None = None, kubeconfig=None) -> OperatorProcess:
+        op = OperatorProcess(cluster, namespace, mlflow_url, kubeconfig)
+        op.start()
+        running.append(op)
+        return op
+
+    yield start
+    for op in running:
+        op.stop()
+
+
+@pytest.fixture(scope="session")
+def trained(cluster) -> str:
+    """The run id of one trained reference model (8 steps, experiment ``shared-tests``), made once per
+    cluster (a file beside the cluster's data): the first pytest-xdist worker that asks trains it,
+    the others wait on the lock and read its id. Tests register versions of it under model names of their own."""
+    import fcntl
+    from pathlib import Path
+
+    from slipway_testing import train_run
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / "trained.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        recorded = shared / "trained-run-id"  # beside the cluster's MLflow data: valid as long as it is
+        if recorded.exists():
+            return recorded.read_text().strip()
+        run_id = train_run(cluster.mlflow_url, "shared-tests", steps=8)
+        recorded.write_text(run_id)
+        return run_id

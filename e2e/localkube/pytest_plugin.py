@@ -36,6 +36,7 @@ from localkube.wait import wait_for
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
     """The local cluster for this test session."""
     running = ClusterInfo.load(DEFAULT_DIR)
+    reason = "no cluster is recorded there"
     if running is not None:
         reason = running.unhealthy_reason()
         if reason is None and running.audit_log is None:
@@ -44,8 +45,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterInfo]:
         if reason is None:
             yield running
             return
-        if not running.stopped:
+        if not running.stopped and not os.environ.get("LOCALKUBE_REQUIRE_RUNNING"):
             warnings.warn(f"not reusing the cluster in {DEFAULT_DIR}: {reason}; starting one", stacklevel=1)
+    if os.environ.get("LOCALKUBE_REQUIRE_RUNNING"):
+        # Set by tests/suite.py: every worker uses the one cluster the suite started, never its own.
+        pytest.fail(f"the local cluster in {DEFAULT_DIR} cannot be used: {reason}", pytrace=False)
     env_dir = os.environ.get("LOCALKUBE_TEST_DIR")
     directory = Path(env_dir).resolve() if env_dir else tmp_path_factory.mktemp("localkube")
     try:

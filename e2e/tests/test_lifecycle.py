@@ -21,7 +21,8 @@ from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operato
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import report
 
-pytestmark = pytest.mark.cluster
+# serial: the operator cluster-wide from manifests/, and the cluster Prometheus' rules reloaded
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 
 

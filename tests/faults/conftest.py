@@ -46,7 +46,9 @@ class Figures:
         return "\n".join(lines)
 
 
-RECORDED: list[Figures] = []
+FIGURES = "fault figures"
+"""The user property that carries a test's rendered figures: reports travel from pytest-xdist's
+workers to the process that prints the summary, module globals do not."""
 
 
 @pytest.hookimpl(wrapper=True)
@@ -55,6 +57,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     figures = getattr(item, "fault_figures", None)
     if figures is not None and rep.when == "call":
         figures.outcome = rep.outcome
+    if figures is not None and rep.when == "teardown":
+        rep.user_properties.append((FIGURES, figures.render()))
     return rep
 
 
@@ -63,15 +67,22 @@ def figures(request: pytest.FixtureRequest) -> Iterator[Figures]:
     found = Figures(request.node.name)
     request.node.fault_figures = found
     yield found
-    RECORDED.append(found)
     report("\n" + found.render())
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if RECORDED:
+    rendered = [
+        value
+        for reports in terminalreporter.stats.values()
+        for rep in reports
+        if getattr(rep, "when", None) == "teardown"
+        for key, value in getattr(rep, "user_properties", ())
+        if key == FIGURES
+    ]
+    if rendered:
         terminalreporter.section("fault suite: injected, counted, time to recover")
-        for found in RECORDED:
-            terminalreporter.write_line(found.render())
+        for text in rendered:
+            terminalreporter.write_line(text)
 
 
 @pytest.fixture

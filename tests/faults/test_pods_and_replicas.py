@@ -67,6 +67,7 @@ def deployed_operator(cluster, kube_api):
     wait_for(lambda: not operator_pods(kube_api), 90, "the operator pods gone")
 
 
+@pytest.mark.serial  # the operator of manifests/ watches every namespace
 def test_the_active_replica_sigkilled_mid_training(cluster, kube_api, namespace, deployed_operator, figures):
     model = f"digits-{namespace}"
     apply_object(kube_api, namespace, training("run", model, steps=40, SLIPWAY_STEP_SECONDS="1"))

@@ -1,5 +1,5 @@
-"""At rest, the operator costs nothing: one object of each kind settled, then two minutes in which
-it makes no request to the API server (its own identity, counted from the API server's audit log),
+"""At rest, the operator costs nothing: one object of each kind settled, then a minute (two alias
+polls) in which it makes no request to the API server (its own identity, counted from the API server's audit log),
 none to Prometheus, and to MLflow only the alias poll of the deployment that follows an alias."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from slipway_testing import apply_object, condition, get_object, report
 pytestmark = pytest.mark.cluster
 
 USER = "slipway-operator-at-rest"
-WINDOW_SECONDS = float(os.environ.get("SLIPWAY_AT_REST_SECONDS", "120"))
+WINDOW_SECONDS = float(os.environ.get("SLIPWAY_AT_REST_SECONDS", "60"))
 ALIAS_POLL_SECONDS = 30.0
 SERVE = ["python", "-m", "slipway.workloads.serve"]
 

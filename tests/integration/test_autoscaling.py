@@ -14,15 +14,17 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, train_run, wait_status
+from slipway_testing import apply_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 
-def serve(kube_api, namespace: str, cluster, name: str, spec: dict[str, Any], tags: dict[str, str]) -> None:
-    """Register a model version (with ``tags``), serve it as InferenceDeployment ``name``, wait until it serves."""
+def serve(
+    kube_api, namespace: str, cluster, run_id: str, name: str, spec: dict[str, Any], tags: dict[str, str]
+) -> None:
+    """Register a model version of ``run_id`` (with ``tags``), serve it as InferenceDeployment ``name``,
+    wait until it serves."""
     model = f"{name}-{namespace}"
-    run_id = train_run(cluster.mlflow_url, "autoscaling-tests", steps=4)
     with MlflowClient(cluster.mlflow_url) as mlflow:
         mlflow.get_or_create_registered_model(model)
         version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags).version
@@ -91,11 +93,12 @@ class Scaling:
         return up, time.monotonic() - stopped, peak, dict(stats.by_code)
 
 
-def test_cpu_target_scales_the_stable_track_to_max_under_load_and_back(kube_api, namespace, operator, cluster):
+def test_cpu_target_scales_the_stable_track_to_max_under_load_and_back(kube_api, namespace, operator, cluster, trained):
     operator()
     autoscaling = {"minReplicas": 2, "maxReplicas": 4, "metrics": [{"type": "Cpu", "targetAverageUtilization": 50}]}
     # A small request, so that real inference load is a large share of it.
-    serve(kube_api, namespace, cluster, "cpu-scaler", {"resources": {"cpu": "20m"}, "autoscaling": autoscaling}, {})
+    spec = {"resources": {"cpu": "20m"}, "autoscaling": autoscaling}
+    serve(kube_api, namespace, cluster, trained, "cpu-scaler", spec, {})
     scaling = Scaling(kube_api, namespace, "cpu-scaler")
     load = LoadDriver.for_service(kube_api, namespace, "cpu-scaler", rate=60, max_duration=400)
     up, down, peak, responses = scaling.cycle(load)
@@ -106,7 +109,9 @@ def test_cpu_target_scales_the_stable_track_to_max_under_load_and_back(kube_api,
     )
 
 
-def test_pods_metric_in_flight_requests_scales_the_stable_track_and_back(kube_api, namespace, operator, cluster):
+def test_pods_metric_in_flight_requests_scales_the_stable_track_and_back(
+    kube_api, namespace, operator, cluster, trained
+):
     operator()
     metric = {"type": "Pods", "name": "slipway_requests_in_flight", "targetAverageValue": "1"}
     autoscaling = {"minReplicas": 2, "maxReplicas": 4, "metrics": [metric]}

@@ -328,6 +328,7 @@ def slipway_system_pods(kube_api: client.ApiClient, ns: str) -> list[str]:
 
 
 @pytest.mark.cluster
+@pytest.mark.serial  # cluster-wide install, then its ClusterRoles deleted
 def test_kustomize_installs_in_one_pass(cluster, kube_api):
     """`kubectl apply -k` of manifests/ (the overlay only sets the URLs): one pass, the operator rolls out."""
     crds_new = kubectl(cluster, "get", "crd", "trainingruns.slipway.dev", check=False).returncode != 0
@@ -385,6 +386,7 @@ def has_status(obj: Obj) -> bool:
 
 
 @pytest.mark.cluster
+@pytest.mark.serial  # an operator for all namespaces
 def test_helm_install_reconciles_grants_user_roles_and_uninstalls(cluster, kube_api, namespace):
     release = system = f"slipway-chart-{secrets.token_hex(2)}"
     kubectl(cluster, "create", "namespace", system)

@@ -11,7 +11,7 @@ from localkube.gateway import ensure_gateway, gateway
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, report, train_run, wait_status
+from slipway_testing import apply_object, get_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -26,7 +26,7 @@ def gateway_port(cluster) -> int:
 
 
 def test_a_25_percent_step_sends_a_quarter_of_the_requests_through_the_gateway(
-    kube_api, namespace, operator, cluster, gateway_port
+    kube_api, namespace, operator, cluster, gateway_port, trained
 ):
     custom = client.CustomObjectsApi(kube_api)
     custom.create_namespaced_custom_object(
@@ -34,7 +34,7 @@ def test_a_25_percent_step_sends_a_quarter_of_the_requests_through_the_gateway(
     )
     operator()
     model = f"digits-{namespace}"
-    run_id = train_run(cluster.mlflow_url, "gateway-tests", steps=4)
+    run_id = trained
     mlflow = MlflowClient(cluster.mlflow_url)
     try:
         canary_step_through_gateway(kube_api, namespace, custom, mlflow, model, run_id, gateway_port)

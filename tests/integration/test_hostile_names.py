@@ -16,7 +16,7 @@ from slipway.builders import trainingrun as tr
 from slipway.builders.common import label_value
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, condition, phase_in, train_run, wait_status
+from slipway_testing import apply_object, condition, phase_in, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -30,11 +30,6 @@ LONG_RUN = "team-a.llama-3.1-8b.instruct-finetune-2024-06-01-lr-3e-4-seed-7-node
 
 def is_label(value: str, pattern: re.Pattern[str] = DNS1123_LABEL) -> bool:
     return len(value) <= 63 and pattern.fullmatch(value) is not None
-
-
-@pytest.fixture(scope="module")
-def trained(cluster) -> str:
-    return train_run(cluster.mlflow_url, "hostile-names", steps=4)
 
 
 def inference_deployment(name: str, model: str) -> dict[str, Any]:

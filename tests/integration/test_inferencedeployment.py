@@ -12,18 +12,12 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, train_run, wait_status
+from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 
 SERVE = ["python", "-m", "slipway.workloads.serve"]
-
-
-@pytest.fixture(scope="module")
-def trained(cluster) -> str:
-    """One trained model run; tests register versions of it under their own model names."""
-    return train_run(cluster.mlflow_url, "idep-tests", steps=8)
 
 
 class Versions:

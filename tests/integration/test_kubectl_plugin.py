@@ -23,13 +23,6 @@ KUBECTL = CONTROLPLANE.parent / "kubectl"
 HOLD = "600s"  # each step holds far longer than the test: only the commands move the rollout
 
 
-@pytest.fixture(scope="module")
-def trained(cluster) -> str:
-    from slipway_testing import train_run
-
-    return train_run(cluster.mlflow_url, "kubectl-plugin-tests", steps=6)
-
-
 class Plugin:
     """``kubectl-slipway`` as a subprocess: KUBECONFIG from the environment, or --kubeconfig."""
 

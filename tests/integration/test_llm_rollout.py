@@ -14,17 +14,17 @@ import yaml
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, train_run, wait_status
+from slipway_testing import apply_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "inferencedeployment-llm-local.yaml"
 
 
-def test_slow_first_token_canary_is_rolled_back_by_the_vllm_preset(kube_api, namespace, operator, cluster):
+def test_slow_first_token_canary_is_rolled_back_by_the_vllm_preset(kube_api, namespace, operator, cluster, trained):
     operator()
     model = f"llm-{namespace}"
-    run_id = train_run(cluster.mlflow_url, "llm-tests", steps=4)
+    run_id = trained
     body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
     body["spec"]["model"]["name"] = model
     body["spec"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}

@@ -255,6 +255,7 @@ def test_deletion_sends_sigterm_then_sigkill_after_the_grace_period(kube_api: cl
     assert start_ticks(pid) != ticks, "the process was killed"
 
 
+@pytest.mark.serial  # restarts every test's pods
 def test_restarted_node_agent_kills_orphans_and_restarts_pods(
     cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str
 ) -> None:

@@ -23,113 +23,113 @@ def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-def test_experiments_and_runs_are_found_again_by_name_and_tag(mlflow_client: MlflowClient) -> None:
+def test_experiments_and_runs_are_found_again_by_name_and_tag(mlflow: MlflowClient) -> None:
     name = _name("exp")
-    experiment_id = mlflow_client.get_or_create_experiment(name)
-    assert mlflow_client.get_or_create_experiment(name) == experiment_id
+    experiment_id = mlflow.get_or_create_experiment(name)
+    assert mlflow.get_or_create_experiment(name) == experiment_id
 
     uid = str(uuid.uuid4())
-    run = mlflow_client.create_run(experiment_id, "train", tags={"slipway.dev/uid": uid})
+    run = mlflow.create_run(experiment_id, "train", tags={"slipway.dev/uid": uid})
     assert run.status == "RUNNING" and run.start_time and run.artifact_uri.startswith("mlflow-artifacts:/")
-    found = mlflow_client.search_runs([experiment_id], tag_filter("slipway.dev/uid", uid))
+    found = mlflow.search_runs([experiment_id], tag_filter("slipway.dev/uid", uid))
     assert [r.run_id for r in found] == [run.run_id]
-    assert mlflow_client.search_runs([experiment_id], tag_filter("slipway.dev/uid", "other")) == []
+    assert mlflow.search_runs([experiment_id], tag_filter("slipway.dev/uid", "other")) == []
 
-    mlflow_client.update_run(run.run_id, status="FINISHED")
-    finished = mlflow_client.get_run(run.run_id)
+    mlflow.update_run(run.run_id, status="FINISHED")
+    finished = mlflow.get_run(run.run_id)
     assert finished.status == "FINISHED" and finished.end_time is not None
 
 
-def test_metrics_params_and_tags_in_one_batch(mlflow_client: MlflowClient) -> None:
-    run = mlflow_client.create_run(mlflow_client.get_or_create_experiment(_name("exp")))
-    mlflow_client.log_batch(
+def test_metrics_params_and_tags_in_one_batch(mlflow: MlflowClient) -> None:
+    run = mlflow.create_run(mlflow.get_or_create_experiment(_name("exp")))
+    mlflow.log_batch(
         run.run_id,
         metrics=[("loss", 0.9, 1, 1000), Metric("loss", 0.5, 2, 2000), Metric("loss", math.nan, 3, 3000)],
         params={"steps": 3},
         tags={"slipway.checkpoint.step": "2"},
     )
-    history = mlflow_client.get_metric_history(run.run_id, "loss")
+    history = mlflow.get_metric_history(run.run_id, "loss")
     assert [(m.step, m.value) for m in history[:2]] == [(1, 0.9), (2, 0.5)] and math.isnan(history[2].value)
-    fetched = mlflow_client.get_run(run.run_id)
+    fetched = mlflow.get_run(run.run_id)
     assert fetched.metrics["loss"].step == 3
     assert fetched.params == {"steps": "3"} and fetched.tags["slipway.checkpoint.step"] == "2"
     with pytest.raises(MlflowError) as changed:
-        mlflow_client.log_batch(run.run_id, params={"steps": 4})  # params are write-once
+        mlflow.log_batch(run.run_id, params={"steps": 4})  # params are write-once
     assert changed.value.error_code == "INVALID_PARAMETER_VALUE"
 
 
-def test_artifacts_round_trip_through_the_proxy(mlflow_client: MlflowClient, tmp_path: Path) -> None:
-    run = mlflow_client.create_run(mlflow_client.get_or_create_experiment(_name("exp")))
+def test_artifacts_round_trip_through_the_proxy(mlflow: MlflowClient, tmp_path: Path) -> None:
+    run = mlflow.create_run(mlflow.get_or_create_experiment(_name("exp")))
     source = tmp_path / "model"
     (source / "nested").mkdir(parents=True)
     (source / "model.onnx").write_bytes(b"\x08\x07onnx")
     (source / "nested" / "notes.txt").write_text("hi")
-    uri = mlflow_client.upload_dir(run.run_id, source, "model")
+    uri = mlflow.upload_dir(run.run_id, source, "model")
     assert uri == f"{run.artifact_uri}/model"
     single = tmp_path / "extra.json"
     single.write_text("{}")
-    assert mlflow_client.upload_artifact(run.run_id, single, "meta") == f"{run.artifact_uri}/meta/extra.json"
+    assert mlflow.upload_artifact(run.run_id, single, "meta") == f"{run.artifact_uri}/meta/extra.json"
 
-    listing = mlflow_client.list_artifacts(run_artifact_uri(run.run_id, "model"))
+    listing = mlflow.list_artifacts(run_artifact_uri(run.run_id, "model"))
     assert {(f.path, f.is_dir, f.size) for f in listing} == {("model.onnx", False, 6), ("nested", True, None)}
-    assert mlflow_client.list_artifacts(run_artifact_uri(run.run_id, "absent")) == []
+    assert mlflow.list_artifacts(run_artifact_uri(run.run_id, "absent")) == []
 
-    tree = mlflow_client.download_artifacts(run_artifact_uri(run.run_id, "model"), tmp_path / "down")
+    tree = mlflow.download_artifacts(run_artifact_uri(run.run_id, "model"), tmp_path / "down")
     assert tree == tmp_path / "down" / "model"
     assert (tree / "model.onnx").read_bytes() == b"\x08\x07onnx" and (tree / "nested" / "notes.txt").read_text() == "hi"
-    file = mlflow_client.download_artifacts(f"{uri}/model.onnx", tmp_path / "file")
+    file = mlflow.download_artifacts(f"{uri}/model.onnx", tmp_path / "file")
     assert file.read_bytes() == b"\x08\x07onnx"
     with pytest.raises(MlflowNotFound):
-        mlflow_client.download_artifacts(run_artifact_uri(run.run_id, "absent"), tmp_path / "none")
+        mlflow.download_artifacts(run_artifact_uri(run.run_id, "absent"), tmp_path / "none")
 
 
-def test_registry_versions_tags_and_aliases(mlflow_client: MlflowClient, tmp_path: Path) -> None:
-    run = mlflow_client.create_run(mlflow_client.get_or_create_experiment(_name("exp")))
+def test_registry_versions_tags_and_aliases(mlflow: MlflowClient, tmp_path: Path) -> None:
+    run = mlflow.create_run(mlflow.get_or_create_experiment(_name("exp")))
     model_file = tmp_path / "model.onnx"
     model_file.write_bytes(b"weights")
-    source = mlflow_client.upload_artifact(run.run_id, model_file, "model").rsplit("/", 1)[0]
+    source = mlflow.upload_artifact(run.run_id, model_file, "model").rsplit("/", 1)[0]
     name = _name("digits")
-    assert mlflow_client.get_or_create_registered_model(name).name == name
-    assert mlflow_client.get_or_create_registered_model(name).aliases == {}
+    assert mlflow.get_or_create_registered_model(name).name == name
+    assert mlflow.get_or_create_registered_model(name).aliases == {}
 
     uid = str(uuid.uuid4())
-    first = mlflow_client.create_model_version(name, source, run.run_id, tags={"slipway.dev/uid": uid})
-    second = mlflow_client.create_model_version(name, run_artifact_uri(run.run_id, "model"), run.run_id)
+    first = mlflow.create_model_version(name, source, run.run_id, tags={"slipway.dev/uid": uid})
+    second = mlflow.create_model_version(name, run_artifact_uri(run.run_id, "model"), run.run_id)
     assert (first.version, second.version) == ("1", "2")
     # The idempotency lookup: a crash after create, before the status write, finds the version.
-    assert [
-        v.version for v in mlflow_client.search_model_versions(model_version_filter(name, {"slipway.dev/uid": uid}))
-    ] == ["1"]
-    assert [v.version for v in mlflow_client.search_model_versions(model_version_filter(name))] == ["2", "1"]
+    assert [v.version for v in mlflow.search_model_versions(model_version_filter(name, {"slipway.dev/uid": uid}))] == [
+        "1"
+    ]
+    assert [v.version for v in mlflow.search_model_versions(model_version_filter(name))] == ["2", "1"]
 
-    assert mlflow_client.get_version_by_alias(name, "production") is None
-    assert mlflow_client.get_version_by_alias(_name("no-such-model"), "production") is None
-    mlflow_client.set_alias(name, "production", 1)
-    mlflow_client.set_alias(name, "candidate", "2")
-    assert mlflow_client.get_version_by_alias(name, "production").version == "1"  # type: ignore[union-attr]
-    mlflow_client.set_alias(name, "production", 2)
-    assert mlflow_client.get_registered_model(name).aliases == {"production": "2", "candidate": "2"}
-    mlflow_client.delete_alias(name, "candidate")
-    mlflow_client.delete_alias(name, "candidate")  # already gone: not an error
-    assert mlflow_client.get_version_by_alias(name, "candidate") is None
+    assert mlflow.get_version_by_alias(name, "production") is None
+    assert mlflow.get_version_by_alias(_name("no-such-model"), "production") is None
+    mlflow.set_alias(name, "production", 1)
+    mlflow.set_alias(name, "candidate", "2")
+    assert mlflow.get_version_by_alias(name, "production").version == "1"  # type: ignore[union-attr]
+    mlflow.set_alias(name, "production", 2)
+    assert mlflow.get_registered_model(name).aliases == {"production": "2", "candidate": "2"}
+    mlflow.delete_alias(name, "candidate")
+    mlflow.delete_alias(name, "candidate")  # already gone: not an error
+    assert mlflow.get_version_by_alias(name, "candidate") is None
 
-    mlflow_client.set_model_version_tag(name, 2, "slipway.dev/gate.accuracy", "passed")
-    assert mlflow_client.get_model_version(name, "2").tags["slipway.dev/gate.accuracy"] == "passed"
+    mlflow.set_model_version_tag(name, 2, "slipway.dev/gate.accuracy", "passed")
+    assert mlflow.get_model_version(name, "2").tags["slipway.dev/gate.accuracy"] == "passed"
     with pytest.raises(MlflowNotFound):
-        mlflow_client.get_model_version(name, 9)
+        mlflow.get_model_version(name, 9)
 
     for uri in (f"models:/{name}@production", f"models:/{name}/1"):
-        local = mlflow_client.download_artifacts(uri, tmp_path / uri.replace("/", "_"))
+        local = mlflow.download_artifacts(uri, tmp_path / uri.replace("/", "_"))
         assert (local / "model.onnx").read_bytes() == b"weights"
     with pytest.raises(MlflowNotFound, match="no alias 'absent'"):
-        mlflow_client.download_artifacts(f"models:/{name}@absent", tmp_path / "absent")
+        mlflow.download_artifacts(f"models:/{name}@absent", tmp_path / "absent")
 
 
-def test_mlflow_refusals_are_errors_that_say_why(mlflow_client: MlflowClient) -> None:
+def test_mlflow_refusals_are_errors_that_say_why(mlflow: MlflowClient) -> None:
     name = _name("digits")
-    mlflow_client.get_or_create_registered_model(name)
+    mlflow.get_or_create_registered_model(name)
     with pytest.raises(MlflowError) as caught:
-        mlflow_client.create_model_version(name, "runs:/not-this-run/model", run_id="another-run")
+        mlflow.create_model_version(name, "runs:/not-this-run/model", run_id="another-run")
     assert caught.value.status == 400 and "model-versions/create" in str(caught.value)
     with pytest.raises(MlflowNotFound, match="not found"):
-        mlflow_client.get_run("0" * 32)
+        mlflow.get_run("0" * 32)

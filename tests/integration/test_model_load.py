@@ -13,17 +13,17 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, train_run, wait_status
+from slipway_testing import apply_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 
-def test_fetched_model_is_served_and_a_digest_mismatch_never_serves(kube_api, namespace, operator, cluster):
+def test_fetched_model_is_served_and_a_digest_mismatch_never_serves(kube_api, namespace, operator, cluster, trained):
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "tuning"}, "data": {"TUNING": "fast"}})
     operator()
     model = f"digits-{namespace}"
-    run_id = train_run(cluster.mlflow_url, "model-load-tests", steps=4)
+    run_id = trained
     with MlflowClient(cluster.mlflow_url) as mlflow:
         digest = mlflow.get_run(run_id).tags["slipway.model.digest"]
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_testing import apply_object, report, train_run, wait_status
+from slipway_testing import apply_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -21,7 +21,7 @@ STEPS = 30
 CHECKPOINT_EVERY = 2
 
 
-def test_serving_preempts_training_which_resumes_from_its_checkpoint(kube_api, namespace, operator, cluster):
+def test_serving_preempts_training_which_resumes_from_its_checkpoint(kube_api, namespace, operator, cluster, trained):
     operator()
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
@@ -65,7 +65,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(kube_api, n
     assert victim.spec.priority_class_name == "slipway-training"
     mark(f"training at step {progress()} holds 4 GPUs")
 
-    run_id = train_run(cluster.mlflow_url, "preemption-tests", steps=4)
+    run_id = trained
     with MlflowClient(cluster.mlflow_url) as mlflow:
         mlflow.get_or_create_registered_model(model)
         version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, {}).version

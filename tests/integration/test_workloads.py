@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from localkube.mlflow_server import MlflowServer, free_port
+from localkube.mlflow_server import free_port
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, run_artifact_uri
 from slipway.workloads.common import EXIT_CONFIG, digits_split
@@ -33,14 +33,14 @@ WORKLOAD_TIMEOUT = 120
 class Workloads:
     """Runs workloads against one MLflow server, each in its own working directory."""
 
-    server: MlflowServer
+    mlflow_url: str
     client: MlflowClient
     workdir: Path
     experiment_id: str
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SLIPWAY_"))}
-        env.update(MLFLOW_TRACKING_URI=self.server.url, MLFLOW_EXPERIMENT_ID=self.experiment_id, **extra)
+        env.update(MLFLOW_TRACKING_URI=self.mlflow_url, MLFLOW_EXPERIMENT_ID=self.experiment_id, **extra)
         return env
 
     def run(self, name: str, *args: str, expect: int = 0, **env: str) -> subprocess.CompletedProcess[str]:
@@ -77,10 +77,10 @@ class Workloads:
 
 
 @pytest.fixture(scope="module")
-def workloads(mlflow_server: MlflowServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workloads]:
-    with MlflowClient(mlflow_server.url) as client:
+def workloads(cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workloads]:
+    with MlflowClient(cluster.mlflow_url) as client:
         experiment_id = client.get_or_create_experiment(f"workloads-{uuid.uuid4().hex[:8]}")
-        yield Workloads(mlflow_server, client, tmp_path_factory.mktemp("workloads"), experiment_id)
+        yield Workloads(cluster.mlflow_url, client, tmp_path_factory.mktemp("workloads"), experiment_id)
 
 
 @pytest.fixture(scope="module")

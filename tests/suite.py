@@ -1,0 +1,208 @@
+"""The whole test suite in the order that gives feedback first (`make test`, `make test-fast`).
+
+1. checks: ruff (lint, format), mypy, CRD drift — a failure stops here;
+2. unit tests — a failure stops here;
+3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here
+   and stopped at the end): first every test that shares the cluster with others, on several
+   pytest-xdist workers (each test in its own namespace, each file on one worker so its module
+   fixtures are made once), then the tests marked ``serial`` one at a time (they stop cluster
+   components, install the operator cluster-wide, or measure latency that a busy CPU would skew).
+
+Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
+per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
+
+    python tests/suite.py            # everything (make test)
+    python tests/suite.py --fast     # checks, unit, chart, plugin and health tests (make test-fast)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / ".cache" / "test-reports"
+VENV_BIN = Path(sys.executable).parent
+CLUSTER_PATHS = ["tests/integration", "tests/security", "tests/faults", "e2e/tests"]
+FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl_plugin.py",
+              "tests/integration/test_health.py"]  # fmt: skip
+# The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
+# the CPU busy while most tests wait on the cluster (measured in tests/README.md).
+WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "3"))
+
+
+@dataclass
+class Result:
+    nodeid: str
+    seconds: float
+    outcome: str  # passed, failed, error, skipped
+
+
+@dataclass
+class Phase:
+    name: str
+    wall: float = 0.0
+    code: int = 0
+    results: list[Result] = field(default_factory=list)
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> int:
+    print(f"\n$ {' '.join(cmd)}", flush=True)
+    return subprocess.call(cmd, cwd=ROOT, env=env)
+
+
+def junit_results(path: Path) -> list[Result]:
+    """Every test case of a JUnit report, with its time (setup, call and teardown) and outcome."""
+    if not path.exists():
+        return []
+    results = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+        module = (case.get("classname") or "").replace(".", "/")
+        file = case.get("file") or module + ".py"
+        results.append(Result(f"{file}::{case.get('name')}", float(case.get("time") or 0), outcome))
+    return results
+
+
+def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None) -> Phase:
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    report = REPORTS / f"{name}.xml"
+    report.unlink(missing_ok=True)
+    phase = Phase(name)
+    started = time.monotonic()
+    cmd = [sys.executable, "-m", "pytest", "-q", "--durations=10", f"--junitxml={report}", *args]
+    phase.code = run(cmd, env)
+    phase.wall = time.monotonic() - started
+    phase.results = junit_results(report)
+    if phase.code == 5 and not phase.results:  # nothing selected in this phase: not a failure
+        phase.code = 0
+    return phase
+
+
+def checks() -> int:
+    for cmd in (
+        [str(VENV_BIN / "ruff"), "check", "operator", "e2e", "tests", "bench"],
+        [str(VENV_BIN / "ruff"), "format", "--check", "operator", "e2e", "tests", "bench"],
+        [str(VENV_BIN / "mypy")],
+        [sys.executable, "-m", "slipway.crdgen", "--check", "crds", "charts/slipway/crds"],
+    ):
+        if code := run(cmd):
+            return code
+    return 0
+
+
+@contextlib.contextmanager
+def shared_cluster() -> Iterator[Path]:
+    """The directory of a running local cluster with its gateway: the one of `make cluster-up` if it
+    is healthy, else one started here (in a temporary directory) and stopped afterwards."""
+    from localkube.cluster import ClusterConfig, down, up
+    from localkube.gateway import ensure_gateway
+    from localkube.state import DEFAULT_DIR, ClusterInfo
+
+    running = ClusterInfo.load(DEFAULT_DIR)
+    if running is not None and running.audit_log is not None and running.unhealthy_reason() is None:
+        print(f"\nreusing the local cluster in {DEFAULT_DIR}", flush=True)
+        ensure_gateway(DEFAULT_DIR)
+        yield DEFAULT_DIR
+        return
+    directory = Path(tempfile.mkdtemp(prefix="slipway-tests-"))
+    started = time.monotonic()
+    up(ClusterConfig(directory=directory, gateway_api=True))
+    print(f"\nlocal cluster started in {directory} in {time.monotonic() - started:.0f}s", flush=True)
+    try:
+        yield directory
+    finally:
+        down(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def tier(nodeid: str) -> str:
+    for prefix, name in (("tests/unit", "unit"), ("tests/integration", "integration"), ("tests/security", "security"),
+                         ("tests/faults", "faults"), ("e2e/tests", "e2e")):  # fmt: skip
+        if nodeid.startswith(prefix):
+            return name
+    return "other"
+
+
+def summary(phases: list[Phase], total_wall: float, slowest: int = 20) -> str:
+    lines = ["", "=" * 30 + " test time " + "=" * 30]
+    lines.append(f"{'phase':<18}{'tests':>7}{'test seconds':>14}{'wall seconds':>14}")
+    for phase in phases:
+        seconds = sum(r.seconds for r in phase.results)
+        lines.append(f"{phase.name:<18}{len(phase.results):>7}{seconds:>14.0f}{phase.wall:>14.0f}")
+    lines.append(f"{'all':<18}{sum(len(p.results) for p in phases):>7}{'':>14}{total_wall:>14.0f}")
+    by_tier: dict[str, list[Result]] = defaultdict(list)
+    for phase in phases:
+        for r in phase.results:
+            by_tier[tier(r.nodeid)].append(r)
+    lines.append("")
+    lines.append(f"{'tier':<18}{'tests':>7}{'test seconds':>14}")
+    for name in ("unit", "integration", "security", "faults", "e2e", "other"):
+        if by_tier.get(name):
+            lines.append(f"{name:<18}{len(by_tier[name]):>7}{sum(r.seconds for r in by_tier[name]):>14.0f}")
+    everything = sorted((r for p in phases for r in p.results), key=lambda r: -r.seconds)
+    lines.append("")
+    lines.append(f"the {slowest} slowest tests:")
+    lines += [f"{r.seconds:8.1f}s  {r.outcome:<7} {r.nodeid}" for r in everything[:slowest]]
+    counts = defaultdict(int)
+    for r in everything:
+        counts[r.outcome] += 1
+    failed = counts["failed"] + counts["error"]
+    lines.append("")
+    lines.append(f"tests: {counts['passed']} passed, {failed} failed, {counts['skipped']} skipped")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--fast", action="store_true", help="checks, unit, chart, plugin and health tests")
+    parser.add_argument("--workers", type=int, default=WORKERS, help="xdist workers for the shared-cluster tests")
+    parser.add_argument("pytest_args", nargs="*", help="more arguments for every pytest run (e.g. -x, -k EXPR)")
+    a = parser.parse_args()
+
+    started = time.monotonic()
+    phases: list[Phase] = []
+
+    def finish(code: int) -> int:
+        print(summary(phases, time.monotonic() - started), flush=True)
+        return code
+
+    check_start = time.monotonic()
+    if code := checks():
+        print(f"checks failed after {time.monotonic() - check_start:.0f}s: fix them first", flush=True)
+        return code
+    phases.append(Phase("checks", wall=time.monotonic() - check_start))
+
+    unit = pytest_phase("unit", ["tests/unit", *a.pytest_args])
+    phases.append(unit)
+    if unit.code:
+        return finish(unit.code)
+
+    with shared_cluster() as directory:
+        env = {**os.environ, "LOCALKUBE_DIR": str(directory), "LOCALKUBE_REQUIRE_RUNNING": "1"}
+        if a.fast:
+            phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
+        else:
+            parallel = ["-n", str(a.workers), "--dist", "loadfile"] if a.workers > 1 else []
+            phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
+                                                          *a.pytest_args], env))  # fmt: skip
+            phases.append(pytest_phase("cluster serial", ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args], env))
+    return finish(max(p.code for p in phases))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
