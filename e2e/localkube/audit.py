@@ -94,19 +94,21 @@ def _file_name(user: str) -> str:
     return f"audited-{safe}"
 
 
-def audited_kubeconfig(info: ClusterInfo, user: str) -> Path:
-    """A kubeconfig for ``user`` in ``system:masters`` and :data:`AUDITED_GROUP`.
+def audited_kubeconfig(info: ClusterInfo, user: str, admin: bool = True) -> Path:
+    """A kubeconfig for ``user`` in :data:`AUDITED_GROUP` and (``admin``) ``system:masters``.
 
     The client certificate (``pki/audited-<user>.crt``, CommonName ``user``) is
     issued by the cluster CA the first time; later calls return the existing
     ``kubeconfigs/audited-<user>.kubeconfig``. Every request made with it is
-    audited: read them with :func:`requests_by`.
+    audited: read them with :func:`requests_by`. Without ``admin`` the user may do
+    only what RoleBindings grant it (e.g. ``edit`` in one namespace: a tenant).
     """
     name = _file_name(user)
     path = info.directory / "kubeconfigs" / f"{name}.kubeconfig"
     if path.exists():
         return path
-    pair = _load_ca(info.pki).issue(name, user, ("system:masters", AUDITED_GROUP))
+    groups = ("system:masters", AUDITED_GROUP) if admin else (AUDITED_GROUP,)
+    pair = _load_ca(info.pki).issue(name, user, groups)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     write_kubeconfig(tmp, info.apiserver_url, info.pki / "ca.crt", pair.cert, pair.key, user=user)

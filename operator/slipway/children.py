@@ -58,6 +58,37 @@ RULES: dict[str, KindRule] = {
 }
 
 
+# What each parent kind may write, by kind and API version: anything else is refused before any
+# request, whatever a spec, an annotation or a cached object says.
+CHILD_KINDS: dict[str, dict[str, str]] = {
+    "TrainingRun": {"Job": "batch/v1", "PersistentVolumeClaim": "v1", "Service": "v1",
+                    "ModelArtifact": "slipway.dev/v1alpha1"},
+    "ModelArtifact": {"Job": "batch/v1"},
+    "InferenceDeployment": {"Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
+                            "HTTPRoute": "gateway.networking.k8s.io/v1"},
+}  # fmt: skip
+
+
+class ForeignWrite(Exception):
+    """A write that is not one of the parent's own children: another namespace, kind or name."""
+
+
+def check_child(owner: Mapping[str, Any], desired: Mapping[str, Any], name: str | None = None) -> None:
+    """Refuse (:class:`ForeignWrite`) a child outside the parent's namespace, of a kind (or API
+    version) the parent's kind never makes, or (when ``name`` is given) under another name."""
+    meta = desired.get("metadata") or {}
+    owner_meta = owner.get("metadata") or {}
+    parent = f"{owner.get('kind')} {owner_meta.get('namespace')}/{owner_meta.get('name')}"
+    what = f"{desired.get('apiVersion')} {desired.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
+    allowed = CHILD_KINDS.get(str(owner.get("kind")), {})
+    if allowed.get(str(desired.get("kind"))) != desired.get("apiVersion"):
+        raise ForeignWrite(f"{parent}: refused to write {what}: not a kind {owner.get('kind')} makes")
+    if meta.get("namespace") != owner_meta.get("namespace"):
+        raise ForeignWrite(f"{parent}: refused to write {what}: outside the namespace {owner_meta.get('namespace')}")
+    if name is not None and meta.get("name") != name:
+        raise ForeignWrite(f"{parent}: refused to write {what}: its child is named {name}")
+
+
 @dataclass(frozen=True)
 class Decision:
     action: Action
@@ -210,7 +241,9 @@ def apply(
     """Reconcile one wanted child; returns the decision and the object as it now is.
 
     ``create_extra`` is merged into ``spec`` only when creating (a Deployment's first replica
-    count, which the HPA owns afterwards). Raises :class:`OwnedByOther` for a refused child."""
+    count, which the HPA owns afterwards). Raises :class:`OwnedByOther` for a refused child and
+    :class:`ForeignWrite` for anything that is not a child of ``owner`` (see :func:`check_child`)."""
+    check_child(owner, desired)
     owner_uid = owner["metadata"]["uid"]
     decision = decide(desired, observed, owner_uid)
     if decision.action == "Refuse":

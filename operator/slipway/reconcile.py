@@ -205,7 +205,7 @@ def attempt(
         if exc.delay:  # delay 0: a step that only needs the next pass, not an outage
             ctx.write(reconciling("KubernetesUnavailable", f"{exc}; retrying"))
         return float(exc.delay or 0)
-    except (children.OwnedByOther, MlflowError, kopf.PermanentError) as exc:
+    except (children.OwnedByOther, children.ForeignWrite, MlflowError, kopf.PermanentError) as exc:
         reason, conditions, delay = _failure(exc)
         ctx.write(conditions(reason, f"{exc}; retrying" if conditions is reconciling else str(exc)))
         return delay
@@ -215,6 +215,8 @@ def _failure(exc: Exception) -> tuple[str, Callable[[str, str], list[Cond]], flo
     """(reason, summary conditions, retry delay) for a failure a retry may or may not fix."""
     if isinstance(exc, children.OwnedByOther):
         return "OwnedByOther", stalled, 60.0
+    if isinstance(exc, children.ForeignWrite):
+        return "ForeignWriteRefused", stalled, 60.0
     if isinstance(exc, MlflowUnavailable):
         return "MlflowUnavailable", reconciling, 10.0
     if isinstance(exc, MlflowError):

@@ -144,3 +144,80 @@ def test_stale_children_of_this_owner_only_are_deleted() -> None:
     decisions = children.stale([*mine, other], wanted=["d"], owner_uid=OWNER)
     assert sorted(d.name for d in decisions) == ["d-canary", "d-stable"]
     assert {d.action for d in decisions} == {"Delete"}
+
+
+# --------------------------------------------------------------------------- writes outside the parent
+
+
+PARENT = {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment",
+          "metadata": {"name": "digits", "namespace": "team-a", "uid": OWNER}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("change", "refused_because"),
+    [
+        ({"metadata": {"namespace": "kube-system"}}, "outside the namespace team-a"),
+        ({"kind": "Job", "apiVersion": "batch/v1"}, "not a kind InferenceDeployment makes"),
+        ({"kind": "ClusterRoleBinding", "apiVersion": "rbac.authorization.k8s.io/v1"}, "not a kind"),
+        ({"apiVersion": "v2"}, "not a kind"),
+        ({"kind": None}, "not a kind"),
+    ],
+)
+def test_a_write_outside_the_parents_namespace_or_kinds_is_refused(change, refused_because):
+    desired = service()
+    for key, value in change.items():
+        if isinstance(value, dict):
+            desired[key].update(value)
+        else:
+            desired[key] = value
+    with pytest.raises(children.ForeignWrite, match=refused_because):
+        children.apply(None, PARENT, desired, None)  # type: ignore[arg-type]  # refused before any request
+
+
+def test_a_child_under_another_name_is_refused():
+    children.check_child(PARENT, service(), name="digits")
+    with pytest.raises(children.ForeignWrite, match="its child is named other"):
+        children.check_child(PARENT, service(), name="other")
+
+
+def forged_stable(previous: Any) -> dict[str, Any]:
+    import json
+
+    stable = build.deployment("digits", "team-a", SPEC, "stable", "2", "models:/digits/2", None, None)
+    stable["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = json.dumps(previous)
+    return stable
+
+
+def test_the_revert_of_a_promotion_is_rebuilt_from_the_kept_template_only():
+    served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
+    kept = build.with_previous(build.deployment("digits", "team-a", SPEC, "stable", "2", "models:/digits/2", None,
+                                                None), served)  # fmt: skip
+    reverted = build.previous_of("digits", "team-a", kept)
+    assert reverted is not None
+    assert reverted["spec"]["template"] == served["spec"]["template"]
+    assert reverted["metadata"]["labels"] == served["metadata"]["labels"]
+    assert reverted["metadata"]["annotations"] == served["metadata"]["annotations"]
+    children.check_child(PARENT, reverted, name=build.deployment_name("digits", "stable"))
+
+
+def test_a_forged_previous_manifest_cannot_name_another_kind_namespace_or_name():
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "pwn", "namespace": "kube-system"},
+        "spec": {"template": {"metadata": {"labels": {"evil": "1"}}, "spec": {"containers": [{"name": "x"}]}}},
+    }
+    reverted = build.previous_of("digits", "team-a", forged_stable(job))
+    assert reverted is not None
+    assert (reverted["kind"], reverted["metadata"]["namespace"], reverted["metadata"]["name"]) == (
+        "Deployment", "team-a", build.deployment_name("digits", "stable"))  # fmt: skip
+    assert reverted["spec"]["selector"] == {"matchLabels": build.selector("digits", "stable")}
+    children.check_child(PARENT, reverted, name=build.deployment_name("digits", "stable"))
+
+
+@pytest.mark.parametrize("previous", ["not json {", [], {"spec": {}}, {"spec": {"template": "x"}}, 7, None])
+def test_a_malformed_previous_manifest_gives_no_revert(previous):
+    stable = forged_stable(previous)
+    if previous == "not json {":
+        stable["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = previous
+    assert build.previous_of("digits", "team-a", stable) is None

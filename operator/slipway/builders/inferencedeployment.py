@@ -322,7 +322,34 @@ def with_previous(desired: dict[str, Any], current: dict[str, Any] | None) -> di
     return desired
 
 
-def previous_of(current: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The manifest a stable Deployment served before its last promotion (see :func:`with_previous`)."""
+def previous_of(name: str, namespace: str, current: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stable Deployment as it served before its last promotion (see :func:`with_previous`), or
+    None when nothing usable was kept.
+
+    The annotation lives on a child that a namespace editor may write, so nothing in it decides what
+    is written where: the kind, name, namespace, selector and Slipway's labels are rebuilt here, and
+    only the pod template, the strategy and the model annotations are taken from it (what an editor
+    of the namespace could set on the Deployment directly anyway)."""
     text = ((current or {}).get("metadata", {}).get("annotations") or {}).get(PREVIOUS_ANNOTATION)
-    return json.loads(text) if text else None
+    try:
+        kept: dict[str, Any] = json.loads(text) if text else {}
+        template = dict(kept["spec"]["template"])
+        meta = dict(template.get("metadata") or {})
+        served = {k: str(v) for k, v in dict(meta.get("labels") or {}).items() if k in (VERSION_LABEL, REVISION_LABEL)}
+        kept_annotations = dict(dict(kept.get("metadata") or {}).get("annotations") or {})
+        strategy = kept["spec"].get("strategy")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not isinstance(template.get("spec"), dict):
+        return None
+    labels = {**MANAGED_BY, **selector(name, "stable"), **served}
+    template["metadata"] = {**meta, "labels": {**dict(meta.get("labels") or {}), **labels}}
+    annotations = {k: str(kept_annotations[k]) for k in (URI_ANNOTATION, MODEL_ANNOTATION) if k in kept_annotations}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment_name(name, "stable"), "namespace": namespace, "labels": labels,
+                     "annotations": annotations},
+        "spec": {"selector": {"matchLabels": selector(name, "stable")}, "template": template}
+        | ({"strategy": strategy} if isinstance(strategy, dict) else {}),
+    }  # fmt: skip

@@ -198,7 +198,7 @@ class Reconciler:
     def apply(self, decision: Plan, deployments: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any] | None]:
         """Carry the plan out; returns the track Deployments as they now are."""
         result = dict(deployments)
-        previous = build.previous_of(deployments["stable"])
+        previous = build.previous_of(self.name, self.namespace, deployments["stable"])
         if decision.revert_stable and previous is not None:
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
