@@ -22,6 +22,7 @@ from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
 from slipway.reconcile import Context
+from slipway.redact import redact_log_records
 
 PREFIX = "slipway.dev"
 
@@ -137,6 +138,7 @@ async def startup(
 ) -> None:
     """Configure kopf and create the clients, the cache and the scheduler (tests may inject clients);
     start leader election unless run ``--standalone`` (this replica then always reconciles)."""
+    redact_log_records()  # before the first client is made: no credential reaches a log line
     standalone = settings.peering.standalone  # as given to kopf (--standalone), before apply_settings
     apply_settings(settings)
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})

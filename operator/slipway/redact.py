@@ -9,8 +9,10 @@ Redis banner on a port that was supposed to be HTTP).
 
 from __future__ import annotations
 
+import logging
 import re
 import urllib.parse
+from typing import Any
 
 import httpx
 
@@ -68,6 +70,30 @@ def without_credentials(url: str) -> str:
 def redact_text(text: str) -> str:
     """``text`` with every URL in it redacted (:func:`redact_url`)."""
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def redact_log_records() -> None:
+    """From now on every log record, whoever makes it, has the URLs in its message redacted: httpx
+    logs each request's URL at INFO, user info included, and a library may log one in a warning.
+    Installed once, at start-up (a record factory: it covers every logger and every handler)."""
+    make = logging.getLogRecordFactory()
+    if getattr(make, "slipway_redacts", False):
+        return
+
+    def redacting(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed record is logging's to report, not ours
+            return record
+        if "://" in message:
+            redacted = redact_text(message)
+            if redacted != message:
+                record.msg, record.args = redacted, ()
+        return record
+
+    redacting.slipway_redacts = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(redacting)
 
 
 # Words of the operating system (not of the server) that say why a connection failed.

@@ -1,11 +1,12 @@
 """What Slipway's children are and carry, on the local cluster: an object that already holds a
 child's name is never adopted or overwritten (Stalled/OwnedByOther); children carry only
 Slipway's labels, never the parent's (GitOps tools track by such labels); an MLflow URL with
-credentials never shows in status, Events or pods, which read credentials from a Secret."""
+credentials never shows in status, Events, log lines or pods, which read credentials from a Secret."""
 
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from kubernetes import client
@@ -63,7 +64,10 @@ def test_children_carry_only_slipways_labels(kube_api, namespace, operator):
         assert labels.get("app.kubernetes.io/managed-by") == "slipway", f"{kind}: {labels}"
 
 
-def test_mlflow_credentials_in_the_operators_url_reach_no_status_event_or_pod(kube_api, namespace, operator, cluster):
+def test_mlflow_credentials_in_the_operators_url_reach_no_status_event_log_or_pod(
+    kube_api, namespace, operator, cluster, caplog
+):
+    caplog.set_level(logging.DEBUG)  # every record of the operator (in-process) and its HTTP clients
     secret = "s3cret-pass"
     url = cluster.mlflow_url.replace("http://", f"http://slipway:{secret}@")  # MLflow without auth ignores it
     client.CoreV1Api(kube_api).create_namespaced_secret(namespace, client.V1Secret(
@@ -85,5 +89,7 @@ def test_mlflow_credentials_in_the_operators_url_reach_no_status_event_or_pod(ku
         [container] = client.ApiClient().sanitize_for_serialization(job.spec.template.spec.containers)
         seen[job.metadata.name] = json.dumps(container)
         assert {"secretRef": {"name": "slipway-mlflow-credentials", "optional": True}} in container["envFrom"]
+    seen["log"] = caplog.text
+    assert "://***@" in caplog.text  # the HTTP clients' request lines were logged, redacted
     leaked = [where for where, text in seen.items() if secret in text]
     assert leaked == [], f"the MLflow password shows in {leaked}"

@@ -8,7 +8,7 @@ import threading
 import httpx
 import pytest
 
-from slipway.redact import redact_text, redact_url, transport_failure, without_credentials
+from slipway.redact import redact_log_records, redact_text, redact_url, transport_failure, without_credentials
 
 
 @pytest.mark.parametrize(
@@ -119,3 +119,29 @@ def test_transport_failure_of_a_silent_server() -> None:
 )
 def test_transport_failure_words(exc: httpx.HTTPError, reason: str) -> None:
     assert transport_failure(exc).startswith(reason)
+
+
+def test_log_records_of_any_logger_carry_no_credentials():
+    import logging
+
+    redact_log_records()
+    redact_log_records()  # installed once, however often called
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    logger = logging.getLogger("httpx")
+    handler = Keep()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info('HTTP Request: %s %s "%s"', "GET", "http://slipway:s3cret@mlflow:5000/api/2.0/x?token=t0k", "200")
+        logger.warning("plain %d", 3)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    text = [r.getMessage() for r in records]
+    assert text == ['HTTP Request: GET http://***@mlflow:5000/api/2.0/x?token=*** "200"', "plain 3"]
