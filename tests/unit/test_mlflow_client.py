@@ -475,3 +475,37 @@ def test_a_service_that_does_not_speak_http_is_unreachable_without_its_banner() 
 @pytest.mark.parametrize(("seconds", "retries"), [(0, 0), (0.4, 0), (0.5, 1), (7.5, 4), (15.5, 5), (120, 18)])
 def test_a_retry_budget_in_seconds_is_a_number_of_backed_off_retries(seconds, retries):
     assert mlflow_http.retries_within(seconds) == retries
+
+
+def test_an_oversized_answer_is_refused_without_reading_it_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    from slipway.mlflow import http
+
+    monkeypatch.setattr(http, "MAX_ANSWER_BYTES", 1024)  # the limit, scaled down for the test
+    sent_bytes: list[int] = []
+
+    def endless() -> Iterator[bytes]:
+        for _ in range(10_000):
+            sent_bytes.append(512)
+            yield b'{"run": {"data": {"metrics": [' + b" " * 500 + b"\n"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=endless())
+
+    client = MlflowClient("http://mlflow:5000", transport=httpx.MockTransport(answer))
+    with pytest.raises(MlflowError, match=r"answered more than 0 MiB; Slipway reads no more") as refused:
+        client.get_run("0123456789abcdef")
+    assert not isinstance(refused.value, MlflowUnavailable)  # not retried: the same answer would come again
+    assert sum(sent_bytes) < 4096
+
+
+def test_an_answer_within_the_limit_is_decoded() -> None:
+    import gzip
+    import json
+
+    body = gzip.compress(json.dumps({"experiment": {"experiment_id": "7", "name": "x"}}).encode())
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=body, headers={"content-encoding": "gzip"})
+
+    client = MlflowClient("http://mlflow:5000", transport=httpx.MockTransport(answer))
+    assert client.get_or_create_experiment("x") == "7"

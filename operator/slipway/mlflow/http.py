@@ -37,6 +37,8 @@ from slipway.redact import redact_url, transport_failure
 log = logging.getLogger(__name__)
 
 API = "/api/2.0"
+MAX_ANSWER_BYTES = 32 * 2**20  # a search page of 1,000 runs with their metrics and tags fits many times over
+_ENCODING_HEADERS = ("content-encoding", "content-length", "transfer-encoding")  # of the bytes as sent
 _RETRY_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
@@ -206,9 +208,7 @@ class MlflowHttp:
         if idempotent is None:
             idempotent = method in ("GET", "PUT", "DELETE")
         what = f"{method} {url}{_subject(params or json or {})}"
-        response = self._send(
-            lambda: self._http.request(method, url, params=params, json=json), what, idempotent=idempotent
-        )
+        response = self._send(lambda: self._bounded(method, url, params, json, what), what, idempotent=idempotent)
         if not response.content:
             return {}
         try:
@@ -220,6 +220,28 @@ class MlflowHttp:
                 status=response.status_code,
             ) from None
         return answer if isinstance(answer, dict) else {}
+
+    def _bounded(
+        self, method: str, url: str, params: Mapping[str, Any] | None, json: Mapping[str, Any] | None, what: str
+    ) -> httpx.Response:
+        """One exchange whose answer is read to at most :data:`MAX_ANSWER_BYTES` (a run with 100k
+        metric keys must not take the operator's memory): more is an :class:`MlflowError`."""
+        request = self._http.build_request(method, url, params=params, json=json)
+        streamed = self._http.send(request, stream=True)
+        try:
+            chunks, size = [], 0
+            for chunk in streamed.iter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise MlflowError(
+                        f"MLflow {what} answered more than {MAX_ANSWER_BYTES // 2**20} MiB; Slipway reads no more",
+                        status=streamed.status_code,
+                    )
+                chunks.append(chunk)
+        finally:
+            streamed.close()
+        decoded = {k: v for k, v in streamed.headers.items() if k.lower() not in _ENCODING_HEADERS}
+        return httpx.Response(streamed.status_code, headers=decoded, content=b"".join(chunks), request=request)
 
     def _send(self, request: Callable[[], httpx.Response], what: str, *, idempotent: bool) -> httpx.Response:
         """Run ``request`` (one HTTP exchange), map failures, retry if allowed."""
