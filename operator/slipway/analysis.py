@@ -32,6 +32,7 @@ from typing import Literal
 from slipway.builders.common import label_value
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import BUILTIN_METRICS, AnalysisMetric
+from slipway.promql import ConfinementError, confine
 from slipway.status.gates import bounds_text
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
@@ -196,7 +197,10 @@ def resolve_query(
                 raise QueryError(f"metric {metric.name}: unknown placeholder {match.group(0)} in query; use {known}")
             return values[name]
 
-        return _PLACEHOLDER.sub(fill, metric.query)
+        try:
+            return confine(_PLACEHOLDER.sub(fill, metric.query), namespace)
+        except ConfinementError as exc:
+            raise QueryError(f"metric {metric.name}: spec.rollout.analysis.metrics[].query: {exc}") from exc
     if metric.name not in _BUILTIN_QUERIES:
         raise QueryError(f"metric {metric.name}: not built in ({', '.join(BUILTIN_METRICS)}); give it a query")
     if preset not in PRESETS:

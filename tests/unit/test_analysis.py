@@ -129,7 +129,7 @@ def test_the_track_and_window_go_into_the_selector():
 )
 def test_custom_query_placeholders_tolerate_spaces(template):
     q = resolve_query(metric(name="loss", max=1, query=template), "vllm", "canary", "team-a", "digits", "30s")
-    assert q == 'sum(x{t="canary", n="team-a", d="digits"})'
+    assert q == 'sum(x{t="canary", n="team-a", d="digits", namespace="team-a"})'
 
 
 def test_custom_query_overrides_a_builtin_name():
@@ -368,7 +368,7 @@ def test_run_analysis_unreachable_is_inconclusive_and_stops_asking():
 
 def test_run_analysis_refused_query_is_inconclusive_with_the_fix():
     client, _ = prometheus(lambda q: (400, {"status": "error", "errorType": "bad_data", "error": "parse error"}))
-    analysis = Analysis(metrics=[metric(name="custom", max=1, query="sum(")])
+    analysis = Analysis(metrics=[metric(name="custom", max=1, query="rate(x)")])  # Prometheus: not a range
     o = run_analysis(client, analysis, "team-a", "digits", NOW)
     assert o.verdict == "Inconclusive" and not o.prometheus_unavailable
     assert "refused the query (400 bad_data)" in o.reason and "spec.rollout.analysis.metrics" in o.reason
@@ -415,7 +415,8 @@ def test_a_version_narrows_the_track_to_its_pods():
     query = resolve_query(metric(name="errorRate", max=0.05), "slipway", "canary", "team-a", "digits", "20s", "7")
     assert 'slipway_dev_track="canary", slipway_dev_model_version="7"' in query
     custom = metric(name="q", max=1, query='up{slipway_dev_model_version="{{ version }}"}')
-    assert resolve_query(custom, "slipway", "canary", "ns", "d", "20s", "7") == 'up{slipway_dev_model_version="7"}'
+    confined = 'up{slipway_dev_model_version="7", namespace="ns"}'
+    assert resolve_query(custom, "slipway", "canary", "ns", "d", "20s", "7") == confined
 
 
 def test_the_query_help_names_every_placeholder_a_query_may_use():
@@ -434,3 +435,16 @@ def test_a_canary_of_the_same_model_version_is_told_apart_by_its_revision():
     by_revision = track_selector("ns", "digits", "canary", version="3", revision="ab12")
     assert 'slipway_dev_revision="ab12"' in by_revision and "model_version" not in by_revision
     assert 'slipway_dev_model_version="3"' in track_selector("ns", "digits", "canary", version="3")
+
+
+def test_a_custom_query_reads_only_its_namespace_and_one_naming_another_is_never_sent():
+    client, asked = prometheus(lambda q: (200, vector(0.01)))
+    own = metric(name="errors", max=0.05, query='sum(rate(errors_total{slipway_dev_track="{{ track }}"}[1m]))')
+    o = run_analysis(client, Analysis(metrics=[own]), "team-a", "digits", NOW)
+    assert o.verdict == "Passed"
+    assert asked == ['sum(rate(errors_total{slipway_dev_track="canary", namespace="team-a"}[1m]))']
+    other = metric(name="spy", max=1, query='sum(secrets_total{namespace="team-b"})')
+    client, asked = prometheus(lambda q: (200, vector(0.01)))
+    o = run_analysis(client, Analysis(metrics=[other]), "team-a", "digits", NOW)
+    assert o.verdict == "Inconclusive" and asked == []
+    assert 'namespace="team-b"' in o.reason and "spec.rollout.analysis.metrics[].query" in o.reason

@@ -272,6 +272,5 @@ def test_analysis_selects_the_label_value_the_pods_carry(name):
     builtin = analysis.resolve_query(AnalysisMetric(name="errorRate", max=0.1), "slipway", "canary", "ns", name, "20s")
     assert f'slipway_dev_deployment="{value}"' in builtin
     own = AnalysisMetric(name="mine", max=1, query='up{slipway_dev_deployment="{{ deployment }}"}')
-    assert (
-        analysis.resolve_query(own, "slipway", "canary", "ns", name, "20s") == f'up{{slipway_dev_deployment="{value}"}}'
-    )
+    confined = f'up{{slipway_dev_deployment="{value}", namespace="ns"}}'
+    assert analysis.resolve_query(own, "slipway", "canary", "ns", name, "20s") == confined

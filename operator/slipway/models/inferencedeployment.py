@@ -18,8 +18,9 @@ from slipway.models.base import (
     StatusModel,
     cel,
     conditions_field,
+    parse_duration,
 )
-from slipway.models.modelartifact import Alias
+from slipway.models.modelartifact import ALIAS_CEL, ALIAS_MESSAGE, Alias, check_alias
 
 DeploymentPhase = Literal["Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"]
 MODEL_RULE_MESSAGE = "spec.model: set either artifactRef, or name and alias"
@@ -41,6 +42,12 @@ PROMETHEUS_ADDRESS_PATTERN = r"(?i)^https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9
 PROMETHEUS_ADDRESS_MESSAGE = (
     "a plain http(s) URL such as http://prometheus.monitoring:9090: scheme, host, optional port and path, "
     "without credentials, query or fragment"
+)
+
+
+MIN_ANALYSIS_INTERVAL = "5s"
+ANALYSIS_INTERVAL_MESSAGE = (
+    f"at least {MIN_ANALYSIS_INTERVAL}: every analysis queries the shared Prometheus once per metric and track"
 )
 
 
@@ -200,7 +207,16 @@ class Analysis(SlipwayModel):
     prometheus: PrometheusSource | None = Field(
         default=None, description="Prometheus to query (default: the operator's --prometheus-url)."
     )
-    interval: Duration = Field(default="30s", description="How often the metrics are evaluated.")
+    interval: Duration = Field(
+        default="30s",
+        description="How often the metrics are evaluated; at least 5s (each analysis queries the shared "
+        "Prometheus once per metric and track).",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": f"duration(self) >= duration('{MIN_ANALYSIS_INTERVAL}')", "message": ANALYSIS_INTERVAL_MESSAGE}
+            ]
+        },
+    )
     failure_limit: int = Field(default=2, ge=0, le=100, description="Failed analyses tolerated; one more rolls back.")
     no_data: Literal["inconclusive", "fail", "pass"] = Field(
         default="inconclusive",
@@ -210,6 +226,13 @@ class Analysis(SlipwayModel):
         default="slipway", description="Metric names of the server: slipway (reference server) or vllm."
     )
     metrics: list[AnalysisMetric] = Field(default_factory=list, description="Metrics to check.", max_length=16)
+
+    @field_validator("interval")
+    @classmethod
+    def _not_too_often(cls, interval: str) -> str:
+        if parse_duration(interval) < parse_duration(MIN_ANALYSIS_INTERVAL):
+            raise ValueError(ANALYSIS_INTERVAL_MESSAGE)
+        return interval
 
 
 class Rollout(SlipwayModel):
@@ -243,10 +266,18 @@ class Rollout(SlipwayModel):
     analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
     promote_alias: str = Field(
         default="production",
-        description="MLflow alias moved to the promoted version (empty: move none, e.g. for staging).",
+        description="MLflow alias moved to the promoted version (empty: move none, e.g. for staging); "
+        "not one MLflow reserves (latest, v<digits>).",
         max_length=255,
         pattern=r"^([A-Za-z_][A-Za-z0-9_-]*)?$",
-    )
+        json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || ({ALIAS_CEL})",
+                                                         "message": ALIAS_MESSAGE}]},
+    )  # fmt: skip
+
+    @field_validator("promote_alias")
+    @classmethod
+    def _not_reserved(cls, alias: str) -> str:
+        return alias and check_alias(alias)
 
     @model_validator(mode="after")
     def _steps(self) -> Rollout:

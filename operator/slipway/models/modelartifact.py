@@ -33,7 +33,7 @@ ALIAS_MESSAGE = "an alias is a name of letters, digits, _ and -, not 'latest' an
 ALIAS_CEL = "self != 'latest' && !self.matches('^v[0-9]+$')"
 
 
-def _check_alias(alias: str) -> str:
+def check_alias(alias: str) -> str:
     """Refuse what MLflow would refuse as an alias."""
     if not re.fullmatch(ALIAS_PATTERN, alias) or alias == "latest" or re.fullmatch(r"v[0-9]+", alias):
         raise ValueError(ALIAS_MESSAGE)
@@ -158,7 +158,7 @@ Alias = Annotated[
         pattern=ALIAS_PATTERN,
         json_schema_extra={"x-kubernetes-validations": [{"rule": ALIAS_CEL, "message": ALIAS_MESSAGE}]},
     ),
-    AfterValidator(_check_alias),
+    AfterValidator(check_alias),
 ]
 
 
