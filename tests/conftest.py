@@ -28,11 +28,17 @@ def mlflow(cluster):
 
 
 @pytest.fixture
-def operator(cluster, slipway_crds, namespace, monkeypatch):
+def operator(cluster, slipway_crds, namespace, kube_api, monkeypatch):
     """A factory for the Slipway operator running in-process (kopf) against the local cluster,
-    watching the test's namespace, with the cluster's MLflow and Prometheus; stopped after the test."""
+    watching the test's namespace, with the cluster's MLflow and Prometheus; stopped after the test.
+    The namespace enforces the restricted Pod Security Standard: a pod Slipway builds that breaks it
+    is refused by the API server, and the test waiting for it fails."""
+    from kubernetes import client
+
     from slipway_testing import OperatorProcess
 
+    restricted = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
+    client.CoreV1Api(kube_api).patch_namespace(namespace, restricted)
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     running: list[OperatorProcess] = []
 

@@ -449,3 +449,24 @@ def test_only_a_validated_artifact_is_served():
     validated = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validated", "modelVersion": "3",
                                                                "quantizedVersion": "4"}}  # fmt: skip
     assert desired_from_artifact(validated, "ns", "a") == (Desired("4", "models:/m/4", "m"), "")
+
+
+def test_pods_the_api_server_refuses_to_create_make_the_track_report_why():
+    from slipway.builders import inferencedeployment as build
+    from slipway.models import InferenceDeploymentSpec
+    from slipway.status.rollout import track_of
+
+    served = InferenceDeploymentSpec.model_validate({"model": {"name": "m", "alias": "a"}, "image": "img:1"})
+    deployment = build.deployment("d", "ns", served, "stable", "1", "models:/m/1", None, 2)
+    deployment["metadata"]["generation"] = 1
+    refused = 'pods "d-stable-x" is forbidden: violates PodSecurity "restricted:latest": privileged'
+    deployment["status"] = {"observedGeneration": 1, "replicas": 0, "conditions": [
+        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate", "message": refused}]}  # fmt: skip
+    observed = track_of(deployment)
+    assert observed is not None and observed.problem == ("FailedCreate", refused)
+    status = {"phase": "Promoted", "stable": {"revision": "rev1"}}
+    p = plan(observe(spec(), desired=V1, stable=track(V1, 0, 2, problem=observed.problem), status=status))
+    assert cond(p, "Degraded").status == "True" and "FailedCreate" in cond(p, "Degraded").message
+    assert "violates PodSecurity" in cond(p, "Degraded").message
+    deployment["status"]["conditions"][0]["status"] = "False"
+    assert track_of(deployment).problem is None  # type: ignore[union-attr]

@@ -107,15 +107,28 @@ def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, 
     return manifest
 
 
+# What the restricted Pod Security Standard asks of a pod and of each of its containers: every pod
+# Slipway builds has them, so it runs in a namespace that enforces `restricted`.
+RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def apply_pod_template(template: dict[str, Any], container: dict[str, Any], pod_template: PodTemplate | None) -> None:
     """Merge a spec's podTemplate into the pod ``template`` Slipway built and its main ``container``:
     Slipway's labels and annotations win, nodeSelector keys set by the spec itself win, tolerations,
-    volumes, volume mounts and envFrom are added, env of the template replaces same-named variables.
+    volumes, volume mounts and envFrom are added, env of the template replaces same-named variables,
+    security contexts are merged over the restricted defaults (which every pod gets, template or not).
     priorityClassName is the caller's to decide (spec fields and defaults rank differently)."""
+    pod = template["spec"]
+    given_pod = (pod_template.security_context if pod_template else None) or {}
+    given_container = (pod_template.container_security_context if pod_template else None) or {}
+    pod["securityContext"] = {**RESTRICTED_POD, **given_pod}
+    for each in [*pod.get("initContainers", []), *pod["containers"]]:
+        each["securityContext"] = {**RESTRICTED_CONTAINER, **given_container}
     if pod_template is None:
         return
     given = pod_template.model_dump(mode="json", by_alias=True, exclude_none=True)
-    meta, pod = template.setdefault("metadata", {}), template["spec"]
+    meta = template.setdefault("metadata", {})
     for key in ("labels", "annotations"):
         if key in given:
             meta[key] = {**given[key], **meta.get(key, {})}

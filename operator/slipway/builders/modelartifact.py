@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.builders.common import MANAGED_BY, dns1123_name, env_list, label_value
+from slipway.builders.common import MANAGED_BY, apply_pod_template, dns1123_name, env_list, label_value
 from slipway.models.base import EnvVar
 from slipway.workloads.common import EXIT_CONFIG, EXIT_MLFLOW_UNAVAILABLE
 
@@ -58,6 +58,8 @@ def step_job(
     }
     if args:
         container["args"] = list(args)
+    template = {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never", "containers": [container]}}
+    apply_pod_template(template, container, None)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -66,9 +68,6 @@ def step_job(
             "backoffLimit": 2,
             "podFailurePolicy": step_failure_policy(step),
             "activeDeadlineSeconds": deadline_seconds,
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"restartPolicy": "Never", "containers": [container]},
-            },
+            "template": template,
         },
     }

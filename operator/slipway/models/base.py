@@ -244,3 +244,15 @@ class PodTemplate(SlipwayModel):
     priority_class_name: str | None = Field(
         default=None, min_length=1, max_length=253, description="PriorityClass of the pods."
     )
+    security_context: dict[str, Any] | None = Field(
+        default=None,
+        description="Pod securityContext (runAsUser, fsGroup, ...), merged over Slipway's defaults, which "
+        "pass the restricted Pod Security Standard (runAsNonRoot, RuntimeDefault seccomp).",
+        json_schema_extra=PRESERVE,
+    )
+    container_security_context: dict[str, Any] | None = Field(
+        default=None,
+        description="securityContext of every container, merged over Slipway's defaults, which pass the "
+        "restricted Pod Security Standard (no privilege escalation, every capability dropped).",
+        json_schema_extra=PRESERVE,
+    )

@@ -570,6 +570,11 @@ def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | No
     status = deployment.get("status") or {}
     meta = deployment["metadata"]
     labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
+    failure = get_condition(status.get("conditions"), "ReplicaFailure") or {}
+    if problem is None and failure.get("status") == "True":
+        # No pod to report anything: the API server refused to create them (the namespace's Pod
+        # Security level, a ResourceQuota, a missing ServiceAccount); the controller's words say which.
+        problem = (str(failure.get("reason") or "FailedCreate"), str(failure.get("message") or "")[:500])
     annotations = meta.get("annotations") or {}
     return Track(
         version=labels.get(VERSION_LABEL),
