@@ -4,9 +4,9 @@
 2. unit tests — a failure stops here;
 3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here
    and stopped at the end): first every test that shares the cluster with others, on several
-   pytest-xdist workers (each test in its own namespace, each file on one worker so its module
-   fixtures are made once), then the tests marked ``serial`` one at a time (they stop cluster
-   components, install the operator cluster-wide, or measure latency that a busy CPU would skew).
+   pytest-xdist workers (each test in its own namespace; work-stealing, since one file of rollout
+   tests alone takes minutes), then the tests marked ``serial`` one at a time (they stop cluster
+   components or install the operator cluster-wide).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
 per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
@@ -80,7 +80,7 @@ def junit_results(path: Path) -> list[Result]:
 
 def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None) -> Phase:
     REPORTS.mkdir(parents=True, exist_ok=True)
-    report = REPORTS / f"{name}.xml"
+    report = REPORTS / f"{name.replace(' ', '-')}.xml"
     report.unlink(missing_ok=True)
     phase = Phase(name)
     started = time.monotonic()
@@ -197,7 +197,7 @@ def main() -> int:
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
         else:
-            parallel = ["-n", str(a.workers), "--dist", "loadfile"] if a.workers > 1 else []
+            parallel = ["-n", str(a.workers), "--dist", "worksteal"] if a.workers > 1 else []
             phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                           *a.pytest_args], env))  # fmt: skip
             phases.append(pytest_phase("cluster serial", ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args], env))

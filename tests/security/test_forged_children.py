@@ -11,6 +11,7 @@ from kubernetes import client
 
 from integration.test_inferencedeployment import Versions, deployment, patch_spec, serving, wait_phase
 from localkube.audit import audited_kubeconfig, requests_by
+from localkube.wait import wait_for
 from slipway.builders import inferencedeployment as build
 from slipway_testing import read_or_none, wait_status
 
@@ -51,6 +52,13 @@ def test_a_forged_previous_manifest_never_writes_outside_the_namespace(
                 "the canary of v2")  # fmt: skip
     patch_spec(tenant.api, namespace, {}, {"slipway.dev/promote": "true"})
     wait_phase(kube_api, namespace, ["Promoting"], 30, "promoting")
+    apps = client.AppsV1Api(kube_api)
+
+    def rolling_to_v2() -> bool:
+        labels = apps.read_namespaced_deployment("digits-stable", namespace).spec.template.metadata.labels
+        return labels.get("slipway.dev/model-version") == v2
+
+    wait_for(rolling_to_v2, 30, "the stable rolling to v2 (what it served before kept in its annotation)")
     # The roll to v2 crash-loops and will be reverted: the tenant forges what the revert reads.
     forged = {"metadata": {"annotations": {"slipway.dev/previous-manifest": json.dumps(forged_job("kube-system"))}}}
     client.AppsV1Api(tenant.api).patch_namespaced_deployment("digits-stable", namespace, forged)
@@ -67,6 +75,6 @@ def test_a_forged_previous_manifest_never_writes_outside_the_namespace(
     assert kinds <= {"deployments", "services", "horizontalpodautoscalers", "inferencedeployments", "events"}, kinds
     # The revert is the operator's own Deployment (name, selector) around the forged pod template:
     # what the tenant could have written on the Deployment directly.
-    stable = client.AppsV1Api(kube_api).read_namespaced_deployment("digits-stable", namespace)
+    stable = apps.read_namespaced_deployment("digits-stable", namespace)
     assert stable.spec.selector.match_labels == build.selector("digits", "stable")
     assert stable.spec.template.spec.containers[0].name == "pwn"
