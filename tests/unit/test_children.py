@@ -188,11 +188,19 @@ def forged_stable(previous: Any) -> dict[str, Any]:
     return stable
 
 
+def served_status(deployment: dict[str, Any]) -> dict[str, Any]:
+    """status.previousStable as the planner records it for what ``deployment`` serves."""
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    annotations = deployment["metadata"]["annotations"]
+    return {"revision": labels[build.REVISION_LABEL], "modelVersion": labels[build.VERSION_LABEL],
+            "modelName": annotations[build.MODEL_ANNOTATION], "uri": annotations[build.URI_ANNOTATION]}  # fmt: skip
+
+
 def test_the_revert_of_a_promotion_is_rebuilt_from_the_kept_template_only():
     served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
     kept = build.with_previous(build.deployment("digits", "team-a", SPEC, "stable", "2", "models:/digits/2", None,
                                                 None), served)  # fmt: skip
-    reverted = build.previous_of("digits", "team-a", kept)
+    reverted = build.previous_of("digits", "team-a", kept, served_status(served))
     assert reverted is not None
     assert reverted["spec"]["template"] == served["spec"]["template"]
     assert reverted["metadata"]["labels"] == served["metadata"]["labels"]
@@ -207,12 +215,16 @@ def test_a_forged_previous_manifest_cannot_name_another_kind_namespace_or_name()
         "metadata": {"name": "pwn", "namespace": "kube-system"},
         "spec": {"template": {"metadata": {"labels": {"evil": "1"}}, "spec": {"containers": [{"name": "x"}]}}},
     }
-    reverted = build.previous_of("digits", "team-a", forged_stable(job))
+    served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
+    reverted = build.previous_of("digits", "team-a", forged_stable(job), served_status(served))
     assert reverted is not None
     assert (reverted["kind"], reverted["metadata"]["namespace"], reverted["metadata"]["name"]) == (
         "Deployment", "team-a", build.deployment_name("digits", "stable"))  # fmt: skip
     assert reverted["spec"]["selector"] == {"matchLabels": build.selector("digits", "stable")}
     children.check_child(PARENT, reverted, name=build.deployment_name("digits", "stable"))
+    # What the track is taken to serve comes from status, never from the forged labels.
+    assert reverted["spec"]["template"]["metadata"]["labels"][build.REVISION_LABEL] == served_status(served)["revision"]
+    assert build.previous_of("digits", "team-a", forged_stable(job), None) is None
 
 
 @pytest.mark.parametrize("previous", ["not json {", [], {"spec": {}}, {"spec": {"template": "x"}}, 7, None])
@@ -220,4 +232,5 @@ def test_a_malformed_previous_manifest_gives_no_revert(previous):
     stable = forged_stable(previous)
     if previous == "not json {":
         stable["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = previous
-    assert build.previous_of("digits", "team-a", stable) is None
+    served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
+    assert build.previous_of("digits", "team-a", stable, served_status(served)) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from slipway.builders.common import (
@@ -322,29 +323,35 @@ def with_previous(desired: dict[str, Any], current: dict[str, Any] | None) -> di
     return desired
 
 
-def previous_of(name: str, namespace: str, current: dict[str, Any] | None) -> dict[str, Any] | None:
+def previous_of(
+    name: str, namespace: str, current: dict[str, Any] | None, served: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
     """The stable Deployment as it served before its last promotion (see :func:`with_previous`), or
-    None when nothing usable was kept.
+    None when nothing usable was kept. ``served`` is ``status.previousStable`` (revision, model
+    name, version and URI), which only the operator writes.
 
     The annotation lives on a child that a namespace editor may write, so nothing in it decides what
-    is written where: the kind, name, namespace, selector and Slipway's labels are rebuilt here, and
-    only the pod template, the strategy and the model annotations are taken from it (what an editor
-    of the namespace could set on the Deployment directly anyway)."""
+    is written where or what the track is taken to serve: the kind, name, namespace, selector, labels
+    and model annotations come from here and ``served``; only the pod template's spec and the
+    strategy are taken from the annotation (what an editor of the namespace could set on the
+    Deployment directly anyway, and which the next pass compares with what the spec asks for)."""
     text = ((current or {}).get("metadata", {}).get("annotations") or {}).get(PREVIOUS_ANNOTATION)
+    if not served or not served.get("revision"):
+        return None
     try:
         kept: dict[str, Any] = json.loads(text) if text else {}
         template = dict(kept["spec"]["template"])
         meta = dict(template.get("metadata") or {})
-        served = {k: str(v) for k, v in dict(meta.get("labels") or {}).items() if k in (VERSION_LABEL, REVISION_LABEL)}
-        kept_annotations = dict(dict(kept.get("metadata") or {}).get("annotations") or {})
+        kept_labels = dict(meta.get("labels") or {})
         strategy = kept["spec"].get("strategy")
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(template.get("spec"), dict):
         return None
-    labels = {**MANAGED_BY, **selector(name, "stable"), **served}
-    template["metadata"] = {**meta, "labels": {**dict(meta.get("labels") or {}), **labels}}
-    annotations = {k: str(kept_annotations[k]) for k in (URI_ANNOTATION, MODEL_ANNOTATION) if k in kept_annotations}
+    version = label_value(str(served.get("modelVersion") or ""))
+    labels = {**MANAGED_BY, **selector(name, "stable"), VERSION_LABEL: version, REVISION_LABEL: str(served["revision"])}
+    template["metadata"] = {**meta, "labels": {**kept_labels, **labels}}
+    annotations = {URI_ANNOTATION: str(served.get("uri") or ""), MODEL_ANNOTATION: str(served.get("modelName") or "")}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

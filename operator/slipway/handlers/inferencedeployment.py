@@ -88,7 +88,7 @@ class Reconciler:
             flush(self.ctx)
         pending = self.carry_out(pending)
         self.ensure_services()
-        deployments = self.apply(decision, deployments)
+        deployments = self.apply(decision, deployments, observed.status.get("previousStable"))
         self.write(decision, {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}, pending)
         return self.next_pass(decision, pending)
 
@@ -195,10 +195,13 @@ class Reconciler:
         self.ctx.prune("services", [svc["metadata"]["name"] for svc in services])
         self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
 
-    def apply(self, decision: Plan, deployments: dict[str, dict[str, Any] | None]) -> dict[str, dict[str, Any] | None]:
-        """Carry the plan out; returns the track Deployments as they now are."""
+    def apply(
+        self, decision: Plan, deployments: dict[str, dict[str, Any] | None], served_before: dict[str, Any] | None
+    ) -> dict[str, dict[str, Any] | None]:
+        """Carry the plan out; returns the track Deployments as they now are. ``served_before`` is
+        status.previousStable: what a reverted promotion restores."""
         result = dict(deployments)
-        previous = build.previous_of(self.name, self.namespace, deployments["stable"])
+        previous = build.previous_of(self.name, self.namespace, deployments["stable"], served_before)
         if decision.revert_stable and previous is not None:
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
