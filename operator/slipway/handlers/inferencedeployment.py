@@ -201,8 +201,9 @@ class Reconciler:
         """Carry the plan out; returns the track Deployments as they now are. ``served_before`` is
         status.previousStable: what a reverted promotion restores."""
         result = dict(deployments)
-        previous = build.previous_of(self.name, self.namespace, deployments["stable"], served_before)
-        if decision.revert_stable and previous is not None:
+        previous = build.previous_of(self.name, self.namespace, deployments["stable"], served_before) \
+            if decision.revert_stable else None  # fmt: skip
+        if previous is not None:
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
             result["stable"] = self.ensure_track("stable", decision.stable, None, deployments["stable"])
