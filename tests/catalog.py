@@ -40,4 +40,5 @@ def load_invalid() -> list[InvalidCase]:
 def load_valid() -> list[tuple[Path, dict[str, Any]]]:
     """Valid examples: tests/data/valid and the samples/ users copy from."""
     paths = sorted((DATA / "valid").glob("*.yaml")) + sorted((DATA.parents[1] / "samples").glob("*.yaml"))
-    return [(p, yaml.safe_load(p.read_text())) for p in paths]
+    loaded = [(p, yaml.safe_load(p.read_text())) for p in paths]
+    return [(p, o) for p, o in loaded if str(o.get("apiVersion", "")).startswith("slipway.dev/")]  # not the Namespace

@@ -107,6 +107,11 @@ def status(kube_api, namespace: str, plural: str, name: str) -> dict[str, Any]:
 
 def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, deployed_operator, tmp_path):
     model = f"digits-{namespace}"
+    # manifests/ runs in multi-tenant mode: the cluster admin allows the team its model (and the
+    # experiment of the same name), and the namespace enforces the restricted Pod Security Standard.
+    team = {"metadata": {"annotations": {"slipway.dev/allowed-models": model},
+                         "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}  # fmt: skip
+    client.CoreV1Api(kube_api).patch_namespace(namespace, team)
     stages = Stages()
     began = time.time()
     apply(cluster, namespace, training("v1", model), tmp_path)

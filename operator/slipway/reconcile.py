@@ -19,10 +19,11 @@ from slipway.models.base import StatusModel, describe_errors
 from slipway.prometheus import PrometheusClient
 from slipway.status.conditions import Cond, new_generation, reconciling, stalled
 from slipway.status.writer import Event, next_status
+from slipway.tenancy import Policy
 
 M = TypeVar("M", bound=BaseModel)
 Step = Callable[["Context", M], "float | None"]
-Models = Callable[[M], list[str]]
+Models = Callable[[M], list[tenancy.Use]]
 MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
 LEGACY_FINALIZER = "slipway.dev/finalizer"  # added by kopf timers in earlier Slipway versions
 
@@ -62,6 +63,8 @@ class Context:
     events: list[Event] = field(default_factory=list)
     memory: dict[str, Any] = field(default_factory=dict)  # per object, across passes: caches only
     deferred: list[Callable[[], Any]] = field(default_factory=list)  # writes to the object itself
+    # The namespace's allow-list, read at the start of each pass (inactive until then).
+    tenancy: Policy = field(default_factory=lambda: Policy("", None))
 
     @property
     def kind(self) -> str:
@@ -169,7 +172,8 @@ def run_pass(
 ) -> float | None:
     """The frame of every pass: timed and counted, the pass attempted, then its status and Events
     written. Returns when to run the pass again (seconds), or None to wait for a change.
-    ``models`` names the MLflow models the spec uses (checked against the namespace's allow-list)."""
+    ``models`` names the MLflow models and experiments the spec uses (checked against the namespace's
+    allow-list)."""
     metrics.OBJECTS.start(ctx.kind, ctx.namespace, ctx.name)
     with metrics.reconcile_timer(ctx.kind):
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
@@ -187,12 +191,10 @@ def attempt(
     try:
         drop_legacy_finalizer(ctx)
         spec = parse_spec(spec_model, ctx.body)
-        namespace = ctx.cache.get("namespaces", "", ctx.namespace) if models is not None else None
-        refused = tenancy.refusal(ctx.namespace, namespace, models(spec), ctx.config.require_model_allowlist) \
-            if models is not None else None  # fmt: skip
-        if refused:
-            ctx.write(stalled("ModelNotAllowed", refused))
-            return None
+        if models is not None:
+            namespace = ctx.cache.get("namespaces", "", ctx.namespace)
+            ctx.tenancy = tenancy.Policy.of(ctx.namespace, namespace, ctx.config.require_model_allowlist)
+            ctx.tenancy.check(models(spec))
         if ctx.mlflow is None and needs_mlflow:
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
             return None
@@ -200,6 +202,9 @@ def attempt(
         return step(ctx, spec)
     except InvalidSpec as exc:
         ctx.write(stalled("InvalidSpec", str(exc)))
+        return None
+    except tenancy.NotAllowed as exc:  # woken by the namespace's annotation when an admin allows it
+        ctx.write(stalled(exc.reason, str(exc)))
         return None
     except kopf.TemporaryError as exc:
         if exc.delay:  # delay 0: a step that only needs the next pass, not an outage

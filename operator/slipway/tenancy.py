@@ -1,24 +1,59 @@
-"""Tenancy: which MLflow models a namespace may use (pure).
+"""Tenancy: which MLflow models, experiments and sources a namespace may use (pure).
 
 Cluster admins set the Namespace annotation ``slipway.dev/allowed-models`` (comma-separated
 globs, e.g. ``team-a-*, shared-embeddings``); namespaces' annotations are theirs to set (RBAC
-on namespaces), not the tenants'. Where the annotation is set, a TrainingRun, ModelArtifact or
-InferenceDeployment naming any other model is refused before any MLflow call. With
-``--require-model-allowlist`` (multi-tenant mode) a namespace without the annotation may use no
-model at all, so no tenant can move another's aliases or tag its versions.
+on namespaces), not the tenants'. Where the annotation is set, the globs decide every MLflow name
+a spec reaches: the registered model, the experiment a TrainingRun logs to, and whatever a
+ModelArtifact's source points at (a run is allowed only if its experiment is; a ``models:/`` URI
+only if its model is; an ``mlflow-artifacts:/`` URI only if its experiment is; any other scheme
+not at all). With ``--require-model-allowlist`` (multi-tenant mode, the default of ``manifests/``
+and the chart) a namespace without the annotation may use nothing, so no tenant can move
+another's aliases, tag its versions or copy its weights.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any
+from typing import Any, Literal
+
+from slipway.mlflow.uris import parse_model_uri, parse_run_uri
 
 ALLOWED_MODELS = "slipway.dev/allowed-models"
+ARTIFACTS_SCHEME = "mlflow-artifacts:"
+
+What = Literal["model", "experiment"]
+
+
+class NotAllowed(Exception):
+    """A spec reaches an MLflow name or source its namespace may not use; the message names the field."""
+
+    def __init__(self, message: str, reason: str = "ModelNotAllowed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Use:
+    """One MLflow name a spec uses, and the field that names it."""
+
+    field: str
+    what: What
+    name: str
+
+
+@dataclass(frozen=True)
+class UriTarget:
+    """What a source URI reaches: a registered model, a run or an experiment (by id)."""
+
+    model: str | None = None
+    run_id: str | None = None
+    experiment_id: str | None = None
 
 
 def allowed_patterns(namespace: Mapping[str, Any] | None) -> list[str] | None:
-    """The namespace's model globs, or None when it has no annotation."""
+    """The namespace's globs, or None when it has no annotation."""
     annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
     value = annotations.get(ALLOWED_MODELS)
     if value is None:
@@ -26,23 +61,100 @@ def allowed_patterns(namespace: Mapping[str, Any] | None) -> list[str] | None:
     return [p.strip() for p in str(value).split(",") if p.strip()]
 
 
+@dataclass(frozen=True)
+class Policy:
+    """The allow-list of one namespace; inactive (everything allowed) in single-team mode."""
+
+    namespace: str
+    patterns: tuple[str, ...] | None
+    required: bool = False
+
+    @classmethod
+    def of(cls, namespace_name: str, namespace: Mapping[str, Any] | None, required: bool) -> Policy:
+        patterns = allowed_patterns(namespace)
+        return cls(namespace_name, tuple(patterns) if patterns is not None else None, required)
+
+    @property
+    def active(self) -> bool:
+        return self.patterns is not None or self.required
+
+    def allows(self, name: str) -> bool:
+        return not self.active or any(fnmatchcase(name, p) for p in self.patterns or ())
+
+    def where(self) -> str:
+        if self.patterns:
+            return f"namespace {self.namespace} allows {', '.join(self.patterns)}"
+        if self.patterns is not None:
+            return f"namespace {self.namespace} allows nothing (its {ALLOWED_MODELS} annotation is empty)"
+        return (
+            f"namespace {self.namespace} has no {ALLOWED_MODELS} annotation and the operator runs with "
+            "--require-model-allowlist"
+        )
+
+    def fix(self) -> str:
+        return f"a cluster admin adds it to the namespace's {ALLOWED_MODELS} annotation (comma-separated globs)"
+
+    def refusal(self, uses: Iterable[Use]) -> NotAllowed | None:
+        """The first use this namespace may not make, or None."""
+        for use in uses:
+            if not self.allows(use.name):
+                reason = "ModelNotAllowed" if use.what == "model" else "ExperimentNotAllowed"
+                return NotAllowed(
+                    f"{use.field}: MLflow {use.what} {use.name!r} is not allowed here: {self.where()}; {self.fix()}",
+                    reason,
+                )
+        return None
+
+    def check(self, uses: Iterable[Use]) -> None:
+        refused = self.refusal(uses)
+        if refused is not None:
+            raise refused
+
+    def source_refusal(self, field: str, detail: str) -> NotAllowed:
+        return NotAllowed(f"{field}: {detail}: {self.where()}; {self.fix()}", "SourceNotAllowed")
+
+
+def uri_target(uri: str, field: str) -> UriTarget:
+    """What a model URI reaches, for the allow-list; NotAllowed (naming ``field``) for a URI whose
+    owner cannot be told: another scheme, a logged model, a path that climbs out with ``..``."""
+    parts = uri.split("?", 1)[0].split("#", 1)[0].split("/")
+    if ".." in parts:
+        raise NotAllowed(f"{field}: {uri!r} climbs out of its directory (..); name the artifact directly",
+                         "SourceNotAllowed")  # fmt: skip
+    model = parse_model_uri(uri)
+    if model is not None:
+        if model.version is None and model.alias is None:
+            raise NotAllowed(
+                f"{field}: {uri!r} names an MLflow logged model, whose owner the allow-list cannot check; "
+                "use models:/<name>/<version>, models:/<name>@<alias> or runs:/<run id>/<path>",
+                "SourceNotAllowed",
+            )
+        return UriTarget(model=model.name)
+    run = parse_run_uri(uri)
+    if run is not None:
+        return UriTarget(run_id=run.run_id)
+    if uri.startswith(ARTIFACTS_SCHEME):
+        rest = uri[len(ARTIFACTS_SCHEME) :]
+        if rest.startswith("//"):  # mlflow-artifacts://host:port/<experiment>/...
+            rest = rest[2:].partition("/")[2]
+        experiment = rest.strip("/").split("/", 1)[0]
+        if experiment.isdigit():
+            return UriTarget(experiment_id=experiment)
+        raise NotAllowed(
+            f"{field}: {uri!r} is not under an experiment (mlflow-artifacts:/<experiment id>/<run id>/...)",
+            "SourceNotAllowed",
+        )
+    scheme = uri.split(":", 1)[0] if ":" in uri else "a local path"
+    raise NotAllowed(
+        f"{field}: {scheme!r} URIs are not allowed where the model allow-list applies (only runs:/, models:/ "
+        "and mlflow-artifacts:/, whose owner MLflow tells); register the model in MLflow and name that version",
+        "SourceNotAllowed",
+    )
+
+
 def refusal(
     namespace_name: str, namespace: Mapping[str, Any] | None, models: Iterable[str], required: bool
 ) -> str | None:
     """Why these models may not be used in this namespace, or None when they may."""
-    patterns = allowed_patterns(namespace)
-    if patterns is None and not required:
-        return None
-    for model in models:
-        if not any(fnmatchcase(model, pattern) for pattern in patterns or []):
-            where = (
-                f"namespace {namespace_name} allows {', '.join(patterns)}"
-                if patterns
-                else f"namespace {namespace_name} has no {ALLOWED_MODELS} annotation and the operator runs with "
-                "--require-model-allowlist"
-            )
-            return (
-                f"MLflow model {model!r} is not allowed here: {where}; a cluster admin adds it to the "
-                f"namespace's {ALLOWED_MODELS} annotation (comma-separated globs)"
-            )
-    return None
+    refused = Policy.of(namespace_name, namespace, required).refusal(Use("spec.model.name", "model", m) for m in models)
+    return str(refused) if refused else None

@@ -27,7 +27,7 @@ from kubernetes import client
 from localkube.state import ClusterInfo
 from localkube.wait import wait_for
 from slipway_e2e.deploy import KUBECTL, deploy_operator, kubectl, write_overlay
-from slipway_testing import apply_object, report, wait_status
+from slipway_testing import apply_object, condition, report, wait_status
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
@@ -123,13 +123,24 @@ def test_defaults_render_what_manifests_deployment_has():
     objs = render()
     deployment = only(objs, "Deployment", "slipway-operator")
     assert deployment["spec"]["replicas"] == 2
-    assert container(objs)["args"] == ["--all-namespaces"]
+    # Multi-tenant mode by default, as manifests/ installs.
+    manifest = yaml.safe_load((ROOT / "manifests" / "deployment.yaml").read_text())
+    manifest_container = manifest["spec"]["template"]["spec"]["containers"][0]
+    assert container(objs)["args"] == manifest_container["args"] == ["--all-namespaces", "--require-model-allowlist"]
+    # The operator's own MLflow credentials come from a Secret, by reference, as in manifests/.
+    def secret_refs_of(entries: list[Obj]) -> dict[str, Obj]:
+        return {e["name"]: e["valueFrom"] for e in entries if "secretKeyRef" in e.get("valueFrom", {})}
+
+    secret_refs = secret_refs_of(container(objs)["env"])
+    assert secret_refs == secret_refs_of(manifest_container["env"])
+    assert set(secret_refs) == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"}
+    assert all(r["secretKeyRef"]["name"] == "slipway-mlflow-credentials" for r in secret_refs.values())
     assert container(objs)["image"] == "ghcr.io/slipway-dev/slipway:0.1.0"
     e = env(objs)
     assert e["SLIPWAY_MLFLOW_URL"] == "http://mlflow.mlflow.svc:5000"
     assert e["SLIPWAY_PROMETHEUS_URL"] == "http://prometheus.monitoring.svc:9090"
     assert e["SLIPWAY_MLFLOW_CREDENTIALS_SECRET"] == "slipway-mlflow-credentials"
-    assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "false"
+    assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "true"
     assert "SLIPWAY_ALLOWED_PROMETHEUS_URLS" not in e and "SLIPWAY_MLFLOW_PUBLIC_URL" not in e
     assert (e["SLIPWAY_INFERENCE_PRIORITY_CLASS"], e["SLIPWAY_TRAINING_PRIORITY_CLASS"]) == (
         "slipway-inference",
@@ -137,7 +148,6 @@ def test_defaults_render_what_manifests_deployment_has():
     )
     assert e["SLIPWAY_WORKLOAD_IMAGE"] == "ghcr.io/slipway-dev/slipway:0.1.0"
     # The pod's securityContext is manifests/deployment.yaml's: non-root, read-only root, no capabilities.
-    manifest = yaml.safe_load((ROOT / "manifests" / "deployment.yaml").read_text())
     pod, rendered_pod = manifest["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
     assert rendered_pod["securityContext"] == pod["securityContext"]
     assert rendered_pod["securityContext"]["runAsNonRoot"] is True
@@ -167,13 +177,15 @@ def test_values_reach_the_operator():
         "mlflow.credentialsSecret=team-mlflow",
         "prometheus.url=http://prom.obs.svc:9090",
         "prometheus.allowedUrls={http://thanos.obs.svc:10902,http://prom.team-a.svc:9090}",
-        "requireModelAllowlist=true",
+        "requireModelAllowlist=false",
+        "mlflow.operatorCredentialsSecret=",
         "resources.limits.memory=1Gi",
         namespace="ops",
     )
     assert only(objs, "Deployment")["spec"]["replicas"] == 3
     assert container(objs)["image"] == "registry.example/slipway:0.2.0"
-    assert container(objs)["args"] == ["--all-namespaces", "--require-model-allowlist"]
+    assert container(objs)["args"] == ["--all-namespaces"]  # a single-team cluster
+    assert not any("valueFrom" in e and "secretKeyRef" in e["valueFrom"] for e in container(objs)["env"])
     assert container(objs)["resources"]["limits"]["memory"] == "1Gi"
     e = env(objs)
     assert e["SLIPWAY_MLFLOW_URL"] == "http://mlflow.ml.svc:5000"
@@ -181,7 +193,7 @@ def test_values_reach_the_operator():
     assert e["SLIPWAY_MLFLOW_CREDENTIALS_SECRET"] == "team-mlflow"
     assert e["SLIPWAY_PROMETHEUS_URL"] == "http://prom.obs.svc:9090"
     assert e["SLIPWAY_ALLOWED_PROMETHEUS_URLS"] == "http://thanos.obs.svc:10902,http://prom.team-a.svc:9090"
-    assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "true"
+    assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "false"
     assert e["SLIPWAY_WORKLOAD_IMAGE"] == "registry.example/slipway:0.2.0"
     # The ServiceAccount bound cluster-wide and for the Lease is the one in the release namespace.
     binding = only(objs, "ClusterRoleBinding")
@@ -413,6 +425,14 @@ def test_helm_install_reconciles_grants_user_roles_and_uninstalls(cluster, kube_
         reconciled = time.monotonic() - start
         ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "False", ready
+        # Multi-tenant mode by default: the namespace has no allow-list, so no MLflow model is its to use.
+        tenancy_proof = missing_model_deployment("chart-tenancy")
+        tenancy_proof["spec"]["model"] = {"name": "another-teams-model", "alias": "production"}
+        apply_object(kube_api, namespace, tenancy_proof)
+        refused = wait_status(kube_api, namespace, "InferenceDeployment", "chart-tenancy",
+                              lambda o: condition(o, "Stalled").get("reason") == "ModelNotAllowed", 60,
+                              "the model refused (multi-tenant mode)")  # fmt: skip
+        assert "--require-model-allowlist" in condition(refused, "Stalled")["message"]
 
         # The aggregated user roles: edit may create, view may only read, nobody else anything.
         rbac = client.RbacAuthorizationV1Api(kube_api)

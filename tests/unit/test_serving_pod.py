@@ -71,6 +71,12 @@ def test_mlflow_credentials_reach_the_fetch_container_by_reference() -> None:
     body = with_credentials(body, "creds")
     fetch = body["spec"]["template"]["spec"]["initContainers"][0]
     assert fetch["envFrom"] == [{"secretRef": {"name": "creds", "optional": True}}]
+    # The model server reads the fetched files: it never talks to MLflow, so it gets no credentials.
+    assert "envFrom" not in server(body["spec"]["template"])
+    # Without modelLoad the server loads the model from MLflow itself, and gets them.
+    plain = InferenceDeploymentSpec.model_validate(BASE)
+    body = build.deployment("d", "ns", plain, "stable", "3", "models:/digits/3", "http://m", None, "digits", "img")
+    assert server(with_credentials(body, "creds")["spec"]["template"])["envFrom"] == fetch["envFrom"]
 
 
 def test_pod_template_reaches_both_tracks_and_slipway_labels_win() -> None:

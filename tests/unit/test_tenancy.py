@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slipway.tenancy import ALLOWED_MODELS, allowed_patterns, refusal
+from slipway.tenancy import ALLOWED_MODELS, NotAllowed, Policy, UriTarget, Use, allowed_patterns, refusal, uri_target
 
 
 def namespace(value: str | None) -> dict:
@@ -39,3 +39,53 @@ def test_the_refusal_names_the_model_the_rule_and_who_can_change_it():
 def test_patterns_are_trimmed():
     assert allowed_patterns(namespace(" a-* , b ,")) == ["a-*", "b"]
     assert allowed_patterns(None) is None
+
+
+def policy(value: str | None, required: bool = False) -> Policy:
+    return Policy.of("t2", namespace(value), required)
+
+
+def test_experiments_are_checked_like_models_and_the_refusal_names_the_field():
+    refused = policy("t2-*").refusal([Use("spec.model.name", "model", "t2-a"),
+                                      Use("spec.mlflow.experiment", "experiment", "acme")])  # fmt: skip
+    assert refused is not None and refused.reason == "ExperimentNotAllowed"
+    assert str(refused).startswith("spec.mlflow.experiment: MLflow experiment 'acme' is not allowed here")
+    assert policy(None).refusal([Use("f", "experiment", "acme")]) is None  # single-team mode
+    assert not policy(None).active and policy(None, required=True).active and policy("").active
+
+
+@pytest.mark.parametrize(
+    ("uri", "target"),
+    [
+        ("models:/acme/3", UriTarget(model="acme")),
+        ("models:/acme@production", UriTarget(model="acme")),
+        ("models:/acme/3/sub/dir", UriTarget(model="acme")),
+        ("runs:/abc123/model", UriTarget(run_id="abc123")),
+        ("runs://abc123/model", UriTarget(run_id="abc123")),
+        ("mlflow-artifacts:/7/abc/artifacts/model", UriTarget(experiment_id="7")),
+        ("mlflow-artifacts://mlflow.mlflow.svc:5000/7/abc/artifacts", UriTarget(experiment_id="7")),
+    ],
+)
+def test_a_uri_reaches_a_model_a_run_or_an_experiment(uri, target):
+    assert uri_target(uri, "spec.source.uri") == target
+
+
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("s3://bucket/model", "'s3' URIs are not allowed"),
+        ("gs://bucket/model", "'gs' URIs are not allowed"),
+        ("file:///etc/passwd", "'file' URIs are not allowed"),
+        ("/var/models/m", "'a local path' URIs are not allowed"),
+        ("https://example.com/model.onnx", "'https' URIs are not allowed"),
+        ("models:/m-0123abcd", "logged model"),
+        ("runs:/abc/model/../../other", "climbs out"),
+        ("mlflow-artifacts:/7/../8/abc", "climbs out"),
+        ("mlflow-artifacts:/models/abc", "not under an experiment"),
+    ],
+)
+def test_a_uri_whose_owner_cannot_be_told_is_refused_naming_the_field(uri, words):
+    with pytest.raises(NotAllowed) as refused:
+        uri_target(uri, "spec.source.uri")
+    assert str(refused.value).startswith("spec.source.uri: ") and words in str(refused.value)
+    assert refused.value.reason == "SourceNotAllowed"

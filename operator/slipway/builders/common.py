@@ -96,13 +96,15 @@ def resource_requirements(resources: Resources) -> dict[str, Any]:
 
 
 def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
-    """``manifest`` (a Job or Deployment) whose containers read MLflow credentials from the Secret
-    ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
-    MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values."""
+    """``manifest`` (a Job or Deployment) whose containers that talk to MLflow read its credentials
+    from the Secret ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
+    MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values. Where init
+    containers fetch the model (a serving pod with spec.modelLoad), only they talk to MLflow: the
+    model server then reads files and gets no credentials."""
     if not secret:
         return manifest
     pod = manifest["spec"]["template"]["spec"]
-    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+    for container in pod.get("initContainers") or pod["containers"]:
         container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
     return manifest
 

@@ -33,6 +33,7 @@ from slipway.status.rollout import (
     with_revision,
 )
 from slipway.status.trainingrun import pod_problem
+from slipway.tenancy import Use
 
 ROLLOUT_TICK_SECONDS = 5.0  # while a rollout is in flight: steps, pauses and deadlines are time
 ACTIVE = ("Progressing", "Analyzing", "Paused", "Promoting")
@@ -50,9 +51,10 @@ def reconcile(ctx: Context, spec: InferenceDeploymentSpec) -> float | None:
     return Reconciler(ctx, spec, ctx.mlflow).run()
 
 
-def models(spec: InferenceDeploymentSpec) -> list[str]:
-    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
-    return [spec.model.name] if spec.model.name else []
+def models(spec: InferenceDeploymentSpec) -> list[Use]:
+    """The MLflow models this spec names (checked against the namespace's allow-list); the model
+    behind an artifactRef is checked when the artifact is read."""
+    return [Use("spec.model.name", "model", spec.model.name)] if spec.model.name else []
 
 
 PASS = (InferenceDeploymentStatus, lambda ctx: run_pass(ctx, InferenceDeploymentSpec, reconcile, models))
@@ -140,6 +142,7 @@ class Reconciler:
                 problem = f"MLflow model {self.spec.model.name} has no alias {self.spec.model.alias} (yet)"
         if found is None:
             return None, problem
+        self.ctx.tenancy.check([Use("spec.model.artifactRef", "model", found.model)])
         self.model_name = found.model
         mlflow_url = self.ctx.config.pod_mlflow_url
         return with_revision(found, build.revision(self.spec, found.version, found.uri, mlflow_url, found.model)), None

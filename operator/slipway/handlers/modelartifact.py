@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway import metrics
+from slipway import metrics, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
@@ -21,6 +21,7 @@ from slipway.reconcile import Context, run_pass
 from slipway.redact import without_credentials
 from slipway.status import modelartifact as states
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
+from slipway.tenancy import Use
 
 OWNER_TAG = "slipway.dev/modelartifact"
 
@@ -45,9 +46,10 @@ def reconcile(ctx: Context, spec: ModelArtifactSpec) -> float | None:
     return None  # its Jobs and its TrainingRun wake it
 
 
-def models(spec: ModelArtifactSpec) -> list[str]:
-    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
-    return [spec.model.name]
+def models(spec: ModelArtifactSpec) -> list[Use]:
+    """The MLflow models this spec names (checked against the namespace's allow-list); its source
+    is checked when it is read (a run's experiment is MLflow's to tell)."""
+    return [Use("spec.model.name", "model", spec.model.name)]
 
 
 PASS = (ModelArtifactStatus, lambda ctx: run_pass(ctx, ModelArtifactSpec, reconcile, models))
@@ -89,9 +91,12 @@ class Lifecycle:
     def source(self) -> states.Source:
         src = self.spec.source
         if src.uri is not None:
+            self.check_uri(src.uri, "spec.source.uri")
             return states.Source(src.uri, None)
         if src.mlflow_run is not None:
             run_id, path = src.mlflow_run.run_id, src.mlflow_run.artifact_path
+            if self.ctx.tenancy.active:
+                tenancy.uri_target(f"runs:/{run_id}/{path}", "spec.source.mlflowRun.artifactPath")
         else:
             assert src.training_run_ref is not None
             ref = src.training_run_ref.name
@@ -100,10 +105,39 @@ class Lifecycle:
             if isinstance(found, states.ArtifactState):
                 raise Waiting(found)
             run_id, path = found, "model"
-        tags = self.mlflow.get_run(run_id).tags
+        run = self.mlflow.get_run(run_id)
+        if self.ctx.tenancy.active and src.mlflow_run is not None:  # a TrainingRun's run is checked by its own spec
+            self.check_run(run, "spec.source.mlflowRun.runId")
+        tags = run.tags
         return states.Source(
             f"runs:/{run_id}/{path}", run_id, tags.get("slipway.model.digest"), tags.get("slipway.model.sizeBytes")
         )
+
+    def check_uri(self, uri: str, field: str) -> None:
+        """A source URI is allowed only if what it reaches is: its model, its run's experiment, its
+        experiment (tenancy.uri_target); nothing is checked in single-team mode."""
+        policy = self.ctx.tenancy
+        if not policy.active:
+            return
+        target = tenancy.uri_target(uri, field)
+        if target.model is not None:
+            policy.check([Use(field, "model", target.model)])
+        if target.run_id is not None:
+            self.check_run(self.mlflow.get_run(target.run_id), field)
+        if target.experiment_id is not None:
+            self.check_experiment(target.experiment_id, field, uri)
+
+    def check_run(self, run: Run, field: str) -> None:
+        """A run is the namespace's to use only if its experiment is."""
+        self.check_experiment(run.experiment_id, field, f"run {run.run_id}")
+
+    def check_experiment(self, experiment_id: str, field: str, what: str) -> None:
+        policy = self.ctx.tenancy
+        name = self.mlflow.experiment_name(experiment_id)
+        if name is None or not policy.allows(name):
+            shown = f"experiment {name!r}" if name is not None else "an experiment MLflow does not know"
+            raise policy.source_refusal(field, f"{what} belongs to {shown} (id {experiment_id}), not one this "
+                                        "namespace may use")  # fmt: skip
 
     def version(self, role: str, source: states.Source, tags: dict[str, str]) -> ModelVersion:
         """The version registered for ``role``, registering ``source`` if an earlier pass did not."""

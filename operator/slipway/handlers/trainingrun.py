@@ -24,6 +24,7 @@ from slipway.status.trainingrun import (
     training_state,
     with_attempts,
 )
+from slipway.tenancy import Use
 
 
 def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
@@ -72,9 +73,11 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     return max(1.0, min(delays)) if delays else None
 
 
-def models(spec: TrainingRunSpec) -> list[str]:
-    """The MLflow models this spec uses (checked against the namespace's allow-list)."""
-    return [spec.model.name]
+def models(spec: TrainingRunSpec) -> list[Use]:
+    """The MLflow model and experiment this spec uses (checked against the namespace's allow-list)."""
+    experiment = Use("spec.mlflow.experiment", "experiment", spec.mlflow.experiment) if spec.mlflow.experiment \
+        else Use("spec.model.name (the default experiment)", "experiment", spec.model.name)  # fmt: skip
+    return [Use("spec.model.name", "model", spec.model.name), experiment]
 
 
 PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile, models, needs_mlflow=False))

@@ -121,6 +121,14 @@ class Tracking(MlflowHttp):
             return str(experiment["experiment_id"])
         raise MlflowError(f"MLflow experiment {name!r} could neither be found nor created")
 
+    def experiment_name(self, experiment_id: str) -> str | None:
+        """The name of an experiment, None when MLflow has no such experiment."""
+        try:
+            experiment = self._call("GET", "/mlflow/experiments/get", params={"experiment_id": experiment_id})
+        except MlflowNotFound:
+            return None
+        return str(experiment["experiment"]["name"])
+
     def create_run(
         self,
         experiment_id: str,
