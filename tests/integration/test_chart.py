@@ -127,6 +127,7 @@ def test_defaults_render_what_manifests_deployment_has():
     manifest = yaml.safe_load((ROOT / "manifests" / "deployment.yaml").read_text())
     manifest_container = manifest["spec"]["template"]["spec"]["containers"][0]
     assert container(objs)["args"] == manifest_container["args"] == ["--all-namespaces", "--require-model-allowlist"]
+
     # The operator's own MLflow credentials come from a Secret, by reference, as in manifests/.
     def secret_refs_of(entries: list[Obj]) -> dict[str, Obj]:
         return {e["name"]: e["valueFrom"] for e in entries if "secretKeyRef" in e.get("valueFrom", {})}
