@@ -169,6 +169,17 @@ def list_objects(kube: Kube, kind: str, namespace: str, selector: str) -> list[d
     return [_plain(kube, item) for item in answer.items]
 
 
+def creation_failure(kube: Kube, obj: dict[str, Any]) -> str | None:
+    """The message of the latest FailedCreate Event of ``obj`` (a Job whose pods the API server
+    refuses: Pod Security, a quota, a missing ServiceAccount), None when there is none."""
+    meta = obj["metadata"]
+    selector = f"involvedObject.uid={meta['uid']},reason=FailedCreate"
+    answer = call(f"list the FailedCreate Events of {obj.get('kind')} {meta['namespace']}/{meta['name']}",
+                  kube.core.list_namespaced_event, meta["namespace"], field_selector=selector)  # fmt: skip
+    events = sorted(answer.items, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
+    return str(events[-1].message) if events else None
+
+
 def create(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
     """Create the object. An existing one of the same name raises AlreadyExists (the caller decides)."""
     kind, meta = body["kind"], body["metadata"]

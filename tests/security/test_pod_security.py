@@ -9,7 +9,7 @@ from kubernetes import client
 
 from integration.test_inferencedeployment import Versions, deployment, serving
 from slipway_e2e.lifecycle import condition
-from slipway_testing import wait_status
+from slipway_testing import training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -38,3 +38,23 @@ def test_slipways_pods_run_where_restricted_is_enforced_and_root_is_refused_with
     assert "FailedCreate" in said and "restricted" in said
     pods = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="slipway.dev/track").items
     assert all((p.spec.security_context.run_as_user or 1) != 0 for p in pods)
+
+
+def test_a_training_job_whose_pods_are_refused_is_stalled_with_the_api_servers_reason(
+    kube_api, namespace, operator, tenant
+):
+    operator()
+    privileged = {"containerSecurityContext": {"privileged": True, "allowPrivilegeEscalation": True}}
+    body = training_run("root", steps=4, podTemplate=privileged)
+    client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(
+        "slipway.dev", "v1alpha1", namespace, "trainingruns", body
+    )
+    run = wait_status(kube_api, namespace, "TrainingRun", "root",
+                      lambda o: condition(o, "Stalled").get("reason") == "FailedCreate", 60,
+                      "the refused training pods Stalled with the API server's reason")  # fmt: skip
+    message = condition(run, "Stalled")["message"]
+    assert "violates PodSecurity" in message and "privileged" in message and "spec.podTemplate" in message
+    assert run["status"]["phase"] == "Pending"
+    assert (
+        client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector="slipway.dev/trainingrun").items == []
+    )

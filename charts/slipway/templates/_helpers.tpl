@@ -116,8 +116,9 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
-# Events on its objects, one per transition.
+# Events on its objects, one per transition; list: the FailedCreate Events of a Job or
+# Deployment whose pods the API server refuses, read only while it has none.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "list"]
 {{- end -}}

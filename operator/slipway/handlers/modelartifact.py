@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway import metrics, tenancy
+from slipway import kube, metrics, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
@@ -19,8 +19,10 @@ from slipway.models import ModelArtifactSpec
 from slipway.models.modelartifact import ModelArtifactStatus
 from slipway.reconcile import Context, run_pass
 from slipway.redact import without_credentials
+from slipway.status import jobs
 from slipway.status import modelartifact as states
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
+from slipway.status.trainingrun import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RECHECK_SECONDS
 from slipway.tenancy import Use
 
 OWNER_TAG = "slipway.dev/modelartifact"
@@ -29,8 +31,8 @@ OWNER_TAG = "slipway.dev/modelartifact"
 class Waiting(Exception):
     """The lifecycle cannot go further in this pass; the state says why (a Job runs, a source is due)."""
 
-    def __init__(self, state: states.ArtifactState) -> None:
-        self.state = state
+    def __init__(self, state: states.ArtifactState, recheck_seconds: float | None = None) -> None:
+        self.state, self.recheck_seconds = state, recheck_seconds
 
 
 def reconcile(ctx: Context, spec: ModelArtifactSpec) -> float | None:
@@ -43,6 +45,7 @@ def reconcile(ctx: Context, spec: ModelArtifactSpec) -> float | None:
         lifecycle.run()
     except Waiting as waiting:
         ctx.write(waiting.state.conditions, phase=waiting.state.phase, **lifecycle.fields)
+        return waiting.recheck_seconds
     return None  # its Jobs and its TrainingRun wake it
 
 
@@ -169,9 +172,11 @@ class Lifecycle:
                                      command=getattr(settings, "command", None), args=getattr(settings, "args", None),
                                      env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
             job = self.ctx.ensure("jobs", with_credentials(desired, config.mlflow_credentials_secret))
-        state = states.job_state(step, job, waiting)
-        if state is not None:
-            raise Waiting(state)
+        refused = kube.creation_failure(self.ctx.kube, job) if jobs.without_pods(job) else None
+        state = states.job_state(step, job, waiting, refused)
+        if state is not None:  # a Job without pods sends no event when its pods are refused: look again
+            raise Waiting(state, (FAILED_CREATE_RECHECK_SECONDS if refused else NO_PODS_RECHECK_SECONDS)
+                          if jobs.without_pods(job) else None)  # fmt: skip
         return self.mlflow.get_run(run.run_id)
 
     def quantize(self, parent: ModelVersion) -> ModelVersion:

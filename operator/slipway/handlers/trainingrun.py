@@ -56,9 +56,10 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
+    refused = kube.creation_failure(ctx.kube, job) if not pods and jobs.should_have_pods(job) else None
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=datetime.now(UTC),
-                           stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds)  # fmt: skip
+                           stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds, create_failure=refused)  # fmt: skip
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
     state = with_attempts(state, run)

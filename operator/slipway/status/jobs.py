@@ -21,3 +21,16 @@ def is_complete(job: Mapping[str, Any] | None) -> bool:
 def failure(job: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The Failed condition of a Job that failed, else None."""
     return None if job is None else job_condition(job, "Failed")
+
+
+def should_have_pods(job: Mapping[str, Any]) -> bool:
+    """A Job that should have pods: neither finished nor suspended."""
+    finished = job_condition(job, "Complete") or job_condition(job, "Failed")
+    return not finished and not (job.get("spec") or {}).get("suspend")
+
+
+def without_pods(job: Mapping[str, Any]) -> bool:
+    """A Job that should have pods and, by its status, never had one."""
+    status = job.get("status") or {}
+    counts = ("active", "ready", "succeeded", "failed", "terminating")
+    return should_have_pods(job) and not any(status.get(c) for c in counts)

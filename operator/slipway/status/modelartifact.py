@@ -115,8 +115,18 @@ def trainingrun_source(run: Mapping[str, Any] | None, namespace: str, ref: str) 
     return str(run_id)
 
 
-def job_state(step: str, job: Mapping[str, Any], waiting: str) -> ArtifactState | None:
-    """Why a step's Job is not done (failed, or still running), or None once it completed."""
+def job_state(
+    step: str, job: Mapping[str, Any], waiting: str, create_failure: str | None = None
+) -> ArtifactState | None:
+    """Why a step's Job is not done (failed, its pods refused by the API server, or still running), or
+    None once it completed."""
+    if create_failure is not None:
+        message = (f"the API server refuses the pods of the {step} Job {job['metadata']['name']}: {create_failure}; "
+                   "fix the namespace's quota or policy and the Job creates them")  # fmt: skip
+        phase, done = (
+            ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
+        )
+        return _state(phase, stalled, "FailedCreate", message, done)
     failed = jobs.failure(job)
     if failed:
         message = (

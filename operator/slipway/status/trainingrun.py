@@ -112,6 +112,12 @@ def _state(phase: str, summary: str, reason: str, message: str, trained: bool = 
     return TrainingState(phase, [*summary_conds, trained_cond], **kw)
 
 
+# A Job with no pods is looked at again this often (its FailedCreate Events send the operator no
+# watch event); a refused one, in case the namespace's quota or policy changes.
+NO_PODS_RECHECK_SECONDS = 5.0
+FAILED_CREATE_RECHECK_SECONDS = 30.0
+
+
 def training_state(
     spec: TrainingRunSpec,
     job: Obj | None,
@@ -121,6 +127,7 @@ def training_state(
     artifact: Obj | None = None,
     now: datetime | None = None,
     stuck_grace_seconds: float | None = None,
+    create_failure: str | None = None,
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
@@ -128,7 +135,9 @@ def training_state(
     ``artifact``: that ModelArtifact as observed. Ready waits for its verdict, and a Rejected or
     Failed artifact makes the run Stalled: what it trained is not usable. A pod that cannot run
     (bad image, missing Secret, crash loop) is Reconciling for ``stuck_grace_seconds`` after it
-    was created, then Stalled.
+    was created, then Stalled. A Job without pods whose pods the API server refuses
+    (``create_failure``, its FailedCreate Event) is Stalled with the API server's words; while it
+    has no pods and no such Event, the pass looks again in NO_PODS_RECHECK_SECONDS.
     """
     if sizing_refusal is not None and job is None:
         return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
@@ -158,6 +167,14 @@ def training_state(
         return _state(
             "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
         )
+    if not pods:
+        if create_failure is not None:
+            message = (f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
+                       "namespace's quota or policy) and the Job creates them")  # fmt: skip
+            return _state("Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS,
+                          **kw)  # fmt: skip
+        return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start",
+                      recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)  # fmt: skip
     running = _running_pods(pods)
     found = _problem_pod(pods)
     if found is not None:
