@@ -91,9 +91,32 @@ def test_recorded_aliases_and_metrics() -> None:
 
 
 def test_digest_fields() -> None:
-    assert states.digest_fields("ab12", "1024") == {"digest": "sha256:ab12", "size_bytes": 1024}
-    assert states.digest_fields("sha256:ab12", None) == {"digest": "sha256:ab12"}
+    hexdigest = "ab12" * 16
+    assert states.digest_fields(hexdigest, "1024") == {"digest": f"sha256:{hexdigest}", "size_bytes": 1024}
+    assert states.digest_fields(f"sha256:{hexdigest}", None) == {"digest": f"sha256:{hexdigest}"}
+    assert states.digest_fields(None, 2048.0) == {"size_bytes": 2048}  # a metric
     assert states.digest_fields(None, "n/a") == {}
+    # What a workload writes badly is left out of status, never an error and never unbounded.
+    assert states.digest_fields("ab12", float("nan")) == {}
+    assert states.digest_fields("x" * 5000, "9" * 5000) == {}
+    assert states.digest_fields("sha256:" + "AB12" * 16, -1.0) == {}
+
+
+def test_a_malformed_decision_tag_is_an_error_naming_the_tag() -> None:
+    tags = {states.DECISION_TAG: "passed", states.GATES_TAG: "{not json"}
+    with pytest.raises(states.MalformedTag) as raised:
+        states.recorded_outcomes(tags)
+    assert states.GATES_TAG in str(raised.value) and "delete the tag" in str(raised.value)
+    with pytest.raises(states.MalformedTag):
+        states.recorded_outcomes({**tags, states.GATES_TAG: '[{"metric": "a", "value": "x", "passed": true}]'})
+
+
+def test_recorded_metrics_are_bounded_and_keep_the_gates() -> None:
+    from slipway.models.modelartifact import Gate
+
+    values = {f"m{i:05d}": float(i) for i in range(100_000)} | {"zeta": 1.0}
+    keys = states.recorded_metrics(values, [Gate(metric="zeta", min=0.5), Gate(metric="absent", min=1)])
+    assert len(keys) == states.MAX_RECORDED_METRICS and keys[0] == "zeta" and keys[1] == "m00000"
 
 
 def test_decided_at_generation() -> None:

@@ -230,3 +230,23 @@ def test_restarts_count_preempted_attempts_the_job_does_not():
     assert with_attempts(state, running_run({}, {"slipway.attempts": "1"})).restarts == 1
     assert with_attempts(state, running_run({}, {"slipway.attempts": "many"})).restarts == 1
     assert with_attempts(state, running_run({}, {})).restarts == 1
+
+
+def test_a_run_with_100k_metrics_keeps_status_small():
+    import json
+
+    metrics = {f"m{i:06d}": Metric(f"m{i:06d}", i / 7, 3) for i in range(100_000)}
+    metrics["x" * 5000] = Metric("x" * 5000, 1.0, 3)  # a key longer than MLflow allows
+    run = running_run(metrics=metrics, tags={"slipway.checkpoint": "/c/" + "p" * 100_000})
+    progress, checkpoint = progress_from_run(run)
+    assert progress is not None and checkpoint is not None
+    assert len(progress["metrics"]) == 32 and progress["metricsOmitted"] == 100_001 - 32
+    assert list(progress["metrics"])[:2] == ["m000000", "m000001"]  # by name: the same keys every pass
+    assert len(json.dumps(progress)) < 2048 and len(checkpoint["path"]) == 1024
+
+
+def test_metric_values_of_the_wrong_type_are_left_out():
+    run = running_run(metrics={"loss": Metric("loss", "0.5x", 3), "acc": Metric("acc", None, "two"),  # type: ignore[arg-type]
+                               "f1": Metric("f1", "0.75", 4)}, tags={})  # fmt: skip
+    progress, _ = progress_from_run(run)
+    assert progress == {"step": 4, "metrics": {"f1": 0.75}}

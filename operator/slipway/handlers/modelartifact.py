@@ -202,10 +202,12 @@ class Lifecycle:
             values = {key: m.value for key, m in run.metrics.items()}
             refs = sorted({g.baseline for g in self.spec.validation.gates if g.baseline})
             outcomes = evaluate_gates(self.spec.validation.gates, values, {ref: self.baseline(ref) for ref in refs})
-            for key, value in values.items():
-                self.mlflow.set_model_version_tag(self.model, candidate.version, states.METRIC_TAG + key, repr(value))
-            if "sizeBytes" in values:
-                self.fields.setdefault("size_bytes", int(values["sizeBytes"]))
+            for key in states.recorded_metrics(values, self.spec.validation.gates):
+                self.mlflow.set_model_version_tag(self.model, candidate.version, states.METRIC_TAG + key,
+                                                  repr(values[key]))  # fmt: skip
+            size = states.digest_fields(None, values.get("sizeBytes")).get("size_bytes")
+            if size is not None:
+                self.fields.setdefault("size_bytes", size)
         for tag, text in states.decision_tags(outcomes).items():  # the decision tag last
             self.mlflow.set_model_version_tag(self.model, candidate.version, tag, text)
         return outcomes

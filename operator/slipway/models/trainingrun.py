@@ -195,7 +195,12 @@ class Progress(StatusModel):
 
     step: int | None = Field(default=None, description="Latest step.")
     total_steps: int | None = Field(default=None, description="Steps planned.")
-    metrics: dict[str, float] | None = Field(default=None, description="Latest value of each metric.")
+    metrics: dict[str, float] | None = Field(
+        default=None, description="Latest value of each metric (at most 32, by name; the rest are in MLflow)."
+    )
+    metrics_omitted: int | None = Field(
+        default=None, description="How many more metrics the run logged than status shows (see them in MLflow)."
+    )
 
 
 class MlflowRunStatus(StatusModel):

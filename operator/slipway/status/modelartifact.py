@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slipway.mlflow.http import MlflowError
 from slipway.status import jobs
 from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
 from slipway.status.gates import GateOutcome
@@ -161,17 +164,39 @@ def recorded_outcomes(tags: Mapping[str, str]) -> list[GateOutcome] | None:
     """The gate outcomes recorded on a version by an earlier decision, if it was decided."""
     if not (tags.get(DECISION_TAG) and tags.get(GATES_TAG)):
         return None
-    return [
-        GateOutcome(
-            g["metric"],
-            g.get("value"),
-            g.get("threshold", ""),
-            g.get("baselineValue"),
-            bool(g["passed"]),
-            g.get("message", ""),
-        )  # fmt: skip
-        for g in json.loads(tags[GATES_TAG])
-    ]
+    try:
+        return [
+            GateOutcome(
+                str(g["metric"]),
+                _number(g.get("value")),
+                str(g.get("threshold", "")),
+                _number(g.get("baselineValue")),
+                bool(g["passed"]),
+                str(g.get("message", "")),
+            )  # fmt: skip
+            for g in json.loads(tags[GATES_TAG])
+        ]
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise MalformedTag(GATES_TAG, tags[GATES_TAG], exc) from None
+
+
+class MalformedTag(MlflowError):
+    """A tag Slipway reads back from a model version is not what it wrote (someone edited it in MLflow)."""
+
+    def __init__(self, tag: str, value: str, exc: Exception) -> None:
+        shown = value if len(value) <= 80 else value[:77] + "..."
+        super().__init__(
+            f"the model version's MLflow tag {tag} is not what Slipway records ({type(exc).__name__}: {shown!r}); "
+            f"delete the tag (and {DECISION_TAG}) in MLflow and the gates are evaluated again",
+            error_code="MALFORMED_TAG",
+        )
+
+
+def _number(value: Any) -> float | None:
+    if value is None:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 def decision_tags(outcomes: list[GateOutcome]) -> dict[str, str]:
@@ -199,11 +224,25 @@ def metric_values(tags: Mapping[str, str]) -> dict[str, float]:
     return {k[len(METRIC_TAG) :]: float(v) for k, v in tags.items() if k.startswith(METRIC_TAG)}
 
 
+MAX_RECORDED_METRICS = 32
+
+
+def recorded_metrics(values: Mapping[str, float], gates: Sequence[Any]) -> list[str]:
+    """The validation metrics tagged on the version: every gate's, then others by name, at most
+    MAX_RECORDED_METRICS in all (a validator logging 100k metrics costs 32 tag writes, not 100k)."""
+    gated = sorted({g.metric for g in gates} & set(values))
+    others = sorted(k for k in values if k not in gated and len(k) <= 250)
+    return gated + others[: max(0, MAX_RECORDED_METRICS - len(gated))]
+
+
 def digest_fields(digest: str | None, size: Any) -> dict[str, Any]:
     """status.digest (as sha256:<hex>) and status.sizeBytes, from what the workload recorded."""
     fields: dict[str, Any] = {}
-    if digest:
-        fields["digest"] = digest if digest.startswith("sha256:") else f"sha256:{digest}"
-    if size is not None and str(size).isdigit():
+    hexdigest = (digest or "").removeprefix("sha256:")
+    if re.fullmatch(r"[0-9a-f]{64}", hexdigest):  # anything else a workload wrote is left out of status
+        fields["digest"] = f"sha256:{hexdigest}"
+    if isinstance(size, float) and size.is_integer() and size >= 0:
+        size = int(size)  # a metric: 1234.0
+    if size is not None and str(size).isdigit() and len(str(size)) <= 18:
         fields["size_bytes"] = int(size)
     return fields

@@ -242,22 +242,37 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
     if "step" in metrics and _count(metrics["step"].value) is not None:
         progress["step"] = _count(metrics["step"].value)
     elif metrics:
-        progress["step"] = max(m.step for m in metrics.values())
+        progress["step"] = max((_count(m.step) or 0) for m in metrics.values())
     if "totalSteps" in metrics and _count(metrics["totalSteps"].value) is not None:
         progress["totalSteps"] = _count(metrics["totalSteps"].value)
-    latest = {k: round(m.value, 6) for k, m in metrics.items() if k not in PROGRESS_KEYS and math.isfinite(m.value)}
-    if latest:
-        progress["metrics"] = latest
+    shown = sorted(k for k, m in metrics.items() if k not in PROGRESS_KEYS and _finite(m.value))
+    if shown:  # bounded: a run with 100k metric keys must not outgrow the object (etcd's limit)
+        progress["metrics"] = {k[:MAX_KEY]: round(float(metrics[k].value), 6) for k in shown[:MAX_PROGRESS_METRICS]}
+    if len(shown) > MAX_PROGRESS_METRICS:
+        progress["metricsOmitted"] = len(shown) - MAX_PROGRESS_METRICS
     checkpoint: dict[str, Any] = {}
     step = _count(run.tags.get("slipway.checkpoint.step"))
     if step is not None:
         checkpoint["step"] = step
     if "slipway.checkpoint" in run.tags:
-        checkpoint["path"] = run.tags["slipway.checkpoint"]
+        checkpoint["path"] = str(run.tags["slipway.checkpoint"])[:MAX_PATH]
     if "checkpointStep" in metrics and metrics["checkpointStep"].timestamp:
         ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
         checkpoint["time"] = ts.replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return progress or None, checkpoint or None
+
+
+# What status keeps of a run, whatever the training code logged.
+MAX_PROGRESS_METRICS = 32
+MAX_KEY = 250  # MLflow's own limit on a metric key
+MAX_PATH = 1024
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _count(value: Any) -> int | None:
