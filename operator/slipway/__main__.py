@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=os.environ.get("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "").lower() in ("1", "true", "yes"),
                    help="multi-tenant mode: a namespace may use only the MLflow models its slipway.dev/allowed-models "
                         "annotation lists (comma-separated globs, set by cluster admins); none without it")  # fmt: skip
+    p.add_argument("--allowed-gateways", default=os.environ.get("SLIPWAY_ALLOWED_GATEWAYS", ""),
+                   help="comma-separated namespace/name globs of Gateways in other namespaces that any "
+                        "spec.traffic.parentRefs may name (a namespace's slipway.dev/allowed-gateways adds more; "
+                        "a Gateway of the object's own namespace is always allowed)")  # fmt: skip
     p.add_argument("--allowed-prometheus-urls", type=_url_list,
                    default=os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS", ""),
                    help="comma-separated Prometheus addresses a spec may name in "
@@ -96,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         prometheus_url=args.prometheus_url,
         allowed_prometheus_urls=args.allowed_prometheus_urls,
         require_model_allowlist=args.require_model_allowlist,
+        allowed_gateways=tuple(g.strip() for g in args.allowed_gateways.split(",") if g.strip()),
         metrics_port=args.metrics_port,
         leader_election_namespace=args.leader_election_namespace,
         lease_duration_seconds=args.lease_duration,

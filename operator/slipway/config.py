@@ -53,6 +53,13 @@ class OperatorConfig:
     allowed_prometheus_urls: tuple[str, ...] = field(
         default_factory=lambda: parse_url_list(os.environ.get("SLIPWAY_ALLOWED_PROMETHEUS_URLS"))
     )
+    # Gateways of other namespaces every namespace's HTTPRoutes may attach to (namespace/name globs,
+    # e.g. gateway-system/public); a namespace's slipway.dev/allowed-gateways adds its own.
+    allowed_gateways: tuple[str, ...] = field(
+        default_factory=lambda: tuple(
+            g.strip() for g in os.environ.get("SLIPWAY_ALLOWED_GATEWAYS", "").split(",") if g.strip()
+        )
+    )
     # Multi-tenant mode: a namespace without the slipway.dev/allowed-models annotation may use no
     # MLflow model (see slipway.tenancy).
     require_model_allowlist: bool = field(

@@ -21,6 +21,12 @@ from typing import Any, Literal
 from slipway.mlflow.uris import parse_model_uri, parse_run_uri
 
 ALLOWED_MODELS = "slipway.dev/allowed-models"
+# Admin knobs of a shared cluster, on the Namespace (tenants cannot set them):
+# the PriorityClasses the namespace's pods may use (globs); absent: any.
+ALLOWED_PRIORITY_CLASSES = "slipway.dev/allowed-priority-classes"
+# Gateways of other namespaces an HTTPRoute of the namespace may attach to (``namespace/name`` globs),
+# beside the operator's --allowed-gateways; a Gateway in the namespace itself is always allowed.
+ALLOWED_GATEWAYS = "slipway.dev/allowed-gateways"
 ARTIFACTS_SCHEME = "mlflow-artifacts:"
 
 What = Literal["model", "experiment"]
@@ -52,13 +58,17 @@ class UriTarget:
     experiment_id: str | None = None
 
 
-def allowed_patterns(namespace: Mapping[str, Any] | None) -> list[str] | None:
-    """The namespace's globs, or None when it has no annotation."""
+def allowed_patterns(namespace: Mapping[str, Any] | None, annotation: str = ALLOWED_MODELS) -> list[str] | None:
+    """The namespace's globs in ``annotation``, or None when it has no such annotation."""
     annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(ALLOWED_MODELS)
+    value = annotations.get(annotation)
     if value is None:
         return None
     return [p.strip() for p in str(value).split(",") if p.strip()]
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatchcase(name, p) for p in patterns)
 
 
 @dataclass(frozen=True)
@@ -68,18 +78,58 @@ class Policy:
     namespace: str
     patterns: tuple[str, ...] | None
     required: bool = False
+    priority_classes: tuple[str, ...] | None = None  # None: any
+    gateways: tuple[str, ...] = ()  # other namespaces' Gateways, namespace/name globs
 
     @classmethod
-    def of(cls, namespace_name: str, namespace: Mapping[str, Any] | None, required: bool) -> Policy:
+    def of(
+        cls,
+        namespace_name: str,
+        namespace: Mapping[str, Any] | None,
+        required: bool,
+        cluster_gateways: Iterable[str] = (),
+    ) -> Policy:
         patterns = allowed_patterns(namespace)
-        return cls(namespace_name, tuple(patterns) if patterns is not None else None, required)
+        classes = allowed_patterns(namespace, ALLOWED_PRIORITY_CLASSES)
+        gateways = [*cluster_gateways, *(allowed_patterns(namespace, ALLOWED_GATEWAYS) or [])]
+        return cls(namespace_name, tuple(patterns) if patterns is not None else None, required,
+                   tuple(classes) if classes is not None else None, tuple(gateways))  # fmt: skip
+
+    def priority_class(self, asked: str | None, field: str, default: str) -> str:
+        """The PriorityClass the pods get: the one the spec names (``field``) if the namespace may use
+        it, else NotAllowed; without one, the operator's ``default`` if allowed, else none ("")."""
+        classes = self.priority_classes
+        if asked:
+            if classes is not None and not _matches(asked, classes):
+                allowed = ", ".join(classes) or "none"
+                raise NotAllowed(
+                    f"{field}: PriorityClass {asked!r} is not allowed in namespace {self.namespace} (its "
+                    f"{ALLOWED_PRIORITY_CLASSES} annotation allows {allowed}); name an allowed class or none, or "
+                    "a cluster admin adds it to the annotation",
+                    "PriorityClassNotAllowed",
+                )
+            return asked
+        return default if default and (classes is None or _matches(default, classes)) else ""
+
+    def check_gateways(self, refs: Iterable[tuple[str, str]], field: str) -> None:
+        """Each (namespace, name) of spec.traffic.parentRefs is in this namespace or allowed."""
+        for i, (namespace, name) in enumerate(refs):
+            if namespace == self.namespace or _matches(f"{namespace}/{name}", self.gateways):
+                continue
+            allowed = ", ".join(self.gateways) or "none"
+            raise NotAllowed(
+                f"{field}[{i}]: Gateway {namespace}/{name} is in another namespace and not allowed here "
+                f"(--allowed-gateways and namespace {self.namespace}'s {ALLOWED_GATEWAYS} annotation allow "
+                f"{allowed}); use a Gateway of this namespace, or a cluster admin allows that one",
+                "GatewayNotAllowed",
+            )
 
     @property
     def active(self) -> bool:
         return self.patterns is not None or self.required
 
     def allows(self, name: str) -> bool:
-        return not self.active or any(fnmatchcase(name, p) for p in self.patterns or ())
+        return not self.active or _matches(name, self.patterns or ())
 
     def where(self) -> str:
         if self.patterns:

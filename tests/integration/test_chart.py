@@ -143,6 +143,7 @@ def test_defaults_render_what_manifests_deployment_has():
     assert e["SLIPWAY_MLFLOW_CREDENTIALS_SECRET"] == "slipway-mlflow-credentials"
     assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "true"
     assert "SLIPWAY_ALLOWED_PROMETHEUS_URLS" not in e and "SLIPWAY_MLFLOW_PUBLIC_URL" not in e
+    assert "SLIPWAY_ALLOWED_GATEWAYS" not in e
     assert (e["SLIPWAY_INFERENCE_PRIORITY_CLASS"], e["SLIPWAY_TRAINING_PRIORITY_CLASS"]) == (
         "slipway-inference",
         "slipway-training",
@@ -179,6 +180,7 @@ def test_values_reach_the_operator():
         "prometheus.url=http://prom.obs.svc:9090",
         "prometheus.allowedUrls={http://thanos.obs.svc:10902,http://prom.team-a.svc:9090}",
         "requireModelAllowlist=false",
+        "allowedGateways={gateway-system/public,infra/*}",
         "mlflow.operatorCredentialsSecret=",
         "resources.limits.memory=1Gi",
         namespace="ops",
@@ -195,6 +197,7 @@ def test_values_reach_the_operator():
     assert e["SLIPWAY_PROMETHEUS_URL"] == "http://prom.obs.svc:9090"
     assert e["SLIPWAY_ALLOWED_PROMETHEUS_URLS"] == "http://thanos.obs.svc:10902,http://prom.team-a.svc:9090"
     assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "false"
+    assert e["SLIPWAY_ALLOWED_GATEWAYS"] == "gateway-system/public,infra/*"
     assert e["SLIPWAY_WORKLOAD_IMAGE"] == "registry.example/slipway:0.2.0"
     # The ServiceAccount bound cluster-wide and for the Lease is the one in the release namespace.
     binding = only(objs, "ClusterRoleBinding")

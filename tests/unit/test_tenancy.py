@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from slipway.tenancy import ALLOWED_MODELS, NotAllowed, Policy, UriTarget, Use, allowed_patterns, refusal, uri_target
+from slipway.tenancy import (
+    ALLOWED_GATEWAYS,
+    ALLOWED_MODELS,
+    ALLOWED_PRIORITY_CLASSES,
+    NotAllowed,
+    Policy,
+    UriTarget,
+    Use,
+    allowed_patterns,
+    refusal,
+    uri_target,
+)
 
 
 def namespace(value: str | None) -> dict:
@@ -89,3 +100,33 @@ def test_a_uri_whose_owner_cannot_be_told_is_refused_naming_the_field(uri, words
         uri_target(uri, "spec.source.uri")
     assert str(refused.value).startswith("spec.source.uri: ") and words in str(refused.value)
     assert refused.value.reason == "SourceNotAllowed"
+
+
+def admin(**annotations: str) -> dict:
+    return {"metadata": {"name": "t2", "annotations": annotations}}
+
+
+def test_priority_classes_the_admin_allows():
+    open_ns = Policy.of("t2", admin(), False)
+    assert open_ns.priority_class(None, "f", "slipway-inference") == "slipway-inference"  # no annotation: any
+    assert open_ns.priority_class("system-cluster-critical", "f", "d") == "system-cluster-critical"
+    narrow = Policy.of("t2", admin(**{ALLOWED_PRIORITY_CLASSES: "team-*"}), False)
+    assert narrow.priority_class(None, "f", "slipway-inference") == ""  # the preempting default is not theirs
+    assert narrow.priority_class("team-low", "f", "slipway-inference") == "team-low"
+    with pytest.raises(NotAllowed) as refused:
+        narrow.priority_class("system-node-critical", "spec.podTemplate.priorityClassName", "d")
+    assert refused.value.reason == "PriorityClassNotAllowed"
+    assert str(refused.value).startswith("spec.podTemplate.priorityClassName: PriorityClass 'system-node-critical'")
+
+
+def test_gateways_of_other_namespaces_need_the_admin():
+    own = Policy.of("t2", admin(), False)
+    own.check_gateways([("t2", "web")], "spec.traffic.parentRefs")  # its own namespace: always
+    with pytest.raises(NotAllowed) as refused:
+        own.check_gateways([("t2", "web"), ("infra", "public")], "spec.traffic.parentRefs")
+    assert refused.value.reason == "GatewayNotAllowed"
+    assert str(refused.value).startswith("spec.traffic.parentRefs[1]: Gateway infra/public is in another namespace")
+    Policy.of("t2", admin(), False, ["infra/public"]).check_gateways([("infra", "public")], "f")  # operator flag
+    Policy.of("t2", admin(**{ALLOWED_GATEWAYS: "infra/*"}), False).check_gateways([("infra", "x")], "f")
+    with pytest.raises(NotAllowed):
+        Policy.of("t2", admin(**{ALLOWED_GATEWAYS: "infra/*"}), False).check_gateways([("kube-system", "x")], "f")

@@ -65,6 +65,13 @@ class Reconciler:
         self.ctx, self.spec, self.mlflow = ctx, spec, client
         self.name, self.namespace = ctx.name, ctx.namespace
         self.model_name: str = spec.model.name or ""  # for an artifactRef: read from the artifact
+        # What the namespace's admin allows (tenancy.Policy): the serving pods' PriorityClass, the Gateways.
+        asked = spec.pod_template.priority_class_name if spec.pod_template else None
+        self.priority_class = ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName",
+                                                         ctx.config.inference_priority_class)  # fmt: skip
+        if spec.traffic.mode == "GatewayAPI":
+            refs = [(ref.namespace or ctx.namespace, ref.name) for ref in spec.traffic.parent_refs or []]
+            ctx.tenancy.check_gateways(refs, "spec.traffic.parentRefs")
 
     def run(self) -> float | None:
         desired, problem = self.resolve()
@@ -232,7 +239,7 @@ class Reconciler:
         stable that changes revision keeps what it served before (to revert a failed promotion)."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 self.ctx.config.pod_mlflow_url, replicas, desired.model,
-                                self.ctx.config.workload_image, self.ctx.config.inference_priority_class)  # fmt: skip
+                                self.ctx.config.workload_image, self.priority_class)  # fmt: skip
         body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
         labels = (current or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
         if current is not None and labels.get(build.REVISION_LABEL) != desired.revision:

@@ -49,7 +49,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if job is None:
         uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
         link = build.MlflowLink(uri, run.run_id, run.experiment_id)
-        body = build.job(ctx.name, ctx.namespace, spec, link, ctx.config.training_priority_class)
+        body = build.job(ctx.name, ctx.namespace, spec, link, priority_class(ctx, spec))
         job = ctx.ensure("jobs", with_credentials(body, ctx.config.mlflow_credentials_secret))
     elif (patch := suspend_patch(spec, job)) is not None:
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
@@ -72,6 +72,14 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
                           state.recheck_seconds) if d is not None]  # fmt: skip
     return max(1.0, min(delays)) if delays else None
+
+
+def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:
+    """The training pods' PriorityClass, as the namespace allows (tenancy.Policy.priority_class)."""
+    if spec.priority_class_name:
+        return ctx.tenancy.priority_class(spec.priority_class_name, "spec.priorityClassName", "")
+    asked = spec.pod_template.priority_class_name if spec.pod_template else None
+    return ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName", ctx.config.training_priority_class)
 
 
 def models(spec: TrainingRunSpec) -> list[Use]:

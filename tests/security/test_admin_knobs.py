@@ -1,0 +1,68 @@
+"""The admin's knobs of a shared cluster, on the Namespace: which PriorityClasses a namespace's pods
+may use and which Gateways of other namespaces its routes may attach to. A namespace editor who
+names anything else gets a Stalled condition naming the field, and no child is written."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from integration.test_inferencedeployment import Versions, deployment, serving
+from slipway_e2e.lifecycle import condition
+from slipway_testing import wait_status
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION = "slipway.dev", "v1alpha1"
+
+
+def create_as(tenant, namespace: str, body: dict) -> None:
+    client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "inferencedeployments", body
+    )
+
+
+def refused(kube_api, namespace: str, name: str, reason: str) -> str:
+    obj = wait_status(kube_api, namespace, "InferenceDeployment", name,
+                      lambda o: condition(o, "Stalled").get("reason") == reason, 60, f"{name}: {reason}")  # fmt: skip
+    return str(condition(obj, "Stalled")["message"])
+
+
+def test_priority_classes_and_gateways_are_the_admins_to_allow(kube_api, namespace, operator, mlflow, trained, tenant):
+    annotations = {"slipway.dev/allowed-priority-classes": "team-*"}
+    core = client.CoreV1Api(kube_api)
+    core.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+
+    # The tenant asks for a class that may preempt anything on the node.
+    critical = deployment(versions.model)
+    critical["metadata"]["name"] = "critical"
+    critical["spec"]["podTemplate"] = {"priorityClassName": "system-node-critical"}
+    create_as(tenant, namespace, critical)
+    message = refused(kube_api, namespace, "critical", "PriorityClassNotAllowed")
+    assert message.startswith("spec.podTemplate.priorityClassName: PriorityClass 'system-node-critical'")
+
+    # The tenant's route names another namespace's Gateway.
+    foreign = deployment(versions.model)
+    foreign["metadata"]["name"] = "foreign"
+    foreign["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "public", "namespace": "kube-system"}]}
+    create_as(tenant, namespace, foreign)
+    message = refused(kube_api, namespace, "foreign", "GatewayNotAllowed")
+    assert message.startswith("spec.traffic.parentRefs[0]: Gateway kube-system/public is in another namespace")
+
+    apps = client.AppsV1Api(kube_api)
+    names = {d.metadata.name for d in apps.list_namespaced_deployment(namespace).items}
+    assert not names & {"critical-stable", "critical-canary", "foreign-stable", "foreign-canary"}
+    routes = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", namespace, "httproutes"
+    )
+    assert routes["items"] == []
+
+    # Without a class of its own, a serving pod does not get the preempting default the namespace
+    # may not use: it runs at the cluster's default priority.
+    create_as(tenant, namespace, deployment(versions.model))
+    serving(kube_api, namespace, v1)
+    stable = apps.read_namespaced_deployment("digits-stable", namespace)
+    assert stable.spec.template.spec.priority_class_name is None
