@@ -70,7 +70,9 @@ class PrometheusClient:
     def _query(self, promql: str) -> list[Sample]:
         where = f"Prometheus at {self.shown_url}"
         try:
-            with self._http.stream("GET", f"{self.base_url}{QUERY_PATH}", params={"query": promql}) as resp:
+            # timeout: Prometheus itself stops evaluating a query past it (its own time, not just ours).
+            params = {"query": promql, "timeout": f"{self.timeout:g}s"}
+            with self._http.stream("GET", f"{self.base_url}{QUERY_PATH}", params=params) as resp:
                 status, content_type = resp.status_code, resp.headers.get("content-type", "")
                 content = self._read(resp, where)
         except httpx.HTTPError as exc:

@@ -207,7 +207,7 @@ def test_values_reach_the_operator():
 
 def test_watched_namespaces_become_flags_and_narrow_the_rbac():
     objs = render("watchNamespaces={team-a,team-b}")
-    assert container(objs)["args"] == ["-n", "team-a", "-n", "team-b"]
+    assert container(objs)["args"] == ["-n", "team-a", "-n", "team-b", "--require-model-allowlist"]
     # Cluster-wide: only cluster-scoped resources. Namespaced objects only in team-a and team-b.
     assert resources_granted(only(objs, "ClusterRole", "slipway-operator")) == {
         "nodes",
@@ -229,7 +229,7 @@ def test_watched_namespaces_become_flags_and_narrow_the_rbac():
 
 def test_a_namespace_pattern_keeps_cluster_wide_rbac():
     objs = render("watchNamespaces={team-*}")
-    assert container(objs)["args"] == ["-n", "team-*"]
+    assert container(objs)["args"] == ["-n", "team-*", "--require-model-allowlist"]
     assert "jobs" in resources_granted(only(objs, "ClusterRole", "slipway-operator"))
     assert not [o for o in objs if o["metadata"]["name"] == "slipway-operator-namespaced"]
 

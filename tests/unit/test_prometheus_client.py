@@ -268,3 +268,14 @@ def test_analyse_canary_asks_no_address_the_operator_refuses(server: Server) -> 
     server.answer = success("scalar", [0, "0"])
     outcome = analyse_canary(None, settings, "a", "d", now, {}, 5, config=config(server.url))
     assert outcome.verdict == "Passed" and len(server.asked) == 1
+
+
+def test_every_query_carries_a_deadline_on_prometheus_time(server):
+    server.answer = Answer(
+        body=json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+    )
+    PrometheusClient(server.url, timeout=7).query("up")
+    from urllib.parse import parse_qs, urlsplit
+
+    asked = parse_qs(urlsplit(server.asked[-1]).query)
+    assert asked["timeout"] == ["7s"] and asked["query"] == ["up"]

@@ -23,6 +23,9 @@ DNS = st.from_regex(r"[a-z]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True)
 TEXT = st.text(max_size=80)
 KEY = st.one_of(st.from_regex(r"[a-z0-9.-]{1,20}/[A-Za-z0-9_.-]{1,30}", fullmatch=True), TEXT)
 STRINGS = st.dictionaries(KEY, TEXT, max_size=6)
+LABELS = st.dictionaries(
+    KEY, st.from_regex(r"([A-Za-z0-9][-A-Za-z0-9_.]{0,40}[A-Za-z0-9])?", fullmatch=True), max_size=6
+)
 # Forged: any JSON, including whole objects of another kind aimed at another namespace.
 FORGED_OBJECT = st.fixed_dictionaries({
     "apiVersion": st.sampled_from(["batch/v1", "apps/v1", "v1", "rbac.authorization.k8s.io/v1"]),
@@ -56,7 +59,7 @@ def home(parent: dict[str, Any], child: dict[str, Any], name: str) -> None:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=DNS, namespace=DNS, labels=STRINGS, annotations=STRINGS, env=STRINGS, forged=FORGED,
+@given(name=DNS, namespace=DNS, labels=LABELS, annotations=STRINGS, env=STRINGS, forged=FORGED,
        gateway_ns=st.one_of(st.none(), DNS))  # fmt: skip
 def test_inferencedeployment_children_stay_in_the_namespace(name, namespace, labels, annotations, env, forged,
                                                             gateway_ns):  # fmt: skip
@@ -91,7 +94,7 @@ def test_inferencedeployment_children_stay_in_the_namespace(name, namespace, lab
 
 
 @settings(max_examples=100, deadline=None)
-@given(name=DNS, namespace=DNS, labels=STRINGS, annotations=STRINGS, env=STRINGS, nodes=st.integers(1, 4))
+@given(name=DNS, namespace=DNS, labels=LABELS, annotations=STRINGS, env=STRINGS, nodes=st.integers(1, 4))
 def test_trainingrun_and_modelartifact_children_stay_in_the_namespace(name, namespace, labels, annotations, env,
                                                                       nodes):  # fmt: skip
     raw = {"model": {"name": "m"}, "image": "img", "nodes": nodes, "checkpoint": {"size": "1Gi"},

@@ -210,13 +210,25 @@ EnvFrom = Annotated[
 ]
 
 
+# Kubernetes' own limits on a label value; an annotation value is kept well under the 256 KiB an
+# object's annotations may take in all (32 of them at most).
+LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+AnnotationValue = Annotated[str, Field(max_length=4096)]
+
+
 class PodTemplate(SlipwayModel):
     """Pod settings Slipway merges into the pods it builds (both tracks of an InferenceDeployment,
     a TrainingRun's pods), as in a Pod spec."""
 
-    labels: dict[str, str] | None = Field(default=None, description="Extra pod labels (Slipway's own win).")
-    annotations: dict[str, str] | None = Field(default=None, description="Extra pod annotations.")
-    node_selector: dict[str, str] | None = Field(default=None, description="Node labels the pods must match.")
+    labels: dict[str, LabelValue] | None = Field(
+        default=None, description="Extra pod labels (Slipway's own win).", max_length=32
+    )
+    annotations: dict[str, AnnotationValue] | None = Field(
+        default=None, description="Extra pod annotations.", max_length=32
+    )
+    node_selector: dict[str, LabelValue] | None = Field(
+        default=None, description="Node labels the pods must match.", max_length=32
+    )
     tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
     affinity: dict[str, Any] | None = Field(
         default=None, description="Node and pod affinity, as in a Pod spec.", json_schema_extra=PRESERVE

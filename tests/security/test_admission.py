@@ -1,0 +1,45 @@
+"""What the API server refuses before the operator ever sees it, for a namespace editor: oversized
+labels and annotations in a pod template, an alias MLflow reserves as promoteAlias."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from integration.test_inferencedeployment import deployment
+
+pytestmark = pytest.mark.cluster
+
+
+def refused_at_admission(tenant, namespace: str, body: dict) -> str:
+    with pytest.raises(ApiException) as refused:
+        client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(
+            "slipway.dev", "v1alpha1", namespace, "inferencedeployments", body
+        )
+    assert refused.value.status == 422, refused.value.body
+    return str(refused.value.body)
+
+
+@pytest.mark.parametrize(
+    ("pod_template", "field"),
+    [
+        ({"labels": {"team": "x" * 65536}}, "spec.podTemplate.labels.team"),
+        ({"labels": {"team": "not a label value!"}}, "spec.podTemplate.labels.team"),
+        ({"labels": {f"k{i}": "v" for i in range(33)}}, "spec.podTemplate.labels"),
+        ({"annotations": {"note": "x" * 65536}}, "spec.podTemplate.annotations.note"),
+        ({"nodeSelector": {"gpu": "y" * 65536}}, "spec.podTemplate.nodeSelector.gpu"),
+    ],
+)
+def test_oversized_pod_template_metadata_is_refused(slipway_crds, namespace, tenant, pod_template, field):
+    body = deployment("digits")
+    body["spec"]["podTemplate"] = pod_template
+    assert field in refused_at_admission(tenant, namespace, body)
+
+
+@pytest.mark.parametrize("alias", ["latest", "v2"])
+def test_an_alias_mlflow_reserves_is_refused_as_promote_alias(slipway_crds, namespace, tenant, alias):
+    body = deployment("digits")
+    body["spec"]["rollout"]["promoteAlias"] = alias
+    message = refused_at_admission(tenant, namespace, body)
+    assert "spec.rollout.promoteAlias" in message and "latest" in message
