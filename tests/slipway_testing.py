@@ -333,3 +333,23 @@ class TcpRelay:
 def report(text: str) -> None:
     """A measurement for the log (run with -s): kopf's test runner swaps sys.stdout while the operator runs."""
     sys.__stderr__.write(text + "\n")
+
+
+WRITES = ("create", "update", "patch", "delete", "deletecollection")
+
+
+def writes_by(cluster: Any, user: str, since: Any) -> tuple[list[Any], list[tuple[str, str, str, str]]]:
+    """Every write ``user`` made since ``since`` (from the API server's audit log), and each as
+    (verb, resource, namespace, name)."""
+    from localkube.audit import requests_by
+
+    writes = [r for r in requests_by(cluster, user, since) if r.verb in WRITES]
+    return writes, [(r.verb, r.resource, r.namespace, r.name) for r in writes]
+
+
+def assert_writes_only_in(cluster: Any, user: str, since: Any, namespace: str) -> list[Any]:
+    """``user`` (an operator's audited identity) wrote something, and only in ``namespace``."""
+    writes, described = writes_by(cluster, user, since)
+    outside = [w for w in described if w[2] != namespace]
+    assert writes and outside == [], outside
+    return writes

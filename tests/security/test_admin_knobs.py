@@ -4,12 +4,15 @@ names anything else gets a Stalled condition naming the field, and no child is w
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from kubernetes import client
 
 from integration.test_inferencedeployment import Versions, deployment, serving
+from localkube.audit import audited_kubeconfig
 from slipway_e2e.lifecycle import condition
-from slipway_testing import wait_status
+from slipway_testing import assert_writes_only_in, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -28,11 +31,14 @@ def refused(kube_api, namespace: str, name: str, reason: str) -> str:
     return str(condition(obj, "Stalled")["message"])
 
 
-def test_priority_classes_and_gateways_are_the_admins_to_allow(kube_api, namespace, operator, mlflow, trained, tenant):
+def test_priority_classes_and_gateways_are_the_admins_to_allow(
+    cluster, kube_api, namespace, operator, mlflow, trained, tenant
+):
     annotations = {"slipway.dev/allowed-priority-classes": "team-*"}
     core = client.CoreV1Api(kube_api)
     core.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
-    operator()
+    since = datetime.now(UTC)
+    operator(kubeconfig=audited_kubeconfig(cluster, "slipway-knobs-operator"))
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
 
@@ -66,3 +72,5 @@ def test_priority_classes_and_gateways_are_the_admins_to_allow(kube_api, namespa
     serving(kube_api, namespace, v1)
     stable = apps.read_namespaced_deployment("digits-stable", namespace)
     assert stable.spec.template.spec.priority_class_name is None
+    # Nothing written outside the namespace, by the operator, throughout.
+    assert_writes_only_in(cluster, "slipway-knobs-operator", since, namespace)

@@ -13,12 +13,11 @@ from integration.test_inferencedeployment import Versions, deployment, patch_spe
 from localkube.audit import audited_kubeconfig, requests_by
 from localkube.wait import wait_for
 from slipway.builders import inferencedeployment as build
-from slipway_testing import read_or_none, wait_status
+from slipway_testing import assert_writes_only_in, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 
 OPERATOR = "slipway-security-operator"
-WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
 def forged_job(namespace: str) -> dict:
@@ -87,9 +86,7 @@ def test_a_forged_previous_manifest_never_writes_outside_the_namespace(
     wait_for(revert_attempted, 30, "the operator's revert of digits-stable from the forged template")
     batch = client.BatchV1Api(kube_api)
     assert read_or_none(batch.read_namespaced_job, "pwn", "kube-system") is None
-    writes = [r for r in requests_by(cluster, OPERATOR, since) if r.verb in WRITES]
-    outside = [(r.verb, r.resource, r.namespace, r.name) for r in writes if r.namespace != namespace]
-    assert writes and outside == []
+    writes = assert_writes_only_in(cluster, OPERATOR, since, namespace)
     kinds = {r.resource for r in writes}
     assert kinds <= {"deployments", "services", "horizontalpodautoscalers", "inferencedeployments", "events"}, kinds
     stable = apps.read_namespaced_deployment("digits-stable", namespace)
