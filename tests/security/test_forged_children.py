@@ -1,5 +1,6 @@
-"""A child's annotations are writable by the namespace editor: what the operator reads back from
-them never decides the kind, namespace or name of what it writes."""
+"""A child's annotations and labels are writable by the namespace editor, so the operator never
+reads a child back from them: the revert of a failed promotion is rebuilt from status, which only
+the operator writes, and every write stays among the parent's own children."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ import pytest
 from kubernetes import client
 
 from integration.test_inferencedeployment import Versions, deployment, patch_spec, serving, wait_phase
-from localkube.audit import audited_kubeconfig, requests_by
+from localkube.audit import audited_kubeconfig
 from localkube.wait import wait_for
 from slipway.builders import inferencedeployment as build
-from slipway_testing import assert_writes_only_in, read_or_none, wait_status
+from slipway_testing import assert_writes_only_in, get_object, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -57,37 +58,33 @@ def test_a_forged_previous_manifest_never_writes_outside_the_namespace(
         labels = apps.read_namespaced_deployment("digits-stable", namespace).spec.template.metadata.labels
         return labels.get("slipway.dev/model-version") == v2
 
-    wait_for(rolling_to_v2, 30, "the stable rolling to v2 (what it served before kept in its annotation)")
-    # The roll to v2 crash-loops and will be reverted: the tenant forges what the revert reads.
+    wait_for(rolling_to_v2, 30, "the stable rolling to v2 (what it served before kept in status)")
+    kept = get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["previousStable"]
+    assert kept["modelVersion"] == v1 and kept["podTemplate"]["spec"]["containers"]
+    # The roll to v2 crash-loops and will be reverted: the tenant forges what an earlier Slipway read
+    # back for a revert (a manifest in the stable's annotation) and the stable's own labels.
     forged_text = json.dumps(forged_job("kube-system"))
-    forged = {"metadata": {"annotations": {build.PREVIOUS_ANNOTATION: forged_text}}}
-    forged_at = datetime.now(UTC)
+    forged = {"metadata": {"annotations": {"slipway.dev/previous-manifest": forged_text},
+                           "labels": {"slipway.dev/revision": "forged"}}}  # fmt: skip
     client.AppsV1Api(tenant.api).patch_namespaced_deployment("digits-stable", namespace, forged)
-    still_forged: list[bool] = []  # at each look until the revert is on record
-
-    def reverted(obj: dict) -> bool:
-        annotations = apps.read_namespaced_deployment("digits-stable", namespace).metadata.annotations or {}
-        still_forged.append(annotations.get(build.PREVIOUS_ANNOTATION) == forged_text)
-        return (obj["status"].get("lastRollback") or {}).get("reason") == "PromotionFailed"
-
-    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", reverted, 120,
+    idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                       lambda o: (o["status"].get("lastRollback") or {}).get("reason") == "PromotionFailed", 120,
                        "the promotion reverted")  # fmt: skip
-    # The revert was decided while the forged annotation stood: it is what the revert read.
-    assert len(still_forged) > 1 and all(still_forged[:-1])
     assert idep["status"]["lastRollback"]["modelVersion"] == v2
 
-    # The decision is on record first; the revert follows it, as the operator's own Deployment
-    # around the forged pod template, which the API server refuses (restartPolicy Never is a Job's):
-    # the tenant can spoil its own revert, nothing more.
-    def revert_attempted() -> bool:
-        return any(r.verb == "update" and r.resource == "deployments" and r.name == "digits-stable" and r.code == 422
-                   for r in requests_by(cluster, OPERATOR, forged_at))  # fmt: skip
+    # The revert is the operator's own Deployment around the pod template status kept: the stable
+    # serves v1 again, and nothing the tenant wrote was used.
+    def back_on_v1() -> bool:
+        stable = apps.read_namespaced_deployment("digits-stable", namespace)
+        labels = stable.spec.template.metadata.labels
+        return labels.get("slipway.dev/model-version") == v1 and (stable.status.ready_replicas or 0) >= 1
 
-    wait_for(revert_attempted, 30, "the operator's revert of digits-stable from the forged template")
+    wait_for(back_on_v1, 90, "the stable back on v1, from the template status kept")
+    stable = apps.read_namespaced_deployment("digits-stable", namespace)
+    assert stable.spec.selector.match_labels == build.selector("digits", "stable")
+    assert [c.image for c in stable.spec.template.spec.containers] != ["busybox"]
     batch = client.BatchV1Api(kube_api)
     assert read_or_none(batch.read_namespaced_job, "pwn", "kube-system") is None
     writes = assert_writes_only_in(cluster, OPERATOR, since, namespace)
     kinds = {r.resource for r in writes}
     assert kinds <= {"deployments", "services", "horizontalpodautoscalers", "inferencedeployments", "events"}, kinds
-    stable = apps.read_namespaced_deployment("digits-stable", namespace)
-    assert stable.spec.selector.match_labels == build.selector("digits", "stable")

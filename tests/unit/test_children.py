@@ -180,57 +180,41 @@ def test_a_child_under_another_name_is_refused():
         children.check_child(PARENT, service(), name="other")
 
 
-def forged_stable(previous: Any) -> dict[str, Any]:
-    import json
-
-    stable = build.deployment("digits", "team-a", SPEC, "stable", "2", "models:/digits/2", None, None)
-    stable["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = json.dumps(previous)
-    return stable
-
-
 def served_status(deployment: dict[str, Any]) -> dict[str, Any]:
-    """status.previousStable as the planner records it for what ``deployment`` serves."""
+    """status.previousStable as the operator records it when a promotion of ``deployment`` is decided."""
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     annotations = deployment["metadata"]["annotations"]
     return {"revision": labels[build.REVISION_LABEL], "modelVersion": labels[build.VERSION_LABEL],
-            "modelName": annotations[build.MODEL_ANNOTATION], "uri": annotations[build.URI_ANNOTATION]}  # fmt: skip
+            "modelName": annotations[build.MODEL_ANNOTATION], "uri": annotations[build.URI_ANNOTATION],
+            **build.kept_for_revert(deployment)}  # fmt: skip
 
 
-def test_the_revert_of_a_promotion_is_rebuilt_from_the_kept_template_only():
+def test_the_revert_of_a_promotion_is_rebuilt_from_status_only():
     served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
-    kept = build.with_previous(build.deployment("digits", "team-a", SPEC, "stable", "2", "models:/digits/2", None,
-                                                None), served)  # fmt: skip
-    reverted = build.previous_of("digits", "team-a", kept, served_status(served))
+    reverted = build.previous_of("digits", "team-a", served_status(served))
     assert reverted is not None
     assert reverted["spec"]["template"] == served["spec"]["template"]
+    assert reverted["spec"]["strategy"] == served["spec"]["strategy"]
     assert reverted["metadata"]["labels"] == served["metadata"]["labels"]
     assert reverted["metadata"]["annotations"] == served["metadata"]["annotations"]
     children.check_child(PARENT, reverted, name=build.deployment_name("digits", "stable"))
 
 
-def test_a_forged_previous_manifest_cannot_name_another_kind_namespace_or_name():
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "pwn", "namespace": "kube-system"},
-        "spec": {"template": {"metadata": {"labels": {"evil": "1"}}, "spec": {"containers": [{"name": "x"}]}}},
-    }
+def test_the_revert_keeps_its_identity_whatever_the_kept_template_says():
     served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
-    reverted = build.previous_of("digits", "team-a", forged_stable(job), served_status(served))
+    status = served_status(served)
+    status["podTemplate"]["metadata"]["labels"][build.REVISION_LABEL] = "forged"
+    reverted = build.previous_of("digits", "team-a", status)
     assert reverted is not None
     assert (reverted["kind"], reverted["metadata"]["namespace"], reverted["metadata"]["name"]) == (
         "Deployment", "team-a", build.deployment_name("digits", "stable"))  # fmt: skip
     assert reverted["spec"]["selector"] == {"matchLabels": build.selector("digits", "stable")}
-    children.check_child(PARENT, reverted, name=build.deployment_name("digits", "stable"))
-    # What the track is taken to serve comes from status, never from the forged labels.
-    assert reverted["spec"]["template"]["metadata"]["labels"][build.REVISION_LABEL] == served_status(served)["revision"]
-    assert build.previous_of("digits", "team-a", forged_stable(job), None) is None
+    assert reverted["spec"]["template"]["metadata"]["labels"][build.REVISION_LABEL] == status["revision"]
+    assert build.previous_of("digits", "team-a", None) is None
 
 
-@pytest.mark.parametrize("previous", ["not json {", [], {"spec": {}}, {"spec": {"template": "x"}}, 7, None])
-def test_a_malformed_previous_manifest_gives_no_revert(previous):
-    stable = forged_stable(previous)
-    if previous == "not json {":
-        stable["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = previous
+@pytest.mark.parametrize("kept", [{}, {"podTemplate": "x"}, {"podTemplate": {"spec": "x"}}, {"podTemplate": []}])
+def test_a_status_without_a_usable_template_gives_no_revert(kept):
     served = build.deployment("digits", "team-a", SPEC, "stable", "1", "models:/digits/1", None, None)
-    assert build.previous_of("digits", "team-a", stable, served_status(served)) is None
+    status = {k: v for k, v in served_status(served).items() if k not in ("podTemplate", "strategy")}
+    assert build.previous_of("digits", "team-a", {**status, **kept}) is None

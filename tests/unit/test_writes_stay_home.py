@@ -82,15 +82,20 @@ def test_inferencedeployment_children_stay_in_the_namespace(name, namespace, lab
     home(parent, idep.service(name, namespace, spec), idep.service_name(name))
     home(parent, idep.hpa(name, namespace, spec), name)
     home(parent, idep.http_route(name, namespace, spec, 20), name)
-    # The revert of a failed promotion, from whatever an editor wrote into the stable's annotation.
+    # The revert of a failed promotion, whatever an editor wrote into the stable's annotations and
+    # labels (they are never read for it) and whatever pod template status kept.
     current = idep.deployment(name, namespace, spec, "stable", "3", "models:/m/3", None, 1, "m", "img", "")
-    current["metadata"]["annotations"][idep.PREVIOUS_ANNOTATION] = forged
-    served = {"revision": "r1", "modelVersion": "2", "model": "m", "uri": "models:/m/2"}
-    previous = idep.previous_of(name, namespace, current, served)
-    if previous is not None:
-        home(parent, previous, idep.deployment_name(name, "stable"))
-        assert previous["spec"]["selector"]["matchLabels"] == idep.selector(name, "stable")
-        assert previous["spec"]["template"]["metadata"]["labels"][idep.TRACK_LABEL] == "stable"
+    current["metadata"]["annotations"]["slipway.dev/previous-manifest"] = forged
+    current["metadata"]["labels"].update(labels)
+    served = {"revision": "r1", "modelVersion": "2", "modelName": "m", "uri": "models:/m/2",
+              **idep.kept_for_revert(current)}  # fmt: skip
+    previous = idep.previous_of(name, namespace, served)
+    assert previous is not None
+    home(parent, previous, idep.deployment_name(name, "stable"))
+    assert previous["spec"]["selector"]["matchLabels"] == idep.selector(name, "stable")
+    assert previous["spec"]["template"]["metadata"]["labels"][idep.TRACK_LABEL] == "stable"
+    assert "slipway.dev/previous-manifest" not in previous["metadata"]["annotations"]
+    assert previous["spec"]["template"]["spec"] == current["spec"]["template"]["spec"]
 
 
 @settings(max_examples=100, deadline=None)

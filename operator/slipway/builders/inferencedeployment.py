@@ -301,53 +301,28 @@ def http_route(name: str, namespace: str, spec: InferenceDeploymentSpec, canary_
     }
 
 
-PREVIOUS_ANNOTATION = "slipway.dev/previous-manifest"
+def kept_for_revert(current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What status.previousStable keeps of the stable Deployment when a promotion is decided, so that
+    a failed roll can be reverted to exactly that (see :func:`previous_of`)."""
+    spec = (current or {}).get("spec") or {}
+    return {k: v for k, v in (("podTemplate", spec.get("template")), ("strategy", spec.get("strategy"))) if v}
 
 
-def with_previous(desired: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
-    """``desired`` carrying, in an annotation, what ``current`` served (its labels, strategy and pod
-    template), so that a promotion whose roll fails can be reverted to exactly that."""
-    if current is None:
-        return desired
-    previous = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {k: current["metadata"][k] for k in ("name", "namespace")}
-        | {"labels": current["metadata"].get("labels") or {},
-           "annotations": {k: v for k, v in (current["metadata"].get("annotations") or {}).items()
-                           if k.startswith("slipway.dev/model")}},
-        "spec": {k: current["spec"][k] for k in ("selector", "strategy", "template") if k in current["spec"]},
-    }  # fmt: skip
-    annotations = desired["metadata"].setdefault("annotations", {})
-    annotations[PREVIOUS_ANNOTATION] = json.dumps(previous, sort_keys=True, separators=(",", ":"))
-    return desired
-
-
-def previous_of(
-    name: str, namespace: str, current: dict[str, Any] | None, served: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    """The stable Deployment as it served before its last promotion (see :func:`with_previous`), or
-    None when nothing usable was kept. ``served`` is ``status.previousStable`` (revision, model
-    name, version and URI), which only the operator writes.
-
-    The annotation lives on a child that a namespace editor may write, so nothing in it decides what
-    is written where or what the track is taken to serve: the kind, name, namespace, selector, labels
-    and model annotations come from here and ``served``; only the pod template's spec and the
-    strategy are taken from the annotation (what an editor of the namespace could set on the
-    Deployment directly anyway, and which the next pass compares with what the spec asks for)."""
-    text = ((current or {}).get("metadata", {}).get("annotations") or {}).get(PREVIOUS_ANNOTATION)
+def previous_of(name: str, namespace: str, served: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The stable Deployment as it served before its last promotion, or None when nothing usable was
+    kept. ``served`` is ``status.previousStable`` (revision, model name, version, URI, and the pod
+    template and strategy the stable had when the promotion was decided; see :func:`kept_for_revert`),
+    which only the operator writes: nothing of a child's annotations or labels, which a namespace
+    editor may write, goes into a revert. The kind, name, namespace, selector, labels and model
+    annotations come from here and ``served``'s identity fields."""
     if not served or not served.get("revision"):
         return None
-    try:
-        kept: dict[str, Any] = json.loads(text) if text else {}
-        template = dict(kept["spec"]["template"])
-        meta = dict(template.get("metadata") or {})
-        kept_labels = dict(meta.get("labels") or {})
-        strategy = kept["spec"].get("strategy")
-    except (ValueError, KeyError, TypeError, AttributeError):
+    template, strategy = served.get("podTemplate"), served.get("strategy")
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         return None
-    if not isinstance(template.get("spec"), dict):
-        return None
+    template = dict(template)
+    meta = dict(template.get("metadata") or {})
+    kept_labels = dict(meta.get("labels") or {})
     version = label_value(str(served.get("modelVersion") or ""))
     labels = {**MANAGED_BY, **selector(name, "stable"), VERSION_LABEL: version, REVISION_LABEL: str(served["revision"])}
     template["metadata"] = {**meta, "labels": {**kept_labels, **labels}}

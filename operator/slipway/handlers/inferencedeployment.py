@@ -92,6 +92,9 @@ class Reconciler:
         pending = stored + [u for u in decision.registry if u not in stored]
         if "lastRollback" in decision.status:
             metrics.ROLLBACKS.labels(self.namespace, self.name, decision.status["lastRollback"]["reason"]).inc()
+        kept = decision.status.get("previousStable")
+        if kept:  # a promotion decided: status keeps what its revert restores, from the stable as it is now
+            decision.status["previousStable"] = {**kept, **build.kept_for_revert(deployments["stable"])}
         if decision.durable:  # the decision is on record before anything acts on it
             self.write(decision, tracks, pending)
             flush(self.ctx)
@@ -211,14 +214,13 @@ class Reconciler:
         """Carry the plan out; returns the track Deployments as they now are. ``served_before`` is
         status.previousStable: what a reverted promotion restores."""
         result = dict(deployments)
-        previous = build.previous_of(self.name, self.namespace, deployments["stable"], served_before) \
-            if decision.revert_stable else None  # fmt: skip
+        previous = build.previous_of(self.name, self.namespace, served_before) if decision.revert_stable else None
         if previous is not None:
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
-            result["stable"] = self.ensure_track("stable", decision.stable, None, deployments["stable"])
+            result["stable"] = self.ensure_track("stable", decision.stable, None)
         if decision.canary is not None:
-            result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas, None)
+            result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
         elif deployments["canary"] is not None and deployments["canary"]["spec"].get("replicas"):
             name = build.deployment_name(self.name, "canary")
             result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, {"spec": {"replicas": 0}})
@@ -232,21 +234,11 @@ class Reconciler:
             self.ctx.deferred.append(lambda: kube.patch(self.ctx.kube, self.ctx.kind, self.namespace, self.name, body))
         return result
 
-    def ensure_track(
-        self, track: str, desired: Desired, replicas: int | None, current: dict[str, Any] | None
-    ) -> dict[str, Any]:
-        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's, and a
-        stable that changes revision keeps what it served before (to revert a failed promotion)."""
+    def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:
+        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 self.ctx.config.pod_mlflow_url, replicas, desired.model,
                                 self.ctx.config.workload_image, self.priority_class)  # fmt: skip
         body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
-        labels = (current or {}).get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
-        if current is not None and labels.get(build.REVISION_LABEL) != desired.revision:
-            body = build.with_previous(body, current)
-        elif current is not None and build.PREVIOUS_ANNOTATION in (current["metadata"].get("annotations") or {}):
-            body["metadata"]["annotations"][build.PREVIOUS_ANNOTATION] = current["metadata"]["annotations"][
-                build.PREVIOUS_ANNOTATION
-            ]
         first = {"replicas": self.spec.autoscaling.min_replicas} if replicas is None else None
         return self.ctx.ensure("deployments", body, create_extra=first)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from slipway.models.base import (
+    PRESERVE,
     Condition,
     Duration,
     EnvVar,
@@ -410,6 +411,23 @@ class TrackStatus(StatusModel):
     requested_weight: int | None = Field(default=None, description="Canary: the weight the current step asks for.")
 
 
+class PreviousStable(TrackStatus):
+    """The stable track before the promotion in flight, with what its revert restores. Kept in status,
+    which only the operator writes: a revert is never rebuilt from anything a namespace editor may
+    write (a child's annotations or labels)."""
+
+    pod_template: dict[str, Any] | None = Field(
+        default=None,
+        description="The stable Deployment's pod template before the promotion.",
+        json_schema_extra=PRESERVE,
+    )
+    strategy: dict[str, Any] | None = Field(
+        default=None,
+        description="The stable Deployment's update strategy before the promotion.",
+        json_schema_extra=PRESERVE,
+    )
+
+
 class AnalysisResult(StatusModel):
     """One evaluation of one analysis metric."""
 
@@ -463,7 +481,7 @@ class InferenceDeploymentStatus(StatusModel):
     failed_analyses: int | None = Field(default=None, description="Failed analyses of the current canary.")
     analysis: list[AnalysisResult] | None = Field(default=None, description="The latest analysis results.")
     last_rollback: Rollback | None = Field(default=None, description="The most recent rollback.")
-    previous_stable: TrackStatus | None = Field(
+    previous_stable: PreviousStable | None = Field(
         default=None, description="What the stable served before the promotion in flight (restored if it fails)."
     )
     last_progress_time: str | None = Field(
