@@ -12,6 +12,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -102,3 +103,14 @@ def wait_operator_replaced(cluster: ClusterInfo, old: str, timeout: float = 120)
             return pod
         time.sleep(0.5)  # polling the API within a deadline
     raise TimeoutError(f"no new operator pod replaced {old} within {timeout}s")
+
+
+def admit_team(api: Any, namespace: str, models: str) -> None:
+    """What a cluster admin does for a team before it applies anything under the operator of
+    manifests/ (multi-tenant mode): allow its MLflow models and experiments (globs), and enforce the
+    restricted Pod Security Standard on its namespace."""
+    from kubernetes import client
+
+    team = {"metadata": {"annotations": {"slipway.dev/allowed-models": models},
+                         "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}  # fmt: skip
+    client.CoreV1Api(api).patch_namespace(namespace, team)

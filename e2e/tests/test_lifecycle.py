@@ -17,7 +17,15 @@ from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_e2e import monitoring
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
-from slipway_e2e.deploy import OPERATOR, ROOT, deploy_operator, kubectl, operator_pod, wait_operator_replaced
+from slipway_e2e.deploy import (
+    OPERATOR,
+    ROOT,
+    admit_team,
+    deploy_operator,
+    kubectl,
+    operator_pod,
+    wait_operator_replaced,
+)
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import report
 
@@ -107,11 +115,7 @@ def status(kube_api, namespace: str, plural: str, name: str) -> dict[str, Any]:
 
 def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, deployed_operator, tmp_path):
     model = f"digits-{namespace}"
-    # manifests/ runs in multi-tenant mode: the cluster admin allows the team its model (and the
-    # experiment of the same name), and the namespace enforces the restricted Pod Security Standard.
-    team = {"metadata": {"annotations": {"slipway.dev/allowed-models": model},
-                         "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}  # fmt: skip
-    client.CoreV1Api(kube_api).patch_namespace(namespace, team)
+    admit_team(kube_api, namespace, model)  # manifests/ runs in multi-tenant mode
     stages = Stages()
     began = time.time()
     apply(cluster, namespace, training("v1", model), tmp_path)

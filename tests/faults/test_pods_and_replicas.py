@@ -19,7 +19,7 @@ from localkube.testing import kill_pod_process
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
-from slipway_e2e.deploy import OPERATOR, deploy_operator, kubectl
+from slipway_e2e.deploy import OPERATOR, admit_team, deploy_operator, kubectl
 from slipway_e2e.lifecycle import list_all
 from slipway_testing import apply_object, get_object, read_or_none, wait_status
 
@@ -70,6 +70,7 @@ def deployed_operator(cluster, kube_api):
 @pytest.mark.serial  # the operator of manifests/ watches every namespace
 def test_the_active_replica_sigkilled_mid_training(cluster, kube_api, namespace, deployed_operator, figures):
     model = f"digits-{namespace}"
+    admit_team(kube_api, namespace, model)  # manifests/ runs in multi-tenant mode
     apply_object(kube_api, namespace, training("run", model, steps=40, SLIPWAY_STEP_SECONDS="1"))
     before = wait_status(kube_api, namespace, "TrainingRun", "run", lambda o: progress(o) >= 2, 120, "step 2")
     takeovers = []
