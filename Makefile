@@ -16,7 +16,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -27,11 +27,17 @@ install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workload
 
 # The editable install warns that a folder named like a package in the working directory may
 # shadow it; none is (operator/slipway is mapped by name in pyproject.toml): silenced.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev,workloads]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads]'
 	touch $@
+
+lock:  ## pin every Python package again (constraints.txt) from a fresh resolve of pyproject.toml's ranges
+	rm -rf $(CACHE)/lock-venv && $(PYTHON) -m venv $(CACHE)/lock-venv
+	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads]'
+	{ sed -n '/^#/p' constraints.txt; $(CACHE)/lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt && rm -rf $(CACHE)/lock-venv
 
 # MLflow's server pins python-dateutil<3 while the kubernetes client needs >=3,
 # so the server lives in its own virtualenv; Slipway talks to it over REST.
@@ -116,7 +122,7 @@ bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from 
 
 bench-env: $(VENV)/.bench-installed
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -e '.[dev,workloads,bench]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,bench]'
 	touch $@
 
 argo-rollouts: $(ARGO_ROLLOUTS)  ## build the Argo Rollouts controller (the benchmarks' peer) from the Go module proxy (cached)

@@ -30,13 +30,40 @@ PREFIX = "slipway.dev"
 API_RETRY_SECONDS = (0.5, 1.0, 2.0, 3.0) + (5.0,) * 35
 
 
+# The kopf versions the start-up patch below was tested with (constraints.txt pins the first). On any
+# other the patch is not applied: kopf's private classes may have changed under the same names.
+TESTED_KOPF = ("1.45.2",)
+
+
+def kopf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kopf")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def kopf_refusal(found: str | None = None) -> str | None:
+    """Why the start-up patch of kopf is not applied (an untested kopf), or None."""
+    found = found or kopf_version()
+    if found in TESTED_KOPF:
+        return None
+    return (f"kopf {found} is not a version Slipway was tested with ({', '.join(TESTED_KOPF)}): its start-up "
+            "patch is off, so a fresh operator with many objects starts slower; install the pinned versions "
+            "(pip install -c constraints.txt)")  # fmt: skip
+
+
 def wake_index_waiters_only_on_change() -> bool:
     """kopf holds every handler until every indexed object has been indexed once: each object's
     worker waits on one toggle set, and each object indexed drops its own toggle, which woke every
     waiter (``notify_all``) though the set stays off until the last one goes: O(objects²) wake-ups
     at start. With 4,500 watched objects (1,300 Slipway objects, their Jobs, pods, Services) a
     fresh operator did nothing for 104 s. Here adding or dropping a toggle wakes the waiters only
-    when it changes the set's state, the only thing they wait for. True if kopf was patched."""
+    when it changes the set's state, the only thing they wait for. True if kopf was patched; never
+    on a kopf version it was not tested with (``kopf_refusal``)."""
+    if kopf_refusal() is not None:
+        return False
     try:
         from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
     except ImportError:  # another kopf layout: left as it is
@@ -139,6 +166,9 @@ async def startup(
     """Configure kopf and create the clients, the cache and the scheduler (tests may inject clients);
     start leader election unless run ``--standalone`` (this replica then always reconciles)."""
     redact_log_records()  # before the first client is made: no credential reaches a log line
+    refused = kopf_refusal()
+    if refused:
+        logger.warning(refused)
     standalone = settings.peering.standalone  # as given to kopf (--standalone), before apply_settings
     apply_settings(settings)
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})

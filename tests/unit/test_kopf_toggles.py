@@ -51,3 +51,13 @@ def test_index_waiters_wake_once_the_last_object_is_indexed_not_on_every_one() -
         return checks
 
     assert asyncio.run(scenario()) < 10 * objects  # O(objects); unpatched kopf 1.45: objects² / 2
+
+
+def test_the_patch_is_refused_on_a_kopf_it_was_not_tested_with(monkeypatch) -> None:
+    from slipway import operator
+
+    assert operator.kopf_refusal() is None  # the installed kopf is the pinned one (constraints.txt)
+    message = operator.kopf_refusal("1.99.0")
+    assert message is not None and "kopf 1.99.0" in message and "constraints.txt" in message
+    monkeypatch.setattr(operator, "kopf_version", lambda: "1.99.0")
+    assert operator.wake_index_waiters_only_on_change() is False
