@@ -338,18 +338,12 @@ def report(text: str) -> None:
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 
 
-def writes_by(cluster: Any, user: str, since: Any) -> tuple[list[Any], list[tuple[str, str, str, str]]]:
-    """Every write ``user`` made since ``since`` (from the API server's audit log), and each as
-    (verb, resource, namespace, name)."""
+def assert_writes_only_in(cluster: Any, user: str, since: Any, namespace: str) -> list[Any]:
+    """``user`` (an operator's audited identity) wrote something since ``since``, and only in
+    ``namespace`` (from the API server's audit log); returns those writes."""
     from localkube.audit import requests_by
 
     writes = [r for r in requests_by(cluster, user, since) if r.verb in WRITES]
-    return writes, [(r.verb, r.resource, r.namespace, r.name) for r in writes]
-
-
-def assert_writes_only_in(cluster: Any, user: str, since: Any, namespace: str) -> list[Any]:
-    """``user`` (an operator's audited identity) wrote something, and only in ``namespace``."""
-    writes, described = writes_by(cluster, user, since)
-    outside = [w for w in described if w[2] != namespace]
+    outside = [(r.verb, r.resource, r.namespace, r.name) for r in writes if r.namespace != namespace]
     assert writes and outside == [], outside
     return writes

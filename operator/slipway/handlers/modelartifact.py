@@ -172,11 +172,12 @@ class Lifecycle:
                                      command=getattr(settings, "command", None), args=getattr(settings, "args", None),
                                      env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
             job = self.ctx.ensure("jobs", with_credentials(desired, config.mlflow_credentials_secret))
-        refused = kube.creation_failure(self.ctx.kube, job) if jobs.without_pods(job) else None
+        podless = jobs.without_pods(job)
+        refused = kube.creation_failure(self.ctx.kube, job) if podless else None
         state = states.job_state(step, job, waiting, refused)
         if state is not None:  # a Job without pods sends no event when its pods are refused: look again
-            raise Waiting(state, (FAILED_CREATE_RECHECK_SECONDS if refused else NO_PODS_RECHECK_SECONDS)
-                          if jobs.without_pods(job) else None)  # fmt: skip
+            recheck = FAILED_CREATE_RECHECK_SECONDS if refused else NO_PODS_RECHECK_SECONDS
+            raise Waiting(state, recheck if podless else None)
         return self.mlflow.get_run(run.run_id)
 
     def quantize(self, parent: ModelVersion) -> ModelVersion:
