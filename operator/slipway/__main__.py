@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     import kopf
 
     import slipway.operator  # noqa: F401 - registers the handlers
-    from slipway.config import OperatorConfig
+    from slipway.config import OperatorConfig, parse_list
 
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL)
     config = OperatorConfig(
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         prometheus_url=args.prometheus_url,
         allowed_prometheus_urls=args.allowed_prometheus_urls,
         require_model_allowlist=args.require_model_allowlist,
-        allowed_gateways=tuple(g.strip() for g in args.allowed_gateways.split(",") if g.strip()),
+        allowed_gateways=parse_list(args.allowed_gateways),
         metrics_port=args.metrics_port,
         leader_election_namespace=args.leader_election_namespace,
         lease_duration_seconds=args.lease_duration,

@@ -25,9 +25,14 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}_{os.getpid()}"
 
 
+def parse_list(text: str | None) -> tuple[str, ...]:
+    """The items of a comma-separated list, trimmed, empty ones left out."""
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
 def parse_url_list(text: str | None) -> tuple[str, ...]:
     """A comma-separated list of http(s) URLs (``--allowed-prometheus-urls``); ValueError names a bad one."""
-    urls = tuple(u.strip() for u in (text or "").split(",") if u.strip())
+    urls = parse_list(text)
     for url in urls:
         try:
             parts = urllib.parse.urlsplit(url)
@@ -56,9 +61,7 @@ class OperatorConfig:
     # Gateways of other namespaces every namespace's HTTPRoutes may attach to (namespace/name globs,
     # e.g. gateway-system/public); a namespace's slipway.dev/allowed-gateways adds its own.
     allowed_gateways: tuple[str, ...] = field(
-        default_factory=lambda: tuple(
-            g.strip() for g in os.environ.get("SLIPWAY_ALLOWED_GATEWAYS", "").split(",") if g.strip()
-        )
+        default_factory=lambda: parse_list(os.environ.get("SLIPWAY_ALLOWED_GATEWAYS"))
     )
     # Multi-tenant mode: a namespace without the slipway.dev/allowed-models annotation may use no
     # MLflow model (see slipway.tenancy).

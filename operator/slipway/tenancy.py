@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
+from slipway.config import parse_list
 from slipway.mlflow.uris import parse_model_uri, parse_run_uri
 
 ALLOWED_MODELS = "slipway.dev/allowed-models"
@@ -62,9 +63,7 @@ def allowed_patterns(namespace: Mapping[str, Any] | None, annotation: str = ALLO
     """The namespace's globs in ``annotation``, or None when it has no such annotation."""
     annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
     value = annotations.get(annotation)
-    if value is None:
-        return None
-    return [p.strip() for p in str(value).split(",") if p.strip()]
+    return None if value is None else list(parse_list(str(value)))
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:
