@@ -95,6 +95,7 @@ class OperatorReplica:
         *,
         standalone: bool = False,
         kubeconfig: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
         self.metrics_port = free_port()
@@ -103,17 +104,18 @@ class OperatorReplica:
         cmd = [sys.executable, "-m", "slipway", "-n", namespace, "--metrics-port", str(self.metrics_port),
                "--liveness", self.liveness]  # fmt: skip
         cmd += ["--standalone"] if standalone else ["--leader-election-namespace", namespace]
-        env = {
+        environ = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig or cluster.kubeconfig),
             "SLIPWAY_MLFLOW_URL": cluster.mlflow_url or "",
             "SLIPWAY_PROMETHEUS_URL": cluster.prometheus_url or "",
             "SLIPWAY_METRICS_ADDRESS": "127.0.0.1",
             "POD_NAME": name,
+            **(env or {}),
         }
-        env.pop("POD_NAMESPACE", None)
+        environ.pop("POD_NAMESPACE", None)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=log, stderr=subprocess.STDOUT)
         self.started = time.monotonic()
 
     def metric(self, name: str) -> float | None:

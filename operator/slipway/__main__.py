@@ -40,14 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     ha.add_argument("--lease-duration", type=float, metavar="SECONDS",
                     default=float(os.environ.get("SLIPWAY_LEASE_DURATION_SECONDS") or 15),
                     help="a Lease not renewed for this long may be taken over (default 15)")  # fmt: skip
-    ha.add_argument("--lease-renew-interval", type=float, metavar="SECONDS",
-                    default=float(os.environ.get("SLIPWAY_LEASE_RENEW_SECONDS") or 5),
-                    help="how often the leader renews the Lease (default 5); a leader that has not renewed "
-                         "for the duration minus this interval stops reconciling")  # fmt: skip
+    ha.add_argument("--lease-renew-deadline", type=float, metavar="SECONDS",
+                    default=float(os.environ.get("SLIPWAY_LEASE_RENEW_DEADLINE_SECONDS") or 10),
+                    help="a leader whose last successful renewal was sent this long ago has lost the Lease "
+                         "and exits, before anyone may take over (default 10)")  # fmt: skip
+    ha.add_argument("--lease-renew-interval", type=float, metavar="SECONDS", help=argparse.SUPPRESS)
     ha.add_argument("--lease-retry-period", type=float, metavar="SECONDS",
                     default=float(os.environ.get("SLIPWAY_LEASE_RETRY_SECONDS") or 2),
-                    help="how often a standby reads the Lease, and a failed renewal is tried again "
-                         "(default 2)")  # fmt: skip
+                    help="how often the leader renews the Lease and a standby reads it (default 2)")  # fmt: skip
     p.add_argument("--stuck-pass-seconds", type=float, metavar="SECONDS",
                    default=float(os.environ.get("SLIPWAY_STUCK_PASS_SECONDS") or 300),
                    help="the liveness endpoint fails while a reconciliation pass runs for longer "
@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from slipway.leader import Timing
 
+    if args.lease_renew_interval is not None:  # the flag of earlier versions: deadline = duration - interval
+        args.lease_renew_deadline = args.lease_duration - args.lease_renew_interval
     try:
-        Timing(args.lease_duration, args.lease_renew_interval, args.lease_retry_period)
+        Timing(args.lease_duration, args.lease_renew_deadline, args.lease_retry_period)
     except ValueError as exc:
         parser.error(str(exc))
     # Imported late so that --help is instant and needs no cluster.
@@ -104,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics_port=args.metrics_port,
         leader_election_namespace=args.leader_election_namespace,
         lease_duration_seconds=args.lease_duration,
-        lease_renew_seconds=args.lease_renew_interval,
+        lease_renew_deadline_seconds=args.lease_renew_deadline,
         lease_retry_seconds=args.lease_retry_period,
         stuck_pass_seconds=args.stuck_pass_seconds,
     )

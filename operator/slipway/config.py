@@ -104,7 +104,9 @@ class OperatorConfig:
     )
     leader_election_identity: str = field(default_factory=default_identity)
     lease_duration_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_DURATION_SECONDS", 15.0))
-    lease_renew_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_RENEW_SECONDS", 5.0))
+    lease_renew_deadline_seconds: float = field(
+        default_factory=lambda: _env_float("SLIPWAY_LEASE_RENEW_DEADLINE_SECONDS", 10.0)
+    )
     lease_retry_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_RETRY_SECONDS", 2.0))
     # Liveness (/healthz) fails while a reconciliation pass has run longer than this: a stuck thread.
     stuck_pass_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_STUCK_PASS_SECONDS", 300.0))

@@ -2,17 +2,21 @@
 ``leaderelection``): any number of replicas, one reconciles, the others stand by.
 
 Every replica watches and caches everything (kopf), so a standby is ready at once; only the
-holder of the Lease ``slipway-operator`` runs reconciliation passes. The holder writes
-``renewTime`` every ``renew`` seconds. A standby reads the Lease every ``retry`` seconds and
-takes it when it is absent, released (no holder), or unchanged for ``leaseDurationSeconds``
-as measured on the standby's own monotonic clock since it last saw it change: clocks of
-different nodes are never compared. Every write carries the ``resourceVersion`` it read, so of
-two replicas that try at once the API server lets exactly one win; the other gets 409 Conflict.
+holder of the Lease ``slipway-operator`` runs reconciliation passes. Every ``retry`` seconds,
+counted from the previous *send*, the holder writes ``renewTime`` and a standby reads the Lease.
+A standby takes the Lease when it is absent, released (no holder), or unchanged for
+``leaseDurationSeconds`` as measured on the standby's own monotonic clock since it last saw it
+change: clocks of different nodes are never compared. Every write carries the
+``resourceVersion`` it read, so of two replicas that try at once the API server lets exactly one
+win; the other gets 409 Conflict.
 
-A leader that cannot renew for ``duration - renew`` seconds (the renew deadline) stops starting
-passes before any standby may consider the Lease expired. On a clean shutdown it releases the
-Lease (holder emptied) so that a standby takes over at its next read instead of after the
-lease duration.
+Fencing: a leader whose last successful renewal was *sent* ``renew_deadline`` seconds ago (or
+that finds the Lease taken) has lost it, ``duration - renew_deadline`` seconds before any standby
+may take over, and calls ``on_lost``: the operator exits at once (as controller-runtime does), so
+that no pass in flight writes again. A watchdog thread (:class:`Fence`) checks the same deadline
+independently of the event loop, so a blocked loop cannot keep a stale leader alive. On a clean
+shutdown the Lease is released only after every pass has finished, so that a standby takes over
+at its next read instead of after the lease duration.
 
 The pure decisions (``decide``, ``claim``, ``released``) are separate from the I/O
 (``LeaseStore``, blocking, run in one thread of its own so that busy reconciliation threads
@@ -27,6 +31,7 @@ import contextlib
 import dataclasses
 import enum
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,31 +49,32 @@ LABELS = {"app.kubernetes.io/name": "slipway", "app.kubernetes.io/component": "o
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds: how long a Lease lasts unrenewed, how often the leader renews it, how often a
-    standby (or a leader whose renewal failed) tries again."""
+    """Seconds, with client-go's meanings and defaults: a Lease unrenewed for ``duration`` may be
+    taken over; a leader that has not renewed for ``renew_deadline`` (from the send of its last
+    successful renewal) has lost it; every ``retry`` the leader renews and a standby reads."""
 
     duration: float = 15.0
-    renew: float = 5.0
+    renew_deadline: float = 10.0
     retry: float = 2.0
 
     def __post_init__(self) -> None:
-        if min(self.duration, self.renew, self.retry) <= 0:
-            raise ValueError("lease duration, renew interval and retry period must be positive")
-        if 2 * self.renew >= self.duration:
+        if min(self.duration, self.renew_deadline, self.retry) <= 0:
+            raise ValueError("lease duration, renew deadline and retry period must be positive")
+        if self.renew_deadline >= self.duration:
             raise ValueError(
-                f"the renew interval ({self.renew:g}s) must be less than half the lease duration "
-                f"({self.duration:g}s): a leader stops when it has not renewed for duration - renew"
+                f"the renew deadline ({self.renew_deadline:g}s) must be shorter than the lease duration "
+                f"({self.duration:g}s): a leader must stop before a standby may take over"
             )
-        if self.retry >= self.renew_deadline:
+        if 2 * self.retry > self.renew_deadline:
             raise ValueError(
-                f"the retry period ({self.retry:g}s) must be shorter than the renew deadline "
-                f"(duration - renew = {self.renew_deadline:g}s)"
+                f"the retry period ({self.retry:g}s) must be at most half the renew deadline "
+                f"({self.renew_deadline:g}s): a leader gets at least two tries before it stops"
             )
 
     @property
-    def renew_deadline(self) -> float:
-        """A leader that has not renewed for this long stops: ``renew`` seconds before a standby may take over."""
-        return self.duration - self.renew
+    def request_timeout(self) -> float:
+        """One Lease request may take this long: half the deadline, so that a slow answer is retried once."""
+        return self.renew_deadline / 2
 
 
 @dataclass(frozen=True)
@@ -206,7 +212,8 @@ def _record(lease: Any) -> LeaseRecord:
 
 class LeaderElector:
     """Acquires and renews the Lease in a loop; calls ``on_lead`` when this replica becomes the
-    leader and ``on_standby`` when it stops being one (both on the event loop)."""
+    leader and ``on_lost(why)`` when it stops being one without having resigned (both on the
+    event loop). A replica leads at most once: after ``on_lost`` it never leads again."""
 
     def __init__(
         self,
@@ -214,7 +221,7 @@ class LeaderElector:
         identity: str,
         timing: Timing,
         on_lead: Callable[[], None],
-        on_standby: Callable[[], None],
+        on_lost: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -222,10 +229,11 @@ class LeaderElector:
         self.identity = identity
         self.timing = timing
         self.on_lead = on_lead
-        self.on_standby = on_standby
+        self.on_lost = on_lost
         self.clock = clock
         self.now = now
         self.leading = False
+        self.lost: str | None = None  # why this replica stopped leading, once it has
         self.holder: str | None = None  # the holder last seen (for logs and the probe)
         self.observation = Observation(clock)
         self.renewed_at = 0.0  # clock() when the last successful write was sent
@@ -239,6 +247,10 @@ class LeaderElector:
     @property
     def where(self) -> str:
         return f"Lease {getattr(self.store, 'namespace', '?')}/{getattr(self.store, 'name', LEASE_NAME)}"
+
+    def expired(self) -> bool:
+        """True when this replica led and its last successful renewal was sent ``renew_deadline`` ago."""
+        return self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline
 
     # ------------------------------------------------------------------ blocking (the lease thread)
 
@@ -285,30 +297,27 @@ class LeaderElector:
         return self.task
 
     async def run(self) -> None:
-        """Acquire and renew until cancelled; whatever ends the loop, this replica stands by."""
+        """Acquire and renew until cancelled or lost."""
         try:
             await self._loop()
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("leader election: the loop failed; standing by (the liveness check now fails)")
+        except Exception as exc:
+            log.exception("leader election: the loop failed (the liveness check now fails)")
+            self._lose(f"leader election failed: {_describe(exc)}")
             raise
-        finally:
-            if self.leading:
-                self.leading = False
-                self.on_standby()
 
     async def _loop(self) -> None:
         loop = asyncio.get_running_loop()
         log.info(
-            "leader election: %s as %r (lease %gs, renew every %gs, retry every %gs)",
+            "leader election: %s as %r (lease %gs, renew deadline %gs, retry every %gs)",
             self.where,
             self.identity,
             self.timing.duration,
-            self.timing.renew,
+            self.timing.renew_deadline,
             self.timing.retry,
         )
-        while True:
+        while self.lost is None:
             sent = self.clock()
             held: bool | None
             try:
@@ -323,13 +332,17 @@ class LeaderElector:
                 held = None
                 self._failed(exc)
             if held:
-                self.renewed_at = sent
+                self.renewed_at = sent  # the deadline counts from the send, not the answer
                 self._become_leader()
             elif held is False:
-                self._stand_by(f"held by {self.holder!r}")
-            elif self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline:
-                self._stand_by(f"not renewed for {self.timing.renew_deadline:g}s ({self._error})")
-            await asyncio.sleep(self.timing.renew if held else self.timing.retry)
+                if self.leading:
+                    self._lose(f"taken by {self.holder!r}")
+                else:
+                    self._standing_by()
+            elif self.expired():
+                self._lose(f"not renewed for {self.timing.renew_deadline:g}s ({self._error})")
+            # The next try is due ``retry`` after this one was sent, however long its answer took.
+            await asyncio.sleep(max(0.0, sent + self.timing.retry - self.clock()))
 
     def _failed(self, exc: BaseException) -> None:
         text = _describe(exc)
@@ -344,23 +357,25 @@ class LeaderElector:
         log.info("leader election: %r leads (%s): reconciling", self.identity, self.where)
         self.on_lead()
 
-    def _stand_by(self, why: str) -> None:
-        if self.leading:
-            self.leading = False
-            log.warning("leader election: %r lost %s (%s): no new reconciliation pass", self.identity, self.where, why)
-            self.on_standby()
-        elif self.holder != self._logged_holder:
+    def _standing_by(self) -> None:
+        if self.holder != self._logged_holder:
             self._logged_holder = self.holder
-            log.info("leader election: %r stands by: %s %s", self.identity, self.where, why)
+            log.info("leader election: %r stands by: %s held by %r", self.identity, self.where, self.holder)
+
+    def _lose(self, why: str) -> None:
+        if not self.leading or self.lost is not None:
+            return
+        self.leading = False
+        self.lost = why
+        log.critical("leader election: %r lost %s (%s)", self.identity, self.where, why)
+        self.on_lost(why)
 
     async def resign(self) -> None:
-        """Stop the loop and stand by (no new pass starts); the Lease is still held until ``release``."""
+        """Stop the loop (shutdown): no more renewals; the Lease is still held until ``release``."""
         if self.task is not None:
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
-        if self.leading:
-            self.leading = False
-            self.on_standby()
+        self.leading = False
 
     async def release(self, timeout: float = 5.0) -> None:
         """Release the Lease if this replica holds it, so a standby takes over at once."""
@@ -373,6 +388,34 @@ class LeaderElector:
             log.warning("leader election: could not release %s: %s", self.where, _describe(exc))
         finally:
             self._executor.shutdown(wait=False)
+
+
+class Fence:
+    """A watchdog thread, independent of the event loop: once the elector has held the Lease past
+    its renew deadline without renewing (``LeaderElector.expired``), ``trip`` is called (the operator
+    exits). The event loop notices the same deadline; this catches a loop that is blocked."""
+
+    def __init__(self, elector: LeaderElector, trip: Callable[[str], None], period: float = 0.25) -> None:
+        self.elector = elector
+        self.trip = trip
+        self.period = period
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="slipway-fence", daemon=True)
+
+    def start(self) -> Fence:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(self.period):
+            if self.elector.expired():
+                since = self.elector.clock() - self.elector.renewed_at
+                self.trip(f"{self.elector.where} not renewed for {since:.1f}s (deadline "
+                          f"{self.elector.timing.renew_deadline:g}s; the event loop did not notice)")  # fmt: skip
+                return
 
 
 def _describe(exc: BaseException) -> str:

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +19,7 @@ from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
 from slipway.kube import Kube
-from slipway.leader import LeaderElector, LeaseStore, Timing
+from slipway.leader import Fence, LeaderElector, LeaseStore, Timing
 from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
@@ -202,9 +204,25 @@ def known_keys(cache: Cache) -> list[Key]:
     ]
 
 
-def elect(memo: kopf.Memo, config: OperatorConfig) -> LeaderElector:
+EXIT_LEASE_LOST = 1  # the process's exit status when it stops writing because it lost the Lease
+DRAIN_SECONDS = 20.0  # on shutdown, passes get this long to finish (the pod's grace period is 30 s)
+
+
+def exit_now(why: str) -> None:
+    """Stop every side effect at once: end the process (its container restarts and stands by).
+    Passes in flight die mid-line, which every pass is written to survive (restart-safe)."""
+    logging.getLogger(__name__).critical("exiting with status %d so that no pass writes again: %s",
+                                         EXIT_LEASE_LOST, why)  # fmt: skip
+    for stream in (sys.stderr, sys.stdout):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(EXIT_LEASE_LOST)
+
+
+def elect(memo: kopf.Memo, config: OperatorConfig, lost: Callable[[str], None] = exit_now) -> LeaderElector:
     """Leader election: while standing by, the scheduler keeps wake-ups and runs no pass; on
-    becoming the leader it runs them and wakes every known object once, so nothing is missed."""
+    becoming the leader it runs them and wakes every known object once, so nothing is missed.
+    On losing the Lease the process exits (``lost``): fencing, as controller-runtime does."""
     scheduler: Scheduler = memo.scheduler
     scheduler.pause()
     metrics.LEADER.set(0)
@@ -213,14 +231,15 @@ def elect(memo: kopf.Memo, config: OperatorConfig) -> LeaderElector:
         metrics.LEADER.set(1)
         scheduler.resume(known_keys(memo.cache))
 
-    def stand_by() -> None:
-        metrics.LEADER.set(0)
+    def lose(why: str) -> None:
         scheduler.pause()
-        metrics.OBJECTS.clear()  # the leader reports the objects; a standby's figures would go stale
+        metrics.LEADER.set(0)
+        lost(f"lost the Lease: {why}")
 
-    timing = Timing(config.lease_duration_seconds, config.lease_renew_seconds, config.lease_retry_seconds)
-    store = LeaseStore(memo.kube.api, config.leader_election_namespace, timeout=timing.renew)
-    elector = LeaderElector(store, config.leader_election_identity, timing, on_lead=lead, on_standby=stand_by)
+    timing = Timing(config.lease_duration_seconds, config.lease_renew_deadline_seconds, config.lease_retry_seconds)
+    store = LeaseStore(memo.kube.api, config.leader_election_namespace, timeout=timing.request_timeout)
+    elector = LeaderElector(store, config.leader_election_identity, timing, on_lead=lead, on_lost=lose)
+    memo.fence = Fence(elector, lose).start()
     elector.start()
     return elector
 
@@ -250,11 +269,19 @@ async def reconciliation_probe(memo: kopf.Memo, **_: Any) -> dict[str, Any]:
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    """Stop starting passes, let the running ones finish while the Lease is still renewed, then
+    hand the Lease over at once. Passes still running after ``DRAIN_SECONDS``: the process exits
+    without releasing the Lease, which a standby takes once it expires; no pass outlives its lease."""
     elector: LeaderElector | None = memo.get("leader")
     if elector is not None:
-        # Stand by, let running passes finish, then hand the Lease over at once.
+        memo.scheduler.pause()
+        drained = await memo.scheduler.drain(DRAIN_SECONDS)
         await elector.resign()
-        await memo.scheduler.drain(10)
+        memo.fence.stop()
+        if not drained:
+            running = ", ".join("/".join(key) for key in sorted(memo.scheduler.running))
+            exit_now(f"passes still running after {DRAIN_SECONDS:g}s of shutdown ({running}): "
+                     "the Lease is left to expire")  # fmt: skip
         await elector.release()
     for name in ("kube", "mlflow", "prometheus"):
         client = memo.get(name)

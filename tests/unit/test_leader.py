@@ -4,7 +4,9 @@ resourceVersion, the loop's transitions, and the scheduler standing by while ano
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +18,7 @@ from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.leader import (
     Decision,
+    Fence,
     LeaderElector,
     LeaseConflict,
     LeaseRecord,
@@ -87,16 +90,17 @@ def test_release_empties_the_holder_and_keeps_the_version() -> None:
 
 
 @pytest.mark.parametrize(
-    ("duration", "renew", "retry"),
-    [(15, 8, 2), (15, 5, 10), (0, 5, 2), (15, 5, -1)],
+    ("duration", "deadline", "retry"),
+    [(15, 15, 2), (15, 20, 2), (15, 10, 6), (0, 5, 2), (15, 10, -1)],
 )
-def test_timings_that_would_let_two_replicas_lead_are_refused(duration: float, renew: float, retry: float) -> None:
+def test_timings_that_would_let_two_replicas_lead_are_refused(duration: float, deadline: float, retry: float) -> None:
     with pytest.raises(ValueError):
-        Timing(duration, renew, retry)
+        Timing(duration, deadline, retry)
 
 
-def test_the_renew_deadline_leaves_a_renew_interval_before_expiry() -> None:
-    assert Timing().renew_deadline == 10.0
+def test_the_defaults_are_client_gos() -> None:
+    assert (Timing().duration, Timing().renew_deadline, Timing().retry) == (15.0, 10.0, 2.0)
+    assert Timing().request_timeout == 5.0
 
 
 # --------------------------------------------------------------------------- electors on one Lease
@@ -154,7 +158,7 @@ def elector(store: FakeStore, identity: str, clock: Clock, events: list[str] | N
         identity,
         Timing(),
         on_lead=lambda: log.append(f"{identity} leads"),
-        on_standby=lambda: log.append(f"{identity} stands by"),
+        on_lost=lambda why: log.append(f"{identity} lost: {why}"),
         clock=clock,
         now=lambda: T0 + timedelta(seconds=clock.t),
     )
@@ -237,34 +241,119 @@ def test_a_released_lease_goes_to_the_standby_at_its_next_read() -> None:
 # --------------------------------------------------------------------------- the loop
 
 
-def test_the_loop_leads_renews_and_stops_leading_when_it_cannot_renew_before_the_deadline() -> None:
-    async def scenario() -> tuple[list[str], int, float]:
-        loop = asyncio.get_running_loop()
-        store, events = FakeStore(), []
-        timing = Timing(duration=1.2, renew=0.2, retry=0.1)
-        since_renewal: list[float] = []
+class SlowStore(FakeStore):
+    """Every request answered after ``delay`` seconds (an API server under load)."""
 
-        def stand_by() -> None:
-            events.append("standby")
-            since_renewal.append(loop.time() - a.renewed_at)
+    def __init__(self, delay: float) -> None:
+        super().__init__()
+        self.delay = delay
+        self.sent: list[float] = []
 
-        a = LeaderElector(store, "a", timing, on_lead=lambda: events.append("lead"), on_standby=stand_by,
-                          clock=loop.time)  # fmt: skip
+    def get(self) -> LeaseRecord | None:
+        time.sleep(self.delay)
+        return super().get()
+
+    def create(self, record: LeaseRecord) -> LeaseRecord:
+        time.sleep(self.delay)
+        return super().create(record)
+
+    def update(self, record: LeaseRecord) -> LeaseRecord:
+        self.sent.append(time.monotonic())
+        time.sleep(self.delay)
+        return super().update(record)
+
+
+def run_elector(store: FakeStore, timing: Timing, scenario: Any) -> tuple[list[str], Any]:
+    """Run an elector on ``store`` (real clock) while ``scenario(elector)`` runs; what it reported, and the result."""
+
+    async def main() -> tuple[list[str], Any]:
+        events: list[str] = []
+        a = LeaderElector(store, "a", timing, on_lead=lambda: events.append("lead"),
+                          on_lost=lambda why: events.append(f"lost: {why}"), clock=time.monotonic)  # fmt: skip
         a.start()
+        try:
+            result = await scenario(a)
+        finally:
+            await a.resign()
+        return events, result
+
+    return asyncio.run(main())
+
+
+async def until(check: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def test_the_loop_leads_renews_and_loses_the_lease_at_the_renew_deadline_counted_from_the_send() -> None:
+    store = FakeStore()
+
+    async def scenario(a: LeaderElector) -> tuple[int, float]:
+        await until(lambda: a.leading)
         await asyncio.sleep(0.7)
         updates = store.calls.count("update")
         store.down = True
-        deadline = loop.time() + 5
-        while a.leading and loop.time() < deadline:
-            await asyncio.sleep(0.01)
-        await a.resign()
-        return events, updates, since_renewal[0]
+        await until(lambda: a.lost is not None)
+        return updates, time.monotonic() - a.renewed_at
 
-    events, updates, since_renewal = asyncio.run(scenario())
-    assert events == ["lead", "standby"]
-    assert updates >= 2  # renewed every 0.2 s
-    # It stops at the renew deadline (1.0 s after its last renewal), before the Lease expires (1.2 s).
+    events, (updates, since_renewal) = run_elector(store, Timing(duration=1.2, renew_deadline=1.0, retry=0.1), scenario)
+    assert events[0] == "lead" and events[1].startswith("lost: not renewed for 1s")
+    assert len(events) == 2
+    assert updates >= 5  # renewed every 0.1 s
+    # It stops at the renew deadline (1.0 s after its last renewal was sent), before the Lease expires (1.2 s).
     assert 1.0 <= since_renewal < 1.2
+
+
+def test_a_lone_leader_behind_a_slow_api_server_keeps_its_lease() -> None:
+    """A quarter of the renew deadline per request (2.5 s of 10 s at the defaults, scaled by 0.1):
+    renewals are sent every retry period from the previous send, so the leader never loses the Lease."""
+    store = SlowStore(0.25)
+
+    async def scenario(a: LeaderElector) -> list[float]:
+        await until(lambda: a.leading)
+        await asyncio.sleep(2.5)
+        return store.sent
+
+    events, sent = run_elector(store, Timing(duration=1.5, renew_deadline=1.0, retry=0.2), scenario)
+    assert events == ["lead"]
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert len(sent) >= 8 and max(gaps) < 0.4  # one renewal every 0.25 s (the answer's time), none missed
+
+
+def test_a_leader_whose_lease_is_taken_loses_it_and_never_leads_again() -> None:
+    store = FakeStore()
+
+    async def scenario(a: LeaderElector) -> bool:
+        await until(lambda: a.leading)
+        assert store.lease is not None
+        store.lease = dataclasses.replace(store.lease, holder="b", version="99")  # b took it (an expired view)
+        await until(lambda: a.lost is not None)
+        store.lease = None  # even a Lease free for the taking is never taken again by a replica that lost one
+        await asyncio.sleep(0.3)
+        return a.leading
+
+    events, leading = run_elector(store, Timing(duration=1.2, renew_deadline=1.0, retry=0.05), scenario)
+    assert events == ["lead", "lost: taken by 'b'"]
+    assert leading is False
+
+
+def test_the_fence_trips_at_the_deadline_when_the_event_loop_is_blocked() -> None:
+    store = FakeStore()
+    tripped: list[tuple[float, str]] = []
+
+    async def scenario(a: LeaderElector) -> float:
+        fence = Fence(a, lambda why: tripped.append((time.monotonic(), why)), period=0.02).start()
+        await until(lambda: a.leading)
+        time.sleep(1.5)  # the event loop blocked: no renewal, and the loop cannot notice its deadline
+        fence.stop()
+        return a.renewed_at
+
+    events, renewed_at = run_elector(store, Timing(duration=1.2, renew_deadline=1.0, retry=0.1), scenario)
+    [(when, why)] = tripped
+    assert 1.0 <= when - renewed_at < 1.1
+    assert "not renewed for" in why and "event loop" in why
 
 
 def test_the_loop_stands_by_while_another_replica_holds_the_lease_then_takes_it_over() -> None:
@@ -272,8 +361,8 @@ def test_the_loop_stands_by_while_another_replica_holds_the_lease_then_takes_it_
         loop = asyncio.get_running_loop()
         store, events = FakeStore(), []
         store.lease = LeaseRecord("other", 0.5, T0, T0, 0, "1")
-        b = LeaderElector(store, "b", Timing(duration=0.5, renew=0.1, retry=0.05),
-                          on_lead=lambda: events.append("lead"), on_standby=lambda: events.append("standby"),
+        b = LeaderElector(store, "b", Timing(duration=0.5, renew_deadline=0.4, retry=0.05),
+                          on_lead=lambda: events.append("lead"), on_lost=lambda why: events.append("lost"),
                           clock=loop.time)  # fmt: skip
         start = loop.time()
         b.start()
@@ -288,7 +377,7 @@ def test_the_loop_stands_by_while_another_replica_holds_the_lease_then_takes_it_
         return events, took
 
     events, took = asyncio.run(scenario())
-    assert events == ["leading=False", "lead", "standby", "holder=''"]
+    assert events == ["leading=False", "lead", "holder=''"]  # resigning is not losing
     assert took >= 0.5  # not before the lease duration, seen from its first read
 
 
@@ -396,10 +485,10 @@ def test_leader_election_flags_default_to_the_pod_and_the_environment(monkeypatc
     monkeypatch.delenv("SLIPWAY_LEADER_ELECTION_NAMESPACE", raising=False)
     monkeypatch.delenv("POD_NAMESPACE", raising=False)
     args = build_parser().parse_args([])
-    assert (args.leader_election_namespace, args.lease_duration, args.lease_renew_interval) == (
+    assert (args.leader_election_namespace, args.lease_duration, args.lease_renew_deadline) == (
         "slipway-system",
         15.0,
-        5.0,
+        10.0,
     )
     assert (args.lease_retry_period, args.standalone) == (2.0, False)
     monkeypatch.setenv("POD_NAMESPACE", "ops")
@@ -410,4 +499,75 @@ def test_leader_election_flags_default_to_the_pod_and_the_environment(monkeypatc
 def test_inconsistent_lease_flags_are_refused_before_starting(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--lease-duration", "8"])
-    assert "less than half the lease duration" in capsys.readouterr().err
+    assert "shorter than the lease duration" in capsys.readouterr().err
+
+
+def test_the_renew_interval_of_earlier_versions_still_sets_the_deadline(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):  # duration 15 - interval 1 = deadline 14: retry 8 is over half of it
+        main(["--lease-renew-interval", "1", "--lease-retry-period", "8"])
+    assert "at most half the renew deadline (14s)" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- shutdown
+
+
+def shutdown(pass_seconds: float, drain_seconds: float, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A leader with one pass running is shut down (kopf's cleanup): what happened, in order."""
+    from slipway import operator
+
+    log: list[str] = []
+    monkeypatch.setattr(operator, "DRAIN_SECONDS", drain_seconds)
+
+    def exit_now(why: str) -> None:
+        log.append(f"exit: {why}")
+        raise SystemExit(1)  # as os._exit, it never returns
+
+    monkeypatch.setattr(operator, "exit_now", exit_now)
+
+    async def main() -> None:
+        store = FakeStore()
+        original_update = store.update
+
+        def update(record: LeaseRecord) -> LeaseRecord:
+            log.append("released" if not record.holder else "renewed")
+            return original_update(record)
+
+        store.update = update  # type: ignore[method-assign]
+
+        def run(key: Key) -> None:
+            log.append("pass starts")
+            time.sleep(pass_seconds)
+            log.append("pass ends")
+
+        memo = kopf.Memo()
+        memo.scheduler = Scheduler(run, workers=1)
+        memo.leader = LeaderElector(store, "a", Timing(duration=1.2, renew_deadline=1.0, retry=0.1),
+                                    on_lead=lambda: None, on_lost=lambda why: log.append("lost"))  # fmt: skip
+        memo.fence = Fence(memo.leader, lambda why: log.append("fence"), period=0.02).start()
+        memo.leader.start()
+        await until(lambda: memo.leader.leading)
+        memo.scheduler.wake(("trainingruns", "n", "t"))
+        await until(lambda: "pass starts" in log)
+        with contextlib.suppress(SystemExit):
+            await operator.cleanup(memo=memo)
+
+    asyncio.run(main())
+    return [entry for i, entry in enumerate(log) if entry != "renewed" or log[i - 1] != "renewed"]
+
+
+def test_on_shutdown_the_lease_is_renewed_while_passes_finish_and_released_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pass runs past the renew deadline (1 s): the Lease is renewed meanwhile, released after it.
+    events = shutdown(1.5, drain_seconds=5, monkeypatch=monkeypatch)
+    assert events[:3] == ["pass starts", "renewed", "pass ends"]
+    assert events[-1] == "released" and set(events[3:-1]) <= {"renewed"}
+
+
+def test_a_pass_that_outlives_the_drain_ends_the_process_and_the_lease_is_not_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = shutdown(1.0, drain_seconds=0.3, monkeypatch=monkeypatch)
+    assert events[:2] == ["pass starts", "renewed"]
+    assert events[2].startswith("exit: passes still running after 0.3s of shutdown (trainingruns/n/t)")
+    assert "released" not in events
