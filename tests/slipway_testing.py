@@ -199,6 +199,12 @@ def get_object(api: client.ApiClient, namespace: str, kind: str, name: str) -> d
     return custom(api).get_namespaced_custom_object(GROUP, VERSION, namespace, kind.lower() + "s", name)  # type: ignore[no-any-return]
 
 
+def patch_object(api: client.ApiClient, namespace: str, kind: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch of a Slipway object (as ``kubectl patch --type merge``)."""
+    plural = kind.lower() + "s"
+    return custom(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body)  # type: ignore[no-any-return]
+
+
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond["type"] == type_:

@@ -170,3 +170,110 @@ def kubeconfig_through(kubeconfig: Path, proxy: FaultProxy, path: Path) -> Path:
         cluster["cluster"]["server"] = f"{scheme}://{proxy.address}"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+class HttpFaultProxy:
+    """An HTTP proxy in front of one server (MLflow) that answers some requests wrongly on demand:
+    ``answer(method, path, status, body)`` (a 403 as MLflow's auth gives, a 500), ``garbage(method,
+    path)`` (an HTML page where JSON is expected), ``delay(method, path, seconds)``; ``heal()`` forwards
+    everything again. ``method``/``path`` of ``"*"`` match any; a path matches by its prefix.
+    ``url`` is what the client uses instead of the server's. Counts what it answered itself."""
+
+    def __init__(self, target: str) -> None:
+        import http.server
+        import urllib.parse
+
+        self.target = urllib.parse.urlsplit(target)
+        self.rules: list[tuple[str, str, str, Any]] = []
+        self.faked: dict[str, int] = {}
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                proxy._handle(self)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _any
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="httpfaultproxy", daemon=True)
+
+    def start(self) -> HttpFaultProxy:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def answer(self, method: str, path: str, status: int, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.rules.append((method, path, "answer", (status, body)))
+
+    def garbage(self, method: str, path: str) -> None:
+        with self._lock:
+            self.rules.append((method, path, "garbage", None))
+
+    def delay(self, method: str, path: str, seconds: float) -> None:
+        with self._lock:
+            self.rules.append((method, path, "delay", seconds))
+
+    def heal(self) -> None:
+        with self._lock:
+            self.rules.clear()
+
+    def _rule(self, method: str, path: str) -> tuple[str, Any] | None:
+        with self._lock:
+            for m, p, kind, arg in self.rules:
+                if m in ("*", method) and (p == "*" or path.startswith(p)):
+                    return kind, arg
+        return None
+
+    def _handle(self, request: Any) -> None:
+        import http.client
+        import json
+
+        length = int(request.headers.get("Content-Length") or 0)
+        body = request.rfile.read(length) if length else b""
+        rule = self._rule(request.command, request.path.split("?", 1)[0])
+        if rule is not None and rule[0] in ("answer", "garbage"):
+            key = f"{request.command} {request.path.split('?', 1)[0]} {rule[0]}"
+            with self._lock:
+                self.faked[key] = self.faked.get(key, 0) + 1
+            if rule[0] == "answer":
+                status, payload = rule[1]
+                self._reply(request, status, "application/json", json.dumps(payload).encode())
+            else:
+                self._reply(request, 200, "text/html", b"<html><body>502 Bad Gateway</body></html>")
+            return
+        if rule is not None and rule[0] == "delay":
+            time.sleep(float(rule[1]))
+        conn = http.client.HTTPConnection(self.target.hostname, self.target.port, timeout=60)
+        try:
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "connection")}
+            conn.request(request.command, request.path, body=body or None, headers=headers)
+            answer = conn.getresponse()
+            data = answer.read()
+            self._reply(request, answer.status, answer.getheader("Content-Type") or "application/json", data)
+        except OSError:
+            self._reply(request, 502, "text/plain", b"upstream unreachable")
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _reply(request: Any, status: int, content_type: str, data: bytes) -> None:
+        try:
+            request.send_response(status)
+            request.send_header("Content-Type", content_type)
+            request.send_header("Content-Length", str(len(data)))
+            request.end_headers()
+            request.wfile.write(data)
+        except OSError:
+            pass

@@ -133,3 +133,21 @@ def test_mlflow_refusals_are_errors_that_say_why(mlflow: MlflowClient) -> None:
     assert caught.value.status == 400 and "model-versions/create" in str(caught.value)
     with pytest.raises(MlflowNotFound, match="not found"):
         mlflow.get_run("0" * 32)
+
+
+def test_updates_mlflow_refuses_are_returned_with_its_answer_and_hold_back_nothing(mlflow: MlflowClient) -> None:
+    run = mlflow.create_run(mlflow.get_or_create_experiment(_name("exp")))
+    name = _name("digits")
+    mlflow.get_or_create_registered_model(name)
+    version = mlflow.create_model_version(name, run_artifact_uri(run.run_id, "model"), run.run_id).version
+    updates = [
+        {"action": "SetAlias", "model": name, "alias": "latest", "version": version},  # MLflow reserves it
+        {"action": "SetTag", "model": name, "version": "99", "key": "k", "value": "v"},  # no such version
+        {"action": "SetAlias", "model": name, "alias": "production", "version": version},
+    ]
+    done, pending, refused = mlflow.apply_updates(updates)
+    assert done == updates[2:] and pending == []
+    assert [update for update, _ in refused] == updates[:2]
+    assert "latest" in refused[0][1] and "(HTTP 400)" in refused[0][1]
+    assert "not found" in refused[1][1]
+    assert mlflow.get_version_by_alias(name, "production").version == version  # type: ignore[union-attr]

@@ -391,8 +391,8 @@ RUN_GET = "GET /api/2.0/mlflow/runs/get (run_id='abc')"
 ANSWERS = {
     "html-404": ((404, "text/html", HTML), MlflowNotFound, "not found without an MLflow error"),
     "html-400": ((400, "text/html", HTML), MlflowError, "refused without an MLflow error"),
-    "html-200": ((200, "text/html", HTML), MlflowError, f"{RUN_GET} answered an HTML page, not JSON"),
-    "odd-content-type": ((200, f"{SECRET}/{SECRET}", HTML), MlflowError, "answered something, not JSON"),
+    "html-200": ((200, "text/html", HTML), MlflowUnavailable, f"{RUN_GET} answered an HTML page, not JSON"),
+    "odd-content-type": ((200, f"{SECRET}/{SECRET}", HTML), MlflowUnavailable, "answered something, not JSON"),
     "json-5xx": (
         mlflow_error(500, "INTERNAL_ERROR", f"(psycopg2) postgresql://u:{SECRET}@db"),
         MlflowUnavailable,

@@ -17,6 +17,7 @@ from typing import Any, get_args
 from slipway.models.inferencedeployment import DeploymentPhase, Rollout
 from slipway.models.modelartifact import ArtifactPhase
 from slipway.models.trainingrun import TrainingPhase
+from slipway.status import registry
 from slipway.status.conditions import get_condition
 from slipway.status.rollout import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION, step_weights
 
@@ -308,6 +309,8 @@ def _deployment_details(obj: Obj) -> list[tuple[str, str]]:
     pending = status.get("pendingRegistryUpdates") or []
     if pending:
         lines.append(("registry", f"{len(pending)} MLflow update(s) pending"))
+    for entry in status.get("refusedRegistryUpdates") or []:
+        lines.append(("refused", f"{registry.describe(entry)}: {entry.get('error')}"))
     return lines
 
 

@@ -21,6 +21,7 @@ from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
 from slipway.prometheus import address_refusal, analyse_canary
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
+from slipway.status import registry
 from slipway.status.rollout import (
     Desired,
     Observed,
@@ -88,7 +89,9 @@ class Reconciler:
                 tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
             observed.analysis = self.analyse(observed.now, tracks_ids)
             decision = plan(observed)
-        stored = list(self.ctx.status.get("pendingRegistryUpdates") or [])
+        parked, retried = registry.due_again(self.ctx.status, self.ctx.body["metadata"].get("generation"),
+                                             datetime.now(UTC))  # fmt: skip
+        stored = list(self.ctx.status.get("pendingRegistryUpdates") or []) + retried
         pending = stored + [u for u in decision.registry if u not in stored]
         if "lastRollback" in decision.status:
             metrics.ROLLBACKS.labels(self.namespace, self.name, decision.status["lastRollback"]["reason"]).inc()
@@ -96,34 +99,47 @@ class Reconciler:
         if kept:  # a promotion decided: status keeps what its revert restores, from the stable as it is now
             decision.status["previousStable"] = {**kept, **build.kept_for_revert(deployments["stable"])}
         if decision.durable:  # the decision is on record before anything acts on it
-            self.write(decision, tracks, pending)
+            self.write(decision, tracks, pending, parked)
             flush(self.ctx)
-        pending = self.carry_out(pending)
+        # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
         self.ensure_services()
         deployments = self.apply(decision, deployments, observed.status.get("previousStable"))
-        self.write(decision, {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}, pending)
-        return self.next_pass(decision, pending)
+        pending, parked = self.carry_out(pending, parked)
+        tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
+        self.write(decision, tracks, pending, parked)
+        return self.next_pass(decision, pending, parked)
 
-    def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, str]]) -> None:
+    def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
+              parked: list[dict[str, Any]]) -> None:  # fmt: skip
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
-        self.ctx.write(decision.conditions, phase=decision.phase, stable=stable, canary=canary,
-                       pending_registry_updates=pending or None, **decision.status)  # fmt: skip
+        self.ctx.write([*decision.conditions, registry.condition(pending, parked)], phase=decision.phase,
+                       stable=stable, canary=canary, pending_registry_updates=pending or None,
+                       refused_registry_updates=parked or None, **decision.status)  # fmt: skip
 
-    def carry_out(self, pending: list[dict[str, str]]) -> list[dict[str, str]]:
-        """MLflow alias moves and tags, once they are on record; what MLflow cannot take now stays
-        pending and is retried."""
-        done, pending = self.mlflow.apply_updates(pending) if pending else ([], [])
+    def carry_out(
+        self, pending: list[dict[str, Any]], parked: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """MLflow alias moves and tags, once they are on record: (still pending, refused). What MLflow
+        cannot take now stays pending and is retried; what it refuses (4xx) is parked with its answer
+        and a Warning, and never blocks what comes after it."""
+        done, pending, refused = self.mlflow.apply_updates(pending) if pending else ([], [], [])
         for update in done:
             if update["action"] == "SetAlias":
                 self.ctx.event("Normal", "AliasMoved", f"MLflow alias {update['alias']} of {update['model']} now "
                                f"points at version {update['version']}")  # fmt: skip
                 metrics.PROMOTIONS.labels(self.namespace, self.name).inc()
-        return pending
+        generation = self.ctx.body["metadata"].get("generation")
+        for update, answer in refused:
+            entry = registry.refused(update, answer, generation, datetime.now(UTC))
+            retry = f"retried when the spec changes or in {registry.RETRY_REFUSED_SECONDS / 60:g} min"
+            self.ctx.event("Warning", registry.REFUSED, f"{registry.describe(entry)}: {entry['error']}; {retry}")
+            parked = registry.park(parked, entry)
+        return pending, parked
 
     def pod_problem(self, track: str) -> tuple[str, str] | None:
         return pod_problem(self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track))
 
-    def next_pass(self, decision: Plan, pending: list[dict[str, str]]) -> float | None:
+    def next_pass(self, decision: Plan, pending: list[dict[str, Any]], parked: list[dict[str, Any]]) -> float | None:
         """Time is the input only while a rollout is in flight (steps, analysis, deadlines) and for
         the alias poll; a settled deployment is woken by changes alone."""
         delays = []
@@ -136,6 +152,8 @@ class Reconciler:
             delays.append(self.ctx.config.alias_poll_seconds)
         if pending:
             delays.append(REGISTRY_RETRY_SECONDS)
+        if parked:
+            delays.append(registry.next_retry(parked, datetime.now(UTC)))
         return max(1.0, min(delays)) if delays else None
 
     def resolve(self) -> tuple[Desired | None, str | None]:

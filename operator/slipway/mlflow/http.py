@@ -214,7 +214,8 @@ class MlflowHttp:
         try:
             answer = response.json()
         except (ValueError, RecursionError):
-            raise MlflowError(
+            # Retried as an outage (a proxy's error page, a garbled answer), with the likelier lasting cause named.
+            raise MlflowUnavailable(
                 f"MLflow {what} answered {_kind_of_content(response)}, not JSON; "
                 "is MLFLOW_TRACKING_URI pointing at an MLflow server?",
                 status=response.status_code,

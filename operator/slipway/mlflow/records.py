@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slipway.mlflow.filters import model_version_filter, tag_filter
-from slipway.mlflow.http import MlflowUnavailable
+from slipway.mlflow.http import MlflowError, MlflowUnavailable
 from slipway.mlflow.registry import ModelVersion, Registry
 from slipway.mlflow.tracking import Run, Tracking
 
@@ -39,10 +39,15 @@ class Records(Tracking, Registry):
         """Register ``source`` as a new version tagged with ``uid`` and ``role`` (look up first)."""
         return self.create_model_version(model, source, run_id=run_id, tags={UID_TAG: uid, ROLE_TAG: role, **tags})
 
-    def apply_updates(self, updates: list[dict[str, str]]) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
-        """Carry out alias moves and version tags decided earlier: (done, still pending). MLflow
-        being unreachable leaves the rest pending, to be retried; nothing is lost."""
+    def apply_updates(
+        self, updates: list[dict[str, str]]
+    ) -> tuple[list[dict[str, str]], list[dict[str, str]], list[tuple[dict[str, str], str]]]:
+        """Carry out alias moves and version tags decided earlier: (done, still pending, refused).
+        MLflow being unreachable leaves the rest pending, to be retried; nothing is lost. An update
+        MLflow refuses (4xx: a reserved alias, a deleted version, no permission) is returned with
+        MLflow's answer and does not hold back the ones after it."""
         done: list[dict[str, str]] = []
+        refused: list[tuple[dict[str, str], str]] = []
         for i, update in enumerate(updates):
             try:
                 if update["action"] == "SetAlias":
@@ -50,6 +55,9 @@ class Records(Tracking, Registry):
                 else:
                     self.set_model_version_tag(update["model"], update["version"], update["key"], update["value"])
             except MlflowUnavailable:
-                return done, updates[i:]
+                return done, updates[i:], refused
+            except MlflowError as exc:
+                refused.append((update, str(exc)))
+                continue
             done.append(update)
-        return done, []
+        return done, [], refused

@@ -464,6 +464,11 @@ class RegistryUpdate(StatusModel):
     alias: str | None = Field(default=None, description="SetAlias: the alias.")
     key: str | None = Field(default=None, description="SetTag: the tag key.")
     value: str | None = Field(default=None, description="SetTag: the tag value.")
+    error: str | None = Field(default=None, description="Refused: what MLflow answered.")
+    refused_time: str | None = Field(default=None, description="Refused: when MLflow refused it.")
+    refused_generation: int | None = Field(
+        default=None, description="Refused: the generation then (a new generation retries it)."
+    )
 
 
 class InferenceDeploymentStatus(StatusModel):
@@ -490,8 +495,15 @@ class InferenceDeploymentStatus(StatusModel):
     pending_registry_updates: list[RegistryUpdate] | None = Field(
         default=None, description="MLflow alias moves and tags decided but not yet confirmed by MLflow."
     )
+    refused_registry_updates: list[RegistryUpdate] | None = Field(
+        default=None,
+        description="MLflow alias moves and tags MLflow refused (4xx), with its answer: retried when the spec "
+        "changes and every 10 minutes; they never hold back the rollout.",
+    )
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
-    conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Progressing, Degraded")
+    conditions: list[Condition] | None = conditions_field(
+        "Ready, Reconciling, Stalled, Progressing, Degraded, RegistrySynced"
+    )
 
 
 class InferenceDeployment(SlipwayModel):

@@ -1,0 +1,91 @@
+"""MLflow answering wrongly instead of being down (an HTTP proxy in front of it, the operator's only
+way to MLflow): while a 30%-error canary is analysed, registry writes answered 403 (as MLflow's auth
+denies them), alias reads answered with an HTML page, every other call delayed 10 s. The rollback is
+decided and carried out regardless; the refused rollback tag is parked with MLflow's answer and a
+condition naming it, and lands once MLflow accepts it and the spec changes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from faults.scenario import promoted, serving
+from integration.test_inferencedeployment import Versions, pods_of
+from localkube.faultproxy import HttpFaultProxy
+from localkube.wait import wait_for
+from slipway_e2e.lifecycle import condition
+from slipway_e2e.loadgen import LoadDriver
+from slipway_testing import apply_object, events_for, get_object, patch_object, phase_in, wait_status
+
+pytestmark = pytest.mark.cluster
+
+DENIED = {"error_code": "PERMISSION_DENIED", "message": "Permission denied for the operator's user"}
+
+
+def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, namespace, operators, figures, mlflow,
+                                                          trained):  # fmt: skip
+    proxy = HttpFaultProxy(cluster.mlflow_url).start()
+    try:
+        operators(standalone=True, env={"SLIPWAY_MLFLOW_URL": proxy.url})
+        versions = Versions(mlflow, f"digits-{namespace}", trained)
+        v1 = versions.publish()
+        apply_object(kube_api, namespace, serving(versions.model))
+        wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v1), 120, f"{v1} serving")
+        with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600) as load:
+            v2 = versions.publish(errorRate="0.3")
+            analysing = phase_in("Analyzing")
+            wait_status(kube_api, namespace, "InferenceDeployment", "digits", analysing, 120, "the canary analysed")
+            proxy.answer("POST", "/api/2.0/mlflow/model-versions/set-tag", 403, DENIED)
+            proxy.answer("POST", "/api/2.0/mlflow/registered-models/alias", 403, DENIED)
+            proxy.garbage("GET", "/api/2.0/mlflow/registered-models/alias")
+            proxy.delay("*", "*", 10)
+            started = time.monotonic()
+            idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                               lambda o: (o["status"].get("lastRollback") or {}).get("modelVersion") == v2,
+                               120, f"{v2} rolled back")  # fmt: skip
+            decided = time.monotonic() - started
+            wait_for(lambda: not pods_of(kube_api, namespace, "canary"), 60, "the canary pods gone")
+            canary_gone = time.monotonic() - started
+            refused = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                                  lambda o: bool(o["status"].get("refusedRegistryUpdates")), 60,
+                                  "the refused rollback tag parked")  # fmt: skip
+            synced = condition(refused, "RegistrySynced")
+            parked = refused["status"]["refusedRegistryUpdates"]
+            faked = dict(proxy.faked)
+
+            # MLflow accepts again; a spec change retries the parked update at once.
+            proxy.heal()
+            patch_object(kube_api, namespace, "InferenceDeployment", "digits",
+                         {"spec": {"rollout": {"progressDeadlineSeconds": 41}}})  # fmt: skip
+            healed = time.monotonic()
+            wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v2).tags.get(
+                "slipway.dev/rollback", ""), 60, "the rollback tag once MLflow accepts it")  # fmt: skip
+            recorded = time.monotonic() - healed
+            after = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                                lambda o: condition(o, "RegistrySynced").get("status") == "True", 30,
+                                "RegistrySynced=True")  # fmt: skip
+            stats = load.stats()
+        figures.inject(f"while canary {v2} (30% errors) was analysed, MLflow behind a proxy answered registry "
+                       "writes 403, alias reads with an HTML page, everything else 10 s late")  # fmt: skip
+        figures.took("faults on to the rollback decided", decided)
+        figures.took("faults on to no canary pod", canary_gone)
+        figures.took("spec changed (MLflow healthy) to the parked tag in MLflow", recorded)
+        figures.count(answered_by_the_proxy=faked, parked=[f"{p.get('key')}: {p.get('error')}" for p in parked],
+                      condition=f"{synced.get('reason')}: {synced.get('message')}")  # fmt: skip
+        figures.count(responses=dict(stats.by_code))
+        assert idep["status"]["phase"] == "RolledBack"
+        assert decided < 60
+        assert [p.get("key") for p in parked] == ["slipway.dev/rollback"]
+        assert "PERMISSION_DENIED" in parked[0]["error"] or "403" in parked[0]["error"]
+        assert (synced.get("status"), synced.get("reason")) == ("False", "RegistryUpdateRefused")
+        assert "slipway.dev/rollback" in synced.get("message", "")
+        assert not after["status"].get("refusedRegistryUpdates")
+        assert any(reason == "RegistryUpdateRefused" and "slipway.dev/rollback" in message
+                   for reason, message in events_for(kube_api, namespace, "digits"))  # fmt: skip
+        assert versions.alias("production") == v1
+        assert (
+            get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["stable"]["modelVersion"] == v1
+        )
+    finally:
+        proxy.close()
