@@ -113,6 +113,8 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     # No kopf peering (it pauses every replica of equal priority): replicas coordinate through
     # a Lease instead (slipway.leader), and every replica keeps watching to keep its cache warm.
     settings.peering.standalone = True
+    for resource, selector in watches.server_selectors().items():
+        settings.watching.label_selectors[resource] = selector  # type: ignore[index]
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10

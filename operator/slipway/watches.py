@@ -35,6 +35,21 @@ CHILDREN: dict[str, tuple[str, str, str]] = {
     "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
 }
 INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces")
+MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+
+
+def resource_of(group: str, version: str, plural: str) -> tuple[str, ...]:
+    """A resource as kopf's decorators and selector mappings name it (the core group has no name)."""
+    return (group, version, plural) if group else (version, plural)
+
+
+def server_selectors() -> dict[tuple[str, ...], str]:
+    """The label selector the API server applies to each child and pod watch (kopf's ``labels=`` on a
+    handler only filters what arrives): every pod and child Slipway makes carries
+    ``app.kubernetes.io/managed-by=slipway``, which its own labels win over any template's, so the
+    operator lists and watches nothing else, however many Pods, Services or Deployments the cluster has."""
+    resources = [resource_of(*child) for child in CHILDREN.values()] + [resource_of("", "v1", "pods")]
+    return dict.fromkeys(resources, MANAGED_SELECTOR)
 
 
 def cached(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,7 +87,7 @@ def _ref(body: Mapping[str, Any], *path: str) -> str | None:
 
 def _register_children() -> None:
     for index_id, (group, version, plural) in CHILDREN.items():
-        resource = (group, version, plural) if group else (version, plural)
+        resource = resource_of(group, version, plural)
 
         def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
             return _keys(body)
