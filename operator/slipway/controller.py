@@ -257,7 +257,8 @@ class Cache:
         if cached is None:
             return None
         same_object = mine is not None and mine["metadata"].get("uid") == cached["metadata"].get("uid")
-        return mine if same_object and mine is not None and _revision(mine) > _revision(cached) else cached
+        # At the same revision the operator's copy is the API server's answer to its own write: never older.
+        return mine if same_object and mine is not None and _revision(mine) >= _revision(cached) else cached
 
     def remember(self, key: Key, obj: dict[str, Any]) -> None:
         with self.lock:

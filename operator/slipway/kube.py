@@ -74,6 +74,29 @@ def is_not_found(exc: BaseException) -> bool:
     return isinstance(exc, ApiException) and exc.status == 404
 
 
+class Conflict(kopf.TemporaryError):
+    """409: the object changed since it was read (a stale cache, another writer). Routine: the pass
+    runs again at once with what the cluster now holds, and no condition or Event says so."""
+
+
+class Unavailable(kopf.TemporaryError):
+    """5xx, 429, a timeout or no connection: retried with backoff (``retry_after``: the seconds the
+    API server asked for in a ``Retry-After`` header, if it did)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message, delay=retry_after or 1)
+        self.retry_after = retry_after
+
+
+def retry_after(exc: ApiException) -> float | None:
+    """The ``Retry-After`` of an answer, in seconds (an HTTP date is not one the API server sends)."""
+    value = (exc.headers or {}).get("Retry-After") if exc.headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
 def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Call the API with a timeout; translate failures into kopf errors that name ``what`` was attempted.
 
@@ -83,9 +106,10 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except ApiException as exc:
         if exc.status == 404:
             raise
+        if exc.status == 409:
+            raise Conflict(f"{what}: API server answered 409 {exc.reason}", delay=0) from exc
         if exc.status in RETRYABLE_STATUSES:
-            delay = 1 if exc.status == 409 else 5
-            raise kopf.TemporaryError(f"{what}: API server answered {exc.status} {exc.reason}", delay=delay) from exc
+            raise Unavailable(f"{what}: API server answered {exc.status} {exc.reason}", retry_after(exc)) from exc
         if exc.status == 403:
             # RBAC, quotas and admission policies can be fixed without restarting: retry slowly.
             raise kopf.TemporaryError(
@@ -97,7 +121,7 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
             f"{what}: API server answered {exc.status} {exc.reason}: {status_message(exc)}"
         ) from exc
     except (OSError, urllib3.exceptions.HTTPError) as exc:
-        raise kopf.TemporaryError(f"{what}: cannot reach the API server: {exc}", delay=5) from exc
+        raise Unavailable(f"{what}: cannot reach the API server: {exc}") from exc
 
 
 def status_message(exc: ApiException) -> str:
@@ -190,10 +214,8 @@ def create(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
         return _plain(
             kube, call(what, _method(kube, kind, "create"), meta["namespace"], body, field_manager=FIELD_MANAGER)
         )
-    except kopf.TemporaryError as exc:
-        if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 409:
-            raise AlreadyExists(kind, meta["namespace"], meta["name"]) from exc
-        raise
+    except Conflict as exc:
+        raise AlreadyExists(kind, meta["namespace"], meta["name"]) from exc
 
 
 class AlreadyExists(Exception):

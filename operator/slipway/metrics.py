@@ -169,13 +169,24 @@ def _outcome(counter: Counter, *labels: str) -> Iterator[None]:
     counter.labels(*labels, "ok").inc()
 
 
+class Outcome:
+    """The result label of one reconciliation: ``ok`` unless set (``retry``) or the block raises (``error``)."""
+
+    result = "ok"
+
+
 @contextmanager
-def reconcile_timer(kind: str) -> Iterator[None]:
-    """Count one reconciliation and time it; an exception counts as an error."""
+def reconcile_timer(kind: str) -> Iterator[Outcome]:
+    """Count one reconciliation by its outcome and time it; an exception counts as an error."""
     start = time.monotonic()
+    outcome = Outcome()
     try:
-        with _outcome(RECONCILES, kind):
-            yield
+        yield outcome
+    except BaseException:
+        RECONCILES.labels(kind, "error").inc()
+        raise
+    else:
+        RECONCILES.labels(kind, outcome.result).inc()
     finally:
         RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - start)
 

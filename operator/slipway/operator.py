@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from slipway import metrics, watches
+from slipway import kube, metrics, watches
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
@@ -23,7 +24,7 @@ from slipway.leader import Fence, LeaderElector, LeaseStore, Timing
 from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
-from slipway.reconcile import Context
+from slipway.reconcile import REREAD, Context
 from slipway.redact import redact_log_records
 
 PREFIX = "slipway.dev"
@@ -150,14 +151,22 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
     """The function the scheduler runs for one object: its freshest body, a context, its kind's pass."""
     memories: dict[Key, dict[str, Any]] = {}
 
+    kinds = {plural: kind for kind, plural in watches.PLURALS.items()}
+
     def run(key: Key) -> float | None:
+        memory = memories.setdefault(key, {})
         body = memo.cache.parent(key)
+        if body is not None and memory.pop(REREAD, False):  # after a 409: what the API server holds now
+            body = kube.get(memo.kube, kinds[key[0]], key[1], key[2])
+            if body is not None:
+                memo.cache.remember(key, body)
         if body is None:
             memories.pop(key, None)
             return None  # deleted: its children go with it (ownerReferences)
         status_model, step = PASSES[key[0]]
-        ctx = Context(key, body, status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
-                      memo.get("prometheus"), memory=memories.setdefault(key, {}))  # fmt: skip
+        # A copy of its own: the pass stages changes on it, and kopf's index entry must stay as the watch saw it.
+        ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
+                      memo.get("prometheus"), memory=memory)  # fmt: skip
         return step(ctx)
 
     return run

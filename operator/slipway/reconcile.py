@@ -4,6 +4,7 @@ once at the end)."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -175,11 +176,52 @@ def run_pass(
     ``models`` names the MLflow models and experiments the spec uses (checked against the namespace's
     allow-list)."""
     metrics.OBJECTS.start(ctx.kind, ctx.namespace, ctx.name)
-    with metrics.reconcile_timer(ctx.kind):
+    ctx.memory.pop(RETRYING, None)
+    with metrics.reconcile_timer(ctx.kind) as outcome:
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
-        flush(ctx)
+        try:
+            flush(ctx)
+        except kube.Conflict:
+            requeue = conflicted(ctx)
+        if ctx.memory.get(RETRYING):
+            outcome.result = "retry"
     metrics.OBJECTS.observe(ctx.kind, ctx.namespace, ctx.name, ctx.body.get("status"))
     return requeue
+
+
+RETRIES = "retries"  # ctx.memory: consecutive passes the API server failed (backoff)
+RETRYING = "retrying"  # ctx.memory: this pass ends in a retry (counted as result="retry")
+REREAD = "reread"  # ctx.memory: the next pass reads its object from the API server, not the cache
+VISIBLE_AFTER = 3  # failed passes in a row before a condition says so (one is routine on a busy cluster)
+BACKOFF_BASE, BACKOFF_CAP = 1.0, 300.0
+
+
+def backoff(retries: int, retry_after: float | None = None, rng: Callable[[], float] = random.random) -> float:
+    """Seconds before try ``retries + 1``: exponential from ``BACKOFF_BASE`` to ``BACKOFF_CAP`` with equal
+    jitter (half fixed, half random, so that many objects failing at once do not retry at once), and
+    never sooner than the ``Retry-After`` the API server asked for."""
+    delay = min(BACKOFF_CAP, BACKOFF_BASE * 2 ** max(0, retries - 1))
+    jittered = delay / 2 + rng() * delay / 2
+    return max(jittered, retry_after or 0.0)
+
+
+def conflicted(ctx: Context) -> float:
+    """A 409: the object or a child changed since the cache saw it. Run again at once, the object read
+    from the API server; no condition, no Event (routine with two writers or a lagging watch)."""
+    ctx.memory[REREAD] = True
+    ctx.memory[RETRYING] = True
+    ctx.patch, ctx.events, ctx.deferred = {}, [], []
+    return 0.0
+
+
+def unavailable(ctx: Context, exc: kube.Unavailable) -> float:
+    """5xx, 429, a timeout: back off per object; after ``VISIBLE_AFTER`` in a row, say so in a condition."""
+    retries = ctx.memory[RETRIES] = int(ctx.memory.get(RETRIES, 0)) + 1
+    ctx.memory[RETRYING] = True
+    delay = backoff(retries, exc.retry_after)
+    if retries >= VISIBLE_AFTER:
+        ctx.write(reconciling("KubernetesUnavailable", f"{exc}; {retries} tries in a row, next in {delay:.0f}s"))
+    return delay
 
 
 def attempt(
@@ -200,13 +242,19 @@ def attempt(
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
             return None
         announce_generation(ctx)
-        return step(ctx, spec)
+        requeue = step(ctx, spec)
+        ctx.memory.pop(RETRIES, None)  # a clean pass resets the backoff
+        return requeue
     except InvalidSpec as exc:
         ctx.write(stalled("InvalidSpec", str(exc)))
         return None
     except tenancy.NotAllowed as exc:  # woken by the namespace's annotation when an admin allows it
         ctx.write(stalled(exc.reason, str(exc)))
         return None
+    except kube.Conflict:
+        return conflicted(ctx)
+    except kube.Unavailable as exc:
+        return unavailable(ctx, exc)
     except kopf.TemporaryError as exc:
         if exc.delay:  # delay 0: a step that only needs the next pass, not an outage
             ctx.write(reconciling("KubernetesUnavailable", f"{exc}; retrying"))

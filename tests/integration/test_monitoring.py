@@ -22,7 +22,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_alert_rules_load_and_every_dashboard_query_is_valid_promql(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(yaml.safe_dump({"groups": rule_groups()}))
-    assert "SUCCESS: 6 rules found" in promtool_check(rules)
+    assert "SUCCESS: 7 rules found" in promtool_check(rules)
     queries = dashboard_queries()
     assert len(queries) >= 15
     recording = [{"record": f"slipway:dashboard_panel_{i}", "expr": expr} for i, (_, expr) in enumerate(queries)]
@@ -71,6 +71,11 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
                     {"series": 'slipway_reconcile_total{kind="InferenceDeployment",result="error"}',
                      "values": "0+3x30"},
                     {"series": 'slipway_reconcile_total{kind="TrainingRun",result="error"}', "values": "5x30"},
+                    # TrainingRuns: mostly retries from minute 0; ModelArtifacts: a few among many successes.
+                    {"series": 'slipway_reconcile_total{kind="TrainingRun",result="retry"}', "values": "0+4x30"},
+                    {"series": 'slipway_reconcile_total{kind="TrainingRun",result="ok"}', "values": "0+1x30"},
+                    {"series": 'slipway_reconcile_total{kind="ModelArtifact",result="retry"}', "values": "0+1x30"},
+                    {"series": 'slipway_reconcile_total{kind="ModelArtifact",result="ok"}', "values": "0+5x30"},
                     {"series": 'slipway_external_requests_total{service="mlflow",outcome="error"}',
                      "values": "0+10x30"},
                     {"series": 'slipway_external_requests_total{service="mlflow",outcome="ok"}',
@@ -88,6 +93,8 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
                           version="7"),
                     fires("12m", "SlipwayObjectStalled", kind="TrainingRun", namespace="team-a", name="run"),
                     fires("12m", "SlipwayReconcileErrors", kind="InferenceDeployment"),
+                    {"eval_time": "10m", "alertname": "SlipwayReconcileRetries", "exp_alerts": []},
+                    fires("20m", "SlipwayReconcileRetries", kind="TrainingRun"),
                     {"eval_time": "4m", "alertname": "SlipwayMlflowUnreachable", "exp_alerts": []},
                     fires("20m", "SlipwayMlflowUnreachable"),
                     {"eval_time": "10m", "alertname": "SlipwayAnalysisInconclusive", "exp_alerts": []},

@@ -16,7 +16,7 @@ from slipway.controller import Scheduler
 from slipway.mlflow import MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
-from slipway.reconcile import Context, attempt
+from slipway.reconcile import REREAD, RETRIES, Context, attempt, backoff
 from slipway.status.conditions import ready, reconciling, stalled
 
 
@@ -88,14 +88,14 @@ def api_error(status: int, body: str = "") -> ApiException:
 @pytest.mark.parametrize(
     ("error", "expected", "delay"),
     [
-        (api_error(409), kopf.TemporaryError, 1),
-        (api_error(429), kopf.TemporaryError, 5),
-        (api_error(500), kopf.TemporaryError, 5),
-        (api_error(503), kopf.TemporaryError, 5),
+        (api_error(409), kube.Conflict, 0),
+        (api_error(429), kube.Unavailable, 1),
+        (api_error(500), kube.Unavailable, 1),
+        (api_error(503), kube.Unavailable, 1),
         (api_error(403, '{"message": "jobs is forbidden"}'), kopf.TemporaryError, 60),
         (api_error(422, '{"message": "spec.ports: Invalid"}'), kopf.PermanentError, None),
-        (urllib3.exceptions.ReadTimeoutError(None, "/api", "read timed out"), kopf.TemporaryError, 5),
-        (ConnectionRefusedError("refused"), kopf.TemporaryError, 5),
+        (urllib3.exceptions.ReadTimeoutError(None, "/api", "read timed out"), kube.Unavailable, 1),
+        (ConnectionRefusedError("refused"), kube.Unavailable, 1),
     ],
     ids=["409", "429", "500", "503", "403", "422", "read-timeout", "refused"],
 )
@@ -106,6 +106,7 @@ def test_api_errors_map_to_kopf_errors(error: BaseException, expected: type[Exce
 
     with pytest.raises(expected) as caught:
         kube.call("create Job team-a/x", failing)
+    assert type(caught.value) is expected
     assert "create Job team-a/x" in str(caught.value)
     if delay is not None:
         assert caught.value.delay == delay  # type: ignore[attr-defined]
@@ -134,7 +135,7 @@ def failing_step(error: Exception) -> Any:
     ("error", "condition", "reason", "requeue"),
     [
         (MlflowUnavailable("MLflow at http://m: connection refused"), "Reconciling", "MlflowUnavailable", 10),
-        (kopf.TemporaryError("API 503", delay=5), "Reconciling", "KubernetesUnavailable", 5),
+        (kopf.TemporaryError("API 403", delay=60), "Reconciling", "KubernetesUnavailable", 60),
         (kopf.PermanentError("API 422"), "Stalled", "KubernetesError", 60),
         (
             children.OwnedByOther(children.Decision("Refuse", "Service", "digits", "owned by x")),
@@ -150,6 +151,59 @@ def test_failures_become_conditions_and_a_retry(error: Exception, condition: str
     assert attempt(ctx, InferenceDeploymentSpec, failing_step(error)) == requeue
     cond = next(c for c in ctx.patch["conditions"] if c["type"] == condition)
     assert (cond["status"], cond["reason"]) == ("True", reason)
+
+
+def test_retry_after_is_read_from_the_answer() -> None:
+    exc = api_error(429)
+    exc.headers = {"Retry-After": "7"}
+    with pytest.raises(kube.Unavailable) as caught:
+        kube.call("x", lambda **_: (_ for _ in ()).throw(exc))
+    assert caught.value.retry_after == 7.0
+    exc.headers = {"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"}  # a date: not one the API server sends
+    with pytest.raises(kube.Unavailable) as caught:
+        kube.call("x", lambda **_: (_ for _ in ()).throw(exc))
+    assert caught.value.retry_after is None
+
+
+def test_backoff_doubles_from_1s_to_5min_with_jitter_and_honours_retry_after() -> None:
+    low, high = (lambda: 0.0), (lambda: 1.0)
+    assert [backoff(n, rng=high) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 8.0]
+    assert [backoff(n, rng=low) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]
+    assert backoff(20, rng=high) == 300.0 and backoff(20, rng=low) == 150.0
+    assert backoff(1, retry_after=30, rng=high) == 30.0  # never sooner than the server asked
+    delays = {round(backoff(5), 3) for _ in range(50)}
+    assert len(delays) > 10 and all(8 <= d <= 16 for d in delays)  # spread: objects failing together part
+
+
+def test_unavailable_api_backs_off_per_object_shows_a_condition_after_three_and_resets_on_success() -> None:
+    memory: dict[str, Any] = {}
+    delays, conditions = [], []
+    for _ in range(4):
+        ctx = context(status={"observedGeneration": 2})
+        ctx.mlflow, ctx.memory = object(), memory  # type: ignore[assignment]
+        delays.append(attempt(ctx, InferenceDeploymentSpec, failing_step(kube.Unavailable("API 503"))))
+        conditions.append(next((c["reason"] for c in ctx.patch.get("conditions", []) if c["type"] == "Reconciling"),
+                               None))  # fmt: skip
+    assert conditions == [None, None, "KubernetesUnavailable", "KubernetesUnavailable"]
+    assert 0.5 <= delays[0] <= 1 and 4 <= delays[3] <= 8
+    assert memory[RETRIES] == 4
+    ctx = context(status={"observedGeneration": 2})
+    ctx.mlflow, ctx.memory = object(), memory  # type: ignore[assignment]
+    assert attempt(ctx, InferenceDeploymentSpec, lambda ctx, spec: None) is None
+    assert RETRIES not in memory
+
+
+def test_a_conflict_reruns_at_once_reading_the_api_server_quietly() -> None:
+    ctx = context(status={"observedGeneration": 2})
+    ctx.mlflow = object()  # type: ignore[assignment]
+
+    def step(ctx: Context, spec: Any) -> float | None:
+        ctx.write(ready("Promoted"), phase="Promoted")
+        raise kube.Conflict("replace Deployment team-a/digits-stable: API server answered 409 Conflict", delay=0)
+
+    assert attempt(ctx, InferenceDeploymentSpec, step) == 0.0
+    assert (ctx.patch, ctx.events) == ({}, [])  # no condition, no Event: the next pass redoes it all
+    assert ctx.memory[REREAD] is True
 
 
 def test_an_invalid_spec_is_stalled_naming_the_field_and_waits_for_a_change() -> None:

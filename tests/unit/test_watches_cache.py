@@ -36,3 +36,32 @@ def test_every_index_keeps_the_slim_body() -> None:
     keys = watches.inferencedeployments(body=deployment)
     assert keys[("model", "n", "digits")] is keys[("name", "n", "train-0-abc")]
     assert all("managedFields" not in obj["metadata"] for obj in keys.values())
+
+
+def parent_body(uid: str, version: str, phase: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "d", "namespace": "n", "uid": uid, "resourceVersion": version},
+        "status": {"phase": phase},
+    }
+
+
+def test_a_pass_never_reads_its_object_older_than_its_own_last_write() -> None:
+    from slipway.controller import Cache
+
+    key = ("inferencedeployments", "n", "d")
+    index: dict[tuple[str, ...], list[dict[str, Any]]] = {("name", "n", "d"): [parent_body("u1", "10", "Analyzing")]}
+    cache = Cache({"inferencedeployments": index})
+    assert cache.parent(key) == parent_body("u1", "10", "Analyzing")
+    cache.remember(key, parent_body("u1", "11", "RolledBack"))  # the answer to its own status write
+    assert cache.parent(key)["status"]["phase"] == "RolledBack"  # the watch has not caught up
+    # The watch delivers that same revision (or a pass mutated the entry's resourceVersion in place):
+    # still the operator's write, never the older status.
+    index[("name", "n", "d")] = [parent_body("u1", "11", "Analyzing")]
+    assert cache.parent(key)["status"]["phase"] == "RolledBack"
+    index[("name", "n", "d")] = [parent_body("u1", "12", "Promoted")]  # a newer change: the watch wins
+    assert cache.parent(key)["status"]["phase"] == "Promoted"
+    # Deleted and re-created under the same name: the old write is never read for the new object.
+    index[("name", "n", "d")] = [parent_body("u2", "5", "")]
+    assert cache.parent(key)["metadata"]["uid"] == "u2"
+    index.clear()
+    assert cache.parent(key) is None
