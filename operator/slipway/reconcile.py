@@ -185,6 +185,8 @@ def run_pass(
             requeue = conflicted(ctx)
         if ctx.memory.get(RETRYING):
             outcome.result = "retry"
+        else:
+            ctx.memory.pop(CONFLICTS, None)
     metrics.OBJECTS.observe(ctx.kind, ctx.namespace, ctx.name, ctx.body.get("status"))
     return requeue
 
@@ -192,6 +194,7 @@ def run_pass(
 RETRIES = "retries"  # ctx.memory: consecutive passes the API server failed (backoff)
 RETRYING = "retrying"  # ctx.memory: this pass ends in a retry (counted as result="retry")
 REREAD = "reread"  # ctx.memory: the next pass reads its object from the API server, not the cache
+CONFLICTS = "conflicts"  # ctx.memory: consecutive passes that ended in a 409
 VISIBLE_AFTER = 3  # failed passes in a row before a condition says so (one is routine on a busy cluster)
 BACKOFF_BASE, BACKOFF_CAP = 1.0, 300.0
 
@@ -207,11 +210,13 @@ def backoff(retries: int, retry_after: float | None = None, rng: Callable[[], fl
 
 def conflicted(ctx: Context) -> float:
     """A 409: the object or a child changed since the cache saw it. Run again at once, the object read
-    from the API server; no condition, no Event (routine with two writers or a lagging watch)."""
+    from the API server; no condition, no Event (routine with two writers or a lagging watch). Conflicts
+    in a row (a child's watch event still on its way) wait 0.1, 0.2 … up to 2 s, never spin."""
+    conflicts = ctx.memory[CONFLICTS] = int(ctx.memory.get(CONFLICTS, 0)) + 1
     ctx.memory[REREAD] = True
     ctx.memory[RETRYING] = True
     ctx.patch, ctx.events, ctx.deferred = {}, [], []
-    return 0.0
+    return 0.0 if conflicts == 1 else min(2.0, 0.05 * 2 ** (conflicts - 1))
 
 
 def unavailable(ctx: Context, exc: kube.Unavailable) -> float:

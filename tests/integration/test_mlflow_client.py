@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -151,3 +154,67 @@ def test_updates_mlflow_refuses_are_returned_with_its_answer_and_hold_back_nothi
     assert "latest" in refused[0][1] and "(HTTP 400)" in refused[0][1]
     assert "not found" in refused[1][1]
     assert mlflow.get_version_by_alias(name, "production").version == version  # type: ignore[union-attr]
+
+
+class Racer(MlflowClient):
+    """A client whose first lookup waits at ``barrier``: two racers both find nothing, then both create."""
+
+    def __init__(self, url: str, barrier: threading.Barrier) -> None:
+        super().__init__(url)
+        self.barrier, self.looked = barrier, False
+
+    def _first(self, found: list[Any]) -> list[Any]:
+        if not self.looked:
+            self.looked = True
+            self.barrier.wait(10)
+            return []  # as both saw it before either created
+        return found
+
+    def search_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._first(super().search_runs(*args, **kwargs))
+
+    def search_model_versions(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return self._first(super().search_model_versions(*args, **kwargs))
+
+
+def race(mlflow: MlflowClient, act: Any, writers: int = 2) -> list[Any]:
+    barrier = threading.Barrier(writers)
+    clients = [Racer(mlflow.tracking_uri, barrier) for _ in range(writers)]
+    with ThreadPoolExecutor(writers) as pool:
+        results = list(pool.map(act, clients))
+    for client in clients:
+        client.close()
+    return results
+
+
+@pytest.mark.parametrize("writers", [2, 3])
+def test_writers_racing_to_create_a_run_converge_on_one_and_delete_their_duplicates(
+    mlflow: MlflowClient, writers: int
+) -> None:
+    experiment, uid = _name("race"), str(uuid.uuid4())
+    runs = race(mlflow, lambda c: c.run_of(experiment, uid, "train", "r", {}), writers)
+    assert len({r.run_id for r in runs}) == 1  # every writer goes on with the same run
+    remaining = mlflow.search_runs([mlflow.get_or_create_experiment(experiment)], tag_filter("slipway.dev/uid", uid))
+    assert [r.run_id for r in remaining] == [runs[0].run_id]  # the duplicates are deleted
+
+
+@pytest.mark.parametrize("writers", [2, 3])
+def test_writers_racing_to_register_a_version_converge_on_the_lowest_and_delete_theirs(
+    mlflow: MlflowClient, writers: int
+) -> None:
+    run = mlflow.create_run(mlflow.get_or_create_experiment(_name("exp")))
+    name, uid = _name("digits"), str(uuid.uuid4())
+    mlflow.get_or_create_registered_model(name)
+
+    def register(client: MlflowClient) -> str:
+        found = client.version_of(name, uid, "source")
+        if found is not None:
+            return found.version
+        return client.register_version(
+            name, run_artifact_uri(run.run_id, "model"), run.run_id, uid, "source", {}
+        ).version
+
+    versions = race(mlflow, register, writers)
+    assert versions == ["1"] * writers
+    left = mlflow.search_model_versions(model_version_filter(name))
+    assert [v.version for v in left] == ["1"]

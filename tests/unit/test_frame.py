@@ -204,6 +204,9 @@ def test_a_conflict_reruns_at_once_reading_the_api_server_quietly() -> None:
     assert attempt(ctx, InferenceDeploymentSpec, step) == 0.0
     assert (ctx.patch, ctx.events) == ({}, [])  # no condition, no Event: the next pass redoes it all
     assert ctx.memory[REREAD] is True
+    # In a row (a child's watch event still on its way): a short, growing wait, never a spin.
+    delays = [attempt(ctx, InferenceDeploymentSpec, step) for _ in range(7)]
+    assert delays == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
 
 
 def test_an_invalid_spec_is_stalled_naming_the_field_and_waits_for_a_change() -> None:

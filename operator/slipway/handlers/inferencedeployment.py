@@ -241,15 +241,24 @@ class Reconciler:
             result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
         elif deployments["canary"] is not None and deployments["canary"]["spec"].get("replicas"):
             name = build.deployment_name(self.name, "canary")
-            result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, {"spec": {"replicas": 0}})
+            seen = deployments["canary"]["metadata"]["resourceVersion"]  # a 409 if it changed since
+            body = {"metadata": {"resourceVersion": seen}, "spec": {"replicas": 0}}
+            result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, body)
         if self.spec.traffic.mode == "GatewayAPI":
             route = build.http_route(self.name, self.namespace, self.spec, decision.route_weight)
             self.ctx.ensure("httproutes", route)
         else:
             self.ctx.prune("httproutes", [])
         if decision.consumed_annotation:
-            body = {"metadata": {"annotations": {decision.consumed_annotation: None}}}
-            self.ctx.deferred.append(lambda: kube.patch(self.ctx.kube, self.ctx.kind, self.namespace, self.name, body))
+            consumed = decision.consumed_annotation
+
+            def remove() -> None:  # after the status write: at the resourceVersion that write returned
+                version = self.ctx.body["metadata"]["resourceVersion"]
+                meta = {"annotations": {consumed: None}, "resourceVersion": version}
+                written = kube.patch(self.ctx.kube, self.ctx.kind, self.namespace, self.name, {"metadata": meta})
+                self.ctx.cache.remember(self.ctx.key, written)
+
+            self.ctx.deferred.append(remove)
         return result
 
     def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:

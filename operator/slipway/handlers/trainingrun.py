@@ -52,6 +52,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         body = build.job(ctx.name, ctx.namespace, spec, link, priority_class(ctx, spec))
         job = ctx.ensure("jobs", with_credentials(body, ctx.config.mlflow_credentials_secret))
     elif (patch := suspend_patch(spec, job)) is not None:
+        seen = job["metadata"]["resourceVersion"]  # a 409 if it changed since
+        patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": seen}
         job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None

@@ -4,6 +4,8 @@ a crash at any line finds what the earlier pass made instead of making it twice.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping
 
 from slipway.mlflow.filters import model_version_filter, tag_filter
@@ -11,33 +13,67 @@ from slipway.mlflow.http import MlflowError, MlflowUnavailable
 from slipway.mlflow.registry import ModelVersion, Registry
 from slipway.mlflow.tracking import Run, Tracking
 
+log = logging.getLogger(__name__)
+
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
 
 
+SETTLE_SECONDS = 0.5  # after creating a run: how long another writer's create has to become visible
+
+
+def canonical_run(runs: list[Run]) -> Run:
+    """Of several runs made for the same key (two writers raced), the one every writer keeps: the
+    earliest started, then the smallest id."""
+    return min(runs, key=lambda r: (r.start_time or 0, r.run_id))
+
+
+def canonical_version(versions: list[ModelVersion]) -> ModelVersion:
+    """Of several versions registered for the same key, the one every writer keeps: the lowest number,
+    which MLflow assigns in order, so any writer that made another one sees it."""
+    return min(versions, key=lambda v: int(v.version))
+
+
 class Records(Tracking, Registry):
-    """Idempotent creates of runs and model versions, keyed by (object uid, role)."""
+    """Idempotent creates of runs and model versions, keyed by (object uid, role): looked up before a
+    create, and checked after it, so that two writers racing (a crash and a retry, two replicas)
+    converge on one record and the loser deletes its own duplicate."""
 
     def run_of(self, experiment: str, uid: str, role: str | None, run_name: str, tags: Mapping[str, str]) -> Run:
         """The run tagged with ``uid`` (and ``role``) in ``experiment``, else a new one so tagged."""
         experiment_id = self.get_or_create_experiment(experiment)
         query = tag_filter(UID_TAG, uid) + (f" and {tag_filter(ROLE_TAG, role)}" if role else "")
-        found = self.search_runs([experiment_id], filter=query, max_results=1)
+        found = self.search_runs([experiment_id], filter=query)
         if found:
-            return found[0]
+            return canonical_run(found)
         keys = {UID_TAG: uid, **({ROLE_TAG: role} if role else {}), **tags}
-        return self.create_run(experiment_id, run_name=run_name, tags=keys)
+        mine = self.create_run(experiment_id, run_name=run_name, tags=keys)
+        time.sleep(SETTLE_SECONDS)
+        found = self.search_runs([experiment_id], filter=query)
+        winner = canonical_run([mine, *(r for r in found if r.run_id != mine.run_id)])
+        if winner.run_id != mine.run_id:
+            log.warning("MLflow run %s duplicates run %s (same %s=%s): deleted, %s kept", mine.run_id,
+                        winner.run_id, UID_TAG, uid, winner.run_id)  # fmt: skip
+            self.delete_run(mine.run_id)
+        return winner
 
     def version_of(self, model: str, uid: str, role: str) -> ModelVersion | None:
-        """The model version registered for ``uid`` in ``role``, if any."""
+        """The model version registered for ``uid`` in ``role``, if any (the canonical one of several)."""
         found = self.search_model_versions(model_version_filter(model, {UID_TAG: uid, ROLE_TAG: role}))
-        return found[0] if found else None
+        return canonical_version(found) if found else None
 
     def register_version(
         self, model: str, source: str, run_id: str | None, uid: str, role: str, tags: Mapping[str, str]
     ) -> ModelVersion:
-        """Register ``source`` as a new version tagged with ``uid`` and ``role`` (look up first)."""
-        return self.create_model_version(model, source, run_id=run_id, tags={UID_TAG: uid, ROLE_TAG: role, **tags})
+        """Register ``source`` as a new version tagged with ``uid`` and ``role`` (the caller looked up
+        first); if another writer registered one too, the lowest number is kept and ours deleted."""
+        mine = self.create_model_version(model, source, run_id=run_id, tags={UID_TAG: uid, ROLE_TAG: role, **tags})
+        winner = self.version_of(model, uid, role) or mine
+        if int(mine.version) > int(winner.version):
+            log.warning("MLflow model %s version %s duplicates version %s (same %s=%s, %s): deleted", model,
+                        mine.version, winner.version, UID_TAG, uid, role)  # fmt: skip
+            self.delete_model_version(model, mine.version)
+        return winner if int(winner.version) < int(mine.version) else mine
 
     def apply_updates(
         self, updates: list[dict[str, str]]

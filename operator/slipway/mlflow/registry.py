@@ -115,6 +115,14 @@ class Registry(MlflowHttp):
         found = self._pages("GET", "/mlflow/model-versions/search", request, "model_versions")
         return [ModelVersion.from_json(v) for v in found]
 
+    def delete_model_version(self, name: str, version: str | int) -> None:
+        """Delete one version of ``name``; an absent one is not an error."""
+        try:
+            body = {"name": name, "version": str(version)}
+            self._call("DELETE", "/mlflow/model-versions/delete", json=body, idempotent=True)
+        except MlflowNotFound:
+            pass
+
     def get_model_version(self, name: str, version: str | int) -> ModelVersion:
         answer = self._call("GET", "/mlflow/model-versions/get", params={"name": name, "version": str(version)})
         return ModelVersion.from_json(answer["model_version"])

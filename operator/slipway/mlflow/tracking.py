@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
@@ -145,6 +146,11 @@ class Tracking(MlflowHttp):
         if run_name:
             body["run_name"] = run_name
         return Run.from_json(self._call("POST", "/mlflow/runs/create", json=body)["run"])
+
+    def delete_run(self, run_id: str) -> None:
+        """Mark a run deleted (MLflow keeps it restorable); an absent run is not an error."""
+        with contextlib.suppress(MlflowNotFound):
+            self._call("POST", "/mlflow/runs/delete", json={"run_id": run_id}, idempotent=True)
 
     def get_run(self, run_id: str) -> Run:
         return Run.from_json(self._call("GET", "/mlflow/runs/get", params={"run_id": run_id})["run"])
