@@ -33,56 +33,113 @@ PassFn = Callable[[Key], "float | None"]
 ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
+CRITICAL, URGENT, TIMED = "critical", "urgent", "timed"
+AGEING_SECONDS = 30.0  # a timed pass that has waited this long goes before passes a change woke
+
+
+@dataclass
+class Waiter:
+    key: Key
+    lane: str
+    since: float
+    future: asyncio.Future[None]
+
+
 class Slots:
-    """``size`` passes at once. A freed slot goes to the oldest pass waiting that a change woke
-    (a new object, a spec change, a child's event) before any pass that only its own timer woke
-    (a requeue: training progress, the alias poll, a canary's tick, a retry): at scale, the passes
-    that time alone asks for use what capacity is left and never hold back new work."""
+    """``size`` passes at once, in three lanes:
 
-    def __init__(self, size: int) -> None:
-        self.free = size
-        self.urgent: deque[asyncio.Future[None]] = deque()
-        self.timed: deque[asyncio.Future[None]] = deque()
-        self.waiting: dict[Key, asyncio.Future[None]] = {}  # keys waiting in the timed lane
+    - *critical*: passes of an InferenceDeployment in an active rollout (its analysis, its rollback).
+      One slot (``reserved``) is theirs alone: however many other passes are slow (a blackholed MLflow
+      answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
+    - *urgent*: passes a change woke (a new object, a spec change, a child's event).
+    - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
-    async def acquire(self, key: Key, urgent: bool) -> None:
-        if self.free > 0 and not self.urgent and not self.timed:
-            self.free -= 1
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        (self.urgent if urgent else self.timed).append(future)
-        if not urgent:
-            self.waiting[key] = future
+    A freed slot goes to the oldest critical waiter, then to a timed one that has waited
+    ``ageing`` seconds (so a stream of changes never starves a poll for ever), then to the oldest
+    urgent one, then to the oldest timed one."""
+
+    def __init__(self, size: int, reserved: int = 1, ageing: float = AGEING_SECONDS) -> None:
+        self.size = size
+        self.reserved = max(0, min(reserved, size - 1))
+        self.ageing = ageing
+        self.busy = {CRITICAL: 0, URGENT: 0, TIMED: 0}
+        self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), URGENT: deque(), TIMED: deque()}
+        self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
+
+    @property
+    def urgent(self) -> deque[Waiter]:
+        return self.lanes[URGENT]
+
+    @property
+    def timed(self) -> deque[Waiter]:
+        return self.lanes[TIMED]
+
+    @property
+    def free(self) -> int:
+        return self.size - sum(self.busy.values())
+
+    def _fits(self, lane: str) -> bool:
+        """A slot is free for ``lane`` (the reserved ones only for critical passes)."""
+        if lane == CRITICAL:
+            return self.free > 0
+        return self.free > 0 and self.busy[URGENT] + self.busy[TIMED] < self.size - self.reserved
+
+    def _next(self, now: float) -> Waiter | None:
+        """Who gets a free slot now, by the lanes' order."""
+        if self.lanes[CRITICAL] and self._fits(CRITICAL):
+            return self.lanes[CRITICAL][0]
+        if not self._fits(URGENT):
+            return None
+        timed = self.lanes[TIMED]
+        if timed and now - timed[0].since >= self.ageing:
+            return timed[0]
+        return (self.lanes[URGENT] or timed or [None])[0]
+
+    async def acquire(self, key: Key, lane: str) -> None:
+        loop = asyncio.get_running_loop()
+        waiter = Waiter(key, lane, loop.time(), loop.create_future())
+        self.lanes[lane].append(waiter)
+        if lane == TIMED:
+            self.waiting[key] = waiter
+        self._dispatch()
         try:
-            await future
+            await waiter.future
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.release()  # the slot was handed over as the task was cancelled: pass it on
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(waiter.lane)  # the slot was handed over as the task was cancelled: pass it on
             else:
-                for lane in (self.urgent, self.timed):
-                    with contextlib.suppress(ValueError):
-                        lane.remove(future)
+                with contextlib.suppress(ValueError):
+                    self.lanes[waiter.lane].remove(waiter)
             raise
         finally:
-            if self.waiting.get(key) is future:
+            if self.waiting.get(key) is waiter:
                 del self.waiting[key]
+
+    def lane_of(self, key: Key) -> str | None:
+        """The lane ``key`` waits in, None if it does not wait."""
+        return next((lane for lane, waiters in self.lanes.items() if any(w.key == key for w in waiters)), None)
 
     def promote(self, key: Key) -> None:
         """A change woke ``key`` while its timed pass waits for a slot: it waits as urgent now."""
-        future = self.waiting.pop(key, None)
-        if future is not None and not future.done():
+        waiter = self.waiting.pop(key, None)
+        if waiter is not None and not waiter.future.done():
             with contextlib.suppress(ValueError):
-                self.timed.remove(future)
-                self.urgent.append(future)
+                self.lanes[TIMED].remove(waiter)
+                waiter.lane = URGENT
+                self.lanes[URGENT].append(waiter)
 
-    def release(self) -> None:
-        for lane in (self.urgent, self.timed):
-            while lane:
-                future = lane.popleft()
-                if not future.done():
-                    future.set_result(None)
-                    return
-        self.free += 1
+    def release(self, lane: str) -> None:
+        self.busy[lane] -= 1
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        now = asyncio.get_running_loop().time()
+        while (waiter := self._next(now)) is not None:
+            self.lanes[waiter.lane].popleft()
+            if waiter.future.done():
+                continue  # cancelled while it waited
+            self.busy[waiter.lane] += 1
+            waiter.future.set_result(None)
 
 
 class Scheduler:
@@ -106,6 +163,7 @@ class Scheduler:
         self.active = True
         self.pending: set[Key] = set()
         self.started: dict[Key, float] = {}  # loop time each running pass got its slot (liveness)
+        self.critical: set[Key] = set()  # keys whose passes take the critical lane (see Slots)
 
     def wake(self, key: Key, delay: float = 0.0, *, requeue: bool = False) -> None:
         """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). ``requeue``:
@@ -143,10 +201,18 @@ class Scheduler:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def mark_critical(self, key: Key, critical: bool) -> None:
+        """``key``'s passes are time-critical (an active rollout) or no longer; any thread."""
+        if critical:
+            self.critical.add(key)
+        else:
+            self.critical.discard(key)
+
     async def _pass(self, key: Key, urgent: bool = True) -> None:
         requeue: float | None
+        lane = CRITICAL if key in self.critical else URGENT if urgent else TIMED
         try:
-            await self.slots.acquire(key, urgent)
+            await self.slots.acquire(key, lane)
             try:
                 if not self.active:  # leadership lost while this pass waited for a slot
                     self.pending.add(key)
@@ -159,7 +225,7 @@ class Scheduler:
                 finally:
                     self.started.pop(key, None)
             finally:
-                self.slots.release()
+                self.slots.release(lane)
             self.failures.pop(key, None)
         except kopf.TemporaryError as exc:
             requeue = float(exc.delay or 5)
@@ -184,6 +250,7 @@ class Scheduler:
         self.failures.pop(key, None)
         self.pending.discard(key)
         self.requeued.discard(key)
+        self.critical.discard(key)
 
     def pause(self) -> None:
         """Stand by: wake-ups are kept, no new pass starts (passes already running finish)."""

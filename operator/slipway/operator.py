@@ -167,7 +167,11 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
         # A copy of its own: the pass stages changes on it, and kopf's index entry must stay as the watch saw it.
         ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
                       memo.get("prometheus"), memory=memory)  # fmt: skip
-        return step(ctx)
+        requeue = step(ctx)
+        if key[0] == "inferencedeployments":  # an active rollout's passes take the critical lane
+            phase = (ctx.body.get("status") or {}).get("phase")
+            memo.scheduler.mark_critical(key, phase in inferencedeployment.ACTIVE)
+        return requeue
 
     return run
 

@@ -12,7 +12,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from slipway import children, kube
-from slipway.controller import Scheduler
+from slipway.controller import CRITICAL, TIMED, URGENT, Scheduler, Slots
 from slipway.mlflow import MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
@@ -318,3 +318,82 @@ def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_as
         return runs
 
     assert asyncio.run(scenario()) == ["busy", "new", "poll-3", "poll-1", "poll-2"]
+
+
+def test_an_active_rollouts_pass_gets_the_reserved_slot_however_many_slow_passes_wait() -> None:
+    # A blackholed MLflow: every other pass blocks until its call times out. 4 slots, 8 such passes:
+    # the canary's analysis still runs at once, in the slot kept for the critical lane.
+    async def scenario() -> tuple[float, int]:
+        loop = asyncio.get_running_loop()
+        gate = asyncio.Event()
+        started: dict[str, float] = {}
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            started[key[2]] = loop.time()
+            if key[2].startswith("slow"):
+                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
+            return None
+
+        scheduler = Scheduler(run, workers=4)
+        for i in range(8):
+            scheduler.wake(("modelartifacts", "n", f"slow-{i}"))
+        await until(lambda: len(scheduler.started) == 3)  # 3 of 4 slots: one is kept
+        canary = ("inferencedeployments", "n", "canary")
+        scheduler.mark_critical(canary, True)
+        woken = loop.time()
+        scheduler.wake(canary, requeue=True)  # its analysis tick
+        await until(lambda: "canary" in started)
+        waited = loop.time() - woken
+        slow_running = sum(1 for k in scheduler.started if k[2].startswith("slow"))
+        gate.set()
+        assert await scheduler.idle(5)
+        return waited, slow_running
+
+    waited, slow_running = asyncio.run(scenario())
+    assert waited < 0.5 and slow_running == 3
+
+
+def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(1, reserved=0, ageing=0.2)
+        await slots.acquire(("x", "n", "busy"), URGENT)
+
+        async def wait_for_slot(name: str, lane: str) -> None:
+            await slots.acquire(("x", "n", name), lane)
+            order.append(name)
+            slots.release(lane)
+
+        tasks = [loop.create_task(wait_for_slot("poll", TIMED))]
+        await asyncio.sleep(0.01)
+        tasks.append(loop.create_task(wait_for_slot("change-1", URGENT)))
+        await asyncio.sleep(0.01)
+        slots.release(URGENT)  # change-1 goes first: the poll has not waited 0.2 s yet
+        await asyncio.sleep(0.01)
+        await slots.acquire(("x", "n", "busy-2"), URGENT)  # a stream of changes keeps the slot busy
+        tasks.append(loop.create_task(wait_for_slot("change-2", URGENT)))
+        await asyncio.sleep(0.3)
+        slots.release(URGENT)  # now the poll has aged: it goes before change-2
+        await asyncio.gather(*tasks)
+        return order
+
+    assert asyncio.run(scenario()) == ["change-1", "poll", "change-2"]
+
+
+def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -> None:
+    async def scenario() -> dict[str, int]:
+        loop = asyncio.get_running_loop()
+        slots = Slots(2, reserved=1)
+        await slots.acquire(("x", "n", "a"), URGENT)  # the one non-reserved slot
+        waiting = [loop.create_task(slots.acquire(("x", "n", f"w{i}"), lane)) for i, lane in enumerate((URGENT, TIMED))]
+        await asyncio.sleep(0.01)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+        slots.release(URGENT)
+        await slots.acquire(("x", "n", "c"), CRITICAL)
+        await slots.acquire(("x", "n", "d"), URGENT)
+        return dict(slots.busy)
+
+    assert asyncio.run(scenario()) == {"critical": 1, "urgent": 1, "timed": 0}
