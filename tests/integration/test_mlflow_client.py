@@ -157,24 +157,23 @@ def test_updates_mlflow_refuses_are_returned_with_its_answer_and_hold_back_nothi
 
 
 class Racer(MlflowClient):
-    """A client whose first lookup waits at ``barrier``: two racers both find nothing, then both create."""
+    """Writers in lock-step: every one looks up and finds nothing, every one creates, then every one
+    checks (the race the check after create settles: both creates landed, neither knew of the other)."""
 
     def __init__(self, url: str, barrier: threading.Barrier) -> None:
         super().__init__(url)
-        self.barrier, self.looked = barrier, False
+        self.barrier, self.lookups = barrier, 0
 
-    def _first(self, found: list[Any]) -> list[Any]:
-        if not self.looked:
-            self.looked = True
-            self.barrier.wait(10)
-            return []  # as both saw it before either created
-        return found
+    def _step(self, search: Any) -> list[Any]:
+        self.lookups += 1
+        self.barrier.wait(10)  # the first lookup: all at once; the check: once every create landed
+        return [] if self.lookups == 1 else search()
 
     def search_runs(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._first(super().search_runs(*args, **kwargs))
+        return self._step(lambda: super(Racer, self).search_runs(*args, **kwargs))
 
     def search_model_versions(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return self._first(super().search_model_versions(*args, **kwargs))
+        return self._step(lambda: super(Racer, self).search_model_versions(*args, **kwargs))
 
 
 def race(mlflow: MlflowClient, act: Any, writers: int = 2) -> list[Any]:

@@ -5,7 +5,6 @@ a crash at any line finds what the earlier pass made instead of making it twice.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 
 from slipway.mlflow.filters import model_version_filter, tag_filter
@@ -17,9 +16,6 @@ log = logging.getLogger(__name__)
 
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
-
-
-SETTLE_SECONDS = 0.5  # after creating a run: how long another writer's create has to become visible
 
 
 def canonical_run(runs: list[Run]) -> Run:
@@ -36,8 +32,11 @@ def canonical_version(versions: list[ModelVersion]) -> ModelVersion:
 
 class Records(Tracking, Registry):
     """Idempotent creates of runs and model versions, keyed by (object uid, role): looked up before a
-    create, and checked after it, so that two writers racing (a crash and a retry, two replicas)
-    converge on one record and the loser deletes its own duplicate."""
+    create, and checked after it, so that two writers racing converge on one record and the loser
+    deletes its own duplicate. Versions converge always (MLflow numbers them in order, so a writer
+    sees every lower one). Runs converge when each writer's check sees the other's run; a check made
+    before the other's create landed keeps its own. Between replicas that cannot happen: a leader
+    exits 5 s before a standby may lead (``slipway.leader``), so its last create has long landed."""
 
     def run_of(self, experiment: str, uid: str, role: str | None, run_name: str, tags: Mapping[str, str]) -> Run:
         """The run tagged with ``uid`` (and ``role``) in ``experiment``, else a new one so tagged."""
@@ -48,7 +47,6 @@ class Records(Tracking, Registry):
             return canonical_run(found)
         keys = {UID_TAG: uid, **({ROLE_TAG: role} if role else {}), **tags}
         mine = self.create_run(experiment_id, run_name=run_name, tags=keys)
-        time.sleep(SETTLE_SECONDS)
         found = self.search_runs([experiment_id], filter=query)
         winner = canonical_run([mine, *(r for r in found if r.run_id != mine.run_id)])
         if winner.run_id != mine.run_id:
