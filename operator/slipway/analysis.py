@@ -124,11 +124,34 @@ VLLM_PRESET = Preset(
 PRESETS: dict[str, Preset] = {"slipway": SLIPWAY_PRESET, "vllm": VLLM_PRESET}
 
 
+def counted_in_window(series: str, window: str) -> str:
+    """How much the counters of ``series`` grew in the last ``window``, a series first seen inside it
+    counting from 0. A labelled counter (requests by code) has no 5xx series until a pod's first failure,
+    and ``rate()`` cannot see a series' first value: read with ``rate()``, a fresh canary's first errors
+    are no errors at all, and it passes. Here each series' last value in the window minus its last value
+    before the window (0 when it had none: a labelled counter starts at 0 when its first increment makes
+    it), never below 0 (a restarted process)."""
+    last = f"last_over_time({series}[{window}])"
+    before = f"last_over_time({series}[{window}] offset {window})"
+    return f"sum(clamp_min({last} - ({before} or {last} * 0), 0))"
+
+
 def _error_ratio(preset: Preset, selector: str, window: str) -> str:
-    failed = f"sum(rate({preset.requests}{{{selector}, {preset.failed_requests}}}[{window}]))"
-    total = f"sum(rate({preset.requests}{{{selector}}}[{window}]))"
-    # A labelled counter has no 5xx series until the first failure: none yet is 0, not no data.
-    return f"({failed} or vector(0)) / {total}"
+    requests = f"{preset.requests}{{{selector}}}"
+    failed = counted_in_window(f"{preset.requests}{{{selector}, {preset.failed_requests}}}", window)
+    total = counted_in_window(requests, window)
+    # No 5xx series at all is 0 errors; no request at all is no data (0/0): Inconclusive. Nor is a track
+    # judged before two scrapes have seen it serve: the first may come before its first failure.
+    return f"(({failed} or vector(0)) / {total}) and on() ({served_before_last_scrape(requests, window)} > 0)"
+
+
+def served_before_last_scrape(series: str, window: str) -> str:
+    """How much the counters of ``series`` had grown in the window by the scrape before the last one
+    (a series with one sample had grown by nothing yet): more than 0 once two scrapes saw requests."""
+    last = f"last_over_time({series}[{window}])"
+    latest_step = f"(idelta({series}[{window}]) or {last})"
+    before = f"(last_over_time({series}[{window}] offset {window}) or {last} * 0)"
+    return f"sum(clamp_min({last} - {latest_step} - {before}, 0))"
 
 
 def _quantile(q: float, histograms: Sequence[str], selector: str, window: str) -> str:

@@ -54,6 +54,8 @@ workers to the process that prints the summary, module globals do not."""
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[Any]:
     rep = yield
+    if rep.when == "call":
+        item.rep_call = rep  # the operators fixture prints their logs when the test failed
     figures = getattr(item, "fault_figures", None)
     if figures is not None and rep.when == "call":
         figures.outcome = rep.outcome
@@ -86,8 +88,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture
-def operators(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[..., OperatorReplica]]:
-    """A factory of operator processes watching the test's namespace; all stopped afterwards."""
+def operators(
+    cluster, slipway_crds, namespace, tmp_path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., OperatorReplica]]:
+    """A factory of operator processes watching the test's namespace; all stopped afterwards. When the
+    test failed, the end of each one's log is printed with the failure."""
     started: list[OperatorReplica] = []
 
     def start(name: str = "operator", **kwargs: Any) -> OperatorReplica:
@@ -98,3 +103,8 @@ def operators(cluster, slipway_crds, namespace, tmp_path) -> Iterator[Callable[.
     yield start
     for replica in started:
         replica.stop()
+    call = getattr(request.node, "rep_call", None)
+    if call is not None and call.failed:
+        for replica in started:
+            print(f"--- the last 150 lines of {replica.name}'s log ---")
+            print("\n".join(replica.log().splitlines()[-150:]))

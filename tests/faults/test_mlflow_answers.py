@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from kubernetes import client
 
 from faults.scenario import promoted, serving
 from integration.test_inferencedeployment import Versions, pods_of
@@ -45,7 +46,11 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
                                lambda o: (o["status"].get("lastRollback") or {}).get("modelVersion") == v2,
                                120, f"{v2} rolled back")  # fmt: skip
             decided = time.monotonic() - started
-            wait_for(lambda: not pods_of(kube_api, namespace, "canary"), 60, "the canary pods gone")
+            apps = client.AppsV1Api(kube_api)
+            wait_for(lambda: apps.read_namespaced_deployment("digits-canary", namespace).spec.replicas == 0, 60,
+                     "the canary scaled to 0")  # fmt: skip
+            scaled_down = time.monotonic() - started
+            wait_for(lambda: not pods_of(kube_api, namespace, "canary"), 120, "the canary pods gone")
             canary_gone = time.monotonic() - started
             refused = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
                                   lambda o: bool(o["status"].get("refusedRegistryUpdates")), 60,
@@ -69,6 +74,7 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
         figures.inject(f"while canary {v2} (30% errors) was analysed, MLflow behind a proxy answered registry "
                        "writes 403, alias reads with an HTML page, everything else 10 s late")  # fmt: skip
         figures.took("faults on to the rollback decided", decided)
+        figures.took("faults on to the canary scaled to 0", scaled_down)
         figures.took("faults on to no canary pod", canary_gone)
         figures.took("spec changed (MLflow healthy) to the parked tag in MLflow", recorded)
         figures.count(answered_by_the_proxy=faked, parked=[f"{p.get('key')}: {p.get('error')}" for p in parked],

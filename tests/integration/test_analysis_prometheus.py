@@ -11,8 +11,10 @@ target labels stand in for what pod discovery and ``labelmap`` give in a cluster
 
 from __future__ import annotations
 
+import random
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,7 @@ from slipway.analysis import AnalysisOutcome
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
 from slipway.prometheus import PrometheusClient, run_analysis
 from slipway.workloads.serve import ServingMetrics
+from slipway_testing import report
 
 # The same Prometheus as the local cluster's (`make prometheus`), here with static targets.
 PROMETHEUS_BIN = str(prometheus_binary())
@@ -48,9 +51,15 @@ class Track:
     latency_seconds: float
     failures_per_tick: int = 0
     successes_per_tick: int = 10
+    error_share: float = 0.0  # random failures
+    # The reference server exports its request counters at 0 before any request; most servers (vLLM's
+    # HTTP metrics) do not: a 5xx series then appears only at the first failure.
+    initialised: bool = True
 
     def __post_init__(self) -> None:
         self.metrics = ServingMetrics()
+        if not self.initialised:
+            self.metrics.requests.clear()
         self.server: WSGIServer | None = None
 
     def serve(self) -> str:
@@ -68,17 +77,25 @@ class Track:
         for _ in range(self.failures_per_tick):
             m.requests.labels(code="500").inc()
             m.duration.observe(self.latency_seconds)
+        if self.error_share:  # 2 requests a tick (40/s), each failing with that probability
+            for _ in range(2):
+                m.requests.labels(code="500" if random.random() < self.error_share else "200").inc()
 
     def scrape_target(self, address: str) -> dict[str, object]:
         labels = {"namespace": NAMESPACE, "slipway_dev_deployment": self.deployment, "slipway_dev_track": self.track}
         return {"targets": [address], "labels": labels}
 
 
+TRIALS = 20
+# Canaries that serve nothing until a test starts them: their counters appear while Prometheus watches.
+FRESH = [Track(f"fresh-{i}", "canary", latency_seconds=0.02, successes_per_tick=0, initialised=i % 2 == 0)
+         for i in range(TRIALS)]  # fmt: skip
 TRACKS = [
     Track("good", "stable", latency_seconds=0.02),
     Track("good", "canary", latency_seconds=0.02),
     Track("bad", "stable", latency_seconds=0.02),
     Track("bad", "canary", latency_seconds=0.2, failures_per_tick=3, successes_per_tick=7),
+    *FRESH,
 ]
 
 
@@ -255,3 +272,41 @@ def test_a_stopped_prometheus_makes_the_analysis_inconclusive(traffic: list[dict
     assert outcome.metric is None
     assert "unreachable" in outcome.reason
     assert all(r.result == "Inconclusive" for r in outcome.results)
+
+
+def test_a_fresh_failing_canary_never_passes_before_its_first_failure_is_seen(prometheus: str) -> None:
+    """20 canaries, each starting to serve 30% errors (40 requests/s) while Prometheus scrapes it every
+    second, analysed every 0.1 s; half export their counters at 0 beforehand, half only from their first
+    request of each code. A first scrape may come before a canary's first failure, and an uninitialised
+    5xx series appears only at it: read with rate() and ``or vector(0)``, such a canary could pass. Every
+    analysis before its first Fail must be Inconclusive."""
+    analysis = Analysis(interval="5s", metrics=[metric(name="errorRate", max=0.05)])
+    verdicts: dict[str, list[str]] = {t.deployment: [] for t in FRESH}
+    started: dict[str, float] = {}
+    failed_after: dict[str, float] = {}
+    with httpx.Client(timeout=5) as http:
+        client = PrometheusClient(prometheus, http=http)
+        deadline = time.monotonic() + 90
+        pending = list(FRESH)
+        while (pending or len(failed_after) < len(started)) and time.monotonic() < deadline:
+            if pending and (not started or time.monotonic() - max(started.values()) >= 0.4):
+                track = pending.pop(0)
+                track.error_share = 0.3
+                started[track.deployment] = time.monotonic()
+            for name in started:
+                if name in failed_after:
+                    continue
+                result = run_analysis(client, analysis, NAMESPACE, name, NOW).results[0]
+                verdicts[name].append(result.result)
+                if result.result == "Failed":
+                    failed_after[name] = time.monotonic() - started[name]
+            time.sleep(0.1)
+    passes_before_fail = {n: v.count("Passed") for n, v in verdicts.items() if "Passed" in v}
+    times = sorted(failed_after.values())
+    report(f"\n{TRIALS} fresh canaries at 30% errors: each failed {times[0]:.1f}-{times[-1]:.1f} s after it started "
+           f"(p50 {times[len(times) // 2]:.1f} s, scrape 1 s); Pass verdicts before the first Fail: "
+           f"{sum(passes_before_fail.values())}")  # fmt: skip
+    assert len(failed_after) == TRIALS, verdicts
+    assert passes_before_fail == {}, verdicts
+    # Two scrapes that saw it serve, then the next analysis: about 2 s here, with room for a busy machine.
+    assert times[int(0.9 * (len(times) - 1))] <= 4.0, times

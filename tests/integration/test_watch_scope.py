@@ -1,7 +1,7 @@
 """The operator lists and watches only what is its own: every list and watch of pods and of the kinds
 it makes carries the label selector ``app.kubernetes.io/managed-by=slipway`` (the API server's own
-audit log says so), and 1,000 Services, 1,000 Deployments and 1,000 patches of them that are not
-Slipway's, in the very namespace it watches, cost it no more CPU than the same time idle."""
+audit log says so), and Services, Deployments and patches of them that are not Slipway's (300 of each
+in CI, 1,000 by hand), in the very namespace it watches, cost it no more CPU than the same time idle."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from slipway_testing import OperatorReplica, report
 
 pytestmark = pytest.mark.cluster
 
-UNRELATED = 1000
+# 300 of each in CI (the control plane is shared with other tests); the README's figure is from 1,000
+# (SLIPWAY_UNRELATED_OBJECTS=1000).
+UNRELATED = int(os.environ.get("SLIPWAY_UNRELATED_OBJECTS", "300"))
 SELECTED = {"pods", "jobs", "persistentvolumeclaims", "services", "deployments", "horizontalpodautoscalers",
             "httproutes"}  # fmt: skip
 

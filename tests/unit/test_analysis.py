@@ -45,6 +45,19 @@ def resolve(name: str, preset: str = "slipway", window: str = "30s") -> str:
 # --- query resolution -------------------------------------------------------------------------
 
 
+def error_ratio(counter: str, failed: str) -> str:
+    def counted(series: str) -> str:
+        return (f"sum(clamp_min(last_over_time({series}[30s]) - (last_over_time({series}[30s] offset 30s) or "
+                f"last_over_time({series}[30s]) * 0), 0))")  # fmt: skip
+
+    ratio = f"({counted(f'{counter}{{{SELECTOR}, {failed}}}')} or vector(0)) / {counted(f'{counter}{{{SELECTOR}}}')}"
+    series = f"{counter}{{{SELECTOR}}}"
+    last = f"last_over_time({series}[30s])"
+    served = (f"sum(clamp_min({last} - (idelta({series}[30s]) or {last}) - (last_over_time({series}[30s] offset 30s) "
+              f"or {last} * 0), 0))")  # fmt: skip
+    return f"({ratio}) and on() ({served} > 0)"
+
+
 def test_every_builtin_metric_of_the_api_has_a_query():
     assert set(_BUILTIN_QUERIES) == set(BUILTIN_METRICS)
 
@@ -55,8 +68,7 @@ def test_every_builtin_metric_of_the_api_has_a_query():
         (
             "slipway",
             "errorRate",
-            f'(sum(rate(slipway_requests_total{{{SELECTOR}, code=~"5.."}}[30s])) or vector(0))'
-            f" / sum(rate(slipway_requests_total{{{SELECTOR}}}[30s]))",
+            error_ratio("slipway_requests_total", 'code=~"5.."'),
         ),
         (
             "slipway",
@@ -83,8 +95,7 @@ def test_every_builtin_metric_of_the_api_has_a_query():
         (
             "vllm",
             "errorRate",
-            f'(sum(rate(http_requests_total{{{SELECTOR}, status=~"5.."}}[30s])) or vector(0))'
-            f" / sum(rate(http_requests_total{{{SELECTOR}}}[30s]))",
+            error_ratio("http_requests_total", 'status=~"5.."'),
         ),
         (
             "vllm",
