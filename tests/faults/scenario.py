@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import yaml
 from kubernetes import client
 
-from integration.test_inferencedeployment import deployment
+from integration.test_inferencedeployment import Versions, deployment
 from slipway_e2e.lifecycle import condition
-from slipway_testing import ROOT, get_object, read_or_none, wait_status
+from slipway_e2e.loadgen import LoadDriver
+from slipway_testing import ROOT, apply_object, get_object, phase_in, read_or_none, wait_status
 
 
 def training(name: str, model: str, steps: int = 8, checkpoint_every: int = 2, **env: str) -> dict[str, Any]:
@@ -71,3 +73,20 @@ class Clock:
 
     def __call__(self) -> float:
         return time.monotonic() - self.start
+
+
+@contextmanager
+def faulty_canary_analysed(
+    kube_api: client.ApiClient, namespace: str, mlflow: Any, run_id: str
+) -> Iterator[tuple[Versions, str, str, LoadDriver]]:
+    """``digits`` serving v1 under 20 requests/s, then v2 (30% errors) published and its canary being
+    analysed: (versions, v1, v2, the load) while the block runs."""
+    versions = Versions(mlflow, f"digits-{namespace}", run_id)
+    v1 = versions.publish()
+    apply_object(kube_api, namespace, serving(versions.model))
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v1), 120, f"{v1} serving")
+    with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600) as load:
+        v2 = versions.publish(errorRate="0.3")
+        wait_status(kube_api, namespace, "InferenceDeployment", "digits", phase_in("Analyzing"), 120,
+                    "the faulty canary analysed")  # fmt: skip
+        yield versions, v1, v2, load

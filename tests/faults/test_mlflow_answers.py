@@ -11,13 +11,12 @@ import time
 import pytest
 from kubernetes import client
 
-from faults.scenario import promoted, serving
-from integration.test_inferencedeployment import Versions, pods_of
+from faults.scenario import faulty_canary_analysed
+from integration.test_inferencedeployment import pods_of
 from localkube.faultproxy import HttpFaultProxy
 from localkube.wait import wait_for
 from slipway_e2e.lifecycle import condition
-from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, events_for, get_object, patch_object, phase_in, wait_status
+from slipway_testing import events_for, get_object, patch_object, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -29,14 +28,7 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
     proxy = HttpFaultProxy(cluster.mlflow_url).start()
     try:
         operators(standalone=True, env={"SLIPWAY_MLFLOW_URL": proxy.url})
-        versions = Versions(mlflow, f"digits-{namespace}", trained)
-        v1 = versions.publish()
-        apply_object(kube_api, namespace, serving(versions.model))
-        wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v1), 120, f"{v1} serving")
-        with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600) as load:
-            v2 = versions.publish(errorRate="0.3")
-            analysing = phase_in("Analyzing")
-            wait_status(kube_api, namespace, "InferenceDeployment", "digits", analysing, 120, "the canary analysed")
+        with faulty_canary_analysed(kube_api, namespace, mlflow, trained) as (versions, v1, v2, load):
             proxy.answer("POST", "/api/2.0/mlflow/model-versions/set-tag", 403, DENIED)
             proxy.answer("POST", "/api/2.0/mlflow/registered-models/alias", 403, DENIED)
             proxy.garbage("GET", "/api/2.0/mlflow/registered-models/alias")

@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from faults import ledger
-from faults.scenario import phase, progress, promoted, serving, training, wait_artifact
+from faults.scenario import faulty_canary_analysed, phase, progress, promoted, serving, training, wait_artifact
 from integration.test_inferencedeployment import Versions, pods_of
 from localkube.audit import audited_kubeconfig
 from localkube.cluster import start_process, stop_process
@@ -139,14 +139,7 @@ def mlflow_condition(kube_api, namespace: str) -> str | None:
 
 def test_mlflow_stopped_for_20s_mid_rollback(cluster, kube_api, namespace, operators, figures, mlflow, trained):
     operators(standalone=True)
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    v1 = versions.publish()
-    apply_object(kube_api, namespace, serving(versions.model))
-    wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v1), 120, f"{v1} serving")
-    with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600) as load:
-        v2 = versions.publish(errorRate="0.3")
-        wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                    lambda o: o["status"].get("phase") == "Analyzing", 120, "the faulty canary analysed")  # fmt: skip
+    with faulty_canary_analysed(kube_api, namespace, mlflow, trained) as (versions, v1, v2, load):
         with Outage(cluster, "mlflow", f"{cluster.mlflow_url}/health") as outage:
             idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
                                lambda o: (o["status"].get("lastRollback") or {}).get("modelVersion") == v2,
