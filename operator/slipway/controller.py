@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str, str]  # (plural, namespace, name) of a Slipway object
 PassFn = Callable[[Key], "float | None"]
 
+READ_ATTEMPTS = 10  # copies of an index store tried while kopf changes it on the event loop
 # Backoff for passes that fail with an unexpected error (seconds), by consecutive failures.
 ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -298,9 +299,19 @@ class Cache:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def select(self, index: str, *key: str) -> list[dict[str, Any]]:
-        """The objects of ``index`` under ``key`` (see the index functions in ``watches``)."""
+        """The objects of ``index`` under ``key`` (see the index functions in ``watches``). Passes run in
+        worker threads while kopf changes its stores on the event loop: a copy that a change interrupted
+        (``RuntimeError``: changed size during iteration) is made again."""
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return self._copy(index, key)
+            except RuntimeError:
+                continue
+        return self._copy(index, key)
+
+    def _copy(self, index: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
         store = self.indexes[index].get(key)
-        return [dict(v) for v in store] if store else []
+        return [dict(v) for v in list(store)] if store else []
 
     def get(self, index: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object of that name in the index, or None."""

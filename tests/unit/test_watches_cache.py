@@ -65,3 +65,35 @@ def test_a_pass_never_reads_its_object_older_than_its_own_last_write() -> None:
     assert cache.parent(key)["metadata"]["uid"] == "u2"
     index.clear()
     assert cache.parent(key) is None
+
+
+class ChangingStore:
+    """A store whose first ``failures`` iterations are interrupted, as kopf's dict is when the event loop
+    changes it while a worker thread copies it."""
+
+    def __init__(self, values: list[dict[str, Any]], failures: int) -> None:
+        self.values, self.failures = values, failures
+
+    def __bool__(self) -> bool:
+        return bool(self.values)
+
+    def __iter__(self) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("dictionary changed size during iteration")
+        return iter(self.values)
+
+
+def test_a_read_interrupted_by_kopfs_change_is_made_again() -> None:
+    from slipway.controller import READ_ATTEMPTS, Cache
+
+    body = parent_body("u1", "3", "Promoted")
+    cache = Cache({"inferencedeployments": {("name", "n", "d"): ChangingStore([body], failures=3)}})
+    assert cache.select("inferencedeployments", "name", "n", "d") == [body]
+    stuck = Cache({"inferencedeployments": {("name", "n", "d"): ChangingStore([body], failures=READ_ATTEMPTS)}})
+    try:
+        stuck.select("inferencedeployments", "name", "n", "d")
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("a store changing at every read must not be read as empty")
