@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         allowed_gateways=parse_list(args.allowed_gateways),
         metrics_port=args.metrics_port,
         leader_election_namespace=args.leader_election_namespace,
+        namespaces=tuple(args.namespace),
         lease_duration_seconds=args.lease_duration,
         lease_renew_deadline_seconds=args.lease_renew_deadline,
         lease_retry_seconds=args.lease_retry_period,

@@ -103,6 +103,8 @@ class OperatorConfig:
         )
     )
     leader_election_identity: str = field(default_factory=default_identity)
+    # The namespaces watched (-n); empty: every namespace. The cache heal lists only these.
+    namespaces: tuple[str, ...] = ()
     lease_duration_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_LEASE_DURATION_SECONDS", 15.0))
     lease_renew_deadline_seconds: float = field(
         default_factory=lambda: _env_float("SLIPWAY_LEASE_RENEW_DEADLINE_SECONDS", 10.0)

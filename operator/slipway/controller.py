@@ -296,6 +296,8 @@ class Cache:
     written: dict[Key, dict[str, Any]] = field(default_factory=dict)
     # Deployments whose followed alias may have moved (an artifact of their model changed).
     alias_stale: set[Key] = field(default_factory=set)
+    # uids of objects deleted while a watch was away, that kopf's indexes still hold (see ``resync``).
+    gone: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def select(self, index: str, *key: str) -> list[dict[str, Any]]:
@@ -311,7 +313,12 @@ class Cache:
 
     def _copy(self, index: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
         store = self.indexes[index].get(key)
-        return [dict(v) for v in list(store)] if store else []
+        if not store:
+            return []
+        found = [dict(v) for v in list(store)]
+        if self.gone:
+            found = [v for v in found if (v.get("metadata") or {}).get("uid") not in self.gone]
+        return found
 
     def get(self, index: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object of that name in the index, or None."""

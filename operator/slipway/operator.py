@@ -26,6 +26,7 @@ from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
 from slipway.reconcile import REREAD, Context
 from slipway.redact import redact_log_records
+from slipway.resync import Healer
 
 PREFIX = "slipway.dev"
 
@@ -199,6 +200,8 @@ async def startup(
         memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
+    memo.healer = Healer(memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS,
+                         watches.MANAGED_SELECTOR)  # fmt: skip
     if memo.get("serve_metrics", True) and config.metrics_port:
         metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)

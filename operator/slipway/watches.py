@@ -85,6 +85,12 @@ def _ref(body: Mapping[str, Any], *path: str) -> str | None:
     return node if isinstance(node, str) else None
 
 
+def listed(event_type: str | None, memo: kopf.Memo) -> None:
+    """kopf's listing events have no type: after a (re)list, the cache heal runs one round (``resync``)."""
+    if event_type is None and memo.get("healer") is not None:
+        memo.healer.relisted()
+
+
 def _register_children() -> None:
     for index_id, (group, version, plural) in CHILDREN.items():
         resource = resource_of(group, version, plural)
@@ -92,7 +98,8 @@ def _register_children() -> None:
         def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
             return _keys(body)
 
-        async def changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+        async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+            listed(type, memo)
             for key in owner_keys(body, PLURALS):
                 memo.scheduler.wake(key)
 
@@ -111,7 +118,8 @@ def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
 
 
 @kopf.on.event("v1", "pods", id="wake-trainingrun-of-pod", labels={RUN_LABEL: kopf.PRESENT})
-async def pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    listed(type, memo)
     meta = body["metadata"]
     memo.scheduler.wake(("trainingruns", meta["namespace"], run_of_pod(meta)))
 
@@ -126,7 +134,8 @@ def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, An
 
 
 @kopf.on.event("v1", "pods", id="wake-inferencedeployment-of-pod", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
-async def serving_pod_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def serving_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    listed(type, memo)
     meta = body["metadata"]
     memo.scheduler.wake(("inferencedeployments", meta["namespace"], deployment_of_pod(meta)))
 
@@ -200,6 +209,7 @@ def _register_parents() -> None:
     for plural in PLURALS.values():
 
         async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, plural: str = plural, **_: Any) -> None:
+            listed(type, memo)
             meta = body["metadata"]
             key: Key = (plural, meta["namespace"], meta["name"])
             seen: dict[Key, tuple[Any, ...]] = memo.seen

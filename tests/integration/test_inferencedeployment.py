@@ -14,10 +14,10 @@ from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, wait_status
 
-# serial: its rollouts judge fresh canaries within seconds; on a CPU shared with two other workers
-# a canary's first 5xx series came late (read as 0 errors, the `or vector(0)` of issue #25) and an
-# abort was consumed late (one failure each in the third full run)
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+# Not serial any more: a canary's error ratio counts a 5xx series that first appears inside the window
+# and judges no track before two scrapes saw it serve (issue #25), and the abort test waits for the
+# annotation to be consumed: the two failures its rollouts had on a CPU shared with two other workers.
+pytestmark = pytest.mark.cluster
 
 
 SERVE = ["python", "-m", "slipway.workloads.serve"]
@@ -198,7 +198,10 @@ def test_abort_rolls_back_at_once_and_paused_holds(kube_api, namespace, operator
         idep = wait_phase(kube_api, namespace, ["RolledBack"], 30, "aborted")
     assert idep["status"]["lastRollback"]["reason"] == "Aborted"
     assert idep["status"]["lastRollback"]["modelVersion"] == v2
-    assert "slipway.dev/abort" not in (idep["metadata"].get("annotations") or {})
+    # The annotation is consumed once the rollback is carried out (the decision is on record first).
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: "slipway.dev/abort" not in (o["metadata"].get("annotations") or {}), 15,
+                "the abort annotation consumed")  # fmt: skip
     assert versions.alias("production") == v1
 
 

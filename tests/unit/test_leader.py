@@ -352,7 +352,7 @@ def test_the_fence_trips_at_the_deadline_when_the_event_loop_is_blocked() -> Non
 
     events, renewed_at = run_elector(store, Timing(duration=1.2, renew_deadline=1.0, retry=0.1), scenario)
     [(when, why)] = tripped
-    assert 1.0 <= when - renewed_at < 1.1
+    assert 1.0 <= when - renewed_at < 1.2  # the deadline, give or take the watchdog's period on a busy machine
     assert "not renewed for" in why and "event loop" in why
 
 

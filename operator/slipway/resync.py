@@ -1,0 +1,186 @@
+"""A cache that forgets what was deleted while its watch was away.
+
+kopf's indexes learn of a delete only from a DELETED event. When a watch breaks for longer than the
+API server keeps events (a partition, an API server restart), kopf lists again, and the objects that
+vanished in the gap get no event at all: their index entries stay for ever. A child deleted meanwhile
+would still be "kept", a deleted parent reconciled again.
+
+So after kopf lists anything again (its listing events have no type), the operator lists, once and
+with the same server-side selectors, the kinds it caches, and every cached object absent from that
+list and not newer than it is *gone*: :class:`~slipway.controller.Cache` stops returning it, and the
+objects it concerned (its owner; itself, for a Slipway object) are woken. The lists are debounced
+(one round ``DELAY`` seconds after the last listing event), so a start-up costs one round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from slipway import GROUP, VERSION, kube
+from slipway.controller import Cache, Key, Scheduler, owner_keys
+
+log = logging.getLogger(__name__)
+
+DELAY = 5.0
+Lister = Callable[[kube.Kube, "str | None", str], Any]
+
+
+def _typed(namespaced: str, cluster: str, api: str) -> Lister:
+    def lister(k: kube.Kube, namespace: str | None, selector: str) -> Any:
+        client = getattr(k, api)
+        if namespace:
+            return getattr(client, namespaced)(
+                namespace, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT
+            )
+        return getattr(client, cluster)(label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT)
+
+    return lister
+
+
+def _custom(group: str, version: str, plural: str) -> Lister:
+    def lister(k: kube.Kube, namespace: str | None, selector: str) -> Any:
+        if namespace:
+            return k.custom.list_namespaced_custom_object(group, version, namespace, plural, label_selector=selector,
+                                                          _request_timeout=kube.REQUEST_TIMEOUT)  # fmt: skip
+        return k.custom.list_cluster_custom_object(group, version, plural, label_selector=selector,
+                                                   _request_timeout=kube.REQUEST_TIMEOUT)  # fmt: skip
+
+    return lister
+
+
+# resource -> (how to list it, the indexes that cache it, whether it is listed with the managed-by selector)
+RESOURCES: dict[str, tuple[Lister, tuple[str, ...], bool]] = {
+    "pods": (_typed("list_namespaced_pod", "list_pod_for_all_namespaces", "core"), ("pods", "servingpods"), True),
+    "jobs": (_typed("list_namespaced_job", "list_job_for_all_namespaces", "batch"), ("jobs",), True),
+    "pvcs": (
+        _typed("list_namespaced_persistent_volume_claim", "list_persistent_volume_claim_for_all_namespaces", "core"),
+        ("pvcs",),
+        True,
+    ),  # fmt: skip
+    "services": (_typed("list_namespaced_service", "list_service_for_all_namespaces", "core"), ("services",), True),
+    "deployments": (
+        _typed("list_namespaced_deployment", "list_deployment_for_all_namespaces", "apps"),
+        ("deployments",),
+        True,
+    ),  # fmt: skip
+    "hpas": (
+        _typed(
+            "list_namespaced_horizontal_pod_autoscaler",
+            "list_horizontal_pod_autoscaler_for_all_namespaces",
+            "autoscaling",
+        ),
+        ("hpas",),
+        True,
+    ),  # fmt: skip
+    "httproutes": (_custom("gateway.networking.k8s.io", "v1", "httproutes"), ("httproutes",), True),
+    **{
+        plural: (_custom(GROUP, VERSION, plural), (plural,), False)
+        for plural in ("trainingruns", "modelartifacts", "inferencedeployments")
+    },  # fmt: skip
+}
+
+
+def _meta(obj: Any) -> tuple[str, str]:
+    """(uid, resourceVersion) of a typed or plain object."""
+    if isinstance(obj, Mapping):
+        meta = obj.get("metadata") or {}
+        return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
+    return str(obj.metadata.uid or ""), str(obj.metadata.resource_version or "")
+
+
+def listing(answer: Any) -> tuple[set[str], int]:
+    """(the uids a list answer holds, the resourceVersion it was taken at)."""
+    if isinstance(answer, Mapping):
+        items, version = answer.get("items") or [], str((answer.get("metadata") or {}).get("resourceVersion") or "")
+    else:
+        items, version = answer.items or [], str(answer.metadata.resource_version or "")
+    return {_meta(item)[0] for item in items}, int(version) if version.isdigit() else 0
+
+
+def stale(cached: Iterable[Mapping[str, Any]], uids: set[str], version: int) -> list[Mapping[str, Any]]:
+    """The cached objects a list taken at ``version`` shows are gone: absent from it, and not newer."""
+    found = []
+    for obj in cached:
+        uid, revision = _meta(obj)
+        if uid and uid not in uids and revision.isdigit() and int(revision) <= version:
+            found.append(obj)
+    return found
+
+
+def cached_objects(cache: Cache, index: str) -> list[Mapping[str, Any]]:
+    """Every object an index holds (its "name" entries, or every entry of an index without them)."""
+    store = cache.indexes[index]
+    seen: dict[str, Mapping[str, Any]] = {}
+    for key in list(store):
+        for obj in cache.select(index, *key):
+            seen[_meta(obj)[0]] = obj
+    return list(seen.values())
+
+
+class Healer:
+    """Runs one round of lists ``DELAY`` seconds after kopf's last listing event; marks what is gone."""
+
+    def __init__(self, kube_client: kube.Kube, cache: Cache, scheduler: Scheduler, namespaces: Iterable[str],
+                 plurals: Mapping[str, str], selector: str, delay: float = DELAY) -> None:  # fmt: skip
+        self.kube, self.cache, self.scheduler = kube_client, cache, scheduler
+        self.namespaces: list[str | None] = [*namespaces] or [None]
+        self.plurals, self.selector, self.delay = plurals, selector, delay
+        self.loop = asyncio.get_running_loop()
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.rounds = 0
+        self.forgotten = 0
+
+    def relisted(self) -> None:
+        """kopf listed something (again): one round, ``delay`` after the last such event. Event loop."""
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.loop.call_later(self.delay, self._start)
+
+    def _start(self) -> None:
+        self.timer = None
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self.heal(), name="slipway cache heal")
+        else:  # a round is running: one more after it
+            self.relisted()
+
+    async def heal(self) -> None:
+        listed: dict[str, tuple[set[str], int]] = {}
+        for resource, (lister, _, selected) in RESOURCES.items():
+            try:
+                listed[resource] = await asyncio.to_thread(self._list, lister, "" if not selected else self.selector)
+            except Exception as exc:  # an absent CRD (HTTPRoute without Gateway API), the API away: next time
+                log.debug("cache heal: cannot list %s: %s", resource, exc)
+        self.rounds += 1
+        for resource, (uids, version) in listed.items():
+            for index in RESOURCES[resource][1]:
+                for obj in stale(cached_objects(self.cache, index), uids, version):
+                    self._forget(obj)
+
+    def _list(self, lister: Lister, selector: str) -> tuple[set[str], int]:
+        uids: set[str] = set()
+        version = 0
+        for namespace in self.namespaces:
+            found, at = listing(lister(self.kube, namespace, selector))
+            uids |= found
+            version = max(version, at) if version == 0 else min(version, at)
+        return uids, version
+
+    def _forget(self, obj: Mapping[str, Any]) -> None:
+        uid, _ = _meta(obj)
+        meta = obj.get("metadata") or {}
+        self.cache.gone.add(uid)
+        self.forgotten += 1
+        log.info("cache heal: %s %s/%s (uid %s) was deleted while a watch was away: forgotten", obj.get("kind"),
+                 meta.get("namespace"), meta.get("name"), uid)  # fmt: skip
+        wake: list[Key] = list(owner_keys(obj, self.plurals))
+        plural = self.plurals.get(str(obj.get("kind")))
+        if plural and str(obj.get("apiVersion", "")).startswith(f"{GROUP}/"):
+            key: Key = (plural, str(meta.get("namespace")), str(meta.get("name")))
+            self.cache.forget(key)
+            wake.append(key)
+        for key in wake:
+            self.scheduler.wake(key)
