@@ -72,11 +72,15 @@ def test_what_was_deleted_while_the_watch_was_away_is_forgotten(cluster, kube_ap
         # events) or answered 410 (kopf listed again, and the heal dropped what vanished): the figures say.
         figures.count(relisted_and_forgotten=forgotten or "none: the watches resumed with the gap's events")
         assert again["metadata"]["uid"] == second["metadata"]["uid"] != first["metadata"]["uid"]
-        # Every child of "other" belongs to the new object: nothing of the deleted one was brought back.
+        # Every child of "other" belongs to the new object (made just after its first status, which is on
+        # record first): nothing of the deleted one was brought back.
         apps = client.AppsV1Api(kube_api)
-        owners = {ref.uid for d in apps.list_namespaced_deployment(namespace).items
-                  for ref in d.metadata.owner_references or [] if ref.name == "other"}  # fmt: skip
-        assert owners == {second["metadata"]["uid"]}
+
+        def owners() -> set[str]:
+            return {ref.uid for d in apps.list_namespaced_deployment(namespace).items
+                    for ref in d.metadata.owner_references or [] if ref.name == "other"}  # fmt: skip
+
+        wait_for(lambda: owners() == {second["metadata"]["uid"]}, 30, "the new other's Deployments, and only them")
         assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["phase"] == "Promoted"
     finally:
         proxy.close()
