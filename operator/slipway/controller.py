@@ -96,7 +96,9 @@ class Slots:
             return timed[0]
         return (self.lanes[URGENT] or timed or [None])[0]
 
-    async def acquire(self, key: Key, lane: str) -> None:
+    async def acquire(self, key: Key, lane: str) -> str:
+        """Wait for a slot; returns the lane it was granted in (a timed waiter a change promoted is
+        urgent by then): the lane to ``release``."""
         loop = asyncio.get_running_loop()
         waiter = Waiter(key, lane, loop.time(), loop.create_future())
         self.lanes[lane].append(waiter)
@@ -105,6 +107,7 @@ class Slots:
         self._dispatch()
         try:
             await waiter.future
+            return waiter.lane
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
                 self.release(waiter.lane)  # the slot was handed over as the task was cancelled: pass it on
@@ -213,7 +216,7 @@ class Scheduler:
         requeue: float | None
         lane = CRITICAL if key in self.critical else URGENT if urgent else TIMED
         try:
-            await self.slots.acquire(key, lane)
+            lane = await self.slots.acquire(key, lane)
             try:
                 if not self.active:  # leadership lost while this pass waited for a slot
                     self.pending.add(key)

@@ -397,3 +397,19 @@ def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -
         return dict(slots.busy)
 
     assert asyncio.run(scenario()) == {"critical": 1, "urgent": 1, "timed": 0}
+
+
+def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> None:
+    async def scenario() -> dict[str, int]:
+        loop = asyncio.get_running_loop()
+        slots = Slots(1, reserved=0)
+        await slots.acquire(("x", "n", "busy"), URGENT)
+        waiting = loop.create_task(slots.acquire(("x", "n", "poll"), TIMED))
+        await asyncio.sleep(0.01)
+        slots.promote(("x", "n", "poll"))  # a change woke it while it waited
+        slots.release(URGENT)
+        granted = await waiting
+        slots.release(granted)
+        return dict(slots.busy)
+
+    assert asyncio.run(scenario()) == {"critical": 0, "urgent": 0, "timed": 0}  # no slot lost or doubled
