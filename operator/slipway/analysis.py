@@ -127,13 +127,14 @@ PRESETS: dict[str, Preset] = {"slipway": SLIPWAY_PRESET, "vllm": VLLM_PRESET}
 def counted_in_window(series: str, window: str) -> str:
     """How much the counters of ``series`` grew in the last ``window``, a series first seen inside it
     counting from 0. A labelled counter (requests by code) has no 5xx series until a pod's first failure,
-    and ``rate()`` cannot see a series' first value: read with ``rate()``, a fresh canary's first errors
-    are no errors at all, and it passes. Here each series' last value in the window minus its last value
-    before the window (0 when it had none: a labelled counter starts at 0 when its first increment makes
-    it), never below 0 (a restarted process)."""
-    last = f"last_over_time({series}[{window}])"
+    and ``rate()``/``increase()`` cannot see a series' first value: read with them alone, a fresh canary's
+    first errors are no errors at all, and it passes. So: ``increase()`` of every series (it handles a
+    counter reset, a restarted container), plus the first value of each series that had no sample before
+    the window (a labelled counter starts at 0 when its first increment makes it)."""
+    grown = f"(sum(increase({series}[{window}])) or vector(0))"
     before = f"last_over_time({series}[{window}] offset {window})"
-    return f"sum(clamp_min({last} - ({before} or {last} * 0), 0))"
+    first = f"(sum(min_over_time({series}[{window}]) unless {before}) or vector(0))"
+    return f"({grown} + {first})"
 
 
 def _error_ratio(preset: Preset, selector: str, window: str) -> str:

@@ -231,8 +231,10 @@ class Scheduler:
             finally:
                 self.slots.release(lane)
             self.failures.pop(key, None)
-        except kopf.TemporaryError as exc:
-            requeue = float(exc.delay or 5)
+        except kopf.TemporaryError as exc:  # outside a pass's own frame (reading its object): back off too
+            count = self.failures.get(key, 0)
+            self.failures[key] = count + 1
+            requeue = max(float(exc.delay or 0), ERROR_DELAYS[min(count, len(ERROR_DELAYS) - 1)])
         except Exception:
             count = self.failures.get(key, 0)
             self.failures[key] = count + 1

@@ -282,6 +282,11 @@ class LeaderElector:
         self.observation.see(written)
         return True
 
+    def _give_up_if_held(self) -> bool:
+        held = self.mine is not None
+        self.give_up()
+        return held
+
     def give_up(self) -> None:
         """Release the Lease (blocking): the next replica takes over at its next read."""
         if self.mine is None:
@@ -331,6 +336,8 @@ class LeaderElector:
             except Exception as exc:
                 held = None
                 self._failed(exc)
+            if held and not self.leading and self.clock() - sent >= self.timing.renew_deadline:
+                held = None  # acquired, but the answer came after the deadline: renew before leading
             if held:
                 self.renewed_at = sent  # the deadline counts from the send, not the answer
                 self._become_leader()
@@ -381,8 +388,8 @@ class LeaderElector:
         """Release the Lease if this replica holds it, so a standby takes over at once."""
         loop = asyncio.get_running_loop()
         try:
-            if self.mine is not None:
-                await asyncio.wait_for(loop.run_in_executor(self._executor, self.give_up), timeout)
+            # In the lease thread, after any attempt still running there (it may just have taken the Lease).
+            if await asyncio.wait_for(loop.run_in_executor(self._executor, self._give_up_if_held), timeout):
                 log.info("leader election: %r released %s", self.identity, self.where)
         except Exception as exc:
             log.warning("leader election: could not release %s: %s", self.where, _describe(exc))

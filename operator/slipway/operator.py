@@ -24,7 +24,7 @@ from slipway.leader import Fence, LeaderElector, LeaseStore, Timing
 from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
-from slipway.reconcile import REREAD, Context
+from slipway.reconcile import REREAD, RETRYING, Context
 from slipway.redact import redact_log_records
 from slipway.resync import Healer
 
@@ -157,8 +157,9 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
     def run(key: Key) -> float | None:
         memory = memories.setdefault(key, {})
         body = memo.cache.parent(key)
-        if body is not None and memory.pop(REREAD, False):  # after a 409: what the API server holds now
+        if body is not None and memory.get(REREAD):  # after a 409: what the API server holds now
             body = kube.get(memo.kube, kinds[key[0]], key[1], key[2])
+            memory.pop(REREAD, None)
             if body is not None:
                 memo.cache.remember(key, body)
         if body is None:
@@ -169,9 +170,11 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
         ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
                       memo.get("prometheus"), memory=memory)  # fmt: skip
         requeue = step(ctx)
-        if key[0] == "inferencedeployments":  # an active rollout's passes take the critical lane
+        if key[0] == "inferencedeployments":  # an active rollout's passes take the critical lane, and so
+            # does the retry of one (a rollback on record whose scale-down got a 409 or a 503)
             phase = (ctx.body.get("status") or {}).get("phase")
-            memo.scheduler.mark_critical(key, phase in inferencedeployment.ACTIVE)
+            retrying = key in memo.scheduler.critical and bool(memory.get(RETRYING))
+            memo.scheduler.mark_critical(key, phase in inferencedeployment.ACTIVE or retrying)
         return requeue
 
     return run

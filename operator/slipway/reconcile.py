@@ -176,13 +176,15 @@ def run_pass(
     ``models`` names the MLflow models and experiments the spec uses (checked against the namespace's
     allow-list)."""
     metrics.OBJECTS.start(ctx.kind, ctx.namespace, ctx.name)
-    ctx.memory.pop(RETRYING, None)
     with metrics.reconcile_timer(ctx.kind) as outcome:
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
         try:
             flush(ctx)
         except kube.Conflict:
             requeue = conflicted(ctx)
+        except kube.Unavailable as exc:  # the status write itself: what is staged is made again next pass
+            ctx.patch, ctx.events, ctx.deferred = {}, [], []
+            requeue = unavailable(ctx, exc, stage_condition=False)
         if ctx.memory.get(RETRYING):
             outcome.result = "retry"
         else:
@@ -219,12 +221,16 @@ def conflicted(ctx: Context) -> float:
     return 0.0 if conflicts == 1 else min(2.0, 0.05 * 2 ** (conflicts - 1))
 
 
-def unavailable(ctx: Context, exc: kube.Unavailable) -> float:
-    """5xx, 429, a timeout: back off per object; after ``VISIBLE_AFTER`` in a row, say so in a condition."""
-    retries = ctx.memory[RETRIES] = int(ctx.memory.get(RETRIES, 0)) + 1
+def unavailable(ctx: Context, exc: kube.Unavailable, stage_condition: bool = True) -> float:
+    """5xx, 429, a timeout: back off per object; after ``VISIBLE_AFTER`` in a row, say so in a condition
+    (not when the status write is what failed: the condition could not be written either). A pass whose
+    step already counted this failure is not counted twice."""
+    if not ctx.memory.get(RETRYING):
+        ctx.memory[RETRIES] = int(ctx.memory.get(RETRIES, 0)) + 1
+    retries = int(ctx.memory.get(RETRIES, 1))
     ctx.memory[RETRYING] = True
     delay = backoff(retries, exc.retry_after)
-    if retries >= VISIBLE_AFTER:
+    if stage_condition and retries >= VISIBLE_AFTER:
         ctx.write(reconciling("KubernetesUnavailable", f"{exc}; {retries} tries in a row, next in {delay:.0f}s"))
     return delay
 
@@ -235,6 +241,7 @@ def attempt(
     """Run ``step`` with the spec parsed (an invalid one is Stalled with the field named), its models
     allowed in the namespace, and MLflow required if asked; failures become conditions a user can
     read, and a retry delay."""
+    ctx.memory.pop(RETRYING, None)  # set again if this pass ends in a retry
     try:
         drop_legacy_finalizer(ctx)
         spec = parse_spec(spec_model, ctx.body)

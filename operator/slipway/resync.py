@@ -181,6 +181,7 @@ class Healer:
         if plural and str(obj.get("apiVersion", "")).startswith(f"{GROUP}/"):
             key: Key = (plural, str(meta.get("namespace")), str(meta.get("name")))
             self.cache.forget(key)
+            self.scheduler.forget(key)  # its timers and lanes; the pass woken below finds it gone
             wake.append(key)
         for key in wake:
             self.scheduler.wake(key)

@@ -47,8 +47,8 @@ def resolve(name: str, preset: str = "slipway", window: str = "30s") -> str:
 
 def error_ratio(counter: str, failed: str) -> str:
     def counted(series: str) -> str:
-        return (f"sum(clamp_min(last_over_time({series}[30s]) - (last_over_time({series}[30s] offset 30s) or "
-                f"last_over_time({series}[30s]) * 0), 0))")  # fmt: skip
+        return (f"((sum(increase({series}[30s])) or vector(0)) + (sum(min_over_time({series}[30s]) unless "
+                f"last_over_time({series}[30s] offset 30s)) or vector(0)))")  # fmt: skip
 
     ratio = f"({counted(f'{counter}{{{SELECTOR}, {failed}}}')} or vector(0)) / {counted(f'{counter}{{{SELECTOR}}}')}"
     series = f"{counter}{{{SELECTOR}}}"

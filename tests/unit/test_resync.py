@@ -48,7 +48,7 @@ def test_the_cache_stops_returning_what_is_gone_and_its_owner_and_itself_are_wok
         cache = Cache(indexes)
         cache.remember(("inferencedeployments", "n", "old"), parent)
         woken: list[tuple[str, str, str]] = []
-        scheduler = SimpleNamespace(wake=lambda key: woken.append(key))
+        scheduler = SimpleNamespace(wake=lambda key: woken.append(key), forget=lambda key: None)
         healer = resync.Healer(None, cache, scheduler, ["n"], {"InferenceDeployment": "inferencedeployments"},  # type: ignore[arg-type]
                                "app.kubernetes.io/managed-by=slipway", delay=0)  # fmt: skip
         for stale in (*resync.stale(resync.cached_objects(cache, "deployments"), set(), 100),
