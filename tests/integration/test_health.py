@@ -164,14 +164,15 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     assert not history.first_at(1)["status"].get("mlflow")
     # What Argo CD and kstatus made of every version a watcher saw: never Healthy/Current while
     # the run trains, Progressing/InProgress at each new generation, Suspended at the end.
-    seen = health(history.versions)
-    for version, (argocd, kstatus) in zip(history.versions, seen, strict=True):
+    versions = list(history.versions)  # a snapshot: the watcher may still append one
+    seen = health(versions)
+    for version, (argocd, kstatus) in zip(versions, seen, strict=True):
         phase = (version.get("status") or {}).get("phase")
         if phase in ("Pending", "Running"):
             assert (argocd, kstatus) == ("Progressing", "InProgress"), version["status"]
-    assert seen[history.versions.index(history.first_at(2))] == ("Progressing", "InProgress")
-    assert seen[-1] == ("Suspended", "InProgress"), history.versions[-1]["status"]
-    assert readings(history.versions[-1:])[0][2] == "Current"  # Flux with Slipway's healthCheckExprs
+    assert seen[versions.index(history.first_at(2))] == ("Progressing", "InProgress")
+    assert seen[-1] == ("Suspended", "InProgress"), versions[-1]["status"]
+    assert readings(versions[-1:])[0][2] == "Current"  # Flux with Slipway's healthCheckExprs
     table = subprocess.run(
         [str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get", "tr"],
         capture_output=True, text=True, timeout=60, check=True,
@@ -179,7 +180,7 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     header, row = table[0], table[1]
     assert " REASON " in header, table
     at = header.index(" REASON ") + 1  # columns are aligned: the value starts under the header
-    assert row[at:].split()[0] == condition(history.versions[-1], "Ready")["reason"], table
+    assert row[at:].split()[0] == condition(versions[-1], "Ready")["reason"], table
 
 
 @pytest.mark.cluster
