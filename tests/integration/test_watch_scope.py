@@ -34,6 +34,17 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def wait_quiet(pid: int, timeout: float = 60) -> None:
+    """Until the process used no CPU for half a second."""
+
+    def quiet() -> bool:
+        before = cpu_seconds(pid)
+        time.sleep(0.5)  # the span the CPU time is compared over
+        return cpu_seconds(pid) - before < 0.02
+
+    wait_for(quiet, timeout, f"process {pid} quiet", interval=0)
+
+
 def unrelated_service(i: int) -> client.V1Service:
     return client.V1Service(
         metadata=client.V1ObjectMeta(name=f"other-{i}", labels={"app": "other"}),
@@ -64,8 +75,7 @@ def test_objects_that_are_not_slipways_never_reach_the_operator(cluster, kube_ap
     try:
         wait_for(lambda: replica.metric("slipway_leader") == 1, 60, "the operator up")
         wait_for(lambda: "watch" in {r.verb for r in requests_by(cluster, user, since)}, 30, "its watches open")
-        time.sleep(3)  # its start-up work done: what follows is what it does at rest
-        pid = replica.proc.pid
+        wait_quiet(pid := replica.proc.pid)  # its start-up work done: what follows is what it does at rest
 
         core, apps = client.CoreV1Api(kube_api), client.AppsV1Api(kube_api)
         burst_start, burst_cpu = time.monotonic(), cpu_seconds(pid)
@@ -75,7 +85,7 @@ def test_objects_that_are_not_slipways_never_reach_the_operator(cluster, kube_ap
                           range(UNRELATED)))  # fmt: skip
             patch = {"metadata": {"annotations": {"touched": "yes"}}}
             list(pool.map(lambda i: apps.patch_namespaced_deployment(f"other-{i}", namespace, patch), range(UNRELATED)))
-        time.sleep(2)  # what the watches deliver late
+        wait_quiet(pid)  # whatever the watches still deliver, handled
         burst = cpu_seconds(pid) - burst_cpu
         took = time.monotonic() - burst_start
         # The same operator idle for as long: the noise floor.
