@@ -2,11 +2,11 @@
 
 1. checks: ruff (lint, format), mypy, CRD drift — a failure stops here;
 2. unit tests — a failure stops here;
-3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here
-   and stopped at the end): first every test that shares the cluster with others, on several
-   pytest-xdist workers (each test in its own namespace; work-stealing, since one file of rollout
-   tests alone takes minutes), then the tests marked ``serial`` one at a time (they stop cluster
-   components or install the operator cluster-wide).
+3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here,
+   in the background while 1 and 2 run, and stopped at the end): first every test that shares the
+   cluster with others, on several pytest-xdist workers (each test in its own namespace;
+   work-stealing, since one file of rollout tests alone takes minutes), then the tests marked
+   ``serial`` one at a time (they stop cluster components or install the operator cluster-wide).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
 per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
@@ -18,6 +18,7 @@ per tier, the number of tests, their total seconds and the wall time, then the s
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -27,7 +28,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,9 +99,10 @@ def checks() -> int:
 
 
 @contextlib.contextmanager
-def shared_cluster() -> Iterator[Path]:
-    """The directory of a running local cluster with its gateway: the one of `make cluster-up` if it
-    is healthy, else one started here (in a temporary directory) and stopped afterwards."""
+def shared_cluster() -> Iterator[Callable[[], Path]]:
+    """The local cluster with its gateway: the one of `make cluster-up` if it is healthy, else one
+    started here (in a temporary directory, in a thread while checks and unit tests run) and stopped
+    afterwards. Yields a function that waits for it and returns its directory."""
     from localkube.cluster import ClusterConfig, down, up
     from localkube.gateway import ensure_gateway
     from localkube.state import DEFAULT_DIR, ClusterInfo
@@ -109,17 +111,25 @@ def shared_cluster() -> Iterator[Path]:
     if running is not None and running.audit_log is not None and running.unhealthy_reason() is None:
         print(f"\nreusing the local cluster in {DEFAULT_DIR}", flush=True)
         ensure_gateway(DEFAULT_DIR)
-        yield DEFAULT_DIR
+        yield lambda: DEFAULT_DIR
         return
     directory = Path(tempfile.mkdtemp(prefix="slipway-tests-"))
     started = time.monotonic()
-    up(ClusterConfig(directory=directory, gateway_api=True))
-    print(f"\nlocal cluster started in {directory} in {time.monotonic() - started:.0f}s", flush=True)
-    try:
-        yield directory
-    finally:
-        down(directory)
-        shutil.rmtree(directory, ignore_errors=True)
+
+    def start() -> Path:
+        up(ClusterConfig(directory=directory, gateway_api=True))
+        print(f"\nlocal cluster started in {directory} in {time.monotonic() - started:.0f}s", flush=True)
+        return directory
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="cluster") as pool:
+        ready = pool.submit(start)
+        try:
+            yield ready.result
+        finally:
+            with contextlib.suppress(Exception):
+                ready.result()  # a start still under way is finished before it is stopped
+            down(directory)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def tier(nodeid: str) -> str:
@@ -173,18 +183,21 @@ def main() -> int:
         print(summary(phases, time.monotonic() - started), flush=True)
         return code
 
-    check_start = time.monotonic()
-    if code := checks():
-        print(f"checks failed after {time.monotonic() - check_start:.0f}s: fix them first", flush=True)
-        return code
-    phases.append(Phase("checks", wall=time.monotonic() - check_start))
+    with shared_cluster() as cluster:
+        check_start = time.monotonic()
+        if code := checks():
+            print(f"checks failed after {time.monotonic() - check_start:.0f}s: fix them first", flush=True)
+            return code
+        phases.append(Phase("checks", wall=time.monotonic() - check_start))
 
-    unit = pytest_phase("unit", ["tests/unit", *a.pytest_args])
-    phases.append(unit)
-    if unit.code:
-        return finish(unit.code)
+        unit = pytest_phase("unit", ["tests/unit", *a.pytest_args])
+        phases.append(unit)
+        if unit.code:
+            return finish(unit.code)
 
-    with shared_cluster() as directory:
+        waiting = time.monotonic()
+        directory = cluster()
+        phases.append(Phase("cluster wait", wall=time.monotonic() - waiting))
         env = {**os.environ, "LOCALKUBE_DIR": str(directory), "LOCALKUBE_REQUIRE_RUNNING": "1"}
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
