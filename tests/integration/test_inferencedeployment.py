@@ -14,11 +14,13 @@ from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, wait_status
 
-# serial: its rollouts judge fresh canaries within seconds, latency relative to the stable included; on
-# a CPU shared with two other workers a fresh canary's p95 latency was 3.2 times the stable's and a healthy
-# version was rolled back (the 5xx series that came late, issue #25 item 6, is counted now; the abort
-# test waits for its annotation to be consumed)
-pytestmark = [pytest.mark.cluster, pytest.mark.serial]
+# Shared with other tests: on a CPU shared with two other workers a fresh canary's p95 latency reached
+# 3.2 times the stable's, so only the test of the latency gate judges latency, with a margin (20 times
+# the stable's, against a fault of 200 ms where a prediction takes well under 1 ms).
+pytestmark = [pytest.mark.cluster]
+
+ERRORS = {"name": "errorRate", "max": 0.05}
+LATENCY = {"name": "latencyP95Seconds", "maxRelativeToStable": 20}
 
 
 SERVE = ["python", "-m", "slipway.workloads.serve"]
@@ -45,15 +47,8 @@ class Versions:
         wait_for(lambda: self.alias(name) == version, timeout, f"alias {name} of {self.model} -> {version}")
 
 
-def deployment(model: str, **rollout: Any) -> dict[str, Any]:
-    analysis = {
-        "interval": "5s",
-        "failureLimit": 1,
-        "metrics": [
-            {"name": "errorRate", "max": 0.05},
-            {"name": "latencyP95Seconds", "maxRelativeToStable": 3},
-        ],
-    }
+def deployment(model: str, metrics: tuple[dict[str, Any], ...] = (ERRORS,), **rollout: Any) -> dict[str, Any]:
+    analysis = {"interval": "5s", "failureLimit": 1, "metrics": list(metrics)}
     return {
         "apiVersion": "slipway.dev/v1alpha1",
         "kind": "InferenceDeployment",
@@ -126,7 +121,7 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
-    apply_object(kube_api, namespace, deployment(versions.model))
+    apply_object(kube_api, namespace, deployment(versions.model, metrics=(ERRORS, LATENCY)))
     serving(kube_api, namespace, v1)
     versions.alias_becomes("production", v1)
     watch = CanaryWatch(kube_api, namespace)
@@ -138,7 +133,7 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
         versions.alias_becomes("production", v2)
         analysis = {r["metric"]: r for r in idep["status"]["analysis"]}
         assert analysis["errorRate"]["result"] == "Passed" and analysis["errorRate"]["value"] == 0
-        assert analysis["latencyP95Seconds"]["threshold"].startswith("<= 3 × stable")
+        assert analysis["latencyP95Seconds"]["threshold"].startswith("<= 20 × stable")
         stable = client.AppsV1Api(kube_api).read_namespaced_deployment("digits-stable", namespace)
         assert stable.spec.template.metadata.labels["slipway.dev/model-version"] == v2
 
@@ -155,8 +150,8 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
         wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v3).tags.get(
             "slipway.dev/rollback", ""), 30, "the rollback tag on the version")  # fmt: skip
 
-        # 3× slower than stable: fails maxRelativeToStable.
-        v4 = versions.publish(latencySeconds="0.02")
+        # 200 ms a prediction, hundreds of times the stable's p95: fails maxRelativeToStable.
+        v4 = versions.publish(latencySeconds="0.2")
         idep = rolled_back(kube_api, namespace, v4, watch)
         assert idep["status"]["lastRollback"]["metric"] == "latencyP95Seconds"
 
