@@ -603,3 +603,56 @@ def process_report(directory: Path) -> str:
         rss = f"{group_rss_kib(p.pid) / 1024:.0f} MiB" if alive else "-"
         lines.append(f"{p.name:32} pid {p.pid:<8} {'running' if alive else 'stopped':8} rss {rss}")
     return "\n".join(lines)
+
+
+class ExtraApiServer:
+    """One more kube-apiserver on the cluster's etcd, with the recorded one's command and ``flags`` added
+    (e.g. ``--watch-cache=false``): a second API endpoint that a test can misconfigure without touching
+    the one every other test uses. The same certificates (they name 127.0.0.1), its own port, serving
+    certificates and audit log. A context manager: stopped on exit."""
+
+    def __init__(self, directory: Path, name: str, flags: list[str]) -> None:
+        info, index = _recorded(directory, "kube-apiserver")
+        recorded = info.processes[index]
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        own = directory / name
+        replaced = {"--secure-port": str(self.port), "--cert-dir": str(own / "certs"),
+                    "--audit-log-path": str(own / "audit.log")}  # fmt: skip
+        cmd = [f"{arg.split('=', 1)[0]}={replaced[arg.split('=', 1)[0]]}" if arg.split("=", 1)[0] in replaced else arg
+               for arg in recorded.cmd]  # fmt: skip
+        self.etcd_url = next(a.split("=", 1)[1] for a in cmd if a.startswith("--etcd-servers=")).split(",")[0]
+        self.info = info
+        self.proc = spawn(name, cmd + flags, own / f"{name}.log", env=recorded.env, cwd=directory)
+
+    def __enter__(self) -> ExtraApiServer:
+        def ready() -> bool:
+            if not self.proc.alive():
+                raise RuntimeError(f"{self.proc.name} exited while starting; see {self.proc.log}")
+            try:
+                answer = httpx.get(f"{self.url}/readyz", timeout=2, verify=self.info.admin_ssl_context())
+            except httpx.HTTPError:
+                return False
+            return answer.status_code == 200
+
+        try:
+            wait_for(ready, 90, f"{self.proc.name} at {self.url}")
+        except BaseException:
+            self.proc.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.stop()
+
+
+def compact_etcd(etcd_url: str) -> int:
+    """Compact etcd's history up to its current revision, as the API server does every 5 minutes: a
+    watch that resumes from an older resourceVersion without the API server's watch cache is answered
+    410 Gone. Returns the revision."""
+    head = httpx.post(f"{etcd_url}/v3/kv/range", json={"key": "AA=="}, timeout=10)
+    head.raise_for_status()
+    revision = int(head.json()["header"]["revision"])
+    done = httpx.post(f"{etcd_url}/v3/kv/compaction", json={"revision": str(revision), "physical": True}, timeout=30)
+    done.raise_for_status()
+    return revision
