@@ -176,7 +176,8 @@ class HttpFaultProxy:
     """An HTTP proxy in front of one server (MLflow) that answers some requests wrongly on demand:
     ``answer(method, path, status, body)`` (a 403 as MLflow's auth gives, a 500), ``garbage(method,
     path)`` (an HTML page where JSON is expected), ``delay(method, path, seconds)``; ``heal()`` forwards
-    everything again. ``method``/``path`` of ``"*"`` match any; a path matches by its prefix.
+    everything again. ``method``/``path`` of ``"*"`` match any; a path matches by its prefix; wrong
+    answers given for the same request take turns (a 500, then an HTML page, then the 500 ...).
     ``url`` is what the client uses instead of the server's. Counts what it answered itself."""
 
     def __init__(self, target: str) -> None:
@@ -186,6 +187,7 @@ class HttpFaultProxy:
         self.target = urllib.parse.urlsplit(target)
         self.rules: list[tuple[str, str, str, Any]] = []
         self.faked: dict[str, int] = {}
+        self._turns: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         proxy = self
 
@@ -228,13 +230,18 @@ class HttpFaultProxy:
     def heal(self) -> None:
         with self._lock:
             self.rules.clear()
+            self._turns.clear()
 
     def _rule(self, method: str, path: str) -> tuple[str, Any] | None:
         with self._lock:
-            for m, p, kind, arg in self.rules:
-                if m in ("*", method) and (p == "*" or path.startswith(p)):
-                    return kind, arg
-        return None
+            matching = [(kind, arg) for m, p, kind, arg in self.rules if m in ("*", method) and (p == "*" or
+                        path.startswith(p))]  # fmt: skip
+            wrong = [rule for rule in matching if rule[0] in ("answer", "garbage")]
+            if wrong:
+                turn = self._turns.get((method, path), 0)
+                self._turns[(method, path)] = turn + 1
+                return wrong[turn % len(wrong)]
+        return matching[0] if matching else None
 
     def _handle(self, request: Any) -> None:
         import http.client

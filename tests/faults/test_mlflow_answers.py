@@ -1,6 +1,7 @@
 """MLflow answering wrongly instead of being down (an HTTP proxy in front of it, the operator's only
 way to MLflow): while a 30%-error canary is analysed, registry writes answered 403 (as MLflow's auth
-denies them), alias reads answered with an HTML page, every other call delayed 10 s. The rollback is
+denies them), alias reads answered in turn with an HTML page and a 500, every other call delayed
+10 s. The rollback is
 decided and carried out regardless; the refused rollback tag is parked with MLflow's answer and a
 condition naming it, and lands once MLflow accepts it and the spec changes."""
 
@@ -21,6 +22,7 @@ from slipway_testing import events_for, get_object, patch_object, wait_status
 pytestmark = pytest.mark.cluster
 
 DENIED = {"error_code": "PERMISSION_DENIED", "message": "Permission denied for the operator's user"}
+BROKEN = {"error_code": "INTERNAL_ERROR", "message": "database is locked"}
 
 
 def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, namespace, operators, figures, mlflow,
@@ -32,6 +34,7 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
             proxy.answer("POST", "/api/2.0/mlflow/model-versions/set-tag", 403, DENIED)
             proxy.answer("POST", "/api/2.0/mlflow/registered-models/alias", 403, DENIED)
             proxy.garbage("GET", "/api/2.0/mlflow/registered-models/alias")
+            proxy.answer("GET", "/api/2.0/mlflow/registered-models/alias", 500, BROKEN)  # in turn with the page
             proxy.delay("*", "*", 10)
             started = time.monotonic()
             idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
@@ -64,7 +67,8 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
                                 "RegistrySynced=True")  # fmt: skip
             stats = load.stats()
         figures.inject(f"while canary {v2} (30% errors) was analysed, MLflow behind a proxy answered registry "
-                       "writes 403, alias reads with an HTML page, everything else 10 s late")  # fmt: skip
+                       "writes 403, alias reads in turn with an HTML page and a 500, everything else "
+                       "10 s late")  # fmt: skip
         figures.took("faults on to the rollback decided", decided)
         figures.took("faults on to the canary scaled to 0", scaled_down)
         figures.took("faults on to no canary pod", canary_gone)
@@ -72,6 +76,7 @@ def test_a_rollback_is_carried_out_whatever_mlflow_answers(cluster, kube_api, na
         figures.count(answered_by_the_proxy=faked, parked=[f"{p.get('key')}: {p.get('error')}" for p in parked],
                       condition=f"{synced.get('reason')}: {synced.get('message')}")  # fmt: skip
         figures.count(responses=dict(stats.by_code))
+        assert faked.get("GET /api/2.0/mlflow/registered-models/alias answer"), faked  # the 500s were given
         assert idep["status"]["phase"] == "RolledBack"
         assert decided < 60
         assert [p.get("key") for p in parked] == ["slipway.dev/rollback"]

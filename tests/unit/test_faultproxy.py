@@ -89,3 +89,50 @@ def test_a_kubeconfig_is_pointed_at_the_proxy(proxy: FaultProxy, tmp_path: Path)
         "server": f"https://127.0.0.1:{proxy.port}",
         "certificate-authority": "ca.crt",
     }
+
+
+def test_the_http_proxy_gives_wrong_answers_for_one_request_in_turn_and_forwards_the_rest() -> None:
+    import http.server
+    import json
+    import urllib.error
+    import urllib.request
+
+    from localkube.faultproxy import HttpFaultProxy
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *_: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            data = json.dumps({"path": self.path}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    proxy = HttpFaultProxy(f"http://127.0.0.1:{server.server_address[1]}").start()
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(proxy.url + path, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    try:
+        proxy.garbage("GET", "/alias")
+        proxy.answer("GET", "/alias", 500, {"error_code": "INTERNAL_ERROR"})
+        answers = [get("/alias?name=m") for _ in range(4)]
+        assert [status for status, _ in answers] == [200, 500, 200, 500]
+        assert "<html>" in answers[0][1] and "<html>" in answers[2][1]
+        assert "INTERNAL_ERROR" in answers[1][1]
+        assert get("/other") == (200, json.dumps({"path": "/other"}))
+        assert proxy.faked == {"GET /alias garbage": 2, "GET /alias answer": 2}
+        proxy.heal()
+        assert get("/alias?name=m") == (200, json.dumps({"path": "/alias?name=m"}))
+    finally:
+        proxy.close()
+        server.shutdown()
