@@ -122,9 +122,11 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.connect_timeout = 10
     settings.execution.max_workers = 4  # concurrent reconciliation passes (each in a thread)
     settings.networking.request_timeout = 30
-    # An API server away (restart, upgrade, network): watches and requests retry at most 5 s apart,
-    # so they resume within 5 s of its return, for up to 3 minutes; then kopf gives up and the
-    # process exits (its pod restarts), instead of kopf's default that waits 21 s between the last tries.
+    # An API server away (restart, upgrade, network): kopf's own requests (its patches and Events, its
+    # listings) retry at most 5 s apart, so they resume within 5 s of its return, instead of kopf's
+    # default that waits 21 s between the last tries; its watches list and watch again for as long as
+    # the outage lasts. A leader exits once it cannot renew its Lease for
+    # --lease-renew-deadline (10 s): its pod restarts, and whichever replica leads next resumes.
     settings.networking.error_backoffs = API_RETRY_SECONDS
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
 

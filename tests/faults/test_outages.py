@@ -1,5 +1,6 @@
 """Outages of what the operator depends on, each a real process of the local cluster stopped and
-started again with the same address and data: the kube-apiserver for 20 s mid-training, MLflow for
+started again with the same address and data: the kube-apiserver for 30 s mid-training (past the
+leader's renew deadline: the leader exits and its replacement finishes), MLflow for
 20 s mid-registration and mid-rollback, Prometheus for 20 s mid-analysis (each window the shortest
 that still spans several of the operator's retries and analysis intervals). Nothing is made twice, nothing is
 lost, nothing is promoted without evidence, and the operator resumes by itself."""
@@ -42,9 +43,10 @@ class Outage:
 
     def __init__(self, cluster, name: str, health: str) -> None:
         self.directory, self.name, self.health = Path(cluster.directory), name, health
-        self.stopped = self.back = 0.0
+        self.stopping = self.stopped = self.back = 0.0
 
     def __enter__(self) -> Outage:
+        self.stopping = time.monotonic()  # SIGTERM sent: a server may take seconds to shut down
         stop_process(self.directory, self.name)
         self.stopped = time.monotonic()
         assert not answers(self.health), f"{self.name} still answers"
@@ -63,15 +65,29 @@ class Outage:
         return time.monotonic() - self.back
 
 
-def test_kube_apiserver_stopped_for_20s_mid_training(cluster, kube_api, namespace, operators, figures):
+def test_kube_apiserver_stopped_for_30s_mid_training(cluster, kube_api, namespace, operators, figures):
+    """Longer than the leader's renew deadline: the leader exits with status 1 (it can no longer prove it
+    holds the Lease) and is started again as its pod would be, while the API server is still away. Once
+    the API server is back it takes the expired Lease and finishes the run: nothing made twice."""
     since = datetime.now(UTC)
-    operators(standalone=True, kubeconfig=audited_kubeconfig(cluster, USER))
+    kubeconfig = audited_kubeconfig(cluster, USER)
+    leader = operators("operator", kubeconfig=kubeconfig)
     model = f"digits-{namespace}"
     apply_object(kube_api, namespace, training("run", model, steps=20, SLIPWAY_STEP_SECONDS="1"))
     before = wait_status(kube_api, namespace, "TrainingRun", "run", lambda o: progress(o) >= 3, 120, "step 3")
     with Outage(cluster, "kube-apiserver", f"{cluster.apiserver_url}/readyz") as outage:
-        wait_for(lambda: outage.lasted(20), 30, "20 s without the API server", interval=0.5)
-    figures.inject(f"kube-apiserver stopped for {outage.back - outage.stopped:.1f}s at step {progress(before)} of 20")
+        wait_for(lambda: leader.proc.poll() is not None, 20, "the leader exits", interval=0.2)
+        exited = time.monotonic() - outage.stopping
+        restarted = operators("operator-restarted", kubeconfig=kubeconfig)  # the pod's container, again
+        wait_for(lambda: outage.lasted(30), 40, "30 s without the API server", interval=0.5)
+    assert leader.proc.returncode == 1, leader.proc.returncode
+    assert "exiting with status 1 so that no pass writes again: lost the Lease: not renewed" in leader.log()
+    figures.took("API server's shutdown (SIGTERM to gone)", outage.stopped - outage.stopping)
+    figures.took("SIGTERM to the API server to the leader's exit (status 1), at most", exited)
+    figures.inject(
+        f"kube-apiserver stopped for {outage.back - outage.stopped:.1f}s at step {progress(before)} of 20; "
+        "the leader exits, its replacement starts while the API server is away"
+    )
     moved = wait_status(kube_api, namespace, "TrainingRun", "run",
                         lambda o: progress(o) > progress(before), 120, "progress written again")  # fmt: skip
     figures.took("API server back to the run's progress written again", outage.since_back())
@@ -86,6 +102,7 @@ def test_kube_apiserver_stopped_for_20s_mid_training(cluster, kube_api, namespac
                   training_pods=len(pods), restarts=run.get("restarts", 0), ledger=found.summary(),
                   made_twice=found.made_twice())  # fmt: skip
     assert run["phase"] == "Succeeded" and progress({"status": run}) == 20
+    assert restarted.proc.poll() is None, "the restarted replica exited"
     # The pod that finished while the API server was away is reported once it is back: not run twice.
     assert len(pods) == 1 and not run.get("restarts")
     assert found.created_of("jobs") == ["run-quantize", "run-train", "run-validate"]
