@@ -172,11 +172,14 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
         ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
                       memo.get("prometheus"), memory=memory)  # fmt: skip
         requeue = step(ctx)
-        if key[0] == "inferencedeployments":  # an active rollout's passes take the critical lane, and so
-            # does the retry of one (a rollback on record whose scale-down got a 409 or a 503)
-            phase = (ctx.body.get("status") or {}).get("phase")
+        if key[0] == "inferencedeployments":  # a canary's passes take the critical lane, and so does the
+            # retry of one (a rollback on record whose scale-down got a 409 or a 503); a first revision
+            # rolling out on the stable track has nothing to analyse or roll back: it waits its turn
+            status = ctx.body.get("status") or {}
+            canary = bool((status.get("canary") or {}).get("revision"))
             retrying = key in memo.scheduler.critical and bool(memory.get(RETRYING))
-            memo.scheduler.mark_critical(key, phase in inferencedeployment.ACTIVE or retrying)
+            memo.scheduler.mark_critical(key, (canary and status.get("phase") in inferencedeployment.ACTIVE)
+                                         or retrying)  # fmt: skip
         return requeue
 
     return run
