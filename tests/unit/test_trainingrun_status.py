@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -250,3 +250,14 @@ def test_metric_values_of_the_wrong_type_are_left_out():
                                "f1": Metric("f1", "0.75", 4)}, tags={})  # fmt: skip
     progress, _ = progress_from_run(run)
     assert progress == {"step": 4, "metrics": {"f1": 0.75}}
+
+
+def test_a_job_is_looked_at_for_refused_pods_only_once_it_has_had_time_to_make_them():
+    from slipway.status.jobs import FIRST_POD_GRACE_SECONDS, old_enough_for_pods
+
+    made = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+    job = {"metadata": {"creationTimestamp": "2026-01-01T12:00:00Z"}}
+    assert not old_enough_for_pods(job, made)  # the pass that made it: no Events listed
+    assert not old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS - 1))
+    assert old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS))  # the 5 s recheck looks
+    assert old_enough_for_pods({"metadata": {}}, made)  # age unknown: looked at

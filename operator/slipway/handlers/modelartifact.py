@@ -9,6 +9,7 @@ picks up where MLflow and the cluster say the artifact is. The decisions between
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from slipway import kube, metrics, tenancy
@@ -173,7 +174,8 @@ class Lifecycle:
                                      env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
             job = self.ctx.ensure("jobs", with_credentials(desired, config.mlflow_credentials_secret))
         podless = jobs.without_pods(job)
-        refused = kube.creation_failure(self.ctx.kube, job) if podless else None
+        looked = podless and jobs.old_enough_for_pods(job, datetime.now(UTC))
+        refused = kube.creation_failure(self.ctx.kube, job) if looked else None
         state = states.job_state(step, job, waiting, refused)
         if state is not None:  # a Job without pods sends no event when its pods are refused: look again
             recheck = FAILED_CREATE_RECHECK_SECONDS if refused else NO_PODS_RECHECK_SECONDS

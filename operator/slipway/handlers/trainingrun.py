@@ -58,9 +58,11 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
-    refused = kube.creation_failure(ctx.kube, job) if not pods and jobs.should_have_pods(job) else None
+    now = datetime.now(UTC)
+    podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
+    refused = kube.creation_failure(ctx.kube, job) if podless else None
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
-                           artifact=artifact, now=datetime.now(UTC),
+                           artifact=artifact, now=now,
                            stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds, create_failure=refused)  # fmt: skip
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
+
+from slipway.status.conditions import parse_time
+
+# The Job controller makes a Job's first pods within a second or two: a Job is looked at for refused
+# pods (its FailedCreate Events, one API list) only once it is this old, never in the pass that made it.
+FIRST_POD_GRACE_SECONDS = 3.0
 
 
 def job_condition(job: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
@@ -27,6 +34,12 @@ def should_have_pods(job: Mapping[str, Any]) -> bool:
     """A Job that should have pods: neither finished nor suspended."""
     finished = job_condition(job, "Complete") or job_condition(job, "Failed")
     return not finished and not (job.get("spec") or {}).get("suspend")
+
+
+def old_enough_for_pods(job: Mapping[str, Any], now: datetime, grace: float = FIRST_POD_GRACE_SECONDS) -> bool:
+    """The Job has existed ``grace`` seconds (or its age is unknown): missing pods may be refused ones."""
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    return created is None or (now - created).total_seconds() >= grace
 
 
 def without_pods(job: Mapping[str, Any]) -> bool:
