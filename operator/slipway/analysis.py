@@ -254,6 +254,7 @@ class MetricResult:
     time: str
     message: str
     stable_value: float | None = None
+    dry_run: bool = False  # evaluated and shown, never decides
 
     def to_status(self) -> dict[str, object]:
         """The ``AnalysisResult`` of the status (infinities left out: JSON cannot carry them)."""
@@ -267,6 +268,8 @@ class MetricResult:
         }
         if self.value is not None and math.isfinite(self.value):
             out["value"] = self.value
+        if self.dry_run:
+            out["dryRun"] = True
         return out
 
 
@@ -292,7 +295,10 @@ def evaluate_metric(
     name = metric.name
 
     def result(verdict: Verdict, message: str) -> MetricResult:
-        return MetricResult(name, canary.query, canary.value, threshold, verdict, now, message, stable_value)
+        if metric.dry_run:
+            message = f"{message} (dry run: shown, never decides)"
+        return MetricResult(name, canary.query, canary.value, threshold, verdict, now, message, stable_value,
+                            metric.dry_run)  # fmt: skip
 
     if canary.error is not None:
         return result("Inconclusive", f"{name}: no answer for the canary, so no verdict: {canary.error}")
@@ -346,15 +352,20 @@ class AnalysisOutcome:
     prometheus_unavailable: bool = False  # true: Inconclusive because monitoring is down
 
     @property
+    def deciding(self) -> tuple[MetricResult, ...]:
+        """The results that decide: every metric but those in ``dryRun``."""
+        return tuple(r for r in self.results if not r.dry_run)
+
+    @property
     def verdict(self) -> Verdict:
-        verdicts = {r.result for r in self.results}
+        verdicts = {r.result for r in self.deciding}
         if "Failed" in verdicts:
             return "Failed"
-        return "Passed" if verdicts == {"Passed"} else "Inconclusive"
+        return "Passed" if verdicts <= {"Passed"} and (verdicts or self.results) else "Inconclusive"
 
     @property
     def first_failure(self) -> MetricResult | None:
-        return next((r for r in self.results if r.result == "Failed"), None)
+        return next((r for r in self.deciding if r.result == "Failed"), None)
 
     @property
     def metric(self) -> str | None:
@@ -370,8 +381,10 @@ class AnalysisOutcome:
     def reason(self) -> str:
         verdict = self.verdict
         if verdict == "Passed":
-            return f"all {len(self.results)} analysis metrics passed"
-        deciding = next((r for r in self.results if r.result == verdict), None)
+            shown = len(self.results) - len(self.deciding)
+            dry = f" ({shown} more in dry run)" if shown else ""
+            return f"all {len(self.deciding)} analysis metrics passed{dry}"
+        deciding = next((r for r in self.deciding if r.result == verdict), None)
         return deciding.message if deciding else "no analysis metric was measured"
 
     def to_status(self) -> list[dict[str, object]]:

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
-from integration.test_inferencedeployment import Versions, deployment, serving
+from integration.test_inferencedeployment import ERRORS, Versions, deployment, pods_of, serving
 from localkube.cluster import CONTROLPLANE
+from localkube.wait import wait_for
+from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, condition, get_object, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -163,6 +165,62 @@ def test_steer_a_live_rollout(kube_api, namespace, operator, mlflow, trained, cl
     assert "InferenceDeployment/digits  RolledBack" in frames[0], frames[0]
     assert "InferenceDeployment/digits  RolledBack" not in frames[-1] and "(retried)" in frames[-1], frames[-1]
     assert versions.alias("production") == v2
+
+
+def test_a_dry_run_gate_never_decides_and_on_failure_pause_holds_the_canary_for_a_person(
+    kube_api, namespace, operator, mlflow, trained, cluster
+):
+    operator()
+    plugin = Plugin(cluster, namespace)
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    dry_latency = {"name": "latencyP95Seconds", "max": 0.05, "dryRun": True}
+    apply_object(kube_api, namespace, deployment(versions.model, metrics=(ERRORS, dry_latency), onFailure="Pause"))
+    serving(kube_api, namespace, v1)
+    with LoadDriver.for_service(kube_api, namespace, "digits", rate=10, max_duration=400) as load:
+        # 200 ms a prediction breaches the dry-run gate (at most 50 ms): shown in status, promoted anyway.
+        v2 = versions.publish(latencySeconds="0.2")
+        breaches: list[dict[str, Any]] = []
+
+        def promoted_after_a_shown_breach(o: dict[str, Any]) -> bool:
+            status = o.get("status") or {}
+            breaches.extend(r for r in status.get("analysis") or [] if r.get("dryRun") and r["result"] == "Failed")
+            return status.get("phase") == "Promoted" and (status.get("stable") or {}).get("modelVersion") == v2
+
+        idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted_after_a_shown_breach, 180,
+                           f"{v2} promoted")  # fmt: skip
+        assert breaches, "no dry-run breach was shown in status.analysis"
+        assert breaches[0]["metric"] == "latencyP95Seconds" and breaches[0]["value"] > 0.05
+        assert "dry run" in breaches[0]["message"]
+        assert (idep["status"].get("lastRollback") or {}).get("modelVersion") != v2
+        versions.alias_becomes("production", v2)
+
+        # 30% errors with onFailure: Pause: held at its step with its traffic, never rolled back, until a
+        # person decides (here: kubectl slipway abort).
+        v3 = versions.publish(errorRate="0.3")
+        held = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                           lambda o: (o["status"].get("canary") or {}).get("modelVersion") == v3
+                           and o["status"].get("phase") == "Paused"
+                           and condition(o, "Ready").get("reason") == "AnalysisFailed", 90,
+                           "held on failure")  # fmt: skip
+        assert "kubectl slipway abort" in condition(held, "Ready")["message"]
+        assert condition(held, "Stalled")["status"] == "True"
+        since = time.monotonic()
+        wait_for(lambda: time.monotonic() - since > 15, 20, "three analysis intervals held", interval=1)
+        still = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+        assert still["status"]["phase"] == "Paused"
+        assert still["status"]["currentStep"] == held["status"]["currentStep"]
+        assert (still["status"].get("lastRollback") or {}).get("modelVersion") != v3
+        assert pods_of(kube_api, namespace, "canary"), "the held canary's pods were taken away"
+        assert versions.alias("production") == v2
+        plugin.ok("abort", "digits")
+        aborted = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                              lambda o: o["status"].get("phase") == "RolledBack", 30, "aborted")  # fmt: skip
+        stats = load.stats()
+    assert aborted["status"]["lastRollback"]["reason"] == "Aborted"
+    assert aborted["status"]["lastRollback"]["modelVersion"] == v3
+    assert versions.alias("production") == v2
+    assert stats.by_code.get(200), dict(stats.by_code)
 
 
 def test_wait_fails_fast_on_a_stalled_object_and_errors_name_the_object(kube_api, namespace, operator, cluster):

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from slipway.analysis import AnalysisOutcome, MetricResult
+from slipway.analysis import AnalysisOutcome, Measurement, MetricResult, evaluate_metric
 from slipway.models import InferenceDeploymentSpec
+from slipway.models.inferencedeployment import AnalysisMetric
 from slipway.status.rollout import (
     ROLLBACK_TAG,
     Desired,
@@ -206,6 +207,77 @@ def test_failed_analyses_beyond_the_limit_roll_back_on_record_first():
     assert p.registry[0]["action"] == "SetTag" and p.registry[0]["key"] == ROLLBACK_TAG
     assert p.status["analysis"][0]["result"] == "Failed"  # the deciding analysis is on record too
     assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message
+
+
+def test_on_failure_pause_holds_the_step_without_analysing_until_promote_or_abort():
+    s = spec(onFailure="Pause", analysis={"failureLimit": 0, "metrics": [{"name": "errorRate", "max": 0.05}]})
+    failed = outcome("Failed", 0.31, "errorRate 0.31 > 0.05")
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=failed))
+    assert (p.phase, cond(p, "Ready").reason, cond(p, "Stalled").status) == ("Paused", "AnalysisFailed", "True")
+    assert "errorRate 0.31 > 0.05" in cond(p, "Ready").message and "kubectl slipway promote" in cond(p, "Ready").message
+    assert not p.durable and "lastRollback" not in p.status and p.registry == []
+    assert p.canary == V2 and p.weight == 33  # the canary keeps its pods and its share
+    held_status = {**canary_status(failedAnalyses=1), "analysis": p.status["analysis"]}
+    # Much later: still held, never analysed again, never timed out by the progress deadline.
+    later = NOW + timedelta(hours=2)
+    again = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=held_status, now=later))
+    assert (again.phase, cond(again, "Ready").reason, again.analyze) == ("Paused", "AnalysisFailed", False)
+    assert "errorRate 0.31 > 0.05" in cond(again, "Ready").message
+    promoted = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=held_status, now=later,
+                            annotations={"slipway.dev/promote": "true"}))  # fmt: skip
+    assert promoted.phase == "Promoting"
+    aborted = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=held_status, now=later,
+                           annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    assert (aborted.phase, aborted.status["lastRollback"]["reason"]) == ("RolledBack", "Aborted")
+
+
+def test_on_failure_defaults_to_rollback():
+    assert spec().rollout.on_failure == "Rollback"
+    with pytest.raises(ValueError):
+        spec(onFailure="Ignore")
+
+
+def dry_run_outcome(dry: str, deciding: str = "Passed") -> AnalysisOutcome:
+    """errorRate deciding, latency in dry run."""
+    return AnalysisOutcome((
+        MetricResult("errorRate", "q", 0.0, "<= 0.05", deciding, iso(NOW), "ok"),  # type: ignore[arg-type]
+        MetricResult("latencyP95Seconds", "q", 0.9, "<= 0.1", dry, iso(NOW), "latency 0.9 > 0.1",  # type: ignore[arg-type]
+                     dry_run=True),
+    ))  # fmt: skip
+
+
+def test_a_dry_run_metric_is_shown_and_never_decides():
+    metrics = [{"name": "errorRate", "max": 0.05}, {"name": "latencyP95Seconds", "max": 0.1, "dryRun": True}]
+    s = spec(analysis={"failureLimit": 0, "metrics": metrics})
+    assert s.rollout.analysis is not None and s.rollout.analysis.metrics[1].dry_run
+    for dry in ("Failed", "Inconclusive"):
+        result = dry_run_outcome(dry)
+        assert result.verdict == "Passed" and result.first_failure is None
+        later = NOW + timedelta(seconds=31)
+        p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=result, now=later))
+        assert (p.phase, p.status["currentStep"], p.status["failedAnalyses"]) == ("Analyzing", 1, 0)
+        shown = p.status["analysis"][1]
+        assert (shown["metric"], shown["result"], shown["dryRun"]) == ("latencyP95Seconds", dry, True)
+        assert "dryRun" not in p.status["analysis"][0]
+    # Recorded results of an earlier pass: the dry-run failure does not hold the step either.
+    s = spec(analysis={"failureLimit": 0, "interval": "60s", "metrics": metrics})  # the next one not due yet
+    recorded = canary_status(analysis=dry_run_outcome("Failed").to_status())
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=recorded, now=NOW + timedelta(seconds=31)))
+    assert not p.analyze
+    assert p.status["currentStep"] == 1
+    # The deciding metric still decides.
+    failed = dry_run_outcome("Failed", deciding="Failed")
+    assert failed.verdict == "Failed" and failed.metric == "errorRate"
+    # Only dry-run metrics: every analysis passes (Argo Rollouts' dryRun does the same).
+    only = AnalysisOutcome((MetricResult("x", "q", 1, "<= 0", "Failed", iso(NOW), "m", dry_run=True),))
+    assert only.verdict == "Passed"
+
+
+def test_a_dry_run_metric_says_so_in_its_message():
+    metric = AnalysisMetric(name="errorRate", max=0.05, dryRun=True)
+    result = evaluate_metric(metric, Measurement("q", 0.3), None, "inconclusive", iso(NOW))
+    assert result.result == "Failed" and result.dry_run and "dry run" in result.message
+    assert result.to_status()["dryRun"] is True
 
 
 def test_inconclusive_holds_and_never_advances():

@@ -159,6 +159,11 @@ class AnalysisMetric(SlipwayModel):
         gt=0,
         description="The canary's value must be at most this multiple of the stable's, e.g. 1.5.",
     )
+    dry_run: bool = Field(
+        default=False,
+        description="Evaluate and show this metric in status.analysis, but never let it hold, fail or roll "
+        "back a canary: a new gate tried out on live traffic first.",
+    )
     query: str | None = Field(
         default=None,
         description="PromQL; may use {{ track }}, {{ namespace }}, {{ deployment }}, {{ version }} (the "
@@ -261,6 +266,11 @@ class Rollout(SlipwayModel):
         "rolled back, or a promotion reverted; a paused rollout never times out.",
     )
     paused: bool = Field(default=False, description="Hold the current step until set back to false.")
+    on_failure: Literal["Rollback", "Pause"] = Field(
+        default="Rollback",
+        description="What analysis failures past failureLimit do: Rollback (default), or Pause: the canary "
+        "holds its step, analysed no more, until `kubectl slipway promote` or `kubectl slipway abort`.",
+    )
     max_surge_replicas: int = Field(
         default=1, ge=1, le=100, description="GPU budget: never run more than this many extra (canary) pods."
     )
@@ -437,6 +447,7 @@ class AnalysisResult(StatusModel):
     threshold: str | None = Field(default=None, description='The rule, e.g. "<= 0.05".')
     result: Literal["Passed", "Failed", "Inconclusive"] = Field(description="Passed, Failed or Inconclusive.")
     message: str | None = Field(default=None, description="Why, in words (e.g. no data, Prometheus unreachable).")
+    dry_run: bool | None = Field(default=None, description="True: the metric's dryRun; shown, never decided.")
     time: str = Field(description="When it was evaluated.")
 
 

@@ -388,6 +388,8 @@ class Canary:
         if self.spec.rollout.paused:
             message = f"paused at {step_text} by spec.rollout.paused"
             return _plan("Paused", held, "Paused", message, progressing="Unknown", status=self.status(), **serve)
+        if self.held_on_failure():
+            return self.hold_on_failure(step_text, serve)
         if canary_ready < sizing.pods:
             return self.starting(canary_ready, sizing, serve)
         return self.analysing(step_text, sizing, serve)
@@ -419,11 +421,14 @@ class Canary:
                 if self.analysis_due():
                     return _plan("Analyzing", reconciling, "Analyzing", f"analysing the canary at {step_text}",
                                  analyze=True, status=self.status(), **serve)  # fmt: skip
-                verdict = _combined([r.get("result") for r in self.previous_results])
+                deciding = [r.get("result") for r in self.previous_results if not r.get("dryRun")]
+                verdict = _combined(deciding) if deciding or not self.previous_results else "Passed"
             else:
                 verdict, changes = result.verdict, {"analysis": result.to_status()}
                 if verdict == "Failed":
                     self.failed += 1
+                    if self.failed > analysis.failure_limit and self.spec.rollout.on_failure == "Pause":
+                        return self.hold_on_failure(step_text, serve, result.reason, **changes)
                     if self.failed > analysis.failure_limit:
                         return self.rollback("AnalysisFailed", result.reason, result.metric, result.value, **changes)
         if verdict == "Inconclusive":
@@ -446,6 +451,25 @@ class Canary:
         message = f"canary {_name(self.desired)} at {step_text}{failures}"
         return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes),
                      next_analysis=next_analysis, **serve)  # fmt: skip
+
+    def held_on_failure(self) -> bool:
+        """spec.rollout.onFailure=Pause and more failed analyses than failureLimit: held for a person."""
+        analysis = self.spec.rollout.analysis
+        return (self.spec.rollout.on_failure == "Pause" and analysis is not None
+                and self.failed > analysis.failure_limit)  # fmt: skip
+
+    def hold_on_failure(self, step_text: str, serve: dict[str, Any], why: str | None = None, **changes: Any) -> Plan:
+        """The canary keeps its step and its traffic, is analysed no more and never times out, until
+        ``kubectl slipway promote`` or ``abort`` (the annotations, handled before this)."""
+        self.progress = self.now
+        if why is None:
+            failed = [r for r in self.previous_results or (self.obs.status.get("analysis") or [])
+                      if r.get("result") == "Failed" and not r.get("dryRun")]  # fmt: skip
+            why = str(failed[0].get("message")) if failed else "analysis failed"
+        message = (f"held at {step_text} after {self.failed} failed analyses ({why}); spec.rollout.onFailure=Pause: "
+                   f"`kubectl slipway promote` or `kubectl slipway abort` decides")  # fmt: skip
+        return _plan("Paused", stalled, "AnalysisFailed", message, progressing="Unknown",
+                     degraded=("AnalysisFailed", message), status=self.status(**changes), **serve)  # fmt: skip
 
     def seconds_to_analysis(self, changes: Mapping[str, Any]) -> float | None:
         """For the pass's requeue: when the next analysis is due, after this pass's (in
@@ -481,7 +505,7 @@ class Canary:
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
         reasons = [str(r.get("message") or f"{r.get('metric')}: no data") for r in results
-                   if r.get("result") == "Inconclusive"]  # fmt: skip
+                   if r.get("result") == "Inconclusive" and not r.get("dryRun")]  # fmt: skip
         if not reasons and self.obs.analysis and self.obs.analysis.reason:
             reasons = [self.obs.analysis.reason]
         return "; ".join(reasons) or "no analysis yet"
