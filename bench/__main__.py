@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         kept = rundir.publish(run, args.name or run.resolve().name)
         render.render(kept, rundir.BENCH / "RESULTS.md", rundir.BENCH / "plots")
         return 0
-    run = rundir.start(args.out)
+    run = rundir.start(args.out.resolve() if args.out else None)  # absolute: kwok and the cluster run elsewhere
     names = (args.only or list(SCENARIOS)) if args.command == "all" else [args.command]
     failed = []
     for name in names:
