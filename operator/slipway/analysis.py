@@ -392,10 +392,13 @@ class AnalysisOutcome:
         return [r.to_status() for r in self.results]
 
 
-def not_measured(metrics: Sequence[str], now: datetime | str, message: str) -> AnalysisOutcome:
-    """An Inconclusive analysis: nothing could be measured (e.g. no Prometheus configured)."""
+def not_measured(metrics: Sequence[AnalysisMetric | str], now: datetime | str, message: str) -> AnalysisOutcome:
+    """An Inconclusive analysis: nothing could be measured (e.g. no Prometheus configured). Metrics in
+    dry run stay in dry run: they hold nothing."""
     when = timestamp(now)
-    results = [MetricResult(m, "", None, "", "Inconclusive", when, message) for m in metrics]
+    results = [MetricResult(m, "", None, "", "Inconclusive", when, message) if isinstance(m, str) else
+               MetricResult(m.name, "", None, "", "Inconclusive", when, message, dry_run=m.dry_run)
+               for m in metrics]  # fmt: skip
     return AnalysisOutcome(tuple(results) or (MetricResult("analysis", "", None, "", "Inconclusive", when, message),))
 
 

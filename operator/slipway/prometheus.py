@@ -246,9 +246,15 @@ def run_analysis(
     """
     metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
     window = analysis.analysis_window(settings.interval)
-    probe = _Probe(client)
+    # The metrics that decide are measured first, with a probe of their own: a dry-run query that
+    # times out (a new, heavy one) must not leave them unmeasured. Once Prometheus is down for
+    # them, the dry-run metrics are not queried either.
+    deciding, dry = _Probe(client), _Probe(client)
 
     def measure(metric: AnalysisMetric, track: str) -> analysis.Measurement:
+        probe = dry if metric.dry_run else deciding
+        if metric.dry_run and deciding.unavailable is not None:
+            probe.unavailable = deciding.unavailable
         try:
             version, revision = (versions or {}).get(track), (revisions or {}).get(track)
             query = analysis.resolve_query(
@@ -258,10 +264,16 @@ def run_analysis(
             return analysis.Measurement(metric.query or "", error=str(exc))
         return probe.measure(query)
 
-    canary = [measure(m, analysis.CANARY_TRACK) for m in metric_rules]
-    stable = [measure(m, analysis.STABLE_TRACK) if m.max_relative_to_stable is not None else None for m in metric_rules]
-    results = analysis.evaluate(metric_rules, canary, stable, settings.no_data, analysis.timestamp(now))
-    return analysis.AnalysisOutcome(tuple(results), prometheus_unavailable=probe.unavailable is not None)
+    canary: list[analysis.Measurement | None] = [None] * len(metric_rules)
+    stable: list[analysis.Measurement | None] = [None] * len(metric_rules)
+    for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):  # deciding ones first
+        canary[i] = measure(metric_rules[i], analysis.CANARY_TRACK)
+    for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):
+        if metric_rules[i].max_relative_to_stable is not None:
+            stable[i] = measure(metric_rules[i], analysis.STABLE_TRACK)
+    measured = [m for m in canary if m is not None]
+    results = analysis.evaluate(metric_rules, measured, stable, settings.no_data, analysis.timestamp(now))
+    return analysis.AnalysisOutcome(tuple(results), prometheus_unavailable=deciding.unavailable is not None)
 
 
 NO_PROMETHEUS = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"
@@ -285,10 +297,10 @@ def analyse_canary(
     address = settings.prometheus.address if settings.prometheus else None
     refusal = address_refusal(address, config) if address is not None and config is not None else None
     if refusal is not None:
-        return analysis.not_measured([m.name for m in settings.metrics], now, refusal)
+        return analysis.not_measured(settings.metrics, now, refusal)
     client = PrometheusClient(address, timeout=timeout) if address is not None else default
     if client is None:
-        return analysis.not_measured([m.name for m in settings.metrics], now, NO_PROMETHEUS)
+        return analysis.not_measured(settings.metrics, now, NO_PROMETHEUS)
     try:
         return run_analysis(client, settings, namespace, deployment, now, versions, revisions)
     finally:

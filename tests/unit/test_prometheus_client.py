@@ -279,3 +279,39 @@ def test_every_query_carries_a_deadline_on_prometheus_time(server):
 
     asked = parse_qs(urlsplit(server.asked[-1]).query)
     assert asked["timeout"] == ["7s"] and asked["query"] == ["up"]
+
+
+def test_a_dry_run_query_that_times_out_leaves_the_deciding_metrics_measured(server: Server) -> None:
+    """Prometheus answers the heavy dry-run query 503 (its query timeout) and the others normally."""
+    import urllib.parse
+
+    ok = success("vector", [{"metric": {}, "value": [0, "0.01"]}])
+    timeout = Answer(503, "application/json", js({"status": "error", "errorType": "timeout", "error": "timeout"}))
+
+    class ByQuery(Answer):  # what the server answers depends on the query it is asked
+        def __getattribute__(self, name: str) -> object:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(server.asked[-1]).query).get("query", [""])[0]
+            return getattr(timeout if "heavy" in query else ok, name)
+
+    server.answer = ByQuery()
+    metrics = [AnalysisMetric(name="new", max=1, query="sum(heavy)", dryRun=True),
+               AnalysisMetric(name="errors", max=0.05, query="sum(errors)", maxRelativeToStable=2)]  # fmt: skip
+    client = PrometheusClient(server.url, timeout=5)
+    try:
+        outcome = run_analysis(client, Analysis(metrics=metrics), "a", "d", NOW)
+    finally:
+        client.close()
+    new, errors = outcome.results
+    assert (new.result, new.dry_run) == ("Inconclusive", True)
+    assert errors.result == "Passed" and errors.value == 0.01 and errors.stable_value == 0.01
+    assert outcome.verdict == "Passed" and not outcome.prometheus_unavailable
+
+
+def test_without_prometheus_metrics_in_dry_run_hold_nothing() -> None:
+    from slipway.analysis import not_measured
+
+    only_dry = not_measured([AnalysisMetric(name="m", max=1, query="q", dryRun=True)], NOW, "no Prometheus")
+    assert only_dry.verdict == "Passed" and only_dry.results[0].to_status()["dryRun"] is True
+    mixed = not_measured([AnalysisMetric(name="m", max=1, query="q", dryRun=True),
+                          AnalysisMetric(name="e", max=1, query="q")], NOW, "no Prometheus")  # fmt: skip
+    assert mixed.verdict == "Inconclusive"

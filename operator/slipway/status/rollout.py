@@ -497,7 +497,8 @@ class Canary:
             return timedelta(0)
         last = max(t for t, _ in timed)
         interval = parse_duration(analysis.interval)
-        inconclusive = all(r.get("result") == "Inconclusive" for t, r in timed if t == last)
+        latest_deciding = [r for t, r in timed if t == last and not r.get("dryRun")]
+        inconclusive = bool(latest_deciding) and all(r.get("result") == "Inconclusive" for r in latest_deciding)
         if inconclusive and self.now - self.step_started < interval:
             interval = min(interval, INCONCLUSIVE_RETRY)
         return last + interval - self.now
