@@ -126,8 +126,13 @@ def shared_cluster() -> Iterator[Callable[[], Path]]:
         try:
             yield ready.result
         finally:
-            with contextlib.suppress(Exception):
-                ready.result()  # a start still under way is finished before it is stopped
+            # A start still under way (the checks or unit tests failed, or Ctrl-C) is waited for, then
+            # stopped: its processes run in sessions of their own and would outlive this one.
+            while not ready.done():
+                try:
+                    concurrent.futures.wait([ready])
+                except KeyboardInterrupt:
+                    print("\nstopping the local cluster as soon as it has started", flush=True)
             down(directory)
             shutil.rmtree(directory, ignore_errors=True)
 
