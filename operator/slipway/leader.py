@@ -327,9 +327,12 @@ class LeaderElector:
             held: bool | None
             try:
                 future = loop.run_in_executor(self._executor, self.attempt)
-                # A leader never waits for an answer past its renew deadline.
-                timeout = self.renewed_at + self.timing.renew_deadline - sent if self.leading else None
-                held = await asyncio.wait_for(future, max(0.0, timeout) if timeout is not None else None)
+                # A leader never waits for an answer past its renew deadline. ``asyncio.timeout``, not
+                # ``wait_for``: on Python 3.11 ``wait_for`` returns an answer that lands in the same turn
+                # as a cancel and drops the cancel, and then shutdown waits on this loop forever.
+                deadline = loop.time() + self.renewed_at + self.timing.renew_deadline - sent if self.leading else None
+                async with asyncio.timeout_at(deadline):
+                    held = await future
                 self._error = None
             except asyncio.CancelledError:
                 raise
@@ -389,7 +392,9 @@ class LeaderElector:
         loop = asyncio.get_running_loop()
         try:
             # In the lease thread, after any attempt still running there (it may just have taken the Lease).
-            if await asyncio.wait_for(loop.run_in_executor(self._executor, self._give_up_if_held), timeout):
+            async with asyncio.timeout(timeout):
+                held = await loop.run_in_executor(self._executor, self._give_up_if_held)
+            if held:
                 log.info("leader election: %r released %s", self.identity, self.where)
         except Exception as exc:
             log.warning("leader election: could not release %s: %s", self.where, _describe(exc))

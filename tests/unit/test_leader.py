@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -571,3 +572,37 @@ def test_a_pass_that_outlives_the_drain_ends_the_process_and_the_lease_is_not_re
     assert events[:2] == ["pass starts", "renewed"]
     assert events[2].startswith("exit: passes still running after 0.3s of shutdown (trainingruns/n/t)")
     assert "released" not in events
+
+
+def test_resign_stops_the_loop_even_when_an_answer_lands_in_the_same_turn_as_the_cancel() -> None:
+    """The renewal's answer and the shutdown's cancel arrive together: the loop still stops (a wait that
+    returned the answer and dropped the cancel kept renewing forever, and shutdown never ended)."""
+    store = FakeStore()
+    entered, answer, answered = threading.Event(), threading.Event(), threading.Event()
+    update = store.update
+
+    def held_update(record: LeaseRecord) -> LeaseRecord:
+        entered.set()
+        answer.wait(5)
+        try:
+            return update(record)
+        finally:
+            answered.set()
+
+    async def scenario(a: LeaderElector) -> int:
+        await until(lambda: a.leading)
+        store.update = held_update  # type: ignore[method-assign]
+        await until(entered.is_set)
+        answer.set()
+        answered.wait(5)
+        time.sleep(0.05)  # blocks the loop: the answer is queued for it, behind nothing
+        await asyncio.sleep(0)  # one turn: the answer is delivered, then the cancel below
+        async with asyncio.timeout(3):
+            await a.resign()
+        sent = len(store.calls)
+        await asyncio.sleep(0.3)
+        return len(store.calls) - sent
+
+    events, after = run_elector(store, Timing(duration=1.2, renew_deadline=1.0, retry=0.05), scenario)
+    assert events == ["lead"]
+    assert after == 0  # no request once resigned
