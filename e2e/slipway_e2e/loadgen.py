@@ -124,6 +124,7 @@ class LoadStats:
     no_endpoint: int  # ticks with no endpoint to send to
     skipped: int  # ticks skipped because `concurrency` requests were in flight
     refresh_errors: int  # EndpointSlice reads that failed (the previous endpoints were kept)
+    cut: int = 0  # streams: answers that began (200) but ended before their last event
 
     @property
     def responses(self) -> int:
@@ -151,7 +152,11 @@ class LoadDriver:
         host: str | None = None,
         path: str = PREDICT_PATH,
         body: Mapping[str, Any] | None = None,
+        stream: bool = False,
     ) -> None:
+        """``stream``: the body asks for server-sent events (an OpenAI-compatible completion); a 200
+        counts once its ``data: [DONE]`` arrives, an answer that stops before it is ``cut``, and
+        ``timeout`` is the longest wait for the next event."""
         if not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate {rate}: give 0 < rate <= {MAX_RATE:g} requests per second")
         if not 0 < max_duration <= MAX_DURATION_SECONDS:
@@ -179,6 +184,8 @@ class LoadDriver:
         self._no_endpoint = 0
         self._skipped = 0
         self._refresh_errors = 0
+        self._cut = 0
+        self.stream = stream
         self.last_refresh_error: str | None = None
         self._thread: threading.Thread | None = None
 
@@ -243,6 +250,7 @@ class LoadDriver:
                 self._no_endpoint,
                 self._skipped,
                 self._refresh_errors,
+                self._cut,
             )
 
     def _run(self) -> None:
@@ -290,6 +298,9 @@ class LoadDriver:
         pool.submit(self._send, http, endpoint)
 
     def _send(self, http: httpx.Client, endpoint: Endpoint) -> None:
+        if self.stream:
+            self._send_stream(http, endpoint)
+            return
         try:
             response = http.post(endpoint.url + self.path, json=self._body)
         except httpx.HTTPError as exc:
@@ -308,3 +319,24 @@ class LoadDriver:
             self._by_endpoint[endpoint.ip] += 1
             if version is not None:
                 self._by_version[version] += 1
+
+    def _send_stream(self, http: httpx.Client, endpoint: Endpoint) -> None:
+        code, done, error = 0, False, None
+        try:
+            with http.stream("POST", endpoint.url + self.path, json=self._body) as response:
+                code = response.status_code
+                for line in response.iter_lines():
+                    if line.strip() == "data: [DONE]":
+                        done = True
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
+        finally:
+            self._in_flight.release()
+        with self._lock:
+            if code == 0:
+                self._transport_errors[error or "NoAnswer"] += 1
+            elif code == 200 and not done:
+                self._cut += 1
+            else:
+                self._by_code[code] += 1
+                self._by_endpoint[endpoint.ip] += 1

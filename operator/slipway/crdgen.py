@@ -48,6 +48,7 @@ class Kind:
     description: str
     columns: tuple[dict[str, Any], ...]
     rules: tuple[dict[str, str], ...] = ()  # CEL on the whole object (spec against status)
+    scale: dict[str, str] | None = None  # the scale subresource (what an HPA targets)
 
 
 def _ready_column() -> dict[str, Any]:
@@ -141,11 +142,18 @@ KINDS = (
             {"name": "Stable", "type": "string", "jsonPath": ".status.stable.modelVersion"},
             {"name": "Canary", "type": "string", "jsonPath": ".status.canary.modelVersion"},
             {"name": "Weight", "type": "integer", "jsonPath": ".status.canary.weight"},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             _ready_column(),
             _reason_column(),
             _age_column(),
         ),
+        # The HPA scales the whole InferenceDeployment; Slipway splits spec.replicas between the tracks.
+        scale={
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
     ),
 )
 
@@ -232,7 +240,7 @@ def crd(kind: Kind) -> dict[str, Any]:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": kind.scale} if kind.scale else {})},
                     "additionalPrinterColumns": list(kind.columns),
                     "schema": {
                         "openAPIV3Schema": {

@@ -352,6 +352,38 @@ def test_serve_predicts_and_exposes_metrics(serving: Any) -> None:
     assert "SIGTERM: shutting down" in server.output()
 
 
+def test_serve_on_sigterm_finishes_a_stream_in_flight_and_refuses_new_connections(serving: Any) -> None:
+    """What the pod's drain relies on: SIGTERM mid-stream, and the stream still gets every token and
+    its end; readiness fails at once; a new connection is refused; the server exits 0 once done."""
+    server: Server = serving(SLIPWAY_SERVE_API="openai", SLIPWAY_TOKENS_PER_SECOND="10",
+                             SLIPWAY_SHUTDOWN_DELAY_SECONDS="1")  # fmt: skip
+    server.wait_ready()
+    tokens: list[str] = []
+    body = {"model": "digits", "prompt": "count", "max_tokens": 30, "stream": True}  # 3 s of tokens
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=30) as answer:
+        assert answer.status_code == 200
+        lines = answer.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                tokens.append(line)
+                break
+        server.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: server.get("/readyz").status_code == 503, 5, "readiness to fail on SIGTERM")
+        tokens += [line for line in lines if line.startswith("data: ")]
+    assert tokens[-1] == "data: [DONE]" and len(tokens) == 30 + 2, tokens[-3:]  # tokens, the finish, the end
+
+    def refused() -> bool:
+        try:
+            server.get("/healthz")
+        except httpx.ConnectError:
+            return True
+        return False
+
+    wait_for(refused, 10, "new connections to be refused")
+    assert server.process.wait(timeout=10) == 0
+    assert "draining: 1 requests in flight" in server.output()
+
+
 def test_serve_error_rate_fault_shows_as_500s(serving: Any) -> None:
     server: Server = serving(SLIPWAY_FAULT_ERROR_RATE="1")
     server.wait_ready()

@@ -74,7 +74,11 @@ def test_names_scope_and_subresources(kind, short):
     assert spec["names"]["categories"] == ["slipway"]
     (version,) = spec["versions"]
     assert version["name"] == "v1alpha1"
-    assert version["subresources"] == {"status": {}}
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+             "labelSelectorPath": ".status.selector"}  # fmt: skip
+    # The HPA scales an InferenceDeployment as a whole; the other kinds have no replicas.
+    expected = {"status": {}, "scale": scale} if kind == "InferenceDeployment" else {"status": {}}
+    assert version["subresources"] == expected
     columns = {c["name"] for c in version["additionalPrinterColumns"]}
     assert {"Phase", "Ready", "Reason", "Age"} <= columns
     conditions = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"]

@@ -167,7 +167,8 @@ def test_selectors_match_the_pods_they_select(name):
         assert idep.service(name, "ns", spec, track)["spec"]["selector"].items() <= template_labels
         assert idep.service(name, "ns", spec)["spec"]["selector"].items() <= template_labels
     hpa = idep.hpa(name, "ns", spec)
-    assert hpa["spec"]["scaleTargetRef"]["name"] == idep.deployment_name(name, "stable")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment",
+                                             "name": name}  # fmt: skip
     route = idep.http_route(name, "ns", spec, 25)
     backends = [b["name"] for b in route["spec"]["rules"][0]["backendRefs"]]
     assert backends == [idep.track_service_name(name, t) for t in idep.TRACKS]

@@ -16,9 +16,11 @@ from slipway.status.rollout import (
     ROLLBACK_TAG,
     Desired,
     Observed,
+    Sizing,
     Track,
     canary_sizing,
     desired_from_artifact,
+    next_replicas,
     plan,
     replica_weight,
     step_weights,
@@ -77,27 +79,62 @@ def canary_status(step: int = 0, since: datetime = NOW, progress: datetime | Non
 
 
 @pytest.mark.parametrize(
-    ("mode", "stable", "weight", "surge", "pods", "share", "note"),
+    ("mode", "total", "weight", "surge", "canary", "stable", "share", "note"),
     [
-        ("Replicas", 2, 10, 1, 1, 33, "floor"),  # one pod is the floor, and it is reported
-        ("Replicas", 2, 50, 1, 1, 33, "capped"),  # 1 of 3 <= 50%: as close as the surge budget allows
-        ("Replicas", 2, 50, 2, 2, 50, ""),
-        ("Replicas", 10, 10, 3, 1, 9, ""),  # never above the step: 1 of 11
-        ("Replicas", 10, 20, 3, 2, 16, ""),
-        ("Replicas", 10, 50, 3, 3, 23, "capped"),
-        ("Replicas", 1, 20, 1, 1, 50, "floor"),  # the defaults: 1 replica, surge 1
-        ("GatewayAPI", 2, 25, 1, 1, 25, ""),  # the route carries the exact weight
-        ("GatewayAPI", 10, 25, 1, 1, 9, "capped"),  # one pod cannot take 25% of 10 pods' load
-        ("GatewayAPI", 10, 25, 4, 4, 25, ""),
+        ("Replicas", 2, 10, 1, 1, 2, 33, "floor"),  # one pod is the floor (1 of 3 beats 1 of 2), and it is said
+        ("Replicas", 2, 50, 1, 1, 1, 50, ""),  # taken from the total: 1 of 2
+        ("Replicas", 6, 33, 2, 2, 4, 33, ""),  # the steps the surge share never reached: 2 of 6, 4 of 6
+        ("Replicas", 6, 66, 2, 4, 2, 67, ""),
+        ("Replicas", 6, 66, 0, 4, 2, 67, ""),  # no spare GPU needed
+        ("Replicas", 10, 10, 3, 1, 9, 10, ""),
+        ("Replicas", 10, 55, 0, 5, 5, 50, "nearest split"),  # 5 or 6 of 10: 50% is nearer
+        ("Replicas", 3, 10, 0, 1, 2, 33, "floor"),
+        ("Replicas", 1, 20, 1, 1, 1, 50, "floor"),  # the defaults: 1 replica, surge 1
+        ("Replicas", 1, 20, 0, 0, 1, 0, "no room for a canary pod"),  # 1 replica and no surge: held, said why
+        ("Replicas", 4, 100, 1, 4, 0, 100, ""),  # a 100% step: all on the canary
+        ("GatewayAPI", 2, 25, 1, 1, 1, 25, ""),  # the route carries the exact weight, 1 of 2 pods carries it
+        ("GatewayAPI", 10, 25, 1, 3, 7, 25, ""),  # the fewest pods that carry 25%
+        ("GatewayAPI", 2, 75, 1, 2, 1, 66, "capped"),  # 2 of 3 pods carry at most 66%
     ],
 )
-def test_canary_sizing(mode, stable, weight, surge, pods, share, note):
-    sizing = canary_sizing(mode, weight, stable, surge)
-    assert (sizing.pods, sizing.share) == (pods, share)
+def test_canary_sizing(mode, total, weight, surge, canary, stable, share, note):
+    sizing = canary_sizing(mode, weight, total, surge)
+    assert (sizing.pods, sizing.stable, sizing.share) == (canary, stable, share)
     assert note in sizing.note if note else sizing.note == ""
-    assert sizing.pods <= surge  # the GPU budget holds
-    if mode == "Replicas" and not note:
-        assert sizing.share <= weight
+    if sizing.pods:
+        assert total <= sizing.pods + sizing.stable <= total + surge  # capacity kept, the GPU budget holds
+
+
+@pytest.mark.parametrize("surge", [0, 1, 2, 5])
+@pytest.mark.parametrize("unavailable", [0, 1, 2])
+@pytest.mark.parametrize("total", [1, 2, 6, 9])
+@pytest.mark.parametrize("weights", [(33, 66), (10, 50, 90), (25, 100)])
+def test_moving_between_splits_keeps_the_budget_and_the_floor_and_always_arrives(surge, unavailable, total, weights):
+    """Pods start and stop one pass at a time (the worst case for the budget): every step's split is
+    reached, then the stable takes everything back (a promotion or rollback), never more than
+    total + surge pods running and never fewer than total - unavailable ready."""
+    if surge + unavailable == 0:
+        return  # refused at admission (BUDGET_MESSAGE)
+    rollout = spec(maxSurgeReplicas=surge, maxUnavailableReplicas=unavailable).rollout
+    s, c, s_pods, c_pods, s_ready, c_ready = total, 0, total, 0, total, 0
+    targets = [canary_sizing("Replicas", w, total, surge) for w in weights] + [Sizing(0, 0, "", total)]
+    for target in targets:
+        if target.pods == 0 and target.stable != total:
+            continue  # no room (held, tested above)
+        for _ in range(50):
+            stable = Track("1", "u", s, s_ready, s, True, s_pods)
+            canary = Track("2", "u", c, c_ready, c, True, c_pods)
+            s, c = next_replicas(total, target, rollout, stable, canary)
+            # The pass's writes land: pods above a lowered count go at once, new pods start unready.
+            s_pods, c_pods = min(s_pods, s), min(c_pods, c)
+            s_ready, c_ready = min(s_ready, s), min(c_ready, c)
+            assert s_pods + c_pods + (s - s_pods) + (c - c_pods) <= total + surge
+            assert s_ready + c_ready >= total - unavailable
+            # Then the new pods run and become ready.
+            s_pods, c_pods, s_ready, c_ready = s, c, s, c
+            if (s, c) == (target.stable, target.pods):
+                break
+        assert (s, c) == (target.stable, target.pods), (target, s, c)
 
 
 def test_step_weights_and_replica_weight():
@@ -130,10 +167,13 @@ def test_a_steps_pause_counts_from_when_its_canary_pods_are_ready_not_from_the_s
 
 def test_a_gateway_route_keeps_the_ready_canary_pods_share_while_the_next_steps_pods_start():
     s = spec(traffic={"mode": "GatewayAPI", "parentRefs": [{"name": "web"}]}, maxSurgeReplicas=2,
-             steps=[{"weight": 25}, {"weight": 50}])  # fmt: skip
-    # Step 2 wants 2 canary pods; 1 is ready: the route keeps what 1 pod carries (1 of 3), never 0.
-    p = plan(observe(s, stable=track(V1), canary=track(V2, 1, 2), status=canary_status(step=1)))
-    assert (p.phase, p.canary_replicas, p.route_weight, p.requested_weight) == ("Progressing", 2, 33, 50)
+             steps=[{"weight": 25}, {"weight": 75}])  # fmt: skip
+    # Step 2 wants 3 canary pods of 4 (2 replicas + 2 surge); 1 is ready: the route keeps what 1 pod
+    # carries beside the 2 stable ones (1 of 3), never 0.
+    just_advanced = canary_status(step=1, stepStartTime=None)
+    p = plan(observe(s, stable=track(V1), canary=track(V2, 1, 3), status=just_advanced))
+    assert (p.phase, p.canary_replicas, p.route_weight, p.requested_weight) == ("Progressing", 3, 33, 75)
+    assert p.stable_replicas == 1  # one stable pod's traffic is covered by the ready canary pod
     none_ready = plan(observe(s, stable=track(V1), canary=track(V2, 0, 1), status=canary_status()))
     assert none_ready.route_weight == 0
 
@@ -387,19 +427,53 @@ def test_the_last_step_starts_a_promotion_on_record_with_the_previous_stable():
     p = plan(
         observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status(1, NOW - timedelta(minutes=5)))
     )
-    assert (p.phase, p.durable, p.canary, p.stable) == ("Promoting", True, None, None)
+    assert (p.phase, p.durable, p.canary, p.stable) == ("Promoting", True, V2, None)
+    # Nothing moves on the decision: the canary's pod keeps serving beside the stable's until the stable rolls.
+    assert (p.stable_replicas, p.canary_replicas) == (2, 1)
     assert p.status["previousStable"]["revision"] == "rev1"
 
 
-def test_promotion_scales_the_canary_away_then_rolls_the_stable_then_is_promoted():
-    scaling = plan(observe(spec(), stable=track(V1), canary=track(V2, 1, 0, pods=1), status=promoting()))
-    assert (scaling.phase, scaling.stable, scaling.canary) == ("Promoting", None, None)
-    rolling = plan(observe(spec(), stable=track(V1), canary=track(V2, 0, 0, pods=0), status=promoting()))
-    assert (rolling.phase, rolling.stable) == ("Promoting", V2)
-    waiting = plan(observe(spec(), stable=track(V2, 1, 2, updated=1), status=promoting()))
-    assert waiting.phase == "Promoting"
-    done = plan(observe(spec(), stable=track(V2, 2), status=promoting()))
+def test_promotion_rolls_the_stable_while_the_canary_serves_then_moves_the_canary_pods_over():
+    s = spec(maxSurgeReplicas=1)  # 2 replicas: at the 50% step, 1 stable and 1 canary pod
+    # The stable rolls at its count (1) while the canary's pod keeps serving: 2 pods serve throughout.
+    rolling = plan(observe(s, stable=track(V1, 1), canary=track(V2, 1), status=promoting()))
+    assert (rolling.phase, rolling.stable, rolling.canary) == ("Promoting", V2, V2)
+    assert (rolling.stable_replicas, rolling.canary_replicas) == (1, 1)
+    waiting = plan(observe(s, stable=track(V2, 0, 1, updated=1), canary=track(V2, 1), status=promoting()))
+    assert (waiting.phase, waiting.stable_replicas, waiting.canary_replicas) == ("Promoting", 1, 1)
+    # Mid-roll the old pods still count as ready and available: not rolled until they are gone.
+    mid_roll = plan(observe(s, stable=track(V2, 1, 1, updated=1, pods=2), canary=track(V2, 1), status=promoting()))
+    assert (mid_roll.phase, mid_roll.stable_replicas, mid_roll.canary_replicas) == ("Promoting", 1, 1)
+    assert "waiting for the stable track" in cond(mid_roll, "Ready").message
+    # Rolled: the stable grows within the surge (3 pods at most), then the canary goes as the stable's pods are ready.
+    growing = plan(observe(s, stable=track(V2, 1), canary=track(V2, 1), status=promoting()))
+    assert (growing.phase, growing.stable_replicas, growing.canary_replicas) == ("Promoting", 2, 1)
+    assert "moving the canary's 1 pods to the stable track" in cond(growing, "Ready").message
+    shrinking = plan(observe(s, stable=track(V2, 2), canary=track(V2, 1), status=promoting()))
+    assert (shrinking.stable_replicas, shrinking.canary_replicas) == (2, 0)
+    done = plan(observe(s, stable=track(V2, 2), canary=track(V2, 0, 0, pods=0), status=promoting()))
     assert done.phase == "Promoted" and done.registry[0]["action"] == "SetAlias"
+    assert (done.stable_replicas, done.canary) == (2, None)
+
+
+def test_when_the_hpa_changes_the_total_mid_step_the_split_follows_and_the_step_goes_on():
+    s = spec(maxSurgeReplicas=2, steps=[{"weight": 50, "pause": "60s"}, {"weight": 80}])
+    s = s.model_copy(update={"replicas": 4})  # the HPA: 2 -> 4
+    since = NOW - timedelta(seconds=30)
+    p = plan(observe(s, stable=track(V1, 1), canary=track(V2, 1), status=canary_status(since=since)))
+    # 2 of 4 now: the canary grows (within 4 + 2 pods), the stable first, the step's clock keeps running.
+    assert (p.phase, p.requested_weight, p.stable_replicas, p.canary_replicas) == ("Analyzing", 50, 2, 2)
+    assert p.status["stepStartTime"] == iso(since)
+    later = plan(observe(s, stable=track(V1, 2), canary=track(V2, 2), status=canary_status(since=since)))
+    assert (later.stable_replicas, later.canary_replicas, later.weight) == (2, 2, 50)
+
+
+def test_a_promotion_without_spare_gpus_takes_one_pod_out_at_a_time():
+    s = spec(maxSurgeReplicas=0, maxUnavailableReplicas=1)
+    rolling = plan(observe(s, stable=track(V2, 1), canary=track(V2, 1), status=promoting()))
+    assert (rolling.stable_replicas, rolling.canary_replicas) == (1, 0)  # the canary's pod goes first (2 - 1 ready)
+    after = plan(observe(s, stable=track(V2, 1), canary=track(V2, 0, 0, pods=0), status=promoting()))
+    assert (after.phase, after.stable_replicas) == ("Promoting", 2)
 
 
 def test_a_promotion_whose_new_stable_pods_crash_loop_is_reverted_and_no_alias_moves():

@@ -489,6 +489,20 @@ class PodWorker(threading.Thread):
             return float(meta["deletionGracePeriodSeconds"])
         return float(self.spec.get("terminationGracePeriodSeconds", 30))
 
+    def _pre_stop(self, started: float) -> None:
+        """As the kubelet does: the container's ``lifecycle.preStop.sleep`` runs before SIGTERM, the
+        process still running, within the grace period (which counts from ``started``)."""
+        sleep = ((self.container_spec.get("lifecycle") or {}).get("preStop") or {}).get("sleep") or {}
+        seconds = float(sleep.get("seconds") or 0)
+        if seconds <= 0 or self.shutting_down:
+            return
+        log.info("%s: preStop: sleeping %gs", self.name, seconds)
+        while self.container and self.container.exit_code() is None and not self.gone:
+            remaining = min(started + seconds, started + self._grace()) - time.monotonic()
+            if remaining <= 0:
+                return
+            self.sleep(min(0.5, remaining))
+
     def _finish(self) -> None:
         """The pod reached Succeeded/Failed: report, free its address and scratch space, await deletion."""
         self.status.container.ready = False
@@ -511,9 +525,10 @@ class PodWorker(threading.Thread):
         object is already gone (force deletion) is killed at once.
         """
         if self.container and self.container.exit_code() is None:
+            started = time.monotonic()
+            self._pre_stop(started)
             log.info("%s: stopping container", self.name)
             self.container.signal_group(signal.SIGTERM)
-            started = time.monotonic()
             while self.container.exit_code() is None and not self.gone:
                 grace = 5.0 if self.shutting_down else self._grace()
                 remaining = started + grace - time.monotonic()

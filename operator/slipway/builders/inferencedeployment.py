@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from slipway import API_VERSION
 from slipway.builders.common import (
     MANAGED_BY,
     apply_pod_template,
@@ -145,7 +146,7 @@ def deployment(
     priority_class: str = "",
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
-    ``replicas`` None leaves the count to the HPA. With spec.modelLoad, an init container of
+    ``replicas`` None leaves the count as it is. With spec.modelLoad, an init container of
     ``workload_image`` (Slipway's) fetches the model first. The pods get ``priority_class`` (the
     operator's default, above training's) unless spec.podTemplate names one."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
@@ -179,7 +180,13 @@ def deployment(
         container["command"] = list(spec.command)
     if spec.args:
         container["args"] = list(spec.args)
-    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": 30}
+    # Drain: the pod leaves the endpoints, keeps serving for delaySeconds (preStop), then its server
+    # finishes what is in flight within maxRequestSeconds before it is killed.
+    drain = spec.drain
+    if drain.delay_seconds:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain.delay_seconds}}}
+    grace = max(1, drain.delay_seconds + drain.max_request_seconds)
+    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": grace}
     if spec.model_load is not None:
         container["volumeMounts"] = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True}]
         pod_spec["volumes"] = [{"name": MODEL_VOLUME, "emptyDir": {}}]
@@ -223,14 +230,13 @@ def deployment(
 
 
 def strategy(spec: InferenceDeploymentSpec, track: str) -> dict[str, Any]:
-    """GPU budget: the stable track's rolling update adds at most maxSurgeReplicas pods; the canary,
-    already the budget's extra pods, replaces its pods rather than surging."""
+    """GPU budget: the stable track's rolling update (a promotion) adds at most maxSurgeReplicas pods
+    and takes at most maxUnavailableReplicas out of service; the canary replaces its pods rather
+    than surging (its count is set by the split, within the same budget)."""
     if track == "canary":
         return {"type": "Recreate"}
-    return {
-        "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": 0},
-    }
+    budget = {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": spec.rollout.max_unavailable_replicas}
+    return {"type": "RollingUpdate", "rollingUpdate": budget}
 
 
 def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None) -> dict[str, Any]:
@@ -251,7 +257,9 @@ def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str
 
 
 def hpa(name: str, namespace: str, spec: InferenceDeploymentSpec) -> dict[str, Any]:
-    """autoscaling/v2 HPA of the stable track (default: CPU at 80%)."""
+    """autoscaling/v2 HPA of the whole InferenceDeployment through its scale subresource (default:
+    CPU at 80%): it writes spec.replicas, which Slipway splits between the tracks, and reads the
+    pods of both (status.selector)."""
     metrics: list[dict[str, Any]] = []
     for metric in spec.autoscaling.metrics:
         if metric.type == "Cpu":
@@ -268,7 +276,7 @@ def hpa(name: str, namespace: str, spec: InferenceDeploymentSpec) -> dict[str, A
         "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": name, "namespace": namespace, "labels": {**MANAGED_BY, **selector(name)}},
         "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment_name(name, "stable")},
+            "scaleTargetRef": {"apiVersion": API_VERSION, "kind": "InferenceDeployment", "name": name},
             "minReplicas": spec.autoscaling.min_replicas,
             "maxReplicas": spec.autoscaling.max_replicas,
             "metrics": metrics,

@@ -29,6 +29,7 @@ from slipway.status.rollout import (
     Track,
     desired_from_artifact,
     plan,
+    total_replicas,
     track_of,
     track_statuses,
     with_revision,
@@ -112,9 +113,15 @@ class Reconciler:
     def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
               parked: list[dict[str, Any]]) -> None:  # fmt: skip
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
+        # The scale subresource's status: serving pods, surge pods not counted (the HPA multiplies
+        # this count by its metric's ratio), and the selector of both tracks' pods it measures.
+        pods = sum(t.pods for t in tracks.values() if t is not None)
+        replicas = min(pods, total_replicas(self.spec))
+        selector = ",".join(f"{k}={v}" for k, v in build.selector(self.name).items())
         self.ctx.write([*decision.conditions, registry.condition(pending, parked)], phase=decision.phase,
                        stable=stable, canary=canary, pending_registry_updates=pending or None,
-                       refused_registry_updates=parked or None, **decision.status)  # fmt: skip
+                       refused_registry_updates=parked or None, replicas=replicas, selector=selector,
+                       **decision.status)  # fmt: skip
 
     def carry_out(
         self, pending: list[dict[str, Any]], parked: list[dict[str, Any]]
@@ -233,17 +240,19 @@ class Reconciler:
         status.previousStable: what a reverted promotion restores."""
         result = dict(deployments)
         previous = build.previous_of(self.name, self.namespace, served_before) if decision.revert_stable else None
+        stable_replicas = decision.stable_replicas
         if previous is not None:
+            if stable_replicas is not None:
+                previous["spec"]["replicas"] = stable_replicas
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
-            result["stable"] = self.ensure_track("stable", decision.stable, None)
+            result["stable"] = self.ensure_track("stable", decision.stable, stable_replicas)
+        elif stable_replicas is not None:
+            result["stable"] = self.scale("stable", deployments["stable"], stable_replicas)
         if decision.canary is not None:
             result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
-        elif deployments["canary"] is not None and deployments["canary"]["spec"].get("replicas"):
-            name = build.deployment_name(self.name, "canary")
-            seen = deployments["canary"]["metadata"]["resourceVersion"]  # a 409 if it changed since
-            body = {"metadata": {"resourceVersion": seen}, "spec": {"replicas": 0}}
-            result["canary"] = kube.patch(self.ctx.kube, "Deployment", self.namespace, name, body)
+        else:
+            result["canary"] = self.scale("canary", deployments["canary"], 0)
         if self.spec.traffic.mode == "GatewayAPI":
             route = build.http_route(self.name, self.namespace, self.spec, decision.route_weight)
             self.ctx.ensure("httproutes", route)
@@ -262,10 +271,19 @@ class Reconciler:
         return result
 
     def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:
-        """The track's Deployment serving ``desired``; the stable's replica count is the HPA's."""
+        """The track's Deployment serving ``desired`` with ``replicas`` pods (its share of spec.replicas)."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 self.ctx.config.pod_mlflow_url, replicas, desired.model,
                                 self.ctx.config.workload_image, self.priority_class)  # fmt: skip
         body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
-        first = {"replicas": self.spec.autoscaling.min_replicas} if replicas is None else None
-        return self.ctx.ensure("deployments", body, create_extra=first)
+        return self.ctx.ensure("deployments", body)
+
+    def scale(self, track: str, deployment: dict[str, Any] | None, replicas: int) -> dict[str, Any] | None:
+        """Set a track's replica count alone (its template stays), at the resourceVersion read: a 409
+        if it changed since, and the pass runs again."""
+        if deployment is None or deployment["spec"].get("replicas") == replicas:
+            return deployment
+        seen = deployment["metadata"]["resourceVersion"]
+        body = {"metadata": {"resourceVersion": seen}, "spec": {"replicas": replicas}}
+        name = build.deployment_name(self.name, track)
+        return kube.patch(self.ctx.kube, "Deployment", self.namespace, name, body)  # type: ignore[no-any-return]

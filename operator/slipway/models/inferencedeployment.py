@@ -34,6 +34,10 @@ METRIC_THRESHOLD_MESSAGE = "a metric needs max, min or maxRelativeToStable"
 STEPS_EXCLUSIVE_MESSAGE = "spec.rollout: use either steps, or stepWeight and maxWeight"
 STEPS_ASCENDING_MESSAGE = "spec.rollout.steps: weights must ascend strictly"
 STEP_WEIGHT_MESSAGE = "spec.rollout: stepWeight must not exceed maxWeight"
+BUDGET_MESSAGE = (
+    "spec.rollout: maxSurgeReplicas and maxUnavailableReplicas cannot both be 0 (no pod could move between the "
+    "tracks): allow one extra pod, or one pod not ready"
+)
 GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
 BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds")
 # A Prometheus address: scheme, host (DNS name or IP), optional port and path; nothing that could
@@ -249,6 +253,8 @@ class Rollout(SlipwayModel):
         ("!has(self.steps) || (self.steps.map(s, s.weight).isSorted() && "
          "self.steps.all(a, self.steps.exists_one(b, b.weight == a.weight)))", STEPS_ASCENDING_MESSAGE),
         ("!has(self.stepWeight) || !has(self.maxWeight) || self.stepWeight <= self.maxWeight", STEP_WEIGHT_MESSAGE),
+        ("(has(self.maxSurgeReplicas) ? self.maxSurgeReplicas : 1) + "
+         "(has(self.maxUnavailableReplicas) ? self.maxUnavailableReplicas : 0) >= 1", BUDGET_MESSAGE),
     )  # fmt: skip
 
     steps: list[RolloutStep] | None = Field(
@@ -272,7 +278,18 @@ class Rollout(SlipwayModel):
         "holds its step, analysed no more, until `kubectl slipway promote` or `kubectl slipway abort`.",
     )
     max_surge_replicas: int = Field(
-        default=1, ge=1, le=100, description="GPU budget: never run more than this many extra (canary) pods."
+        default=1,
+        ge=0,
+        le=100,
+        description="GPU budget: never run more than this many pods above spec.replicas (stable and canary "
+        "together), during a canary, a promotion or a rollback.",
+    )
+    max_unavailable_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=100,
+        description="Pods below spec.replicas that may be not ready while traffic moves between the tracks. "
+        "With maxSurgeReplicas 0 and this 1, a rollout needs no spare GPU.",
     )
     analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
     promote_alias: str = Field(
@@ -300,6 +317,8 @@ class Rollout(SlipwayModel):
                 raise ValueError(STEPS_ASCENDING_MESSAGE)
         if self.step_weight is not None and self.max_weight is not None and self.step_weight > self.max_weight:
             raise ValueError(STEP_WEIGHT_MESSAGE)
+        if self.max_surge_replicas + self.max_unavailable_replicas < 1:
+            raise ValueError(BUDGET_MESSAGE)
         return self
 
 
@@ -337,6 +356,26 @@ class Traffic(SlipwayModel):
 
 PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
 MOUNT_CONFLICT_MESSAGE = "spec.podTemplate.volumeMounts: a mount at spec.modelLoad.path would hide the model"
+
+
+class Drain(SlipwayModel):
+    """How a serving pod leaves: a promotion, a rollback, an abort or a scale-down never cuts a
+    request in flight (a streamed LLM answer included)."""
+
+    delay_seconds: int = Field(
+        default=5,
+        ge=0,
+        le=300,
+        description="A stopping pod keeps serving new requests this long (a preStop sleep) while Services and "
+        "gateways drop its endpoint; then the server is told to stop (SIGTERM).",
+    )
+    max_request_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="The longest request a stopping server still finishes after SIGTERM: the pods' "
+        "terminationGracePeriodSeconds is delaySeconds + this. 0 with delaySeconds 0: no drain.",
+    )
 
 
 class ModelLoad(SlipwayModel):
@@ -390,9 +429,21 @@ class InferenceDeploymentSpec(SlipwayModel):
     port: int = Field(default=8080, ge=1, le=65535, description="Port the server listens on.")
     resources: Resources = Field(default_factory=Resources, description="GPUs, CPU and memory per replica.")
     env: list[EnvVar] | None = Field(default=None, description="Extra environment variables.", max_length=128)
-    autoscaling: Autoscaling = Field(default_factory=Autoscaling, description="Replicas of the stable track.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Serving pods, stable and canary together; kept within autoscaling's minReplicas and "
+        "maxReplicas. The HPA writes it through the scale subresource: leave it out of Git when "
+        "minReplicas < maxReplicas.",
+    )
+    autoscaling: Autoscaling = Field(
+        default_factory=Autoscaling,
+        description="The HPA that scales spec.replicas (both tracks together), and its bounds.",
+    )
     rollout: Rollout = Field(default_factory=Rollout, description="Canary steps and analysis.")
     traffic: Traffic = Field(default_factory=Traffic, description="How traffic is split.")
+    drain: Drain = Field(default_factory=Drain, description="How serving pods leave without cutting requests.")
     model_load: ModelLoad | None = Field(
         default=None, description="Fetch the model's files into a volume before the server starts."
     )
@@ -486,6 +537,14 @@ class InferenceDeploymentStatus(StatusModel):
     """Observed state of an InferenceDeployment."""
 
     phase: DeploymentPhase | None = Field(default=None, description="Where the rollout is.")
+    replicas: int | None = Field(
+        default=None,
+        description="Serving pods of both tracks, surge pods not counted (the scale subresource's status, which "
+        "the HPA reads).",
+    )
+    selector: str | None = Field(
+        default=None, description="Label selector of the serving pods of both tracks (for the HPA's metrics)."
+    )
     stable: TrackStatus | None = Field(default=None, description="The stable track.")
     canary: TrackStatus | None = Field(default=None, description="The canary track, with its weight.")
     current_step: int | None = Field(default=None, description="Index of the current rollout step.")

@@ -76,10 +76,14 @@ class Track:
 
     @property
     def complete(self) -> bool:
-        """Every desired replica runs the current template and is available."""
+        """Every desired replica runs the current template and is available, and no pod of an older
+        template is left (a rolling update counts its old pods as ready and available too)."""
         available = self.ready if self.available is None else self.available
         return (
-            self.generation_observed and self.updated >= self.replicas and min(available, self.ready) >= self.replicas
+            self.generation_observed
+            and self.updated >= self.replicas
+            and self.pods <= self.updated
+            and min(available, self.ready) >= self.replicas
         )
 
     def serves(self, desired: Desired) -> bool:
@@ -106,7 +110,9 @@ class Plan:
     stable: Desired | None = None  # roll the stable Deployment to this (None: leave it as it is)
     revert_stable: bool = False  # restore the stable's previous template (a failed promotion)
     canary: Desired | None = None  # what the canary Deployment should serve (None: scaled to zero)
-    canary_replicas: int = 0
+    canary_replicas: int = 0  # the canary's replica count now (a move toward the step's split)
+    stable_replicas: int | None = None  # the stable's replica count now (None: no stable track yet)
+    stable_target: int | None = None  # the stable's count once traffic has moved (None: all of spec.replicas)
     weight: int = 0  # the real share of traffic on the canary
     requested_weight: int | None = None  # the current step's weight
     route_weight: int = 0  # GatewayAPI: the canary backend's weight
@@ -137,32 +143,87 @@ def step_duration(rollout: Rollout, step: int) -> timedelta:
 
 @dataclass(frozen=True)
 class Sizing:
-    """Canary pods for a step, and the share of traffic they may carry."""
+    """A step's split: canary and stable pods once traffic has moved, and the share the canary carries."""
 
-    pods: int
+    pods: int  # canary pods
     share: int  # the canary's share of pods (Replicas) or the route weight (GatewayAPI), when all are ready
     note: str = ""  # why the step's weight cannot be met, if it cannot
+    stable: int = 0  # stable pods
 
 
-def canary_sizing(mode: str, weight: int, stable_replicas: int, max_surge: int) -> Sizing:
-    """Replicas mode: the most canary pods whose share of all pods stays at or under ``weight``
-    (one pod is the floor), within the surge budget. GatewayAPI: enough pods to carry ``weight``
-    of the load at the stable's per-pod load, within the budget; the route weight is capped at
-    the canary's share of capacity."""
-    stable = max(1, stable_replicas)
+def total_replicas(spec: InferenceDeploymentSpec) -> int:
+    """Serving pods of both tracks: spec.replicas (the HPA's, through the scale subresource), kept
+    within the autoscaling bounds as the HPA keeps it."""
+    return min(spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, spec.replicas))
+
+
+def canary_sizing(mode: str, weight: int, total: int, max_surge: int) -> Sizing:
+    """The step's split of ``total`` serving pods, with up to ``max_surge`` extra pods (the GPU
+    budget): never fewer than ``total`` pods, at least one on each track. Replicas: the canary's
+    share of pods nearest the step's weight (at a tie, the lower share, then fewer pods).
+    GatewayAPI: the fewest pods whose canary share carries the route weight; the route weight is
+    capped at the canary's share of pods when no split within the budget can carry it."""
+    total = max(1, total)
     if weight >= 100:
-        return Sizing(max_surge, 100)
-    exact = weight * stable / (100 - weight)
-    wanted = math.floor(exact + 1e-9) if mode == "Replicas" else math.ceil(exact - 1e-9)
-    pods = max(1, min(max_surge, wanted))
-    capacity = route_capacity(pods, stable)
-    share = capacity if mode == "Replicas" else min(weight, capacity)
+        return Sizing(total, 100, "", 0)
+    best: tuple[tuple[Any, ...], int, int] | None = None
+    for pods in range(total, total + max_surge + 1):
+        exact = weight * pods / 100
+        for canary in {math.floor(exact), math.ceil(exact)}:
+            canary = min(max(canary, 1), pods - 1)
+            if canary < 1:
+                continue
+            share = 100 * canary / pods
+            if mode == "Replicas":
+                key: tuple[Any, ...] = (round(abs(share - weight), 9), share > weight, pods)
+            else:
+                short = share < weight - 1e-9
+                key = (short, -share if short else pods, round(abs(share - weight), 9))
+            if best is None or key < best[0]:
+                best = (key, canary, pods)
+    if best is None:
+        note = (f"no room for a canary pod beside the stable one: spec.replicas is {total} and "
+                f"spec.rollout.maxSurgeReplicas {max_surge}; allow one extra pod or run 2 replicas")  # fmt: skip
+        return Sizing(0, 0, note, total)
+    _, canary, pods = best
+    exact_share = 100 * canary / pods
+    share = round(exact_share) if mode == "Replicas" else min(weight, math.floor(exact_share + 1e-9))
     note = ""
-    if wanted < 1 and capacity > weight:
-        note = f"one canary pod is the floor: {capacity}% of {stable + 1} pods for a {weight}% step"
-    elif wanted > max_surge:
+    if mode == "Replicas" and abs(exact_share - weight) >= 1:
+        if canary == 1 and exact_share > weight:
+            note = f"one canary pod is the floor: {share}% of {pods} pods for a {weight}% step"
+        else:
+            note = (f"{canary} of {pods} pods ({share}%) is the nearest split to {weight}% that {total} replicas "
+                    f"and spec.rollout.maxSurgeReplicas={max_surge} allow")  # fmt: skip
+    elif mode != "Replicas" and share < weight:
         note = f"capped by spec.rollout.maxSurgeReplicas={max_surge}: {share}% for a {weight}% step"
-    return Sizing(pods, share, note)
+    return Sizing(canary, share, note, pods - canary)
+
+
+def next_replicas(
+    total: int, target: Sizing, rollout: Rollout, stable: Track, canary: Track | None, canary_out: bool = False
+) -> tuple[int, int]:
+    """One move from the tracks' replica counts toward ``target`` (stable, canary), within the
+    budget: never more than ``total + maxSurgeReplicas`` pods (counting pods that still run above
+    a count just lowered), never fewer than ``total - maxUnavailableReplicas`` ready ones. A track
+    is scaled down only as far as the other's ready pods cover, and up only as far as the pods
+    still running leave room; each pass moves again as pods become ready or go. ``canary_out``: the
+    canary leaves at once (a rollback), and the stable comes back as its pods go."""
+    floor = total - rollout.max_unavailable_replicas
+    budget = total + rollout.max_surge_replicas
+    canary_replicas = canary.replicas if canary is not None else 0
+    canary_ready = canary.current_ready if canary is not None else 0
+    canary_pods = max(canary.pods, canary_replicas) if canary is not None else 0
+    s, c = stable.replicas, 0 if canary_out else canary_replicas
+    if s > target.stable:
+        s = max(target.stable, min(s, floor - min(canary_ready, c)))
+    if c > target.pods:
+        c = max(target.pods, min(c, floor - min(stable.ready, s)))
+    if s < target.stable:
+        s = min(target.stable, max(s, budget - max(c, canary_pods)))
+    if c < target.pods:
+        c = min(target.pods, max(c, budget - max(s, stable.pods)))
+    return s, c
 
 
 def route_capacity(canary_pods: int, stable_replicas: int) -> int:
@@ -203,7 +264,30 @@ def plan(obs: Observed) -> Plan:
     if result.consumed_annotation is None:
         # A promote, abort or retry with nothing to act on is dropped, not kept for the next revision.
         result.consumed_annotation = next((a for a in MANUAL_ANNOTATIONS if obs.annotations.get(a)), None)
+    _size(obs, result)
     return result
+
+
+def _size(obs: Observed, result: Plan) -> None:
+    """The tracks' replica counts for this pass: one move toward the plan's split of spec.replicas
+    (see :func:`next_replicas`). Without a canary in the plan, the canary leaves and the stable
+    takes all of spec.replicas."""
+    total = total_replicas(obs.spec)
+    stable = obs.stable
+    canary_out = result.canary is None
+    target_canary = 0 if canary_out else result.canary_replicas
+    target = Sizing(
+        target_canary, 0, "", total - target_canary if result.stable_target is None else result.stable_target
+    )
+    if stable is None or result.revert_stable:
+        result.stable_replicas = target.stable if stable is None else max(stable.replicas, target.stable)
+        return
+    canary = obs.canary
+    if canary is not None and result.canary is not None and not canary.serves(result.canary):
+        canary = replace(canary, ready=0)  # pods of another revision, being replaced: they carry nothing here
+    result.stable_replicas, canary_replicas = next_replicas(total, target, obs.spec.rollout, stable, canary, canary_out)
+    if not canary_out:
+        result.canary_replicas = canary_replicas
 
 
 def _plan_for(obs: Observed) -> Plan:
@@ -337,6 +421,7 @@ class Canary:
         self.started = (parse_time(status.get("canaryStartTime")) if self.same else None) or self.now
         self.step_started = (parse_time(status.get("stepStartTime")) if self.same else None) or self.now
         self.progress = (parse_time(status.get("lastProgressTime")) if self.same else None) or self.now
+        self.step_reached = self.same and bool(status.get("stepStartTime"))  # this step's pods were all ready once
         self.failed = int(status.get("failedAnalyses") or 0) if self.same else 0
         # Only analyses of this canary at this step count towards advancing it.
         analyses = (status.get("analysis") or []) if self.same else []
@@ -356,11 +441,11 @@ class Canary:
         if self.spec.traffic.mode == "GatewayAPI":
             # Ready canary pods keep the share they can carry while the rest start: the route never
             # falls back to 0% between two steps.
-            real = sizing.share if complete else min(weight, route_capacity(canary_ready, self.stable.replicas))
+            real = sizing.share if complete else min(weight, route_capacity(canary_ready, self.stable.ready))
         else:
             real = replica_weight(canary_ready, self.stable.ready)
-        return {"canary": self.desired, "canary_replicas": sizing.pods, "weight": real, "requested_weight": weight,
-                "route_weight": real, "rollout": self.desired}  # fmt: skip
+        return {"canary": self.desired, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
+                "weight": real, "requested_weight": weight, "route_weight": real, "rollout": self.desired}  # fmt: skip
 
     def plan(self) -> Plan:
         annotations = self.obs.annotations
@@ -374,8 +459,7 @@ class Canary:
             return promoted
         canary = self.obs.canary
         canary_ready = canary.current_ready if canary is not None and canary.serves(self.desired) else 0
-        sizing = canary_sizing(self.spec.traffic.mode, self.weights[self.step], self.stable.replicas,
-                               self.spec.rollout.max_surge_replicas)  # fmt: skip
+        sizing = self.sizing()
         serve = self.serve(sizing, canary_ready)
         step_text = (
             f"step {self.step + 1}/{len(self.weights)} (weight {serve['weight']}% of {self.weights[self.step]}%)"
@@ -390,9 +474,19 @@ class Canary:
             return _plan("Paused", held, "Paused", message, progressing="Unknown", status=self.status(), **serve)
         if self.held_on_failure():
             return self.hold_on_failure(step_text, serve)
-        if canary_ready < sizing.pods:
+        if sizing.pods == 0:
+            message = f"holding {step_text}: {sizing.note}"
+            return _plan("Paused", stalled, "NoRoomForCanary", message, progressing="Unknown",
+                         status=self.status(stepStartTime=None), **serve)  # fmt: skip
+        # A step whose pods were all ready goes on while spec.replicas changes (the HPA): the split
+        # follows the new total and the step's clock keeps running.
+        if canary_ready < sizing.pods and not (self.step_reached and canary_ready > 0):
             return self.starting(canary_ready, sizing, serve)
         return self.analysing(step_text, sizing, serve)
+
+    def sizing(self) -> Sizing:
+        return canary_sizing(self.spec.traffic.mode, self.weights[self.step], total_replicas(self.spec),
+                             self.spec.rollout.max_surge_replicas)  # fmt: skip
 
     def starting(self, canary_ready: int, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         deadline = self.spec.rollout.progress_deadline_seconds
@@ -414,7 +508,7 @@ class Canary:
 
     def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         analysis = self.spec.rollout.analysis
-        verdict, changes = "Passed", {}
+        verdict, changes = "Passed", dict[str, Any]()
         if analysis is not None:
             result = self.obs.analysis
             if result is None:
@@ -443,10 +537,11 @@ class Canary:
             if self.step + 1 >= len(self.weights):
                 return self.promote(**changes)
             self.step, self.step_started = self.step + 1, self.now
-            sizing = canary_sizing(self.spec.traffic.mode, self.weights[self.step], self.stable.replicas,
-                                   self.spec.rollout.max_surge_replicas)  # fmt: skip
-            serve = {**serve, "canary_replicas": sizing.pods, "requested_weight": self.weights[self.step]}
+            sizing = self.sizing()
+            serve = {**serve, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
+                     "requested_weight": self.weights[self.step]}  # fmt: skip
             next_analysis = None  # the next step's pods start first
+            changes["stepStartTime"] = None  # its pause counts from when they are ready
         failures = f", {self.failed} failed analyses" if self.failed else ""
         message = f"canary {_name(self.desired)} at {step_text}{failures}"
         return _plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes),
@@ -513,13 +608,17 @@ class Canary:
 
     def promote(self, **changes: Any) -> Plan:
         """Every step passed (or slipway.dev/promote): the decision is written first, then the
-        canary is scaled away and the stable rolled, under watch (see Promotion)."""
+        stable is rolled while the canary's pods keep serving, under watch (see Promotion)."""
         previous = {"revision": self.stable.revision, "modelName": self.stable.model,
                     "modelVersion": self.stable.version, "uri": self.stable.uri}  # fmt: skip
         self.progress = self.now
-        message = f"promoting {_name(self.desired)}: scaling the canary down, then rolling the stable track"
+        canary = self.obs.canary
+        hold: dict[str, Any] = {"stable_target": self.stable.replicas}
+        if canary is not None and canary.serves(self.desired):
+            hold.update(canary=self.desired, canary_replicas=canary.replicas)  # nothing moves until the stable rolls
+        message = f"promoting {_name(self.desired)}: rolling the stable track, then moving the canary's pods to it"
         return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
-                     status=self.status(previousStable=previous, **changes))  # fmt: skip
+                     status=self.status(previousStable=previous, **changes), **hold)  # fmt: skip
 
     def rollback(
         self, reason: str, message: str, metric: str | None = None, value: float | None = None, **changes: Any
@@ -532,8 +631,10 @@ class Canary:
 
 
 class Promotion:
-    """After the last step: the canary is scaled to zero (GPU budget), the stable rolls to the new
-    revision, and the roll is watched: complete within the deadline, or it is reverted."""
+    """After the last step: the stable rolls to the new revision at its current count while the
+    canary's pods keep serving (so capacity never drops below the budget's floor), the roll is
+    watched (complete within the deadline, or it is reverted), then the canary's pods move to the
+    stable track within the budget, until the stable holds all of spec.replicas."""
 
     def __init__(self, obs: Observed, desired: Desired) -> None:
         self.obs, self.desired, self.now = obs, desired, obs.now
@@ -548,26 +649,37 @@ class Promotion:
             reverted = self.revert("PromotionAborted", f"promotion aborted by the {ABORT_ANNOTATION} annotation")
             reverted.consumed_annotation = ABORT_ANNOTATION
             return reverted
-        rolled = stable is not None and stable.serves(self.desired)
-        if canary is not None and canary.pods > 0:
-            self.progress, step = self.now, f"scaling the canary down ({canary.pods} pods left)"
-        elif not rolled or stable is None:
+        total = total_replicas(self.obs.spec)
+        serving = canary is not None and canary.serves(self.desired)
+        canary_replicas = canary.replicas if canary is not None and serving else 0
+        canary_pods = canary.pods if canary is not None else 0
+        hold: dict[str, Any] = {"canary": self.desired, "canary_replicas": canary_replicas} if serving else {}
+        if stable is None or not stable.serves(self.desired):
             self.progress, step = self.now, "rolling the stable track"
-        else:
-            if stable.complete:
-                return _settled(self.obs, self.desired, stable)
+            hold["stable_target"] = stable.replicas if stable is not None else total
+        elif not stable.complete:
             before = int((self.obs.status.get("stable") or {}).get("readyReplicas") or 0)
             if stable.ready > before:
                 self.progress = self.now  # new pods becoming ready is progress
             step = f"waiting for the stable track ({stable.ready}/{stable.replicas} ready)"
+            hold["stable_target"] = stable.replicas
+        elif canary_pods > 0 or canary_replicas > 0 or stable.replicas < total:
+            # The new revision serves on both tracks: its pods move to the stable one, no deadline
+            # (nothing to revert to any more; the stable's own health is judged once settled).
+            self.progress = self.now
+            problem = f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""
+            step = (f"moving the canary's {canary_pods} pods to the stable track "
+                    f"({stable.ready}/{total} ready{problem})")  # fmt: skip
+            hold = {"canary": self.desired, "canary_replicas": 0, "stable_target": total} if serving else {}
+        else:
+            return _settled(self.obs, self.desired, stable)
         if self.now - self.progress > self.deadline:
             why = f"; {stable.problem[0]}: {stable.problem[1]}" if stable and stable.problem else ""
             return self.revert("PromotionFailed", f"the stable track made no progress for "
                                f"spec.rollout.progressDeadlineSeconds={self.deadline.seconds}{why}")  # fmt: skip
         message = f"promoting {_name(self.desired)}: {step}"
-        return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired,
-                     stable=self.desired if canary is None or canary.pods == 0 else None,
-                     status={"lastProgressTime": _iso(self.progress)})  # fmt: skip
+        return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, stable=self.desired,
+                     status={"lastProgressTime": _iso(self.progress)}, **hold)  # fmt: skip
 
     def revert(self, reason: str, message: str) -> Plan:
         record = _rollback_record(self.desired, reason, self.now, None, None)

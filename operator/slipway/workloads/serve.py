@@ -59,7 +59,10 @@ Values: a number for the rate and the seconds, 1/0 or true/false for the crash. 
 is a configuration error (exit code 2). The switches in force, and where each came from, are
 logged at start. A crash from tags or metadata happens once the model is downloaded.
 
-SIGTERM and SIGINT shut the server down cleanly (exit code 0).
+SIGTERM and SIGINT shut the server down cleanly (exit code 0): readiness fails at once, new
+connections are refused after SLIPWAY_SHUTDOWN_DELAY_SECONDS, and every request in flight (a
+stream until its last token) is answered before the server exits; answers sent meanwhile close
+their connection. The pod's terminationGracePeriodSeconds bounds the wait.
 """
 
 from __future__ import annotations
@@ -368,6 +371,24 @@ class PredictionServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.load_error: BaseException | None = None
         self.random = random.Random()
+        self.active = 0  # requests being answered (a stream until its last token)
+        self.idle = threading.Condition()
+
+    def request_started(self) -> None:
+        with self.idle:
+            self.active += 1
+
+    def request_done(self) -> None:
+        with self.idle:
+            self.active -= 1
+            self.idle.notify_all()
+
+    def drain(self) -> None:
+        """Wait until every request in flight is answered (the pod's grace period is the limit)."""
+        with self.idle:
+            if self.active:
+                log.info("draining: %d requests in flight", self.active)
+            self.idle.wait_for(lambda: self.active == 0)
 
     @property
     def model_version(self) -> str:
@@ -382,7 +403,8 @@ class PredictionServer(ThreadingHTTPServer):
         self.model = model
 
     def stop(self, delay_seconds: float = 0.0) -> None:
-        """Fail readiness now, close after ``delay_seconds`` (from any thread but the serving one)."""
+        """Fail readiness now, stop accepting connections after ``delay_seconds`` (from any thread
+        but the serving one); answers from then on close their connection. ``serve`` then drains."""
         self.stopping.set()
 
         def close() -> None:
@@ -395,6 +417,29 @@ class PredictionServer(ThreadingHTTPServer):
 class PredictionHandler(BaseHTTPRequestHandler):
     server: PredictionServer
     protocol_version = "HTTP/1.1"
+    _counted = False
+
+    def handle_one_request(self) -> None:
+        """One request of a connection, counted from its request line to its last byte, so that a
+        stopping server finishes it (see ``PredictionServer.drain``)."""
+        self._counted = False
+        try:
+            super().handle_one_request()
+        finally:
+            if self._counted:
+                self.server.request_done()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:
+            self.server.request_started()
+            self._counted = True
+        return parsed
+
+    def end_headers(self) -> None:
+        if self.server.stopping.is_set():
+            self.send_header("Connection", "close")  # a stopping server takes no next request on it
+        super().end_headers()
 
     def do_GET(self) -> None:
         openai = self.server.api == "openai"
@@ -572,7 +617,8 @@ def serve(args: argparse.Namespace) -> None:
         try:
             server.serve_forever(poll_interval=0.2)
         finally:
-            server.server_close()
+            server.server_close()  # new connections are refused from now on
+        server.drain()  # what arrived before the stop is answered in full
     if server.load_error is not None:
         raise server.load_error  # its kind picks the exit code: 75 for MLflow unavailable, else 1 or 2
     log.info("stopped")
