@@ -34,7 +34,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 PREDICT_PATH = "/v1/predict"
 REFRESH_SECONDS = 1.0
 MAX_RATE = 500.0  # requests per second
-MAX_CONCURRENCY = 64
+MAX_CONCURRENCY = 512  # long streams: rate × duration in flight
 MAX_DURATION_SECONDS = 3600.0
 
 # The first image of scikit-learn's digits (a zero): 8x8 pixels, 0..16, as serve.py expects.
@@ -260,7 +260,11 @@ class LoadDriver:
         next_send = start
         period = 1.0 / self.rate
         with (
-            httpx.Client(timeout=self.timeout, headers=self.headers) as http,
+            httpx.Client(
+                timeout=self.timeout,
+                headers=self.headers,
+                limits=httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency),
+            ) as http,  # fmt: skip
             ThreadPoolExecutor(self.concurrency, thread_name_prefix="loadgen-request") as pool,
         ):
             while not self._stopping.is_set():

@@ -128,3 +128,43 @@ def test_steps_above_the_surge_share_are_reached_and_pods_stay_within_the_budget
            f"{'; '.join(lines)}; at most {most} pods running ({max(s.present for s in watch.samples)} with "
            f"terminating ones), at least {fewest_ready} ready; responses {stats.by_code}, not 200: {failed}, "
            f"transport errors {stats.transport_errors}")  # fmt: skip
+
+
+def test_when_the_hpa_scales_mid_canary_the_total_follows_and_the_split_holds(
+    kube_api, namespace, operator, mlflow, trained
+):
+    """The real HPA (a Pods metric, in-flight requests from Prometheus) scales the InferenceDeployment
+    from 2 to 4 while a canary holds its 50% step: both tracks grow, the split stays 50%, no rollback."""
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    slow = {"latencySeconds": "0.4"}  # each request 0.4 s: 20 requests/s keep 8 in flight, 4 per pod of 2
+    v1 = versions.publish(**slow)
+    body = deployment(versions.model, steps=[{"weight": 50}], paused=True, progressDeadlineSeconds=180)
+    body["spec"]["rollout"].pop("analysis")
+    metric = {"type": "Pods", "name": "slipway_requests_in_flight", "targetAverageValue": "1"}
+    body["spec"]["autoscaling"] = {"minReplicas": 2, "maxReplicas": 4, "metrics": [metric]}
+    apply_object(kube_api, namespace, body)
+    serving(kube_api, namespace, v1, timeout=240)
+    load = LoadDriver.for_service(kube_api, namespace, "digits", rate=20, concurrency=16, max_duration=600)
+    watch = Watch(kube_api, namespace, load)
+
+    def split(stable: int, canary: int):
+        def check() -> bool:
+            s = watch.sample()
+            return (s.stable_ready, s.canary_ready) == (stable, canary)
+
+        return check
+
+    v2 = versions.publish(**slow)
+    wait_for(split(1, 1), 180, "the paused 50% step on 2 replicas: 1 stable + 1 canary", interval=1)
+    assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["spec"]["replicas"] == 2
+    with load:  # now the load that makes the HPA scale
+        wait_for(split(2, 2), 300, "the HPA's 4 replicas split 2 + 2", interval=1)
+        obj = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+        status = obj["status"]
+        assert obj["spec"]["replicas"] == 4 and status["phase"] == "Paused", status
+        assert status["canary"]["modelVersion"] == v2 and status["canary"]["weight"] == 50
+        assert "lastRollback" not in status
+        stats = load.stats()
+    report(f"\nHPA 2 -> 4 mid-canary (paused at 50%): {watch.timeline()}; at most "
+           f"{max(s.running for s in watch.samples)} pods running; responses {stats.by_code}")  # fmt: skip

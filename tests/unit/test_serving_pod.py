@@ -210,3 +210,26 @@ def test_training_pods_take_the_pod_template_and_the_specs_own_fields_win() -> N
             {"model": {"name": "d"}, "image": "t", "checkpoint": {"size": "1Gi"},
              "podTemplate": {"volumeMounts": [{"name": "x", "mountPath": "/checkpoints"}]}}
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("track", ["stable", "canary"])
+def test_drain_gives_both_tracks_a_pre_stop_sleep_and_the_grace_to_finish_requests(track: str) -> None:
+    default = pod(track)
+    assert server(default)["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert default["spec"]["terminationGracePeriodSeconds"] == 5 + 60
+    long = pod(track, drain={"delaySeconds": 10, "maxRequestSeconds": 600})
+    assert long["spec"]["terminationGracePeriodSeconds"] == 610
+    off = pod(track, drain={"delaySeconds": 0, "maxRequestSeconds": 0})
+    assert "lifecycle" not in server(off) and off["spec"]["terminationGracePeriodSeconds"] == 1
+    with pytest.raises(ValidationError):
+        pod(track, drain={"maxRequestSeconds": -1})
+
+
+def test_the_hpa_scales_the_whole_inferencedeployment_and_the_split_sets_each_track() -> None:
+    spec = InferenceDeploymentSpec.model_validate({**BASE, "autoscaling": {"minReplicas": 2, "maxReplicas": 5}})
+    target = build.hpa("digits", "ns", spec)["spec"]["scaleTargetRef"]
+    assert target == {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "name": "digits"}
+    body = build.deployment("digits", "ns", spec, "stable", "3", "models:/digits/3", None, 4, "digits")
+    assert body["spec"]["replicas"] == 4
+    rolling = body["spec"]["strategy"]["rollingUpdate"]
+    assert rolling == {"maxSurge": 1, "maxUnavailable": 0}  # the rollout budget's defaults

@@ -358,6 +358,7 @@ class PredictionServer(ThreadingHTTPServer):
     """The HTTP server and the state its handlers share."""
 
     daemon_threads = True
+    request_queue_size = 128  # the listen backlog: bursts of new connections (streams close theirs) wait, not fail
 
     def __init__(self, address: tuple[str, int], faults: Faults, metrics: ServingMetrics, api: str = "slipway") -> None:
         super().__init__(address, PredictionHandler)
