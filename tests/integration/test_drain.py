@@ -32,14 +32,14 @@ def body_for(model: str, drain: dict[str, int] | None) -> dict:
     return body
 
 
-def drivers(kube_api, namespace: str, model: str) -> tuple[LoadDriver, LoadDriver, LoadDriver]:
-    """13.3 predictions/s, and 6.7 streams/s: half of 40 tokens (20 s), half of 80 (40 s)."""
+def drivers(kube_api, namespace: str, model: str, seconds: tuple[int, int] = (20, 40)) -> tuple[LoadDriver, ...]:
+    """13.3 predictions/s, and 6.7 streams/s: half lasting ``seconds[0]``, half ``seconds[1]``."""
     predict = LoadDriver.for_service(kube_api, namespace, "digits", rate=13.3, max_duration=900, concurrency=32)
     streams = [
         LoadDriver.for_service(kube_api, namespace, "digits", rate=3.35, max_duration=900, concurrency=200,
                                timeout=10, path="/v1/completions", stream=True,
                                body={"model": model, "prompt": f"p{tokens}", "max_tokens": tokens, "stream": True})
-        for tokens in (20 * TOKENS_PER_SECOND, 40 * TOKENS_PER_SECOND)
+        for tokens in (seconds[0] * TOKENS_PER_SECOND, seconds[1] * TOKENS_PER_SECOND)
     ]  # fmt: skip
     return predict, streams[0], streams[1]
 
@@ -172,7 +172,7 @@ def test_without_drain_a_promotion_cuts_streams(kube_api, namespace, operator, m
     v1 = versions.publish()
     apply_object(kube_api, namespace, body_for(versions.model, {"delaySeconds": 0, "maxRequestSeconds": 0}))
     serving(kube_api, namespace, v1, timeout=180)
-    loads = drivers(kube_api, namespace, versions.model)
+    loads = drivers(kube_api, namespace, versions.model, seconds=(10, 15))  # in flight whenever a pod goes
     for load in loads:
         load.start()
     try:

@@ -81,7 +81,7 @@ def test_steps_above_the_surge_share_are_reached_and_pods_stay_within_the_budget
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
-    steps = [{"weight": 33, "pause": "10s"}, {"weight": 66, "pause": "10s"}]
+    steps = [{"weight": 33, "pause": "5s"}, {"weight": 66, "pause": "5s"}]
     body = deployment(versions.model, steps=steps, maxSurgeReplicas=surge, maxUnavailableReplicas=unavailable,
                       progressDeadlineSeconds=180)  # fmt: skip
     body["spec"]["rollout"].pop("analysis")
@@ -120,7 +120,7 @@ def test_steps_above_the_surge_share_are_reached_and_pods_stay_within_the_budget
         share = delta.get(v2, 0) / answered if answered else 0.0
         pods_share = canary / (canary + stable)
         assert abs(pods_share * 100 - weight) <= 10
-        assert answered >= 40 and abs(share * 100 - weight) <= 10, (weight, delta)
+        assert answered >= 30 and abs(share * 100 - weight) <= 10, (weight, delta)
         lines.append(f"{weight}%: {canary} canary + {stable} stable ready ({pods_share:.0%}), {delta.get(v2, 0)}/"
                      f"{answered} responses from v{v2} ({share:.0%}) over {samples} samples")  # fmt: skip
     failed = {c: n for c, n in stats.by_code.items() if c != 200}
