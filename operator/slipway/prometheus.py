@@ -238,8 +238,10 @@ def run_analysis(
     now: datetime | str,
     versions: Mapping[str, str] | None = None,
     revisions: Mapping[str, str] | None = None,
+    subject: str = analysis.CANARY_TRACK,
 ) -> analysis.AnalysisOutcome:
     """Query the canary (and the stable where a metric compares with it) and judge every metric.
+    ``subject`` STABLE_TRACK judges the stable's pods alone (a bake: absolute thresholds only).
 
     ``settings`` is ``spec.rollout.analysis``; ``revisions`` (track -> revision) narrows each track
     to the pods of that revision, else ``versions`` (track -> model version) to that version.
@@ -267,9 +269,9 @@ def run_analysis(
     canary: list[analysis.Measurement | None] = [None] * len(metric_rules)
     stable: list[analysis.Measurement | None] = [None] * len(metric_rules)
     for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):  # deciding ones first
-        canary[i] = measure(metric_rules[i], analysis.CANARY_TRACK)
+        canary[i] = measure(metric_rules[i], subject)
     for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):
-        if metric_rules[i].max_relative_to_stable is not None:
+        if metric_rules[i].max_relative_to_stable is not None and subject == analysis.CANARY_TRACK:
             stable[i] = measure(metric_rules[i], analysis.STABLE_TRACK)
     measured = [m for m in canary if m is not None]
     results = analysis.evaluate(metric_rules, measured, stable, settings.no_data, analysis.timestamp(now))
@@ -290,6 +292,7 @@ def analyse_canary(
     *,
     config: OperatorConfig | None = None,
     revisions: Mapping[str, str] | None = None,
+    subject: str = analysis.CANARY_TRACK,
 ) -> analysis.AnalysisOutcome:
     """:func:`run_analysis` against the spec's Prometheus (``analysis.prometheus.address``) or the
     operator's default; Inconclusive, naming the fix, when there is neither, or when ``config``
@@ -302,7 +305,7 @@ def analyse_canary(
     if client is None:
         return analysis.not_measured(settings.metrics, now, NO_PROMETHEUS)
     try:
-        return run_analysis(client, settings, namespace, deployment, now, versions, revisions)
+        return run_analysis(client, settings, namespace, deployment, now, versions, revisions, subject)
     finally:
         if client is not default:
             client.close()

@@ -616,3 +616,60 @@ def test_pods_the_api_server_refuses_to_create_make_the_track_report_why():
     assert "violates PodSecurity" in cond(p, "Degraded").message
     deployment["status"]["conditions"][0]["status"] = "False"
     assert track_of(deployment).problem is None  # type: ignore[union-attr]
+
+
+# -- bake -----------------------------------------------------------------------------------------
+
+
+def baked_spec(**bake: Any) -> InferenceDeploymentSpec:
+    metrics = [{"name": "errorRate", "max": 0.05}, {"name": "latencyP95Seconds", "maxRelativeToStable": 2}]
+    return spec(analysis={"interval": "10s", "failureLimit": 1, "metrics": metrics}, bake={"duration": "60s", **bake})
+
+
+def baking(since: datetime = NOW, **more: Any) -> dict:
+    previous = {"revision": "rev1", "modelName": "m", "modelVersion": "1", "uri": "models:/m/1"}
+    return {"phase": "Baking", "bakeStartTime": iso(since), "failedAnalyses": 0, "previousStable": previous,
+            "stable": {"revision": "rev2", "readyReplicas": 2}, **more}  # fmt: skip
+
+
+def test_a_bake_follows_the_promotion_the_alias_moves_and_ready_waits():
+    s = baked_spec()
+    p = plan(observe(s, stable=track(V2, 2), canary=track(V2, 0, 0, pods=0), status=promoting()))
+    assert (p.phase, cond(p, "Ready").status, cond(p, "Ready").reason) == ("Baking", "False", "Baking")
+    assert p.registry == [{"action": "SetAlias", "model": "m", "version": "2", "alias": "production"}] and p.durable
+    assert p.status["bakeStartTime"] == iso(NOW) and "previousStable" not in p.status  # kept for a revert
+    assert (p.analyze, p.analyze_track) == (True, "stable")
+
+
+def test_a_bake_judges_absolute_thresholds_only():
+    from slipway.status.rollout import bake_analysis
+
+    settings = bake_analysis(baked_spec())
+    assert settings is not None and [m.name for m in settings.metrics] == ["errorRate"]
+    assert bake_analysis(spec(bake={})) is None  # nothing to judge: the bake is a wait
+
+
+def test_a_breach_during_the_bake_reverts_moves_the_alias_back_and_tags_the_version():
+    s = baked_spec()
+    once = plan(observe(s, stable=track(V2), status=baking(NOW - timedelta(seconds=20)),
+                        analysis=outcome("Failed", 0.3)))  # fmt: skip
+    assert (once.phase, once.status["failedAnalyses"]) == ("Baking", 1)  # failureLimit 1: one is tolerated
+    held = baking(NOW - timedelta(seconds=30), failedAnalyses=1, analysis=once.status["analysis"])
+    p = plan(observe(s, stable=track(V2), status=held, analysis=outcome("Failed", 0.3)))
+    assert (p.phase, p.revert_stable, p.durable, cond(p, "Ready").reason) == ("RolledBack", True, True, "BakeFailed")
+    assert p.status["lastRollback"]["reason"] == "BakeFailed" and p.status["lastRollback"]["modelVersion"] == "2"
+    assert {"action": "SetAlias", "model": "m", "version": "1", "alias": "production"} in p.registry
+    assert any(u["action"] == "SetTag" and u["key"] == ROLLBACK_TAG for u in p.registry)
+    # Then the reverted revision is not served again until someone asks.
+    after = plan(observe(s, stable=track(V1), status={"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}))
+    assert (after.phase, after.canary) == ("RolledBack", None)
+
+
+def test_a_healthy_bake_ends_promoted_and_ready_without_moving_the_alias_again():
+    s = baked_spec()
+    passed = [{"metric": "errorRate", "result": "Passed", "time": iso(NOW - timedelta(seconds=5))}]
+    p = plan(observe(s, stable=track(V2), status=baking(NOW - timedelta(seconds=61), analysis=passed)))
+    assert (p.phase, cond(p, "Ready").status, p.registry) == ("Promoted", "True", [])
+    assert p.status["bakeStartTime"] is None and p.status["previousStable"] is None
+    early = plan(observe(s, stable=track(V2), status=baking(NOW - timedelta(seconds=30), analysis=passed)))
+    assert early.phase == "Baking" and "30s of spec.rollout.bake.duration left" in cond(early, "Ready").message

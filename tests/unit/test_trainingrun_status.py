@@ -261,3 +261,27 @@ def test_a_job_is_looked_at_for_refused_pods_only_once_it_has_had_time_to_make_t
     assert not old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS - 1))
     assert old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS))  # the 5 s recheck looks
     assert old_enough_for_pods({"metadata": {}}, made)  # age unknown: looked at
+
+
+def test_a_running_trainingrun_reads_its_mlflow_run_at_most_once_per_progress_poll():
+    """Pods and Jobs wake a run's passes far more often than its progress needs reading."""
+    from types import SimpleNamespace
+
+    from slipway.handlers import trainingrun as handler
+
+    class Client:
+        def __init__(self) -> None:
+            self.reads = 0
+
+        def get_run(self, run_id: str) -> Run:
+            self.reads += 1
+            return Run(run_id, "1", "RUNNING", {}, {}, {})
+
+    client = Client()
+    ctx = SimpleNamespace(status={"mlflow": {"runId": "r1"}}, memory={}, config=SimpleNamespace(progress_poll_seconds=15))
+    spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "command": ["train"]})
+    results = [handler._mlflow_run(ctx, spec, client) for _ in range(20)]  # 20 passes within one poll
+    assert client.reads == 1 and [cached for _, cached in results] == [False] + [True] * 19
+    ctx.memory[handler.RUN_READ] = (ctx.memory[handler.RUN_READ][0], ctx.memory[handler.RUN_READ][1] - 16)
+    run, cached = handler._mlflow_run(ctx, spec, client)  # a poll later: read again
+    assert (client.reads, cached, run.run_id) == (2, False, "r1")

@@ -235,3 +235,12 @@ def test_metrics_carry_the_names_the_slipway_preset_queries() -> None:
     ):
         assert line in text
     assert "_created" not in text
+
+
+def test_errors_after_seconds_holds_the_error_rate_back_until_the_model_has_served_that_long() -> None:
+    from slipway.workloads.serve import resolve_faults
+
+    faults = resolve_faults({}, {"slipway.fault.errorRate": "1", "slipway.fault.errorsAfterSeconds": "60"})
+    assert not faults.fails(0.5, serving_for=59.9)
+    assert faults.fails(0.5, serving_for=60.0)
+    assert "errorsAfterSeconds=60.0 (model version tag slipway.fault.errorsAfterSeconds)" in faults.describe()

@@ -27,6 +27,7 @@ from slipway.status.rollout import (
     Observed,
     Plan,
     Track,
+    bake_analysis,
     desired_from_artifact,
     plan,
     total_replicas,
@@ -38,7 +39,7 @@ from slipway.status.trainingrun import pod_problem
 from slipway.tenancy import Use
 
 ROLLOUT_TICK_SECONDS = 5.0  # while a rollout is in flight: steps, pauses and deadlines are time
-ACTIVE = ("Progressing", "Analyzing", "Paused", "Promoting")
+ACTIVE = ("Progressing", "Analyzing", "Paused", "Promoting", "Baking")
 REGISTRY_RETRY_SECONDS = 5.0  # pending MLflow updates (an outage): retried this often
 
 
@@ -85,10 +86,14 @@ class Reconciler:
                             now=datetime.now(UTC))  # fmt: skip
         decision = plan(observed)
         if decision.analyze and decision.rollout is not None:
-            tracks_ids = {"canary": (decision.rollout.version, decision.rollout.revision)}
-            if observed.stable is not None and observed.stable.version:
-                tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
-            observed.analysis = self.analyse(observed.now, tracks_ids)
+            if decision.analyze_track == "stable":  # a bake: the promoted version on the stable's pods
+                promoted = {"stable": (decision.rollout.version, decision.rollout.revision)}
+                observed.analysis = self.analyse(observed.now, promoted, bake=True)
+            else:
+                tracks_ids = {"canary": (decision.rollout.version, decision.rollout.revision)}
+                if observed.stable is not None and observed.stable.version:
+                    tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
+                observed.analysis = self.analyse(observed.now, tracks_ids)
             decision = plan(observed)
         parked, retried = registry.due_again(self.ctx.status, self.ctx.body["metadata"].get("generation"),
                                              datetime.now(UTC))  # fmt: skip
@@ -209,15 +214,18 @@ class Reconciler:
             raise MlflowUnavailable(f"MLflow is unreachable and {model}'s alias was never read")
         return Desired(str(track["modelVersion"]), str(track["uri"]), model)
 
-    def analyse(self, now: datetime, tracks: dict[str, tuple[str, str]]) -> analysis.AnalysisOutcome:
-        """Each track's series narrowed to its revision (track -> (model version, revision))."""
-        settings = self.spec.rollout.analysis
+    def analyse(
+        self, now: datetime, tracks: dict[str, tuple[str, str]], bake: bool = False
+    ) -> analysis.AnalysisOutcome:
+        """Each track's series narrowed to its revision (track -> (model version, revision)). ``bake``:
+        the stable's pods alone, judged on spec.rollout.bake's absolute thresholds."""
+        settings = bake_analysis(self.spec) if bake else self.spec.rollout.analysis
         assert settings is not None
         versions = {t: v for t, (v, _) in tracks.items()}
         revisions = {t: r for t, (_, r) in tracks.items() if r}
         outcome = analyse_canary(self.ctx.prometheus, settings, self.namespace, self.name, now, versions,
                                  self.ctx.config.http_timeout_seconds, config=self.ctx.config,
-                                 revisions=revisions)  # fmt: skip
+                                 revisions=revisions, subject="stable" if bake else "canary")  # fmt: skip
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
         return outcome

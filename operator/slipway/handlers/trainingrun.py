@@ -3,6 +3,7 @@ progress timer while it trains; everything is recomputed from the cache and MLfl
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,7 +40,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if ctx.mlflow is None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
-    run = _mlflow_run(ctx, spec, ctx.mlflow)
+    run, cached = _mlflow_run(ctx, spec, ctx.mlflow)
     for child, index in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"),
                          (build.headless_service(ctx.name, ctx.namespace, spec), "services")):  # fmt: skip
         if child is not None:
@@ -64,6 +65,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now,
                            stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds, create_failure=refused)  # fmt: skip
+    if cached and (state.succeeded or state.failed):
+        run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
     state = with_attempts(state, run)
@@ -116,13 +119,27 @@ def _sizing(ctx: Context, spec: TrainingRunSpec, before_start: bool) -> tuple[di
     return sizing.sizing_status(spec, f"{ctx.namespace}/{ctx.name}", memory)
 
 
-def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> Run:
-    """The run of this TrainingRun: the one in status, else the one tagged with its uid, else a new one."""
+def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tuple[Run, bool]:
+    """The run of this TrainingRun: the one in status, else the one tagged with its uid, else a new
+    one; and whether it is the copy read less than a progress poll ago. A running TrainingRun is
+    woken by its pods and Job far more often than its progress needs reading: MLflow is read at
+    most once per progress poll (SLIPWAY_PROGRESS_POLL_SECONDS), whatever woke the pass."""
     known = (ctx.status.get("mlflow") or {}).get("runId")
+    memory, now = ctx.memory, time.monotonic()
     if known:
-        return client.get_run(known)
-    tags = {"slipway.dev/trainingrun": f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
-    return client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", tags)
+        copy = memory.get(RUN_READ)
+        if copy is not None and copy[0].run_id == known and now - copy[1] < ctx.config.progress_poll_seconds:
+            return copy[0], True
+        run = client.get_run(known)
+    else:
+        tags = {"slipway.dev/trainingrun": f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
+        run = client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None, f"{ctx.namespace}-{ctx.name}",
+                            tags)  # fmt: skip
+    memory[RUN_READ] = (run, now)
+    return run, False
+
+
+RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() then)
 
 
 def _finish_mlflow_run(client: MlflowClient, run: Run, state: TrainingState) -> Run:

@@ -23,7 +23,9 @@ from slipway.models.base import (
 )
 from slipway.models.modelartifact import ALIAS_CEL, ALIAS_MESSAGE, Alias, check_alias
 
-DeploymentPhase = Literal["Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"]
+DeploymentPhase = Literal[
+    "Progressing", "Analyzing", "Promoting", "Baking", "Promoted", "RolledBack", "Paused", "Failed"
+]
 MODEL_RULE_MESSAGE = "spec.model: set either artifactRef, or name and alias"
 MODEL_ALIAS_MESSAGE = "spec.model: name and alias go together (follow an MLflow alias of a registered model)"
 CPU_METRIC_MESSAGE = "a Cpu metric needs targetAverageUtilization"
@@ -245,6 +247,19 @@ class Analysis(SlipwayModel):
         return interval
 
 
+class Bake(SlipwayModel):
+    """After a promotion, the new stable keeps being analysed for a while: a breach reverts it."""
+
+    duration: Duration = Field(
+        default="10m", description="How long the promoted version is watched; Ready once it is over."
+    )
+    analysis: Analysis | None = Field(
+        default=None,
+        description="What is judged, on the stable's pods alone (default: spec.rollout.analysis). Only "
+        "absolute thresholds (max, min) apply: there is no other track to compare with.",
+    )
+
+
 class Rollout(SlipwayModel):
     """How a new model version is canaried."""
 
@@ -292,6 +307,11 @@ class Rollout(SlipwayModel):
         "With maxSurgeReplicas 0 and this 1, a rollout needs no spare GPU.",
     )
     analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
+    bake: Bake | None = Field(
+        default=None,
+        description="Keep analysing the new stable after promotion (e.g. {duration: 10m}); a breach past "
+        "failureLimit reverts to the previous version and moves the promote alias back.",
+    )
     promote_alias: str = Field(
         default="production",
         description="MLflow alias moved to the promoted version (empty: move none, e.g. for staging); "
@@ -506,7 +526,8 @@ class Rollback(StatusModel):
     """The most recent rollback."""
 
     reason: str = Field(
-        description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted, PromotionFailed, PromotionAborted."
+        description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted, PromotionFailed, PromotionAborted, "
+        "BakeFailed."
     )
     metric: str | None = Field(default=None, description="The failed metric, if any.")
     value: float | None = Field(default=None, description="Its value.")
@@ -553,6 +574,9 @@ class InferenceDeploymentStatus(StatusModel):
         description="When the current step's canary pods were all ready; its pause counts from then.",
     )
     canary_start_time: str | None = Field(default=None, description="When the current canary was started.")
+    bake_start_time: str | None = Field(
+        default=None, description="When the promoted version's bake began (spec.rollout.bake)."
+    )
     failed_analyses: int | None = Field(default=None, description="Failed analyses of the current canary.")
     analysis: list[AnalysisResult] | None = Field(default=None, description="The latest analysis results.")
     last_rollback: Rollback | None = Field(default=None, description="The most recent rollback.")

@@ -28,7 +28,7 @@ from typing import Any
 from slipway.analysis import AnalysisOutcome
 from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
-from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout, TrackStatus
+from slipway.models.inferencedeployment import Analysis, InferenceDeploymentSpec, Rollout, TrackStatus
 from slipway.status.conditions import Cond, Status, get_condition, held, parse_time, ready, reconciling, stalled
 
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
@@ -118,6 +118,7 @@ class Plan:
     route_weight: int = 0  # GatewayAPI: the canary backend's weight
     rollout: Desired | None = None  # the revision being rolled out, for status.canary
     analyze: bool = False
+    analyze_track: str = "canary"  # whose pods an analysis judges: the canary's, or the stable's in a bake
     next_analysis: float | None = None  # seconds until the next analysis is due (a canary under analysis)
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
@@ -302,6 +303,9 @@ def _plan_for(obs: Observed) -> Plan:
                      degraded=("ModelUnavailable", message))  # fmt: skip
     if status.get("phase") == "Promoting" and (status.get("canary") or {}).get("revision") == desired.revision:
         return Promotion(obs, desired).plan()
+    if (status.get("phase") == "Baking" and obs.spec.rollout.bake is not None and stable is not None
+            and stable.serves(desired)):  # fmt: skip
+        return Baking(obs, desired, stable).plan()
     if stable is None or stable.revision is None:
         return _first(obs, desired)
     if stable.serves(desired):
@@ -364,9 +368,18 @@ def _settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
             return _plan("Progressing", reconciling, "RollingOut", message, stable=desired)
         return _degraded(obs, desired, stable)
     message = f"serving {_name(desired)} ({stable.ready}/{stable.replicas} replicas ready)"
-    newly = previous.get("phase") != "Promoted" or (previous.get("stable") or {}).get("revision") != desired.revision
+    newly = (previous.get("phase") not in ("Promoted", "Baking")
+             or (previous.get("stable") or {}).get("revision") != desired.revision)  # fmt: skip
     alias = obs.spec.rollout.promote_alias
     registry = [_set_alias(desired, alias)] if newly and alias else []
+    if obs.spec.rollout.bake is not None and previous.get("phase") == "Promoting" and previous.get("previousStable"):
+        # Promoted: the alias moves now; the new stable is watched for spec.rollout.bake.duration.
+        started = {"bakeStartTime": _iso(obs.now), "failedAnalyses": 0, "analysis": None, "currentStep": None,
+                   "stepStartTime": None, "canaryStartTime": None, "lastProgressTime": None}  # fmt: skip
+        baking = Baking(replace(obs, status={**obs.status, **started}), desired, stable).plan()
+        baking.registry, baking.durable = registry, True
+        baking.status = {**started, **baking.status}
+        return baking
     return _plan("Promoted", ready, "Promoted", message, progressing="False", stable=desired, registry=registry,
                  durable=bool(registry), status=cleared)  # fmt: skip
 
@@ -689,6 +702,90 @@ class Promotion:
         return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
                      revert_stable=True, rollout=self.desired, registry=[_rollback_tag(self.desired, record)],
                      durable=True, status={"lastRollback": record, "lastProgressTime": None})  # fmt: skip
+
+
+def bake_analysis(spec: InferenceDeploymentSpec) -> Analysis | None:
+    """What a bake judges: spec.rollout.bake.analysis, else the canary's, with its absolute
+    thresholds only (no other track to compare with); None when there is nothing to judge."""
+    bake = spec.rollout.bake
+    settings = (bake.analysis if bake is not None else None) or spec.rollout.analysis
+    if settings is None:
+        return None
+    absolute = [m for m in settings.metrics if (m.max is not None or m.min is not None) and not m.dry_run]
+    if not absolute:
+        return None
+    kept = [m.model_copy(update={"max_relative_to_stable": None}) for m in absolute]
+    return settings.model_copy(update={"metrics": kept})
+
+
+class Baking:
+    """After a promotion (spec.rollout.bake): the new stable is analysed on its own pods every
+    interval for ``duration``; more failed analyses than failureLimit revert it to
+    status.previousStable, move the promote alias back and tag the version. Ready once it is over."""
+
+    def __init__(self, obs: Observed, desired: Desired, stable: Track) -> None:
+        self.obs, self.desired, self.stable, self.now = obs, desired, stable, obs.now
+        status = obs.status
+        bake = obs.spec.rollout.bake
+        assert bake is not None
+        self.duration = parse_duration(bake.duration)
+        self.started = parse_time(status.get("bakeStartTime")) or self.now
+        self.failed = int(status.get("failedAnalyses") or 0)
+        self.settings = bake_analysis(obs.spec)
+        self.previous = status.get("previousStable") or {}
+        self.results = [
+            r for r in (status.get("analysis") or []) if (parse_time(r.get("time")) or self.now) >= self.started
+        ]
+
+    def plan(self) -> Plan:
+        changes: dict[str, Any] = {}
+        elapsed = self.now - self.started
+        if self.settings is not None and self.obs.analysis is not None:
+            result = self.obs.analysis
+            changes["analysis"] = result.to_status()
+            if result.verdict == "Failed":
+                self.failed += 1
+                changes["failedAnalyses"] = self.failed
+                if self.failed > self.settings.failure_limit:
+                    return self.revert(result.reason, result.metric, result.value, changes)
+        latest = changes.get("analysis") or self.results
+        verdict = _combined([r.get("result") for r in latest]) if self.settings is not None else "Passed"
+        if elapsed >= self.duration and verdict != "Failed":
+            finished = _settled(replace(self.obs, status={**self.obs.status, "phase": "Baking"}), self.desired,
+                                self.stable)  # fmt: skip
+            finished.status = {**finished.status, "bakeStartTime": None, **changes, "failedAnalyses": None}
+            return finished
+        due = self.settings is not None and self.obs.analysis is None and self.next_analysis() <= 0
+        left = max(0, int((self.duration - elapsed).total_seconds()))
+        failures = f", {self.failed} failed analyses" if self.failed else ""
+        message = f"baking {_name(self.desired)}: {left}s of spec.rollout.bake.duration left{failures}"
+        next_analysis = None if self.settings is None else max(0.0, self.next_analysis(changes))
+        return _plan("Baking", reconciling, "Baking", message, progressing="True", stable=self.desired,
+                     rollout=self.desired, analyze=due, analyze_track="stable", status=changes,
+                     next_analysis=next_analysis)  # fmt: skip
+
+    def next_analysis(self, changes: Mapping[str, Any] | None = None) -> float:
+        assert self.settings is not None
+        latest = (changes or {}).get("analysis") or self.results
+        times = [t for r in latest if (t := parse_time(r.get("time"))) is not None]
+        if not times:
+            return 0.0
+        return (max(times) + parse_duration(self.settings.interval) - self.now).total_seconds()
+
+    def revert(self, reason: str | None, metric: str | None, value: float | None, changes: dict[str, Any]) -> Plan:
+        record = _rollback_record(self.desired, "BakeFailed", self.now, metric, value)
+        before = f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')}"
+        text = (f"reverted {_name(self.desired)} during its bake ({reason}); the stable track is restored to {before} "
+                f"(revision {self.previous.get('revision')})")  # fmt: skip
+        registry = [_rollback_tag(self.desired, record)]
+        alias = self.obs.spec.rollout.promote_alias
+        if alias and self.previous.get("modelVersion") and self.previous.get("modelName") == self.desired.model:
+            registry.append({"action": "SetAlias", "model": self.desired.model,
+                             "version": str(self.previous["modelVersion"]), "alias": alias})  # fmt: skip
+        status = {**changes, "lastRollback": record, "bakeStartTime": None, "lastProgressTime": None}
+        return _plan("RolledBack", stalled, "BakeFailed", text, progressing="False", degraded=("BakeFailed", text),
+                     revert_stable=True, rollout=self.desired, registry=registry, durable=True,
+                     status=status)  # fmt: skip
 
 
 def _combined(results: list[str | None]) -> str:

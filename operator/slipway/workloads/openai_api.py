@@ -156,7 +156,7 @@ def handle(handler: PredictionHandler, path: str) -> None:
         if body is None:
             raise BadCompletion("body too large")
         prompt, max_tokens, stream = parse_request(body, chat)
-        if server.faults.fails(server.random.random()):
+        if server.faults.fails(server.random.random(), server.serving_for()):
             status = HTTPStatus.INTERNAL_SERVER_ERROR
             where = server.faults.source("errorRate")
             handler._send_json(status, _error(f"injected fault (errorRate from {where})", "server_error"))

@@ -45,6 +45,8 @@ Fault switches, for rollback tests and demos:
   SLIPWAY_FAULT_LATENCY_SECONDS=S  add S seconds to the inference of every predict request
                                    (request duration, time to first token and per token all grow)
   SLIPWAY_FAULT_CRASH_ON_START=1   exit with code 1 at start (a crash-looping version)
+  SLIPWAY_FAULT_ERRORS_AFTER_SECONDS=S  the error rate applies only once the model has served
+                                   S seconds (a version that turns faulty after its promotion)
 
 In a canary rollout the stable and the canary pods get the same environment, so a bad version
 must carry its faults itself. Each switch is taken from the first of these that sets it:
@@ -132,6 +134,7 @@ FAULT_ENV = {
     "errorRate": "SLIPWAY_FAULT_ERROR_RATE",
     "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
     "crashOnStart": "SLIPWAY_FAULT_CRASH_ON_START",
+    "errorsAfterSeconds": "SLIPWAY_FAULT_ERRORS_AFTER_SECONDS",
     # --api openai: a slower prefill, slower decoding (see openai_api.py)
     "firstTokenDelaySeconds": "SLIPWAY_FAULT_FIRST_TOKEN_DELAY_SECONDS",
     "tokenDelaySeconds": "SLIPWAY_FAULT_TOKEN_DELAY_SECONDS",
@@ -151,6 +154,7 @@ class Faults:
     crash_on_start: bool = False
     first_token_delay_seconds: float = 0.0
     token_delay_seconds: float = 0.0
+    errors_after_seconds: float = 0.0
     # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -159,9 +163,10 @@ class Faults:
         """The switches the environment sets, without the model's own."""
         return resolve_faults(os.environ)
 
-    def fails(self, draw: float) -> bool:
-        """Whether a request with the uniform random ``draw`` in [0, 1) gets an injected 500."""
-        return draw < self.error_rate
+    def fails(self, draw: float, serving_for: float = float("inf")) -> bool:
+        """Whether a request with the uniform random ``draw`` in [0, 1) gets an injected 500, once
+        the model has served for ``errors_after_seconds`` (``serving_for``: how long it has)."""
+        return serving_for >= self.errors_after_seconds and draw < self.error_rate
 
     def active(self) -> bool:
         return bool(
@@ -183,6 +188,7 @@ class Faults:
             "crashOnStart": self.crash_on_start,
             "firstTokenDelaySeconds": self.first_token_delay_seconds,
             "tokenDelaySeconds": self.token_delay_seconds,
+            "errorsAfterSeconds": self.errors_after_seconds,
         }
         return ", ".join(f"{switch}={values[switch]} ({where})" for switch, where in self.sources.items()) or "none set"
 
@@ -225,6 +231,7 @@ def resolve_faults(
         crash_on_start=values.get("crashOnStart", False),
         first_token_delay_seconds=values.get("firstTokenDelaySeconds", 0.0),
         token_delay_seconds=values.get("tokenDelaySeconds", 0.0),
+        errors_after_seconds=values.get("errorsAfterSeconds", 0.0),
         sources=sources,
     )
 
@@ -372,6 +379,7 @@ class PredictionServer(ThreadingHTTPServer):
         self.stopping = threading.Event()
         self.load_error: BaseException | None = None
         self.random = random.Random()
+        self.serving_since = time.monotonic()
         self.active = 0  # requests being answered (a stream until its last token)
         self.idle = threading.Condition()
 
@@ -401,7 +409,12 @@ class PredictionServer(ThreadingHTTPServer):
 
     def serve_model(self, model: LoadedModel) -> None:
         self.metrics.model_info.labels(version=model.version, uri=model.uri).set(1)
+        self.serving_since = time.monotonic()
         self.model = model
+
+    def serving_for(self) -> float:
+        """Seconds since the model began to serve (errorsAfterSeconds counts from then)."""
+        return time.monotonic() - self.serving_since
 
     def stop(self, delay_seconds: float = 0.0) -> None:
         """Fail readiness now, stop accepting connections after ``delay_seconds`` (from any thread
@@ -494,7 +507,7 @@ class PredictionHandler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             return HTTPStatus.BAD_REQUEST, {"error": str(exc)}
         faults = server.faults
-        if faults.fails(server.random.random()):
+        if faults.fails(server.random.random(), server.serving_for()):
             return HTTPStatus.INTERNAL_SERVER_ERROR, {
                 "error": f"injected fault (errorRate={faults.error_rate} from {faults.source('errorRate')})"
             }
