@@ -278,7 +278,8 @@ def test_a_running_trainingrun_reads_its_mlflow_run_at_most_once_per_progress_po
             return Run(run_id, "1", "RUNNING", {}, {}, {})
 
     client = Client()
-    ctx = SimpleNamespace(status={"mlflow": {"runId": "r1"}}, memory={}, config=SimpleNamespace(progress_poll_seconds=15))
+    config = SimpleNamespace(progress_poll_seconds=15)
+    ctx = SimpleNamespace(status={"mlflow": {"runId": "r1"}}, memory={}, config=config)
     spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "command": ["train"]})
     results = [handler._mlflow_run(ctx, spec, client) for _ in range(20)]  # 20 passes within one poll
     assert client.reads == 1 and [cached for _, cached in results] == [False] + [True] * 19
