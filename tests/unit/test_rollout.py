@@ -673,3 +673,46 @@ def test_a_healthy_bake_ends_promoted_and_ready_without_moving_the_alias_again()
     assert p.status["bakeStartTime"] is None and p.status["previousStable"] is None
     early = plan(observe(s, stable=track(V2), status=baking(NOW - timedelta(seconds=30), analysis=passed)))
     assert early.phase == "Baking" and "30s of spec.rollout.bake.duration left" in cond(early, "Ready").message
+
+
+# -- what a second read of the split found ----------------------------------------------------------
+
+
+def test_a_gateway_promotion_keeps_sending_the_canary_its_share_while_the_stable_rolls():
+    s = spec(traffic={"mode": "GatewayAPI", "parentRefs": [{"name": "web"}]})
+    p = plan(observe(s, stable=track(V1, 1), canary=track(V2, 1), status=promoting()))
+    assert (p.phase, p.route_weight) == ("Promoting", 50)  # 1 ready pod each: not all on the single stable pod
+
+
+def test_a_promotion_on_one_replica_rolls_the_stable_within_the_budget():
+    s = spec().model_copy(update={"autoscaling": spec().autoscaling.model_copy(update={"min_replicas": 1})})
+    s = s.model_copy(update={"replicas": 1})  # 1 replica (the defaults), surge 1
+    p = plan(observe(s, stable=track(V1, 1), canary=track(V2, 1), status=promoting()))
+    # 1 stable + 1 canary pod use the whole budget (1 + 1): the stable's pod is replaced, not surged.
+    assert (p.stable, p.stable_replicas, p.stable_budget) == (V2, 1, (0, 1))
+    roomy = plan(observe(spec(maxSurgeReplicas=3), stable=track(V1, 2), canary=track(V2, 1), status=promoting()))
+    assert roomy.stable_budget == (2, 0)  # 2 replicas + 3 surge - 2 stable - 1 canary pod: a surge of 2 is left
+    plenty = plan(observe(spec(maxSurgeReplicas=3), stable=track(V1, 1), canary=track(V2, 1), status=promoting()))
+    assert plenty.stable_budget is None  # all of the spec's surge is free
+
+
+def test_moving_the_canary_pods_over_never_reverts_a_promotion_that_rolled():
+    stale = promoting(lastProgressTime=iso(NOW - timedelta(seconds=700)), stable={"readyReplicas": 1})
+    growing = track(V2, 1, 2, updated=2, pods=2)  # grown from 1 to 2 for the canary's pod: not complete yet
+    p = plan(observe(spec(), stable=growing, canary=track(V2, 1), status=stale))
+    assert p.phase == "Promoting" and "moving the canary's 1 pods" in cond(p, "Ready").message
+
+
+def test_a_rollback_after_a_100_percent_step_keeps_the_canary_until_the_stable_serves():
+    s = spec(steps=[{"weight": 50}, {"weight": 100}])
+    status = canary_status(step=1, failedAnalyses=5)
+    p = plan(observe(s, stable=track(V1, 0, 0, pods=0), canary=track(V2, 2), status=status,
+                     annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    assert p.phase == "RolledBack"
+    assert p.canary == V2 and p.canary_replicas == 2 and p.stable_replicas == 1  # the stable grows within surge 1
+    once = plan(observe(s, stable=track(V1, 1, 1), canary=track(V2, 2),
+                        status={"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}))  # fmt: skip
+    assert once.canary is None and once.stable_replicas == 1  # a ready stable pod: the canary leaves at once,
+    gone = plan(observe(s, stable=track(V1, 1, 1), canary=track(V2, 0, 0, pods=0),  # and as its pods go,
+                        status={"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}))  # fmt: skip
+    assert gone.stable_replicas == 2  # the stable takes them back within the budget

@@ -497,7 +497,7 @@ class PodWorker(threading.Thread):
         if seconds <= 0 or self.shutting_down:
             return
         log.info("%s: preStop: sleeping %gs", self.name, seconds)
-        while self.container and self.container.exit_code() is None and not self.gone:
+        while self.container and self.container.exit_code() is None and not self.gone and not self.shutting_down:
             remaining = min(started + seconds, started + self._grace()) - time.monotonic()
             if remaining <= 0:
                 return

@@ -144,6 +144,7 @@ def deployment(
     model_name: str | None = None,
     workload_image: str = "",
     priority_class: str = "",
+    budget: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
     ``replicas`` None leaves the count as it is. With spec.modelLoad, an init container of
@@ -208,7 +209,7 @@ def deployment(
         },
         "spec": {
             "selector": {"matchLabels": selector(name, track)},
-            "strategy": strategy(spec, track),
+            "strategy": strategy(spec, track, budget),
             "template": {
                 "metadata": {
                     "labels": labels,
@@ -229,14 +230,15 @@ def deployment(
     return body
 
 
-def strategy(spec: InferenceDeploymentSpec, track: str) -> dict[str, Any]:
+def strategy(spec: InferenceDeploymentSpec, track: str, budget: tuple[int, int] | None = None) -> dict[str, Any]:
     """GPU budget: the stable track's rolling update (a promotion) adds at most maxSurgeReplicas pods
     and takes at most maxUnavailableReplicas out of service; the canary replaces its pods rather
-    than surging (its count is set by the split, within the same budget)."""
+    than surging (its count is set by the split, within the same budget). ``budget`` (maxSurge,
+    maxUnavailable) replaces the spec's while the stable rolls beside canary pods."""
     if track == "canary":
         return {"type": "Recreate"}
-    budget = {"maxSurge": spec.rollout.max_surge_replicas, "maxUnavailable": spec.rollout.max_unavailable_replicas}
-    return {"type": "RollingUpdate", "rollingUpdate": budget}
+    surge, unavailable = budget or (spec.rollout.max_surge_replicas, spec.rollout.max_unavailable_replicas)
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
 
 
 def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None) -> dict[str, Any]:

@@ -118,8 +118,9 @@ class Reconciler:
     def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
               parked: list[dict[str, Any]]) -> None:  # fmt: skip
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
-        # The scale subresource's status: serving pods, surge pods not counted (the HPA multiplies
-        # this count by its metric's ratio), and the selector of both tracks' pods it measures.
+        # The scale subresource's status: serving pods up to spec.replicas (the HPA multiplies this
+        # count by its metric's ratio, which it measures over the pods of the selector, surge pods
+        # included), and the selector of both tracks' pods.
         pods = sum(t.pods for t in tracks.values() if t is not None)
         replicas = min(pods, total_replicas(self.spec))
         selector = ",".join(f"{k}={v}" for k, v in build.selector(self.name).items())
@@ -252,9 +253,11 @@ class Reconciler:
         if previous is not None:
             if stable_replicas is not None:
                 previous["spec"]["replicas"] = stable_replicas
+            if decision.stable_budget is not None:
+                previous["spec"]["strategy"] = build.strategy(self.spec, "stable", decision.stable_budget)
             result["stable"] = self.ctx.ensure("deployments", previous)
         elif decision.stable is not None:
-            result["stable"] = self.ensure_track("stable", decision.stable, stable_replicas)
+            result["stable"] = self.ensure_track("stable", decision.stable, stable_replicas, decision.stable_budget)
         elif stable_replicas is not None:
             result["stable"] = self.scale("stable", deployments["stable"], stable_replicas)
         if decision.canary is not None:
@@ -278,11 +281,14 @@ class Reconciler:
             self.ctx.deferred.append(remove)
         return result
 
-    def ensure_track(self, track: str, desired: Desired, replicas: int | None) -> dict[str, Any]:
-        """The track's Deployment serving ``desired`` with ``replicas`` pods (its share of spec.replicas)."""
+    def ensure_track(
+        self, track: str, desired: Desired, replicas: int | None, budget: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
+        """The track's Deployment serving ``desired`` with ``replicas`` pods (its share of spec.replicas);
+        ``budget``: the stable's rolling-update budget while it rolls beside canary pods."""
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 self.ctx.config.pod_mlflow_url, replicas, desired.model,
-                                self.ctx.config.workload_image, self.priority_class)  # fmt: skip
+                                self.ctx.config.workload_image, self.priority_class, budget)  # fmt: skip
         body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
         return self.ctx.ensure("deployments", body)
 

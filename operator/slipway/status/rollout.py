@@ -113,6 +113,7 @@ class Plan:
     canary_replicas: int = 0  # the canary's replica count now (a move toward the step's split)
     stable_replicas: int | None = None  # the stable's replica count now (None: no stable track yet)
     stable_target: int | None = None  # the stable's count once traffic has moved (None: all of spec.replicas)
+    stable_budget: tuple[int, int] | None = None  # the stable's (maxSurge, maxUnavailable) for a roll, if not spec's
     weight: int = 0  # the real share of traffic on the canary
     requested_weight: int | None = None  # the current step's weight
     route_weight: int = 0  # GatewayAPI: the canary backend's weight
@@ -280,15 +281,39 @@ def _size(obs: Observed, result: Plan) -> None:
     target = Sizing(
         target_canary, 0, "", total - target_canary if result.stable_target is None else result.stable_target
     )
-    if stable is None or result.revert_stable:
-        result.stable_replicas = target.stable if stable is None else max(stable.replicas, target.stable)
+    if stable is None:
+        result.stable_replicas = target.stable
         return
     canary = obs.canary
     if canary is not None and result.canary is not None and not canary.serves(result.canary):
         canary = replace(canary, ready=0)  # pods of another revision, being replaced: they carry nothing here
-    result.stable_replicas, canary_replicas = next_replicas(total, target, obs.spec.rollout, stable, canary, canary_out)
+    # The canary leaves at once (a rollback), unless the stable has no ready pod to take its traffic
+    # (after a 100% step): then the pods move within the budget like any others.
+    out = canary_out and stable.ready > 0
+    result.stable_replicas, canary_replicas = next_replicas(total, target, obs.spec.rollout, stable, canary, out)
     if not canary_out:
         result.canary_replicas = canary_replicas
+    elif not out and canary_replicas and result.canary is None and canary is not None:
+        result.canary, result.canary_replicas = _serving(canary), canary_replicas  # kept until the stable serves
+    rolling = result.revert_stable or (result.stable is not None and not stable.serves(result.stable))
+    if rolling:
+        result.stable_budget = roll_budget(total, obs.spec.rollout, result.stable_replicas,
+                                           max(canary.pods, canary.replicas) if canary is not None else 0)  # fmt: skip
+
+
+def roll_budget(total: int, rollout: Rollout, stable: int, canary_pods: int) -> tuple[int, int] | None:
+    """The stable's (maxSurge, maxUnavailable) while it rolls beside canary pods, so that the
+    budget holds: the surge is what spec.replicas + maxSurgeReplicas leaves; with none left, one
+    pod at a time is replaced (the canary's pods carry its share meanwhile). None: the spec's."""
+    room = total + rollout.max_surge_replicas - stable - canary_pods
+    if room >= rollout.max_surge_replicas:
+        return None
+    surge = max(0, room)
+    return surge, rollout.max_unavailable_replicas if surge > 0 else max(1, rollout.max_unavailable_replicas)
+
+
+def _serving(track: Track) -> Desired:
+    return Desired(track.version or "", track.uri or "", track.model or "", track.revision or "")
 
 
 def _plan_for(obs: Observed) -> Plan:
@@ -361,7 +386,7 @@ def _settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
     Degraded while some are not, Stalled when that lasts longer than progressDeadlineSeconds."""
     previous = obs.status
     cleared = {"currentStep": None, "stepStartTime": None, "canaryStartTime": None, "failedAnalyses": None,
-               "previousStable": None, "lastProgressTime": None}  # fmt: skip
+               "previousStable": None, "lastProgressTime": None, "bakeStartTime": None}  # fmt: skip
     if not stable.complete:
         if previous.get("phase") == "Progressing" or not stable.generation_observed or stable.updated < stable.replicas:
             message = f"rolling out {_name(desired)}: {stable.ready}/{stable.replicas} replicas ready"
@@ -629,6 +654,8 @@ class Canary:
         hold: dict[str, Any] = {"stable_target": self.stable.replicas}
         if canary is not None and canary.serves(self.desired):
             hold.update(canary=self.desired, canary_replicas=canary.replicas)  # nothing moves until the stable rolls
+            share = replica_weight(canary.current_ready, self.stable.ready)
+            hold.update(weight=share, route_weight=share)
         message = f"promoting {_name(self.desired)}: rolling the stable track, then moving the canary's pods to it"
         return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
                      status=self.status(previousStable=previous, **changes), **hold)  # fmt: skip
@@ -667,10 +694,14 @@ class Promotion:
         canary_replicas = canary.replicas if canary is not None and serving else 0
         canary_pods = canary.pods if canary is not None else 0
         hold: dict[str, Any] = {"canary": self.desired, "canary_replicas": canary_replicas} if serving else {}
+        canary_ready = canary.current_ready if canary is not None and serving else 0
+        if serving:  # both tracks serve while the stable rolls: traffic in proportion to ready pods
+            share = replica_weight(canary_ready, stable.ready if stable is not None else 0)
+            hold.update(weight=share, route_weight=share)
         if stable is None or not stable.serves(self.desired):
             self.progress, step = self.now, "rolling the stable track"
             hold["stable_target"] = stable.replicas if stable is not None else total
-        elif not stable.complete:
+        elif not rolled(stable):
             before = int((self.obs.status.get("stable") or {}).get("readyReplicas") or 0)
             if stable.ready > before:
                 self.progress = self.now  # new pods becoming ready is progress
@@ -683,7 +714,8 @@ class Promotion:
             problem = f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""
             step = (f"moving the canary's {canary_pods} pods to the stable track "
                     f"({stable.ready}/{total} ready{problem})")  # fmt: skip
-            hold = {"canary": self.desired, "canary_replicas": 0, "stable_target": total} if serving else {}
+            if serving:
+                hold.update(canary_replicas=0, stable_target=total)
         else:
             return _settled(self.obs, self.desired, stable)
         if self.now - self.progress > self.deadline:
@@ -702,6 +734,13 @@ class Promotion:
         return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
                      revert_stable=True, rollout=self.desired, registry=[_rollback_tag(self.desired, record)],
                      durable=True, status={"lastRollback": record, "lastProgressTime": None})  # fmt: skip
+
+
+def rolled(stable: Track) -> bool:
+    """The stable's roll is over: every pod runs the current template and one is ready (or none is
+    asked for). Growing it afterwards (a promotion moving the canary's pods) is no roll."""
+    return (stable.generation_observed and stable.pods <= stable.updated
+            and stable.current_ready >= min(stable.replicas, 1))  # fmt: skip
 
 
 def bake_analysis(spec: InferenceDeploymentSpec) -> Analysis | None:
