@@ -76,8 +76,17 @@ def test_inference_deployments_named_after_models_serve(kube_api, namespace, ope
         assert stable.status.ready_replicas == 1
         pods = core.list_namespaced_pod(namespace, label_selector=f"{idep.DEPLOYMENT_LABEL}={name}").items
         assert [p.metadata.annotations[idep.DEPLOYMENT_NAME_ANNOTATION] for p in pods] == [name]
+        # The HPA scales the InferenceDeployment by its own name, through the scale subresource,
+        # and finds it (its status.selector holds the label value, hashed past 63 characters).
         hpa = client.AutoscalingV2Api(kube_api).read_namespaced_horizontal_pod_autoscaler(name, namespace)
-        assert hpa.spec.scale_target_ref.name == stable.metadata.name
+        assert (hpa.spec.scale_target_ref.kind, hpa.spec.scale_target_ref.name) == ("InferenceDeployment", name)
+
+        def able_to_scale(name: str = name) -> bool:
+            hpas = client.AutoscalingV2Api(kube_api)
+            status = hpas.read_namespaced_horizontal_pod_autoscaler(name, namespace).status
+            return any(c.type == "AbleToScale" and c.status == "True" for c in status.conditions or [])
+
+        wait_for(able_to_scale, 60, f"the HPA of {name} able to scale it")
         # Requests through the Service's endpoints reach the model.
         with LoadDriver.for_service(kube_api, namespace, svc_name, rate=10, max_duration=60) as load:
             wait_for(lambda load=load: load.stats().responses >= 10, 30, f"10 answers from Service {svc_name}")
