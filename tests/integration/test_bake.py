@@ -89,7 +89,8 @@ def test_a_version_that_turns_faulty_after_promotion_is_reverted_in_its_bake(
         stats = load.stats()
     tag = mlflow.get_model_version(versions.model, v3).tags.get("slipway.dev/rollback", "")
     assert "BakeFailed" in tag, tag
-    assert any(reason == "BakeFailed" for reason, _ in events_for(kube_api, namespace, "digits"))
+    events = events_for(kube_api, namespace, "digits")
+    assert any(reason == "RolledBack" and "during its bake" in message for reason, message in events), events
     interval, failure_limit = 5, 1
     assert took <= interval * (failure_limit + 1) + 15, f"reverted {took:.1f}s after the version turned faulty"
     report(f"\nbake: v{v2} baked 20 s then Ready; v{v3} (30% errors from 60 s after it served) promoted "
