@@ -52,5 +52,12 @@ def tenant(cluster, kube_api, namespace):
     }
     rbac.create_namespaced_role_binding(namespace, binding)
     api = api_client(audited_kubeconfig(cluster, user, admin=False))
+    tenant_objects = client.CustomObjectsApi(api)
+
+    def bound() -> bool:  # the API server's authorizer sees a new RoleBinding through a watch: a moment later
+        tenant_objects.list_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "inferencedeployments")
+        return True
+
+    wait_for(bound, 30, f"{user} allowed by its RoleBinding")
     yield Tenant(user, api)
     api.close()
