@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,26 @@ def kill_pod_process(directory: Path, namespace: str, pod: str, sig: signal.Sign
             os.killpg(proc.pid, sig)
             return proc.pid
     raise LookupError(f"no running process of pod {namespace}/{pod} under {directory / 'nodes'}")
+
+
+def wait_controllers_serve(api: client.ApiClient, timeout: float = 150) -> float:
+    """After the API server was away, wait until the controller manager and the scheduler serve again:
+    their watches come back on client-go's backoff (up to a minute after a long outage). A probe
+    namespace gets its default service account and a probe pod is bound to a node; the namespace is
+    then deleted. Returns the seconds waited, so the next test starts on a whole cluster."""
+    core = client.CoreV1Api(api)
+    start = time.monotonic()
+    name = f"t-controllers-probe-{secrets.token_hex(3)}"
+    meta = client.V1ObjectMeta(name=name, labels={"localkube.slipway.dev/test": "true"})
+    core.create_namespace(client.V1Namespace(metadata=meta))
+    try:
+        remaining = lambda: max(1.0, timeout - (time.monotonic() - start))  # noqa: E731
+        wait_for(lambda: core.read_namespaced_service_account("default", name), remaining(),
+                 f"the controller manager to make the default service account of {name}")  # fmt: skip
+        pod = simple_pod("probe", [PYTHON, "-c", "pass"])
+        core.create_namespaced_pod(name, pod)
+        wait_for(lambda: core.read_namespaced_pod("probe", name).spec.node_name, remaining(),
+                 f"the scheduler to bind pod {name}/probe")  # fmt: skip
+    finally:
+        core.delete_namespace(name, propagation_policy="Background")
+    return time.monotonic() - start

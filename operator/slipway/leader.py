@@ -76,6 +76,12 @@ class Timing:
         """One Lease request may take this long: half the deadline, so that a slow answer is retried once."""
         return self.renew_deadline / 2
 
+    @property
+    def fence_grace(self) -> float:
+        """The watchdog trips this long after the renew deadline: a quarter of the margin before a
+        standby may take over, so the event loop, when it runs, notices first and says why."""
+        return (self.duration - self.renew_deadline) / 4
+
 
 @dataclass(frozen=True)
 class LeaseRecord:
@@ -248,9 +254,10 @@ class LeaderElector:
     def where(self) -> str:
         return f"Lease {getattr(self.store, 'namespace', '?')}/{getattr(self.store, 'name', LEASE_NAME)}"
 
-    def expired(self) -> bool:
-        """True when this replica led and its last successful renewal was sent ``renew_deadline`` ago."""
-        return self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline
+    def expired(self, grace: float = 0.0) -> bool:
+        """True when this replica led and its last successful renewal was sent ``renew_deadline`` (plus
+        ``grace``) ago."""
+        return self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline + grace
 
     # ------------------------------------------------------------------ blocking (the lease thread)
 
@@ -404,8 +411,9 @@ class LeaderElector:
 
 class Fence:
     """A watchdog thread, independent of the event loop: once the elector has held the Lease past
-    its renew deadline without renewing (``LeaderElector.expired``), ``trip`` is called (the operator
-    exits). The event loop notices the same deadline; this catches a loop that is blocked."""
+    its renew deadline (plus ``Timing.fence_grace``, still well before a standby may take over)
+    without renewing, ``trip`` is called (the operator exits). The event loop notices the deadline
+    itself; this catches a loop that is blocked."""
 
     def __init__(self, elector: LeaderElector, trip: Callable[[str], None], period: float = 0.25) -> None:
         self.elector = elector
@@ -423,7 +431,7 @@ class Fence:
 
     def _watch(self) -> None:
         while not self.stopped.wait(self.period):
-            if self.elector.expired():
+            if self.elector.expired(self.elector.timing.fence_grace):
                 since = self.elector.clock() - self.elector.renewed_at
                 self.trip(f"{self.elector.where} not renewed for {since:.1f}s (deadline "
                           f"{self.elector.timing.renew_deadline:g}s; the event loop did not notice)")  # fmt: skip

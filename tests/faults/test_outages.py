@@ -20,6 +20,7 @@ from faults.scenario import faulty_canary_analysed, phase, progress, promoted, s
 from integration.test_inferencedeployment import Versions, pods_of
 from localkube.audit import audited_kubeconfig
 from localkube.cluster import start_process, stop_process
+from localkube.testing import wait_controllers_serve
 from localkube.wait import wait_for
 from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
@@ -65,7 +66,18 @@ class Outage:
         return time.monotonic() - self.back
 
 
-def test_kube_apiserver_stopped_for_30s_mid_training(cluster, kube_api, namespace, operators, figures):
+@pytest.fixture
+def controllers_recover(kube_api, figures):
+    """After the test (passed or not): the controller manager and the scheduler serve again before the
+    next test makes its namespace (their watches come back on client-go's backoff)."""
+    yield
+    figures.took("after the test, until the controller manager and the scheduler serve again",
+                 wait_controllers_serve(kube_api))  # fmt: skip
+
+
+def test_kube_apiserver_stopped_for_30s_mid_training(
+    cluster, kube_api, controllers_recover, namespace, operators, figures
+):
     """Longer than the leader's renew deadline: the leader exits with status 1 (it can no longer prove it
     holds the Lease) and is started again as its pod would be, while the API server is still away. Once
     the API server is back it takes the expired Lease and finishes the run: nothing made twice."""
