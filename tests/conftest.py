@@ -3,7 +3,23 @@ the plugin localkube.pytest_plugin, loaded for tests/ and e2e/tests/ by pyprojec
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
+
+DEFAULT_SECONDS = 20  # a cluster test not yet in the durations file
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With SLIPWAY_LONGEST_FIRST naming a durations file (tests/suite.py's shared phase), run the
+    longest tests first: with xdist's `load` distribution no long test is left to start last."""
+    source = os.environ.get("SLIPWAY_LONGEST_FIRST")
+    if not source:
+        return
+    seconds = json.loads(Path(source).read_text())
+    items.sort(key=lambda item: -seconds.get(item.nodeid, DEFAULT_SECONDS))  # stable: ties keep file order
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +41,10 @@ FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl
 # The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
 # the CPU busy while most tests wait on the cluster (measured in tests/README.md).
 WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "3"))
+# Each cluster test's seconds in a recent run: the shared phase starts the longest first and hands
+# out the rest as workers free up (xdist's `load`), so no long test starts last. `--save-durations`
+# rewrites it from the run's reports; a test not in it counts as DEFAULT_SECONDS.
+DURATIONS = ROOT / "tests" / "durations.json"
 
 
 @dataclass
@@ -76,6 +81,14 @@ def junit_results(path: Path) -> list[Result]:
         file = case.get("file") or module + ".py"
         results.append(Result(f"{file}::{case.get('name')}", float(case.get("time") or 0), outcome))
     return results
+
+
+def save_durations(results: list[Result]) -> None:
+    """Merge the measured seconds of passed tests into DURATIONS (kept sorted, whole seconds)."""
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    known.update({r.nodeid: round(r.seconds) for r in results if r.outcome == "passed"})
+    DURATIONS.write_text(json.dumps(dict(sorted(known.items())), indent=0) + "\n")
+    print(f"{len(known)} durations in {DURATIONS.relative_to(ROOT)}", flush=True)
 
 
 def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None) -> Phase:
@@ -178,6 +191,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="checks, unit, chart, plugin and health tests")
     parser.add_argument("--workers", type=int, default=WORKERS, help="xdist workers for the shared-cluster tests")
+    parser.add_argument(
+        "--save-durations",
+        action="store_true",
+        help=f"after the run, write the cluster tests' seconds to {DURATIONS.relative_to(ROOT)}",
+    )
     parser.add_argument("pytest_args", nargs="*", help="more arguments for every pytest run (e.g. -x, -k EXPR)")
     a = parser.parse_args()
 
@@ -207,10 +225,13 @@ def main() -> int:
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
         else:
-            parallel = ["-n", str(a.workers), "--dist", "worksteal"] if a.workers > 1 else []
+            parallel = ["-n", str(a.workers), "--dist", "load"] if a.workers > 1 else []
+            longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
             phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
-                                                          *a.pytest_args], env))  # fmt: skip
+                                                          *a.pytest_args], longest_first))  # fmt: skip
             phases.append(pytest_phase("cluster serial", ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args], env))
+            if a.save_durations:
+                save_durations([r for p in phases[-2:] for r in p.results])
     return finish(max(p.code for p in phases))
 
 
