@@ -9,7 +9,9 @@ Pure: no I/O here. Three parts:
   (``{{ deployment }}`` is the name, hashed past 63 characters).
 - ``evaluate``: the canary's (and, for ``maxRelativeToStable``, the stable's) measurements →
   one ``MetricResult`` per metric, shaped as ``status.analysis[]``.
-- ``slipway.prometheus.run_analysis``: the I/O; asks Prometheus and evaluates.
+- ``judge``: measure every metric through a :class:`Provider` (where values come from) and
+  evaluate. Prometheus is one provider (``slipway.prometheus.PrometheusProvider``, whose
+  ``run_analysis`` does the I/O); another source is one class with ``measure``.
 
 Safety rules: no data follows ``noData`` (``inconclusive`` | ``fail`` | ``pass``); a Prometheus
 that cannot be reached, or refuses a query, makes the metric Inconclusive whatever ``noData``
@@ -27,7 +29,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, Protocol
 
 from slipway.builders.common import label_value
 from slipway.models.base import parse_duration
@@ -390,6 +392,47 @@ class AnalysisOutcome:
     def to_status(self) -> list[dict[str, object]]:
         """``status.analysis``."""
         return [r.to_status() for r in self.results]
+
+
+class Provider(Protocol):
+    """Where analysis values come from: one measurement of a metric on one track's pods.
+    ``unavailable`` says why, once the source is found unreachable; it is then asked no more."""
+
+    unavailable: str | None
+
+    def measure(self, metric: AnalysisMetric, track: str) -> Measurement: ...
+
+
+def judge(
+    metrics: Sequence[AnalysisMetric],
+    deciding: Provider,
+    dry: Provider,
+    no_data: NoDataPolicy | str,
+    now: datetime | str,
+    subject: str = CANARY_TRACK,
+) -> AnalysisOutcome:
+    """Measure ``metrics`` on ``subject``'s pods (and the stable's where a metric compares with it)
+    and judge them. The metrics that decide are measured first, through ``deciding``; those in dry
+    run through ``dry`` (a dry-run query that times out, a new and heavy one, must not leave the
+    deciding ones unmeasured); once the source is down for the deciding ones, the dry-run ones are
+    not asked either. ``subject`` STABLE_TRACK judges the stable alone (a bake)."""
+
+    def measure(metric: AnalysisMetric, track: str) -> Measurement:
+        if metric.dry_run and deciding.unavailable is not None:
+            dry.unavailable = deciding.unavailable
+        return (dry if metric.dry_run else deciding).measure(metric, track)
+
+    order = sorted(range(len(metrics)), key=lambda i: metrics[i].dry_run)  # deciding ones first
+    subject_values: list[Measurement | None] = [None] * len(metrics)
+    stable_values: list[Measurement | None] = [None] * len(metrics)
+    for i in order:
+        subject_values[i] = measure(metrics[i], subject)
+    for i in order:
+        if metrics[i].max_relative_to_stable is not None and subject == CANARY_TRACK:
+            stable_values[i] = measure(metrics[i], STABLE_TRACK)
+    measured = [m for m in subject_values if m is not None]
+    results = evaluate(metrics, measured, stable_values, no_data, timestamp(now))
+    return AnalysisOutcome(tuple(results), prometheus_unavailable=deciding.unavailable is not None)
 
 
 def not_measured(metrics: Sequence[AnalysisMetric | str], now: datetime | str, message: str) -> AnalysisOutcome:

@@ -211,14 +211,34 @@ def _address_key(url: str) -> tuple[str, str, int, str] | None:
     return parsed.scheme, parsed.host.rstrip(".").lower(), port, parsed.path.rstrip("/")
 
 
-class _Probe:
-    """Measures metrics on one Prometheus; once it is found unreachable, asks no more."""
+class PrometheusProvider:
+    """The analysis provider (:class:`slipway.analysis.Provider`) of one Prometheus: a metric's
+    PromQL for one track (built-in per preset, or the user's query with its placeholders filled),
+    narrowed to the track's revision, else its model version. Once Prometheus is found
+    unreachable, it asks no more."""
 
-    def __init__(self, client: PrometheusClient) -> None:
-        self.client = client
+    def __init__(
+        self,
+        client: PrometheusClient,
+        settings: Analysis,
+        namespace: str,
+        deployment: str,
+        versions: Mapping[str, str] | None = None,
+        revisions: Mapping[str, str] | None = None,
+    ) -> None:
+        self.client, self.settings = client, settings
+        self.namespace, self.deployment = namespace, deployment
+        self.versions, self.revisions = versions or {}, revisions or {}
+        self.window = analysis.analysis_window(settings.interval)
         self.unavailable: str | None = None
 
-    def measure(self, query: str) -> analysis.Measurement:
+    def measure(self, metric: AnalysisMetric, track: str) -> analysis.Measurement:
+        try:
+            query = analysis.resolve_query(metric, self.settings.preset, track, self.namespace, self.deployment,
+                                           self.window, self.versions.get(track),
+                                           self.revisions.get(track))  # fmt: skip
+        except analysis.QueryError as exc:
+            return analysis.Measurement(metric.query or "", error=str(exc))
         if self.unavailable is not None:
             return analysis.Measurement(query, error=self.unavailable)
         try:
@@ -247,35 +267,9 @@ def run_analysis(
     to the pods of that revision, else ``versions`` (track -> model version) to that version.
     """
     metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
-    window = analysis.analysis_window(settings.interval)
-    # The metrics that decide are measured first, with a probe of their own: a dry-run query that
-    # times out (a new, heavy one) must not leave them unmeasured. Once Prometheus is down for
-    # them, the dry-run metrics are not queried either.
-    deciding, dry = _Probe(client), _Probe(client)
-
-    def measure(metric: AnalysisMetric, track: str) -> analysis.Measurement:
-        probe = dry if metric.dry_run else deciding
-        if metric.dry_run and deciding.unavailable is not None:
-            probe.unavailable = deciding.unavailable
-        try:
-            version, revision = (versions or {}).get(track), (revisions or {}).get(track)
-            query = analysis.resolve_query(
-                metric, settings.preset, track, namespace, deployment, window, version, revision
-            )
-        except analysis.QueryError as exc:
-            return analysis.Measurement(metric.query or "", error=str(exc))
-        return probe.measure(query)
-
-    canary: list[analysis.Measurement | None] = [None] * len(metric_rules)
-    stable: list[analysis.Measurement | None] = [None] * len(metric_rules)
-    for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):  # deciding ones first
-        canary[i] = measure(metric_rules[i], subject)
-    for i in sorted(range(len(metric_rules)), key=lambda i: metric_rules[i].dry_run):
-        if metric_rules[i].max_relative_to_stable is not None and subject == analysis.CANARY_TRACK:
-            stable[i] = measure(metric_rules[i], analysis.STABLE_TRACK)
-    measured = [m for m in canary if m is not None]
-    results = analysis.evaluate(metric_rules, measured, stable, settings.no_data, analysis.timestamp(now))
-    return analysis.AnalysisOutcome(tuple(results), prometheus_unavailable=deciding.unavailable is not None)
+    deciding, dry = (PrometheusProvider(client, settings, namespace, deployment, versions, revisions)
+                     for _ in range(2))  # fmt: skip
+    return analysis.judge(metric_rules, deciding, dry, settings.no_data, now, subject)
 
 
 NO_PROMETHEUS = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"

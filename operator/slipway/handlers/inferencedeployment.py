@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import analysis, kube, metrics
+from slipway import analysis, kube, metrics, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowUnavailable
@@ -72,9 +72,8 @@ class Reconciler:
         asked = spec.pod_template.priority_class_name if spec.pod_template else None
         self.priority_class = ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName",
                                                          ctx.config.inference_priority_class)  # fmt: skip
-        if spec.traffic.mode == "GatewayAPI":
-            refs = [(ref.namespace or ctx.namespace, ref.name) for ref in spec.traffic.parent_refs or []]
-            ctx.tenancy.check_gateways(refs, "spec.traffic.parentRefs")
+        self.router = traffic.router(spec.traffic.mode)
+        self.router.check(spec, ctx.namespace, ctx.tenancy)
 
     def run(self) -> float | None:
         desired, problem = self.resolve()
@@ -108,8 +107,9 @@ class Reconciler:
             self.write(decision, tracks, pending, parked)
             flush(self.ctx)
         # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
-        self.ensure_services()
-        deployments = self.apply(decision, deployments, observed.status.get("previousStable"))
+        routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight)
+        self.ensure_services(routed)
+        deployments = self.apply(decision, deployments, observed.status.get("previousStable"), routed)
         pending, parked = self.carry_out(pending, parked)
         tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
         self.write(decision, tracks, pending, parked)
@@ -231,22 +231,28 @@ class Reconciler:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
         return outcome
 
-    def ensure_services(self) -> None:
-        """The Service (and per-track Services in GatewayAPI mode) and the HPA; what the traffic mode
-        no longer needs is deleted."""
-        services = [build.service(self.name, self.namespace, self.spec)]
-        if self.spec.traffic.mode == "GatewayAPI":
-            services += [build.service(self.name, self.namespace, self.spec, t) for t in build.TRACKS]
-        for svc in services:
-            self.ctx.ensure("services", svc)
-        self.ctx.prune("services", [svc["metadata"]["name"] for svc in services])
+    def ensure_services(self, routed: traffic.Objects) -> None:
+        """The traffic router's Services (what the traffic mode no longer needs is deleted) and the HPA."""
+        self.ensure_routed(routed, ("services",))
         self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
 
+    def ensure_routed(self, routed: traffic.Objects, kinds: tuple[str, ...]) -> None:
+        """The router's objects of ``kinds``; those of these kinds it does not name are deleted."""
+        wanted = routed.by_kind()
+        for kind in kinds:
+            for body in wanted[kind]:
+                self.ctx.ensure(kind, body)
+            self.ctx.prune(kind, [body["metadata"]["name"] for body in wanted[kind]])
+
     def apply(
-        self, decision: Plan, deployments: dict[str, dict[str, Any] | None], served_before: dict[str, Any] | None
+        self,
+        decision: Plan,
+        deployments: dict[str, dict[str, Any] | None],
+        served_before: dict[str, Any] | None,
+        routed: traffic.Objects,
     ) -> dict[str, dict[str, Any] | None]:
         """Carry the plan out; returns the track Deployments as they now are. ``served_before`` is
-        status.previousStable: what a reverted promotion restores."""
+        status.previousStable: what a reverted promotion restores. The router's routes follow the pods."""
         result = dict(deployments)
         previous = build.previous_of(self.name, self.namespace, served_before) if decision.revert_stable else None
         stable_replicas = decision.stable_replicas
@@ -264,11 +270,7 @@ class Reconciler:
             result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
         else:
             result["canary"] = self.scale("canary", deployments["canary"], 0)
-        if self.spec.traffic.mode == "GatewayAPI":
-            route = build.http_route(self.name, self.namespace, self.spec, decision.route_weight)
-            self.ctx.ensure("httproutes", route)
-        else:
-            self.ctx.prune("httproutes", [])
+        self.ensure_routed(routed, tuple(k for k in traffic.ROUTED_KINDS if k != "services"))
         if decision.consumed_annotation:
             consumed = decision.consumed_annotation
 

@@ -8,10 +8,10 @@ each pass, so an operator restart at any step carries on from that step.
 
 A revision is the served pod template (model name, version and URI, image, command, args, env,
 resources, port) identified by a hash: any new revision is canaried, a new model version being
-one case. Replicas mode: the canary's share of ready pods is as close to the step's weight as the
-stable's replica count (the HPA's) allows and never above it, one canary pod being the floor;
-never more than ``maxSurgeReplicas`` canary pods. GatewayAPI mode: the route carries the step's
-weight, capped at the canary's share of capacity. ``progressDeadlineSeconds`` counts time without
+one case. Each step splits spec.replicas (the HPA's) between the tracks within
+``maxSurgeReplicas`` and ``maxUnavailableReplicas``; the traffic router of spec.traffic.mode
+(``slipway.traffic``) plans the split and says what share the canary carries, and this module
+never asks which router it is. ``progressDeadlineSeconds`` counts time without
 progress, never a step's age. Promotion is guarded: the stable's roll is watched and reverted
 if it does not complete. Decisions (rollback, promotion) are written to status first; MLflow
 alias moves and tags follow as pending registry updates, retried until MLflow has them.
@@ -25,11 +25,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from slipway import traffic
 from slipway.analysis import AnalysisOutcome
 from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Analysis, InferenceDeploymentSpec, Rollout, TrackStatus
 from slipway.status.conditions import Cond, Status, get_condition, held, parse_time, ready, reconciling, stalled
+from slipway.traffic import Sizing, replica_weight
 
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
 # scraped twice) is tried again this soon, not a whole interval later.
@@ -116,7 +118,7 @@ class Plan:
     stable_budget: tuple[int, int] | None = None  # the stable's (maxSurge, maxUnavailable) for a roll, if not spec's
     weight: int = 0  # the real share of traffic on the canary
     requested_weight: int | None = None  # the current step's weight
-    route_weight: int = 0  # GatewayAPI: the canary backend's weight
+    route_weight: int = 0  # the weight the router sends to the canary (GatewayAPI: its backend weight)
     rollout: Desired | None = None  # the revision being rolled out, for status.canary
     analyze: bool = False
     analyze_track: str = "canary"  # whose pods an analysis judges: the canary's, or the stable's in a bake
@@ -143,16 +145,6 @@ def step_duration(rollout: Rollout, step: int) -> timedelta:
     return parse_duration(pause) if pause else parse_duration(rollout.interval)
 
 
-@dataclass(frozen=True)
-class Sizing:
-    """A step's split: canary and stable pods once traffic has moved, and the share the canary carries."""
-
-    pods: int  # canary pods
-    share: int  # the canary's share of pods (Replicas) or the route weight (GatewayAPI), when all are ready
-    note: str = ""  # why the step's weight cannot be met, if it cannot
-    stable: int = 0  # stable pods
-
-
 def total_replicas(spec: InferenceDeploymentSpec) -> int:
     """Serving pods of both tracks: spec.replicas (the HPA's, through the scale subresource), kept
     within the autoscaling bounds as the HPA keeps it."""
@@ -161,45 +153,9 @@ def total_replicas(spec: InferenceDeploymentSpec) -> int:
 
 def canary_sizing(mode: str, weight: int, total: int, max_surge: int) -> Sizing:
     """The step's split of ``total`` serving pods, with up to ``max_surge`` extra pods (the GPU
-    budget): never fewer than ``total`` pods, at least one on each track. Replicas: the canary's
-    share of pods nearest the step's weight (at a tie, the lower share, then fewer pods).
-    GatewayAPI: the fewest pods whose canary share carries the route weight; the route weight is
-    capped at the canary's share of pods when no split within the budget can carry it."""
-    total = max(1, total)
-    if weight >= 100:
-        return Sizing(total, 100, "", 0)
-    best: tuple[tuple[Any, ...], int, int] | None = None
-    for pods in range(total, total + max_surge + 1):
-        exact = weight * pods / 100
-        for canary in {math.floor(exact), math.ceil(exact)}:
-            canary = min(max(canary, 1), pods - 1)
-            if canary < 1:
-                continue
-            share = 100 * canary / pods
-            if mode == "Replicas":
-                key: tuple[Any, ...] = (round(abs(share - weight), 9), share > weight, pods)
-            else:
-                short = share < weight - 1e-9
-                key = (short, -share if short else pods, round(abs(share - weight), 9))
-            if best is None or key < best[0]:
-                best = (key, canary, pods)
-    if best is None:
-        note = (f"no room for a canary pod beside the stable one: spec.replicas is {total} and "
-                f"spec.rollout.maxSurgeReplicas {max_surge}; allow one extra pod or run 2 replicas")  # fmt: skip
-        return Sizing(0, 0, note, total)
-    _, canary, pods = best
-    exact_share = 100 * canary / pods
-    share = round(exact_share) if mode == "Replicas" else min(weight, math.floor(exact_share + 1e-9))
-    note = ""
-    if mode == "Replicas" and abs(exact_share - weight) >= 1:
-        if canary == 1 and exact_share > weight:
-            note = f"one canary pod is the floor: {share}% of {pods} pods for a {weight}% step"
-        else:
-            note = (f"{canary} of {pods} pods ({share}%) is the nearest split to {weight}% that {total} replicas "
-                    f"and spec.rollout.maxSurgeReplicas={max_surge} allow")  # fmt: skip
-    elif mode != "Replicas" and share < weight:
-        note = f"capped by spec.rollout.maxSurgeReplicas={max_surge}: {share}% for a {weight}% step"
-    return Sizing(canary, share, note, pods - canary)
+    budget), as the router of ``mode`` (spec.traffic.mode) plans it: never fewer than ``total``
+    pods, at least one on each track."""
+    return traffic.router(mode).split(weight, total, max_surge)
 
 
 def next_replicas(
@@ -226,16 +182,6 @@ def next_replicas(
     if c < target.pods:
         c = min(target.pods, max(c, budget - max(s, stable.pods)))
     return s, c
-
-
-def route_capacity(canary_pods: int, stable_replicas: int) -> int:
-    """The route weight ``canary_pods`` can carry at the stable's per-pod load."""
-    return math.floor(100 * canary_pods / (max(1, stable_replicas) + canary_pods)) if canary_pods > 0 else 0
-
-
-def replica_weight(canary_ready: int, stable_ready: int) -> int:
-    total = canary_ready + stable_ready
-    return round(100 * canary_ready / total) if total else 0
 
 
 def _iso(value: datetime) -> str:
@@ -475,13 +421,7 @@ class Canary:
 
     def serve(self, sizing: Sizing, canary_ready: int) -> dict[str, Any]:
         weight = self.weights[self.step]
-        complete = canary_ready >= sizing.pods
-        if self.spec.traffic.mode == "GatewayAPI":
-            # Ready canary pods keep the share they can carry while the rest start: the route never
-            # falls back to 0% between two steps.
-            real = sizing.share if complete else min(weight, route_capacity(canary_ready, self.stable.ready))
-        else:
-            real = replica_weight(canary_ready, self.stable.ready)
+        real = traffic.router(self.spec.traffic.mode).carried(sizing, weight, canary_ready, self.stable.ready)
         return {"canary": self.desired, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
                 "weight": real, "requested_weight": weight, "route_weight": real, "rollout": self.desired}  # fmt: skip
 

@@ -1,0 +1,161 @@
+"""Traffic routers behind one interface (slipway.traffic): the planner asks the router of
+spec.traffic.mode and never which one it is; each router names the objects that carry a split.
+And analysis values behind one interface (slipway.analysis.Provider): Prometheus is one."""
+
+from __future__ import annotations
+
+import ast
+import typing
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from slipway import traffic
+from slipway.analysis import Measurement, judge
+from slipway.models import InferenceDeploymentSpec
+from slipway.models.inferencedeployment import AnalysisMetric, Traffic
+from slipway.status.rollout import Desired, Observed, Track, plan
+from slipway.tenancy import NotAllowed, Policy
+from slipway.traffic import Objects, Sizing
+
+OPERATOR = Path(__file__).resolve().parents[2] / "operator" / "slipway"
+V1 = Desired("1", "models:/m/1", "m", "rev1")
+V2 = Desired("2", "models:/m/2", "m", "rev2")
+
+
+def spec(**traffic_fields: object) -> InferenceDeploymentSpec:
+    return InferenceDeploymentSpec.model_validate({
+        "model": {"name": "m", "alias": "candidate"}, "image": "i", "replicas": 6,
+        "autoscaling": {"minReplicas": 6, "maxReplicas": 6},
+        "rollout": {"steps": [{"weight": 33}, {"weight": 66}], "maxSurgeReplicas": 2},
+        **({"traffic": traffic_fields} if traffic_fields else {}),
+    })  # fmt: skip
+
+
+def test_the_crds_traffic_modes_are_the_router_table():
+    modes = typing.get_args(Traffic.model_fields["mode"].annotation)
+    assert set(modes) == set(traffic.ROUTERS)
+    assert all(router.mode == mode for mode, router in traffic.ROUTERS.items())
+
+
+def test_no_module_outside_the_routers_and_the_api_names_a_traffic_mode():
+    # The planner and the handler go through the interface: a new router touches no other module.
+    named = []
+    for path in OPERATOR.rglob("*.py"):
+        relative = path.relative_to(OPERATOR).as_posix()
+        if relative.startswith(("traffic/", "models/", "crdgen")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in traffic.ROUTERS:
+                named.append(f"{relative}:{node.lineno} {node.value!r}")
+    assert named == []
+
+
+class Recording:
+    """A router the planner has never heard of: 3 canary pods at any step, carrying 42%."""
+
+    mode = "Replicas"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, tuple[int, ...]]] = []
+
+    def check(self, spec, namespace, tenancy) -> None:
+        return None
+
+    def split(self, weight: int, total: int, max_surge: int) -> Sizing:
+        self.asked.append(("split", (weight, total, max_surge)))
+        return Sizing(3, 42, "", total - 3)
+
+    def carried(self, sizing: Sizing, weight: int, canary_ready: int, stable_ready: int) -> int:
+        self.asked.append(("carried", (weight, canary_ready, stable_ready)))
+        return 42
+
+    def objects(self, name, namespace, spec, canary_weight) -> Objects:
+        return Objects()
+
+
+def test_the_planner_takes_the_split_and_the_weight_from_the_router(monkeypatch: pytest.MonkeyPatch):
+    recording = Recording()
+    monkeypatch.setitem(traffic.ROUTERS, "Replicas", recording)
+    stable = Track("1", V1.uri, 6, 6, 6, True, 6, revision=V1.revision, model="m", available=6)
+    canary = Track("2", V2.uri, 3, 1, 3, True, 3, revision=V2.revision, model="m", available=1)
+    status = {"phase": "Progressing", "canary": {"revision": V2.revision}, "currentStep": 0}
+    p = plan(Observed(spec(), V2, None, stable, canary, status, {}, datetime(2026, 1, 1, tzinfo=UTC)))
+    assert ("split", (33, 6, 2)) in recording.asked and ("carried", (33, 1, 6)) in recording.asked
+    assert p.canary_replicas == 3 and p.weight == 42 and p.route_weight == 42 and p.requested_weight == 33
+
+
+def test_replicas_routes_through_one_service_over_both_tracks():
+    objects = traffic.router("Replicas").objects("digits", "team", spec(), 33)
+    [service] = objects.services
+    assert service["metadata"]["name"] == "digits" and "slipway.dev/track" not in service["spec"]["selector"]
+    assert objects.httproutes == ()
+    assert traffic.router("Replicas").carried(Sizing(2, 33, "", 4), 33, 1, 4) == 20  # its share of ready pods
+
+
+def test_gateway_api_routes_exact_weights_between_track_services():
+    s = spec(mode="GatewayAPI", parentRefs=[{"name": "gw"}])
+    objects = traffic.router("GatewayAPI").objects("digits", "team", s, 25)
+    assert sorted(svc["metadata"]["name"] for svc in objects.services) == ["digits", "digits-canary", "digits-stable"]
+    [route] = objects.httproutes
+    weights = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+    assert weights == {"digits-stable": 75, "digits-canary": 25}
+    # Ready canary pods keep the share they can carry while the rest of the step's start.
+    assert traffic.router("GatewayAPI").carried(Sizing(3, 25, "", 7), 25, 1, 7) == 12
+
+
+def test_gateway_api_refuses_a_gateway_the_namespace_may_not_use():
+    s = spec(mode="GatewayAPI", parentRefs=[{"name": "shared", "namespace": "infra"}])
+    team = Policy("team", None)
+    with pytest.raises(NotAllowed, match=r"spec.traffic.parentRefs\[0\]"):
+        traffic.router("GatewayAPI").check(s, "team", team)
+    traffic.router("GatewayAPI").check(s, "team", Policy("team", None, gateways=("infra/shared",)))
+    traffic.router("Replicas").check(spec(), "team", team)  # nothing to refuse
+
+
+# -- where analysis values come from --------------------------------------------------------------
+
+
+class Table:
+    """An analysis provider that is not Prometheus: values from a table (metric, track) -> value."""
+
+    def __init__(self, values: dict[tuple[str, str], float | None], down: str | None = None) -> None:
+        self.values, self.down = values, down
+        self.unavailable: str | None = None
+        self.asked: list[tuple[str, str]] = []
+
+    def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
+        if self.unavailable:  # found down: not asked again
+            return Measurement(metric.name, error=self.unavailable)
+        self.asked.append((metric.name, track))
+        if self.down:
+            self.unavailable = self.down
+            return Measurement(metric.name, error=self.unavailable)
+        return Measurement(metric.name, value=self.values.get((metric.name, track)))
+
+
+def test_any_provider_feeds_the_same_judgement():
+    metrics = [AnalysisMetric(name="errorRate", max=0.05),
+               AnalysisMetric(name="latencyP95Seconds", max_relative_to_stable=1.5),
+               AnalysisMetric(name="ttftP95Seconds", max=1.0, dry_run=True)]  # fmt: skip
+    values = {("errorRate", "canary"): 0.01, ("latencyP95Seconds", "canary"): 0.4,
+              ("latencyP95Seconds", "stable"): 0.2, ("ttftP95Seconds", "canary"): 3.0}  # fmt: skip
+    deciding, dry = Table(values), Table(values)
+    outcome = judge(metrics, deciding, dry, "inconclusive", "2026-01-01T00:00:00Z")
+    assert [r.result for r in outcome.results] == ["Passed", "Failed", "Failed"]
+    assert outcome.verdict == "Failed" and outcome.metric == "latencyP95Seconds"  # the dry-run one never decides
+    assert deciding.asked == [("errorRate", "canary"), ("latencyP95Seconds", "canary"), ("latencyP95Seconds", "stable")]
+    assert dry.asked == [("ttftP95Seconds", "canary")]
+    # A bake judges the stable's pods alone: no comparison asked.
+    baked = Table(values)
+    judge(metrics[:1], baked, Table(values), "inconclusive", "2026-01-01T00:00:00Z", subject="stable")
+    assert baked.asked == [("errorRate", "stable")]
+
+
+def test_a_provider_found_down_holds_the_analysis_and_the_dry_run_metrics_are_not_asked():
+    metrics = [AnalysisMetric(name="errorRate", max=0.05), AnalysisMetric(name="ttftP95Seconds", max=1, dry_run=True)]
+    dry = Table({})
+    outcome = judge(metrics, Table({}, down="refused"), dry, "fail", "2026-01-01T00:00:00Z")
+    assert outcome.verdict == "Inconclusive" and outcome.prometheus_unavailable  # never promoted, never rolled back
+    assert dry.asked == [] and dry.unavailable == "refused"
