@@ -14,12 +14,18 @@ DEFAULT_SECONDS = 20  # a cluster test not yet in the durations file
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With SLIPWAY_LONGEST_FIRST naming a durations file (tests/suite.py's shared phase), run the
-    longest tests first: with xdist's `load` distribution no long test is left to start last."""
+    longest modules first, each module's tests together and in their order: with xdist's
+    `loadscope` distribution a module (and its module-scoped fixtures) stays on one worker, and no
+    long module is left to start last."""
     source = os.environ.get("SLIPWAY_LONGEST_FIRST")
     if not source:
         return
     seconds = json.loads(Path(source).read_text())
-    items.sort(key=lambda item: -seconds.get(item.nodeid, DEFAULT_SECONDS))  # stable: ties keep file order
+    modules: dict[str, float] = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        modules[module] = modules.get(module, 0.0) + seconds.get(item.nodeid, DEFAULT_SECONDS)
+    items.sort(key=lambda item: -modules[item.nodeid.split("::")[0]])  # stable: a module keeps its order
 
 
 @pytest.fixture(scope="session")

@@ -41,8 +41,9 @@ FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl
 # The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
 # the CPU busy while most tests wait on the cluster (measured in tests/README.md).
 WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "3"))
-# Each cluster test's seconds in a recent run: the shared phase starts the longest first and hands
-# out the rest as workers free up (xdist's `load`), so no long test starts last. `--save-durations`
+# Each cluster test's seconds in a recent run: the shared phase starts the longest modules first
+# and hands out the rest, a module at a time, as workers free up (xdist's `loadscope`), so no long
+# module starts last and a module's fixtures are made once. `--save-durations`
 # rewrites it from the run's reports; a test not in it counts as DEFAULT_SECONDS.
 DURATIONS = ROOT / "tests" / "durations.json"
 
@@ -225,7 +226,7 @@ def main() -> int:
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
         else:
-            parallel = ["-n", str(a.workers), "--dist", "load"] if a.workers > 1 else []
+            parallel = ["-n", str(a.workers), "--dist", "loadscope"] if a.workers > 1 else []
             longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
             phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                           *a.pytest_args], longest_first))  # fmt: skip

@@ -286,6 +286,12 @@ def test_a_fresh_failing_canary_never_passes_before_its_first_failure_is_seen(pr
     failed_after: dict[str, float] = {}
     with httpx.Client(timeout=5) as http:
         client = PrometheusClient(prometheus, http=http)
+        # Every target scraped on its 1 s rhythm first (a Prometheus just started scrapes late): the
+        # bound below is on the scrape interval, not on Prometheus' start.
+        targets = len(TRACKS)
+        wait_for(lambda: client.query_value("count(up)") == targets
+                 and (client.query_value("min(count_over_time(up[5s]))") or 0) >= 4,
+                 DATA_TIMEOUT, f"Prometheus to scrape all {targets} targets every second", interval=0.5)  # fmt: skip
         deadline = time.monotonic() + 90
         pending = list(FRESH)
         while (pending or len(failed_after) < len(started)) and time.monotonic() < deadline:
