@@ -55,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mlflow-url", default=os.environ.get("SLIPWAY_MLFLOW_URL"), help="MLflow tracking server")
     p.add_argument("--mlflow-public-url", default=os.environ.get("SLIPWAY_MLFLOW_PUBLIC_URL"),
                    help="MLflow address for links in status (default: --mlflow-url)")  # fmt: skip
+    p.add_argument("--prices-file", default=os.environ.get("SLIPWAY_PRICES_FILE"), metavar="FILE",
+                   help="the price table (YAML or JSON: currency, gpuHour, cpuHour, memoryGiBHour), read again "
+                        "when it changes; none: costs say no price is configured")  # fmt: skip
     p.add_argument("--prometheus-url", default=os.environ.get("SLIPWAY_PROMETHEUS_URL"),
                    help="default Prometheus for canary analysis")  # fmt: skip
     p.add_argument("--require-model-allowlist", action="store_true",
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         lease_renew_deadline_seconds=args.lease_renew_deadline,
         lease_retry_seconds=args.lease_retry_period,
         stuck_pass_seconds=args.stuck_pass_seconds,
+        prices_file=args.prices_file or None,
     )
     kopf.run(
         clusterwide=not args.namespace,

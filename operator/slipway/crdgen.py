@@ -90,6 +90,7 @@ KINDS = (
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
             {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+            {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary"},
             _ready_column(),
             _reason_column(),
             {"name": "Run", "type": "string", "jsonPath": ".status.mlflow.runId", "priority": 1},

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from slipway import kube, metrics, watches
+from slipway import cost, kube, metrics, watches
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
@@ -202,6 +202,9 @@ async def startup(
     memo.scheduler = Scheduler(make_pass(memo), workers=settings.execution.max_workers or 4)
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     memo.config = config
+    prices = cost.prices_of(config.prices_file)  # a bad price file stops the start, naming the field
+    if prices.configured:
+        logger.info("prices from %s (%s)", config.prices_file, prices.currency or "no currency named")
     if memo.get("kube") is None:
         memo.kube = Kube.connect()
     if memo.get("mlflow") is None and config.mlflow_url:

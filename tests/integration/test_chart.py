@@ -205,6 +205,21 @@ def test_values_reach_the_operator():
     assert only(objs, "RoleBinding")["metadata"]["namespace"] == "ops"
 
 
+def test_prices_become_a_config_map_mounted_where_the_operator_reads_it():
+    from slipway.cost import Prices
+
+    assert not any(o["kind"] == "ConfigMap" for o in render()) and "SLIPWAY_PRICES_FILE" not in env(render())
+    objs = render("prices.currency=EUR", "prices.gpuHour.default=2.5", "prices.gpuHour.NVIDIA-H100=4",
+                  "prices.cpuHour=0.04")  # fmt: skip
+    config_map = only(objs, "ConfigMap")
+    prices = Prices.parse(yaml.safe_load(config_map["data"]["prices.yaml"]))
+    assert prices.currency == "EUR" and prices.gpu_price("NVIDIA-H100") == 4 and prices.cpu_hour == 0.04
+    mount = next(m for m in container(objs)["volumeMounts"] if m["name"] == "prices")
+    volume = next(v for v in only(objs, "Deployment")["spec"]["template"]["spec"]["volumes"] if v["name"] == "prices")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert env(objs)["SLIPWAY_PRICES_FILE"] == f"{mount['mountPath']}/prices.yaml"
+
+
 def test_watched_namespaces_become_flags_and_narrow_the_rbac():
     objs = render("watchNamespaces={team-a,team-b}")
     assert container(objs)["args"] == ["-n", "team-a", "-n", "team-b", "--require-model-allowlist"]
@@ -327,7 +342,17 @@ def kubectl_stdin(cluster: ClusterInfo, text: str, *args: str) -> subprocess.Com
 @pytest.mark.cluster
 @pytest.mark.parametrize(
     "sets",
-    [(), ("watchNamespaces={NS}", "priorityClasses.create=false", "replicas=1", "requireModelAllowlist=true")],
+    [
+        (),
+        (
+            "watchNamespaces={NS}",
+            "priorityClasses.create=false",
+            "replicas=1",
+            "requireModelAllowlist=true",
+            "prices.currency=USD",
+            "prices.gpuHour=2.5",
+        ),
+    ],
     ids=["defaults", "toggled"],
 )
 def test_the_api_server_accepts_what_the_chart_renders(cluster, namespace, sets):

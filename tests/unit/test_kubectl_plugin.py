@@ -378,3 +378,23 @@ def test_manual_actions_by_phase(action, o, refusal):
         assert got is None
     else:
         assert got is not None and refusal in got and got.startswith("InferenceDeployment ns/digits")
+
+
+@pytest.mark.parametrize(
+    ("spent", "line"),
+    [
+        ({"summary": "1.23 USD", "total": 1.23, "gpuHours": 0.5, "wastedShare": 0.25,
+          "attempts": [{"pod": "a"}, {"pod": "b"}]},
+         "1.23 USD: 0.50 GPU-hours over 2 attempts, 25% on attempts that did not succeed"),
+        ({"gpuHours": 1.0, "attempts": [{"pod": "a"}], "message": "no price configured: set the price file"},
+         "1.00 GPU-hours over 1 attempt; no price configured: set the price file"),
+        ({"summary": "3.00 EUR", "total": 3.0, "gpuHours": 1.0, "wastedShare": 0, "attempts": [{"pod": "a"}],
+          "folded": {"count": 64}, "message": "missing from p.yaml: cpuHour (counted as 0)"},
+         "3.00 EUR: 1.00 GPU-hours over 65 attempts, 0% on attempts that did not succeed "
+         "(missing from p.yaml: cpuHour (counted as 0))"),
+    ],
+)  # fmt: skip
+def test_a_runs_cost_in_one_line(spent, line):
+    assert view.cost_line(spent) == line
+    run = {**RUN, "status": {**RUN["status"], "cost": spent}}
+    assert f"│ cost      {line}\n" in view.render(view.lifecycle(TR, "digits", [run], [], []))

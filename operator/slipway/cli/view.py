@@ -247,10 +247,24 @@ def _run_details(obj: Obj) -> list[tuple[str, str]]:
         lines.append(("progress", f"step {progress['step']}/{_fmt(progress.get('totalSteps'))}"))
     if status.get("restarts"):
         lines.append(("restarts", _fmt(status["restarts"])))
+    spent = status.get("cost") or {}
+    if spent:
+        lines.append(("cost", cost_line(spent)))
     run_id = _get(status, "mlflow", "runId")
     if run_id:
         lines.append(("mlflow run", str(run_id)))
     return lines
+
+
+def cost_line(spent: Mapping[str, Any]) -> str:
+    """status.cost in one line: the total, GPU-hours, the wasted share and the attempts."""
+    attempts = len(spent.get("attempts") or []) + int(_get(spent, "folded", "count") or 0)
+    gpu = f"{float(spent.get('gpuHours') or 0):.2f} GPU-hours over {attempts} attempt{'s' * (attempts != 1)}"
+    if spent.get("total") is None:
+        return f"{gpu}; {spent.get('message') or 'no price configured'}"
+    wasted = f", {100 * float(spent.get('wastedShare') or 0):.0f}% on attempts that did not succeed"
+    missing = f" ({spent['message']})" if spent.get("message") else ""
+    return f"{spent.get('summary')}: {gpu}{wasted}{missing}"
 
 
 def _artifact_details(obj: Obj) -> list[tuple[str, str]]:

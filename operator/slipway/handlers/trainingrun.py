@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import API_VERSION, kube, sizing
+from slipway import API_VERSION, cost, kube, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, Run
@@ -16,7 +16,7 @@ from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
 from slipway.redact import without_credentials
 from slipway.status import jobs
-from slipway.status.conditions import stalled
+from slipway.status.conditions import parse_time, stalled
 from slipway.status.trainingrun import (
     TrainingState,
     finished,
@@ -67,13 +67,16 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
                            stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds, create_failure=refused)  # fmt: skip
     if cached and (state.succeeded or state.failed):
         run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
+    spent = _cost(ctx, pods, now)
+    if state.succeeded or state.failed:
+        _log_cost(ctx.mlflow, run, spent, state.completion_time)
     run = _finish_mlflow_run(ctx.mlflow, run, state)
     progress, checkpoint = progress_from_run(run)
     state = with_attempts(state, run)
     url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
     _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
            mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},
-           artifact_ref={"name": artifact_name} if artifact_name else None)  # fmt: skip
+           artifact_ref={"name": artifact_name} if artifact_name else None, cost=spent)  # fmt: skip
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
@@ -140,6 +143,40 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
 
 
 RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() then)
+
+
+def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
+    """status.cost: the attempts recorded so far brought up to date from the pods seen now, priced
+    (slipway.cost). The nodes are read only for a GPU pod whose product is not yet recorded."""
+    recorded = ctx.status.get("cost") or {}
+    attempts = recorded.get("attempts") or []
+    known = {a.get("pod") for a in attempts if a.get("gpuProduct")}
+    unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
+               and cost.reserved_by(p).gpus]  # fmt: skip
+    products = {}
+    if unknown:
+        products = {n["metadata"]["name"]: label for n in kube.list_nodes(ctx.kube)
+                    if (label := (n["metadata"].get("labels") or {}).get(cost.GPU_PRODUCT_LABEL))}  # fmt: skip
+    attempts = cost.record_attempts(attempts, pods, now, products)
+    return cost.training_cost(attempts, cost.prices_of(ctx.config.prices_file), now, recorded.get("folded"))
+
+
+COST_METRICS = {"slipway.cost.total": "total", "slipway.cost.gpuHours": "gpuHours",
+                "slipway.cost.wastedShare": "wastedShare"}  # fmt: skip
+
+
+def _log_cost(client: MlflowClient, run: Run, spent: dict[str, Any], completion: str | None) -> None:
+    """A finished run's cost on its MLflow run, as metrics (and the currency as a tag), once: at
+    the completion time as timestamp, so a pass that runs again logs the same sample (MLflow keeps
+    one per key, step, timestamp and value) and one whose values MLflow already has logs nothing."""
+    values = {key: float(spent[field]) for key, field in COST_METRICS.items() if spent.get(field) is not None}
+    logged = {k: m.value for k, m in run.metrics.items() if k in COST_METRICS}
+    if not values or all(logged.get(k) == v for k, v in values.items()):
+        return
+    when = parse_time(completion) or datetime.now(UTC)
+    stamp = int(when.timestamp() * 1000)
+    tags = {"slipway.cost.currency": spent["currency"]} if spent.get("currency") else None
+    client.log_batch(run.run_id, metrics=[(k, v, 0, stamp) for k, v in values.items()], tags=tags)
 
 
 def _finish_mlflow_run(client: MlflowClient, run: Run, state: TrainingState) -> Run:

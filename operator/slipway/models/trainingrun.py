@@ -223,6 +223,45 @@ class SizingStatus(StatusModel):
     fits: bool | None = Field(default=None, description="Whether the estimate fits.")
 
 
+class CostAttempt(StatusModel):
+    """One pod of the run, as it was seen: what it reserved, from when to when, how it ended."""
+
+    pod: str = Field(description="The pod's name.")
+    node: str | None = Field(default=None, description="The node it ran on.")
+    gpu_product: str | None = Field(default=None, description="The node's nvidia.com/gpu.product label.")
+    gpus: int | None = Field(default=None, description="GPUs reserved.")
+    cpu: float | None = Field(default=None, description="CPUs requested.")
+    memory_gib: float | None = Field(default=None, alias="memoryGiB", description="Memory requested, GiB.")
+    start_time: str | None = Field(default=None, description="The pod's start.")
+    end_time: str | None = Field(default=None, description="The end of its last container (or when it was found gone).")
+    outcome: str | None = Field(default=None, description="Running, Succeeded, Failed, Preempted or Deleted.")
+    cost: float | None = Field(default=None, description="What it cost, in status.cost.currency.")
+
+
+class FoldedCost(StatusModel):
+    """The totals of older finished attempts no longer listed one by one."""
+
+    count: int | None = Field(default=None, description="Attempts folded.")
+    total: float | None = Field(default=None, description="Their cost.")
+    gpu_hours: float | None = Field(default=None, description="Their GPU-hours.")
+    wasted: float | None = Field(default=None, description="The cost of those that did not succeed.")
+
+
+class TrainingCost(StatusModel):
+    """What the run cost so far: every attempt, failed and preempted ones included (reservation-based)."""
+
+    currency: str | None = Field(default=None, description="The price table's currency.")
+    total: float | None = Field(default=None, description="Total cost (absent when no price is configured).")
+    summary: str | None = Field(default=None, description="The total and currency, for kubectl get.")
+    gpu_hours: float | None = Field(default=None, description="GPU-hours reserved, every attempt.")
+    wasted_share: float | None = Field(
+        default=None, description="The share of the cost spent on attempts that did not succeed (0 to 1)."
+    )
+    message: str | None = Field(default=None, description="Which price is missing, if any.")
+    attempts: list[CostAttempt] | None = Field(default=None, description="Each pod of the run.", max_length=64)
+    folded: FoldedCost | None = Field(default=None, description="Older attempts, as totals.")
+
+
 class TrainingRunStatus(StatusModel):
     """Observed state of a TrainingRun."""
 
@@ -235,6 +274,7 @@ class TrainingRunStatus(StatusModel):
     artifact_ref: LocalObjectReference | None = Field(default=None, description="The ModelArtifact created.")
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
+    cost: TrainingCost | None = Field(default=None, description="What the run cost (see README, What it costs).")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
     conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Trained")
 

@@ -1,0 +1,333 @@
+"""What things cost: the cluster's price table, and a TrainingRun's cost from its pods (pure).
+
+Prices come from one file (``--prices-file``, ``SLIPWAY_PRICES_FILE``; the Helm chart mounts it
+from a ConfigMap), YAML or JSON::
+
+    currency: USD
+    gpuHour: {default: 2.50, NVIDIA-A100-SXM4-80GB: 3.40}   # by the node label nvidia.com/gpu.product
+    cpuHour: 0.04
+    memoryGiBHour: 0.005
+
+Costs are reservation-based: a pod costs what it asks for (GPUs from its limits or requests, CPU
+and memory from its requests) for as long as it holds it, from its start (``status.startTime``)
+to the end of its last container, whether it did useful work or not. Shared GPUs are not split.
+
+A TrainingRun's attempts are recorded in ``status.cost.attempts`` as its pods are seen, so that a
+pod deleted (preempted, garbage-collected) still counts: a pod that vanished without a recorded
+end ends when it was found gone. The wasted share is the cost of attempts that did not succeed
+(failed, preempted, deleted) over the total.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.utils.quantity import parse_quantity
+
+from slipway.status.conditions import parse_time
+
+log = logging.getLogger(__name__)
+
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+DEFAULT_PRODUCT = "default"
+MAX_ATTEMPTS = 64  # recorded in status; older finished ones are folded into status.cost.folded
+GIB = Decimal(2**30)
+
+
+class PriceError(ValueError):
+    """The price file cannot be used; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per-hour prices of what pods reserve; a price not given is None (its cost unknown)."""
+
+    currency: str = ""
+    gpu_hour: Mapping[str, float] = field(default_factory=dict)  # GPU product -> price; "default" for others
+    cpu_hour: float | None = None
+    memory_gib_hour: float | None = None
+    source: str = ""  # where they were read from, for messages
+
+    @classmethod
+    def parse(cls, doc: Any, source: str = "prices") -> Prices:
+        if doc is None:
+            return cls(source=source)
+        if not isinstance(doc, Mapping):
+            raise PriceError(f"{source}: expected a mapping with currency, gpuHour, cpuHour, memoryGiBHour")
+        unknown = sorted(set(doc) - {"currency", "gpuHour", "cpuHour", "memoryGiBHour"})
+        if unknown:
+            raise PriceError(f"{source}: unknown field(s) {', '.join(unknown)}; "
+                             "expected currency, gpuHour, cpuHour, memoryGiBHour")  # fmt: skip
+        gpu = doc.get("gpuHour")
+        if isinstance(gpu, (int, float, str)) and not isinstance(gpu, bool):
+            gpu = {DEFAULT_PRODUCT: gpu}
+        if gpu is not None and not isinstance(gpu, Mapping):
+            raise PriceError(f"{source}: gpuHour must be a price or a mapping of GPU product to price")
+        prices = {str(k): _price(v, f"{source}: gpuHour.{k}") for k, v in (gpu or {}).items()}
+        currency = doc.get("currency") or ""
+        if not isinstance(currency, str):
+            raise PriceError(f"{source}: currency must be a string such as USD")
+        return cls(currency=currency, gpu_hour=prices, source=source,
+                   cpu_hour=_optional_price(doc.get("cpuHour"), f"{source}: cpuHour"),
+                   memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"))  # fmt: skip
+
+    @classmethod
+    def load(cls, path: str | Path | None) -> Prices:
+        """The price table in ``path`` (YAML or JSON); no path: no prices."""
+        if not path:
+            return cls()
+        try:
+            text = Path(path).read_text()
+        except OSError as exc:
+            raise PriceError(f"price file {path}: {exc.strerror or exc}") from exc
+        try:
+            doc = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise PriceError(f"price file {path}: not YAML or JSON ({exc})") from exc
+        return cls.parse(doc, f"price file {path}")
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.gpu_hour) or self.cpu_hour is not None or self.memory_gib_hour is not None
+
+    def gpu_price(self, product: str | None) -> float | None:
+        if product and product in self.gpu_hour:
+            return self.gpu_hour[product]
+        return self.gpu_hour.get(DEFAULT_PRODUCT)
+
+    def missing(self, reserved: Reserved) -> list[str]:
+        """The prices ``reserved`` needs that are not configured, named as in the price file."""
+        missing = []
+        if reserved.gpus and self.gpu_price(reserved.gpu_product) is None:
+            product = reserved.gpu_product or "an unlabelled node"
+            missing.append(f"gpuHour.{DEFAULT_PRODUCT} (or gpuHour.{product})")
+        if reserved.cpus and self.cpu_hour is None:
+            missing.append("cpuHour")
+        if reserved.memory_gib and self.memory_gib_hour is None:
+            missing.append("memoryGiBHour")
+        return missing
+
+    def hourly(self, reserved: Reserved) -> float:
+        """What ``reserved`` costs per hour (a missing price counts as 0: see :meth:`missing`)."""
+        return (reserved.gpus * (self.gpu_price(reserved.gpu_product) or 0.0)
+                + reserved.cpus * (self.cpu_hour or 0.0)
+                + reserved.memory_gib * (self.memory_gib_hour or 0.0))  # fmt: skip
+
+
+_LOADED: dict[str, tuple[float, Prices]] = {}  # path -> (mtime, prices) last read well
+
+
+def prices_of(path: str | None) -> Prices:
+    """The price table in ``path``, read again when the file changes (a ConfigMap edit). A file that
+    turns bad after a good read keeps the last good table (logged once); a bad first read raises
+    PriceError."""
+    if not path:
+        return Prices()
+    try:
+        mtime = Path(path).stat().st_mtime
+    except OSError as exc:
+        if path in _LOADED:
+            return _LOADED[path][1]
+        raise PriceError(f"price file {path}: {exc.strerror or exc}") from exc
+    known = _LOADED.get(path)
+    if known is not None and known[0] == mtime:
+        return known[1]
+    try:
+        prices = Prices.load(path)
+    except PriceError as exc:
+        if known is None:
+            raise
+        log.warning("%s; keeping the prices read before", exc)
+        _LOADED[path] = (mtime, known[1])
+        return known[1]
+    _LOADED[path] = (mtime, prices)
+    return prices
+
+
+def _price(value: Any, where: str) -> float:
+    """A price: a number, or a string of one (helm --set writes "2.5" as a string), 0 or more."""
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = None
+    if number is None or not math.isfinite(number) or number < 0:
+        raise PriceError(f"{where}: {value!r} is not a price (a number, 0 or more)")
+    return number
+
+
+def _optional_price(value: Any, where: str) -> float | None:
+    return None if value is None else _price(value, where)
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """What one pod holds while it runs."""
+
+    gpus: int = 0
+    cpus: float = 0.0
+    memory_gib: float = 0.0
+    gpu_product: str | None = None
+
+
+def _quantity(value: Any) -> Decimal:
+    try:
+        return Decimal(parse_quantity(value)) if value is not None else Decimal(0)
+    except (ValueError, TypeError):
+        return Decimal(0)
+
+
+def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None) -> Reserved:
+    """What a pod reserves: the sum over its containers (GPUs, any ``<vendor>/gpu`` resource, from
+    limits, else requests; CPU and memory from requests, else limits, as the scheduler counts them)."""
+    gpus, cpus, memory = Decimal(0), Decimal(0), Decimal(0)
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+        for resource in {*limits, *requests}:
+            if resource.endswith("/gpu"):  # nvidia.com/gpu, amd.com/gpu: spec.resources.gpuResourceName
+                gpus += _quantity(limits.get(resource, requests.get(resource)))
+        cpus += _quantity(requests.get("cpu", limits.get("cpu")))
+        memory += _quantity(requests.get("memory", limits.get("memory")))
+    return Reserved(int(gpus), float(cpus), float(memory / GIB), gpu_product)
+
+
+def _iso(value: datetime) -> str:
+    return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _ended(pod: Mapping[str, Any]) -> str | None:
+    """When the pod's last container ended, if every one has."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    ends = [((s.get("state") or {}).get("terminated") or {}).get("finishedAt") for s in statuses]
+    if not statuses or not all(ends):
+        return None
+    return max(str(e) for e in ends)
+
+
+def _outcome(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                    for c in status.get("conditions") or [])  # fmt: skip
+    if disrupted and phase != "Succeeded":
+        return "Preempted"
+    return str(phase)
+
+
+def record_attempts(
+    recorded: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    now: datetime,
+    products: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The run's attempts: those ``recorded`` (status.cost.attempts), brought up to date from the
+    pods seen now; a recorded attempt whose pod is gone and has no end ends ``now``, as
+    ``Deleted`` (or ``Preempted`` when it was last seen being preempted). ``products``: node name ->
+    GPU product (the node label), for attempts whose product is not yet recorded."""
+    by_name = {str(a.get("pod")): dict(a) for a in recorded}
+    seen: set[str] = set()
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        name = str(meta.get("name"))
+        start = status.get("startTime")
+        if not start:
+            continue  # never started: holds nothing yet
+        seen.add(name)
+        node = (pod.get("spec") or {}).get("nodeName")
+        attempt = by_name.get(name) or {"pod": name}
+        product = attempt.get("gpuProduct") or (products or {}).get(node or "")
+        reserved = reserved_by(pod, product)
+        attempt.update(node=node, gpus=reserved.gpus, cpu=round(reserved.cpus, 3),
+                       memoryGiB=round(reserved.memory_gib, 3), startTime=start, outcome=_outcome(pod))  # fmt: skip
+        if product:
+            attempt["gpuProduct"] = product
+        end = _ended(pod)
+        if end is None and meta.get("deletionTimestamp") and attempt["outcome"] not in ("Succeeded", "Failed"):
+            attempt["outcome"] = "Preempted" if attempt["outcome"] == "Preempted" else "Deleted"
+        if end is not None:
+            attempt["endTime"] = end
+        by_name[name] = attempt
+    for name, attempt in by_name.items():
+        if name not in seen and not attempt.get("endTime"):
+            attempt["endTime"] = _iso(now)
+            if attempt.get("outcome") not in ("Succeeded", "Failed", "Preempted"):
+                attempt["outcome"] = "Deleted"
+    return sorted(by_name.values(), key=lambda a: (str(a.get("startTime")), str(a.get("pod"))))
+
+
+def hours(attempt: Mapping[str, Any], now: datetime) -> float:
+    start = parse_time(attempt.get("startTime"))
+    end = parse_time(attempt.get("endTime")) or now
+    return 0.0 if start is None else max(0.0, (end - start).total_seconds()) / 3600
+
+
+def _reserved(attempt: Mapping[str, Any]) -> Reserved:
+    return Reserved(int(attempt.get("gpus") or 0), float(attempt.get("cpu") or 0),
+                    float(attempt.get("memoryGiB") or 0), attempt.get("gpuProduct"))  # fmt: skip
+
+
+WASTED = ("Failed", "Preempted", "Deleted")
+
+
+def training_cost(
+    attempts: Sequence[Mapping[str, Any]], prices: Prices, now: datetime, folded: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """status.cost of a TrainingRun: total, GPU-hours and wasted share over every attempt (and the
+    ``folded`` totals of older ones), each attempt's cost, and what is missing from the price table."""
+    folded = folded or {}
+    total, gpu_hours, wasted = (float(folded.get(k) or 0) for k in ("total", "gpuHours", "wasted"))
+    missing: list[str] = []
+    priced = []
+    for attempt in attempts:
+        reserved, spent = _reserved(attempt), hours(attempt, now)
+        missing += [m for m in prices.missing(reserved) if m not in missing]
+        cost = spent * prices.hourly(reserved)
+        total += cost
+        gpu_hours += spent * reserved.gpus
+        if attempt.get("outcome") in WASTED:
+            wasted += cost
+        priced.append({**attempt, "cost": round(cost, 6)})
+    kept, folded_now = fold(priced, folded, now)
+    result: dict[str, Any] = {"gpuHours": round(gpu_hours, 6), "attempts": kept, "folded": folded_now}
+    if not prices.configured:
+        result["message"] = ("no price configured: set the operator's price file (--prices-file, Helm value "
+                             "prices) to see what runs cost")  # fmt: skip
+        return result
+    result.update(currency=prices.currency or None, total=round(total, 6),
+                  wastedShare=round(wasted / total, 4) if total > 0 else 0.0,
+                  summary=f"{total:.2f} {prices.currency}".strip())  # fmt: skip
+    if missing:
+        result["message"] = f"missing from {prices.source or 'the price table'}: {', '.join(missing)} (counted as 0)"
+    return result
+
+
+def fold(
+    attempts: list[dict[str, Any]], folded: Mapping[str, Any], now: datetime
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """At most MAX_ATTEMPTS attempts stay listed; the oldest finished ones beyond are folded into
+    totals (count, total, gpuHours, wasted) so that status stays small whatever the run does."""
+    out = dict(folded) if folded else {}
+    while len(attempts) > MAX_ATTEMPTS:
+        oldest = next((a for a in attempts if a.get("endTime")), None)
+        if oldest is None:
+            break
+        attempts = [a for a in attempts if a is not oldest]
+        out["count"] = int(out.get("count") or 0) + 1
+        out["total"] = round(float(out.get("total") or 0) + float(oldest.get("cost") or 0), 6)
+        gpu_hours = float(oldest.get("gpus") or 0) * hours(oldest, now)
+        out["gpuHours"] = round(float(out.get("gpuHours") or 0) + gpu_hours, 6)
+        if oldest.get("outcome") in WASTED:
+            out["wasted"] = round(float(out.get("wasted") or 0) + float(oldest.get("cost") or 0), 6)
+    return attempts, out or None

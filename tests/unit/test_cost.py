@@ -1,0 +1,132 @@
+"""What things cost (slipway.cost): the price table, what a pod reserves, a run's attempts and cost."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from slipway import cost
+from slipway.cost import PriceError, Prices, Reserved, record_attempts, reserved_by, training_cost
+from slipway.models.trainingrun import TrainingRunStatus
+
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+PRICES = Prices.parse({"currency": "USD", "gpuHour": {"default": 2.0, "A100": 3.0}, "cpuHour": 0.04,
+                       "memoryGiBHour": 0.01})  # fmt: skip
+
+
+def iso(t: datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def pod(name: str, start: datetime | None, end: datetime | None = None, phase: str = "Running", gpus: int = 1,
+        node: str = "n1", **extra) -> dict:  # fmt: skip
+    state = {"terminated": {"finishedAt": iso(end), "exitCode": 0}} if end else {"running": {}}
+    status: dict = {"phase": phase, "containerStatuses": [{"name": "train", "state": state}], **extra}
+    if start:
+        status["startTime"] = iso(start)
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "500m", "memory": "2Gi"}}
+    return {"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"resources": resources}]},
+            "status": status}  # fmt: skip
+
+
+# -- prices --------------------------------------------------------------------------------------
+
+
+def test_a_price_table_names_each_bad_field():
+    assert Prices.parse({"gpuHour": 2.5}).gpu_price("anything") == 2.5  # one price for every GPU
+    assert Prices.parse({"gpuHour": {"A100": "3.5"}, "cpuHour": "0.04"}).cpu_hour == 0.04  # helm --set: strings
+    with pytest.raises(PriceError, match=r"prices: gpuHour.A100: 'three' is not a price"):
+        Prices.parse({"gpuHour": {"A100": "three"}})
+    with pytest.raises(PriceError, match="cpuHour: -1 is not a price"):
+        Prices.parse({"cpuHour": -1})
+    with pytest.raises(PriceError, match=r"unknown field\(s\) gpu_hour"):
+        Prices.parse({"gpu_hour": 1})
+    assert not Prices.parse(None).configured and PRICES.configured
+
+
+def test_the_price_file_is_read_again_when_it_changes_and_a_bad_edit_keeps_the_last_good_one(tmp_path: Path):
+    path = tmp_path / "prices.yaml"
+    path.write_text("currency: EUR\ngpuHour: 1.5\n")
+    assert cost.prices_of(str(path)).gpu_price(None) == 1.5
+    path.write_text("currency: EUR\ngpuHour: 2.5\n")
+    os.utime(path, (1, 1))  # a new mtime, whatever the clock's resolution
+    assert cost.prices_of(str(path)).gpu_price(None) == 2.5
+    path.write_text("gpuHour: [\n")
+    os.utime(path, (2, 2))
+    assert cost.prices_of(str(path)).gpu_price(None) == 2.5
+    with pytest.raises(PriceError, match="missing.yaml"):
+        cost.prices_of(str(tmp_path / "missing.yaml"))
+    assert cost.prices_of(None) == Prices()
+
+
+def test_what_a_pod_reserves_and_what_it_costs_an_hour():
+    reserved = reserved_by(pod("p", T0, gpus=2), "A100")
+    assert reserved == Reserved(2, 0.5, 2.0, "A100")
+    assert PRICES.hourly(reserved) == pytest.approx(2 * 3.0 + 0.5 * 0.04 + 2 * 0.01)
+    assert PRICES.hourly(Reserved(1, 0, 0, "H100")) == 2.0  # another product: the default
+    assert Prices.parse({"cpuHour": 1}).missing(reserved) == ["gpuHour.default (or gpuHour.A100)", "memoryGiBHour"]
+
+
+# -- a run's attempts --------------------------------------------------------------------------------
+
+
+def test_attempts_are_recorded_as_pods_come_and_go_and_nothing_is_lost_when_they_are_deleted():
+    failed = pod("run-a", T0, T0 + timedelta(minutes=30), phase="Failed")
+    preempted = pod("run-b", T0 + timedelta(minutes=31), conditions=[{"type": "DisruptionTarget", "status": "True"}])
+    now = T0 + timedelta(minutes=50)
+    first = record_attempts([], [failed, preempted], now, {"n1": "A100"})
+    assert [(a["pod"], a["outcome"], a.get("endTime")) for a in first] == [
+        ("run-a", "Failed", iso(T0 + timedelta(minutes=30))), ("run-b", "Preempted", None)]  # fmt: skip
+    # The preempted pod is deleted, and the Job's next pod runs to the end.
+    done = pod("run-c", T0 + timedelta(hours=1), T0 + timedelta(hours=2), phase="Succeeded")
+    later = T0 + timedelta(hours=2, minutes=5)
+    second = record_attempts(first, [failed, done], later)
+    by_pod = {a["pod"]: a for a in second}
+    assert by_pod["run-b"]["outcome"] == "Preempted" and by_pod["run-b"]["endTime"] == iso(later)
+    assert by_pod["run-c"]["outcome"] == "Succeeded" and by_pod["run-a"]["gpuProduct"] == "A100"
+    # A pod never seen to end or be preempted, gone: Deleted, ended when found gone.
+    third = record_attempts(record_attempts([], [pod("run-d", T0)], T0), [], later)
+    assert third[0]["outcome"] == "Deleted" and third[0]["endTime"] == iso(later)
+    assert record_attempts([], [pod("run-e", None, phase="Pending")], T0) == []  # never started: holds nothing
+
+
+def test_a_runs_cost_counts_every_attempt_and_the_wasted_share_the_lost_ones():
+    failed = pod("a", T0, T0 + timedelta(minutes=30), phase="Failed")  # 0.5 h
+    preempted = pod("b", T0 + timedelta(minutes=30), T0 + timedelta(hours=1), phase="Failed",
+                    conditions=[{"type": "DisruptionTarget", "status": "True"}])  # 0.5 h  # fmt: skip
+    done = pod("c", T0 + timedelta(hours=1), T0 + timedelta(hours=3), phase="Succeeded")  # 2 h
+    attempts = record_attempts([], [failed, preempted, done], T0 + timedelta(hours=3), {"n1": "A100"})
+    spent = training_cost(attempts, PRICES, T0 + timedelta(hours=3))
+    hourly = 3.0 + 0.5 * 0.04 + 2 * 0.01
+    assert spent["total"] == pytest.approx(3 * hourly) and spent["gpuHours"] == pytest.approx(3.0)
+    assert spent["wastedShare"] == pytest.approx(1 / 3, abs=1e-4)
+    assert [a["outcome"] for a in spent["attempts"]] == ["Failed", "Preempted", "Succeeded"]
+    assert spent["summary"] == f"{3 * hourly:.2f} USD" and "message" not in spent
+    TrainingRunStatus.model_validate({"cost": spent})  # the status schema takes it
+
+
+def test_without_prices_the_cost_says_so_and_a_missing_price_is_named():
+    attempts = record_attempts([], [pod("a", T0, T0 + timedelta(hours=1), phase="Succeeded")], T0)
+    none = training_cost(attempts, Prices(), T0)
+    assert "total" not in none and none["gpuHours"] == 1.0 and "no price configured" in none["message"]
+    gpu_only = training_cost(attempts, Prices.parse({"gpuHour": 2}, "price file p.yaml"), T0)
+    assert gpu_only["total"] == 2.0 and gpu_only["message"] == (
+        "missing from price file p.yaml: cpuHour, memoryGiBHour (counted as 0)")  # fmt: skip
+
+
+def test_a_run_with_many_attempts_keeps_status_small_and_its_totals():
+    pods = [pod(f"p{i:03}", T0 + timedelta(hours=i), T0 + timedelta(hours=i + 1), phase="Failed") for i in range(70)]
+    now = T0 + timedelta(hours=80)
+    spent = training_cost(record_attempts([], pods, now), PRICES, now)
+    assert len(spent["attempts"]) == cost.MAX_ATTEMPTS and spent["folded"]["count"] == 6
+    assert spent["gpuHours"] == pytest.approx(70.0) and spent["wastedShare"] == 1.0
+    again = training_cost(spent["attempts"], PRICES, now, spent["folded"])  # the next pass, from status
+    assert again["total"] == pytest.approx(spent["total"]) and again["folded"]["count"] == 6
+
+
+def test_any_vendors_gpu_resource_counts():
+    amd = {"spec": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2", "cpu": "1"}}}]}}
+    assert reserved_by(amd) == Reserved(2, 1.0, 0.0, None)
