@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal, Protocol
 
@@ -87,6 +87,8 @@ class Preset:
     latency: str  # histogram of request durations (without _bucket)
     ttft: str  # histogram of time to first token
     tpot: tuple[str, ...]  # histograms of time per output token
+    accepted_requests: str = 'code=~"2.."'  # label matcher selecting the answered ones on ``requests``
+    output_tokens: str = "vllm:generation_tokens_total"  # counter of generated tokens
 
 
 # The reference server (slipway.workloads.serve): requests by HTTP code, and histograms.
@@ -118,6 +120,7 @@ SLIPWAY_PRESET = Preset(
 VLLM_PRESET = Preset(
     requests="http_requests_total",
     failed_requests='status=~"5.."',
+    accepted_requests='status=~"2.."',
     latency="vllm:e2e_request_latency_seconds",
     ttft="vllm:time_to_first_token_seconds",
     tpot=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
@@ -164,7 +167,17 @@ def _quantile(q: float, histograms: Sequence[str], selector: str, window: str) -
     return " or ".join(per_histogram)
 
 
+def _rate(series: str, window: str) -> str:
+    return f"sum(rate({series}[{window}]))"
+
+
+# Cost gates: the built-in query measures the track's throughput (answered requests, generated
+# tokens per second); :class:`Priced` turns it into a cost per unit with the track's price per hour.
+PER_UNIT = {"costPer1kRequests": 1_000.0, "costPerMillionTokens": 1_000_000.0}
+
 _BUILTIN_QUERIES: dict[str, Callable[[Preset, str, str], str]] = {
+    "costPer1kRequests": lambda p, s, w: _rate(f"{p.requests}{{{s}, {p.accepted_requests}}}", w),
+    "costPerMillionTokens": lambda p, s, w: _rate(f"{p.output_tokens}{{{s}}}", w),
     "errorRate": _error_ratio,
     "latencyP95Seconds": lambda p, s, w: _quantile(0.95, [p.latency], s, w),
     "latencyP99Seconds": lambda p, s, w: _quantile(0.99, [p.latency], s, w),
@@ -352,6 +365,7 @@ class AnalysisOutcome:
 
     results: tuple[MetricResult, ...]
     prometheus_unavailable: bool = False  # true: Inconclusive because monitoring is down
+    costs: Mapping[str, dict[str, object]] = field(default_factory=dict)  # track -> status.<track>.cost
 
     @property
     def deciding(self) -> tuple[MetricResult, ...]:
@@ -401,6 +415,71 @@ class Provider(Protocol):
     unavailable: str | None
 
     def measure(self, metric: AnalysisMetric, track: str) -> Measurement: ...
+
+
+class Priced:
+    """A provider whose cost metrics (PER_UNIT, built-in) are priced: ``inner`` measures the track's
+    throughput and the value is ``per_hour[track]`` over it, per 1K requests or 1M tokens. No price
+    for the track: an error naming it (Inconclusive: never promoted blind); nothing served: no data."""
+
+    def __init__(self, inner: Provider, per_hour: Mapping[str, float | None], missing: Mapping[str, str]) -> None:
+        self.inner, self.per_hour, self.missing = inner, per_hour, missing
+
+    @property
+    def unavailable(self) -> str | None:
+        return self.inner.unavailable
+
+    @unavailable.setter
+    def unavailable(self, value: str | None) -> None:
+        self.inner.unavailable = value
+
+    def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
+        measured = self.inner.measure(metric, track)
+        unit = PER_UNIT.get(metric.name) if metric.query is None else None
+        if unit is None or measured.error is not None or measured.value is None:
+            return measured
+        hourly = self.per_hour.get(track)
+        if hourly is None:
+            why = self.missing.get(track) or "no price configured (--prices-file)"
+            return Measurement(measured.query, error=f"the {track}'s cost per hour is unknown: {why}")
+        if measured.value <= 0:
+            return Measurement(measured.query)  # nothing answered in the window: no data
+        return Measurement(f"{_fmt(hourly)}/h / ({measured.query})", value=hourly / (measured.value * 3600) * unit)
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """What each track's pods cost per hour (None: unknown, ``missing`` says why), in ``currency``."""
+
+    per_hour: Mapping[str, float | None]
+    missing: Mapping[str, str]
+    currency: str = ""
+
+
+_COST_FIELDS = {"costPer1kRequests": ("requestsPerSecond", "per1kRequests"),
+                "costPerMillionTokens": ("tokensPerSecond", "perMillionTokens")}  # fmt: skip
+_THROUGHPUT = {unit: AnalysisMetric.model_construct(name=unit, query=None, dry_run=False) for unit in PER_UNIT}
+
+
+def serving_cost(provider: Provider, pricing: Pricing, track: str, now: datetime | str) -> dict[str, object]:
+    """status.<track>.cost: the track's price per hour, its answered requests and generated tokens per
+    second over the window, and the cost per 1K requests and per 1M tokens they make."""
+    out: dict[str, object] = {"time": timestamp(now)}
+    hourly = pricing.per_hour.get(track)
+    if pricing.currency:
+        out["currency"] = pricing.currency
+    if hourly is not None:
+        out["perHour"] = round(hourly, 6)
+    else:
+        out["message"] = pricing.missing.get(track) or "no price configured (--prices-file)"
+    for name, (rate_key, cost_key) in _COST_FIELDS.items():
+        rate = provider.measure(_THROUGHPUT[name], track).value
+        if rate is None:
+            continue
+        out[rate_key] = round(rate, 6)
+        if hourly is not None and rate > 0:
+            out[cost_key] = round(hourly / (rate * 3600) * PER_UNIT[name], 6)
+    return out
 
 
 def judge(

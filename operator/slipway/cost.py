@@ -36,7 +36,6 @@ from slipway.status.conditions import parse_time
 
 log = logging.getLogger(__name__)
 
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 DEFAULT_PRODUCT = "default"
 MAX_ATTEMPTS = 64  # recorded in status; older finished ones are folded into status.cost.folded
 GIB = Decimal(2**30)
@@ -331,3 +330,28 @@ def fold(
         if oldest.get("outcome") in WASTED:
             out["wasted"] = round(float(out.get("wasted") or 0) + float(oldest.get("cost") or 0), 6)
     return attempts, out or None
+
+
+def pods_per_hour(
+    prices: Prices, pods: Iterable[Mapping[str, Any]], products: Mapping[str, str] | None = None
+) -> tuple[float | None, str]:
+    """What ``pods`` (those not finished) cost per hour, and what is missing from the price table
+    ("" when nothing): None when no price is configured."""
+    if not prices.configured:
+        return None, "no price configured: set the operator's price file (--prices-file, Helm value prices)"
+    total, missing = 0.0, []
+    for pod in pods:
+        if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
+            continue
+        node = (pod.get("spec") or {}).get("nodeName") or ""
+        reserved = reserved_by(pod, (products or {}).get(node))
+        missing += [m for m in prices.missing(reserved) if m not in missing]
+        total += prices.hourly(reserved)
+    if missing:
+        return None, f"missing from {prices.source or 'the price table'}: {', '.join(missing)}"
+    return total, ""
+
+
+def needs_products(prices: Prices) -> bool:
+    """True when a GPU's price depends on its product (the node label), so the nodes must be read."""
+    return any(product != DEFAULT_PRODUCT for product in prices.gpu_hour)

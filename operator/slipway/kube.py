@@ -276,6 +276,15 @@ def list_nodes(kube: Kube) -> list[dict[str, Any]]:
     return [_plain(kube, n) for n in call("list nodes", kube.core.list_node).items]
 
 
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def gpu_products(kube: Kube) -> dict[str, str]:
+    """Node name -> its GPU product (the label nvidia.com/gpu.product), for nodes that have one."""
+    return {n["metadata"]["name"]: label for n in list_nodes(kube)
+            if (label := (n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL))}  # fmt: skip
+
+
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     """A controller reference to ``owner``: deleting the owner deletes the child."""
     meta = owner["metadata"]

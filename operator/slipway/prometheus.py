@@ -13,6 +13,7 @@ operator read an internal service and echo it into status, conditions or Events.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -259,17 +260,25 @@ def run_analysis(
     versions: Mapping[str, str] | None = None,
     revisions: Mapping[str, str] | None = None,
     subject: str = analysis.CANARY_TRACK,
+    pricing: analysis.Pricing | None = None,
 ) -> analysis.AnalysisOutcome:
     """Query the canary (and the stable where a metric compares with it) and judge every metric.
     ``subject`` STABLE_TRACK judges the stable's pods alone (a bake: absolute thresholds only).
 
     ``settings`` is ``spec.rollout.analysis``; ``revisions`` (track -> revision) narrows each track
     to the pods of that revision, else ``versions`` (track -> model version) to that version.
+    ``pricing``: each track's price per hour, for the cost metrics and each track's serving cost.
     """
     metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
-    deciding, dry = (PrometheusProvider(client, settings, namespace, deployment, versions, revisions)
-                     for _ in range(2))  # fmt: skip
-    return analysis.judge(metric_rules, deciding, dry, settings.no_data, now, subject)
+    plain = pricing or analysis.Pricing({}, {})
+    deciding, dry = (analysis.Priced(PrometheusProvider(client, settings, namespace, deployment, versions, revisions),
+                                     plain.per_hour, plain.missing) for _ in range(2))  # fmt: skip
+    outcome = analysis.judge(metric_rules, deciding, dry, settings.no_data, now, subject)
+    if pricing is None or deciding.unavailable is not None:
+        return outcome
+    tracks = [subject] + [t for t in (versions or {}) if t != subject and subject == analysis.CANARY_TRACK]
+    costs = {t: analysis.serving_cost(deciding.inner, pricing, t, now) for t in tracks}
+    return dataclasses.replace(outcome, costs=costs)
 
 
 NO_PROMETHEUS = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"
@@ -287,6 +296,7 @@ def analyse_canary(
     config: OperatorConfig | None = None,
     revisions: Mapping[str, str] | None = None,
     subject: str = analysis.CANARY_TRACK,
+    pricing: analysis.Pricing | None = None,
 ) -> analysis.AnalysisOutcome:
     """:func:`run_analysis` against the spec's Prometheus (``analysis.prometheus.address``) or the
     operator's default; Inconclusive, naming the fix, when there is neither, or when ``config``
@@ -299,7 +309,7 @@ def analyse_canary(
     if client is None:
         return analysis.not_measured(settings.metrics, now, NO_PROMETHEUS)
     try:
-        return run_analysis(client, settings, namespace, deployment, now, versions, revisions, subject)
+        return run_analysis(client, settings, namespace, deployment, now, versions, revisions, subject, pricing)
     finally:
         if client is not default:
             client.close()

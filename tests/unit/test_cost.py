@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from slipway import cost
+from slipway.analysis import Measurement, Priced, Pricing, judge, serving_cost
 from slipway.cost import PriceError, Prices, Reserved, record_attempts, reserved_by, training_cost
+from slipway.models.inferencedeployment import AnalysisMetric
 from slipway.models.trainingrun import TrainingRunStatus
+from slipway.status.rollout import Desired, _cost_tags
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 PRICES = Prices.parse({"currency": "USD", "gpuHour": {"default": 2.0, "A100": 3.0}, "cpuHour": 0.04,
@@ -130,3 +133,63 @@ def test_a_run_with_many_attempts_keeps_status_small_and_its_totals():
 def test_any_vendors_gpu_resource_counts():
     amd = {"spec": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2", "cpu": "1"}}}]}}
     assert reserved_by(amd) == Reserved(2, 1.0, 0.0, None)
+
+
+# -- serving cost and cost gates -------------------------------------------------------------------
+
+
+class Throughput:
+    """A provider answering each track's throughput (what the built-in cost queries measure)."""
+
+    def __init__(self, rates: dict[tuple[str, str], float | None]) -> None:
+        self.rates, self.unavailable = rates, None
+
+    def measure(self, metric, track):
+        return Measurement(f"rate of {metric.name} on {track}", value=self.rates.get((metric.name, track)))
+
+
+def test_a_cost_gate_prices_throughput_with_each_tracks_price_per_hour():
+    rates = {("costPer1kRequests", "canary"): 10.0, ("costPer1kRequests", "stable"): 10.0,
+             ("costPerMillionTokens", "canary"): 500.0, ("costPerMillionTokens", "stable"): 500.0}  # fmt: skip
+    priced = Priced(Throughput(rates), {"canary": 7.2, "stable": 3.6}, {})
+    per1k = priced.measure(AnalysisMetric(name="costPer1kRequests", max=1), "canary")
+    assert per1k.value == pytest.approx(7.2 / (10 * 3600) * 1000)  # 0.2 per 1K requests
+    metric = AnalysisMetric(name="costPerMillionTokens", max_relative_to_stable=1.3)
+    outcome = judge([metric], priced, priced, "inconclusive", T0)
+    [result] = outcome.results
+    assert result.value == pytest.approx(4.0) and result.stable_value == pytest.approx(2.0)
+    assert outcome.verdict == "Failed"  # twice the stable's cost per token: more than 1.3 times
+    same = Priced(Throughput(rates), {"canary": 3.6, "stable": 3.6}, {})
+    assert judge([metric], same, same, "inconclusive", T0).verdict == "Passed"
+
+
+def test_without_a_price_a_cost_gate_is_inconclusive_and_says_which_price_is_missing():
+    rates = {("costPer1kRequests", "canary"): 10.0}
+    priced = Priced(Throughput(rates), {"canary": None}, {"canary": "missing from price file p.yaml: cpuHour"})
+    outcome = judge([AnalysisMetric(name="costPer1kRequests", max=1)], priced, priced, "fail", T0)
+    assert outcome.verdict == "Inconclusive"  # never promoted blind, whatever noData says
+    assert "cost per hour is unknown: missing from price file p.yaml: cpuHour" in outcome.reason
+    idle = Priced(Throughput({("costPer1kRequests", "canary"): 0.0}), {"canary": 1.0}, {})
+    assert idle.measure(AnalysisMetric(name="costPer1kRequests", max=1), "canary").value is None  # nothing answered
+
+
+def test_each_tracks_serving_cost_and_the_promoted_versions_tags():
+    rates = {("costPer1kRequests", "canary"): 20.0, ("costPerMillionTokens", "canary"): 1000.0}
+    pricing = Pricing({"canary": 3.6}, {}, "USD")
+    spent = serving_cost(Throughput(rates), pricing, "canary", T0)
+    assert spent == {"time": "2026-01-01T12:00:00Z", "currency": "USD", "perHour": 3.6, "requestsPerSecond": 20.0,
+                     "per1kRequests": 0.05, "tokensPerSecond": 1000.0, "perMillionTokens": 1.0}  # fmt: skip
+    unknown = serving_cost(Throughput(rates), Pricing({"canary": None}, {"canary": "no price"}), "canary", T0)
+    assert unknown["message"] == "no price" and "per1kRequests" not in unknown and unknown["requestsPerSecond"] == 20
+    tags = {t["key"]: t["value"] for t in _cost_tags(Desired("4", "models:/m/4", "m", "r"), spent)}
+    assert tags == {"slipway.cost.servingPerHour": "3.6", "slipway.cost.per1kRequests": "0.05",
+                    "slipway.cost.perMillionTokens": "1.0", "slipway.cost.currency": "USD"}  # fmt: skip
+
+
+def test_a_tracks_price_per_hour_is_its_running_pods():
+    serving = pod("s", T0, gpus=2)
+    done = pod("d", T0, T0, phase="Succeeded")
+    assert cost.pods_per_hour(PRICES, [serving, done], {"n1": "A100"}) == (pytest.approx(6.04), "")
+    assert cost.pods_per_hour(Prices(), [serving])[0] is None
+    assert cost.pods_per_hour(Prices.parse({"gpuHour": 1}, "p.yaml"), [serving]) == (
+        None, "missing from p.yaml: cpuHour, memoryGiBHour")  # fmt: skip

@@ -12,13 +12,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import analysis, kube, metrics, traffic
+from slipway import analysis, cost, kube, metrics, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
-from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.models.inferencedeployment import InferenceDeploymentStatus, ServingCost
 from slipway.prometheus import address_refusal, analyse_canary
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
 from slipway.status import registry
@@ -68,6 +68,7 @@ class Reconciler:
         self.ctx, self.spec, self.mlflow = ctx, spec, client
         self.name, self.namespace = ctx.name, ctx.namespace
         self.model_name: str = spec.model.name or ""  # for an artifactRef: read from the artifact
+        self.costs: dict[str, Any] = {}  # track -> status.<track>.cost, measured by this pass's analysis
         # What the namespace's admin allows (tenancy.Policy): the serving pods' PriorityClass, the Gateways.
         asked = spec.pod_template.priority_class_name if spec.pod_template else None
         self.priority_class = ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName",
@@ -93,6 +94,7 @@ class Reconciler:
                 if observed.stable is not None and observed.stable.version:
                     tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
                 observed.analysis = self.analyse(observed.now, tracks_ids)
+            self.costs = dict(observed.analysis.costs)
             decision = plan(observed)
         parked, retried = registry.due_again(self.ctx.status, self.ctx.body["metadata"].get("generation"),
                                              datetime.now(UTC))  # fmt: skip
@@ -118,6 +120,13 @@ class Reconciler:
     def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
               parked: list[dict[str, Any]]) -> None:  # fmt: skip
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
+        measured = self.costs
+        for track, shown in (("stable", stable), ("canary", canary)):
+            before = self.ctx.status.get(track) or {}
+            if track in measured:
+                shown.cost = ServingCost.model_validate(measured[track])
+            elif before.get("cost") and before.get("revision") == shown.revision and shown.replicas:
+                shown.cost = ServingCost.model_validate(before["cost"])  # the last analysis's, same revision
         # The scale subresource's status: serving pods up to spec.replicas (the HPA multiplies this
         # count by its metric's ratio, which it measures over the pods of the selector, surge pods
         # included), and the selector of both tracks' pods.
@@ -226,10 +235,29 @@ class Reconciler:
         revisions = {t: r for t, (_, r) in tracks.items() if r}
         outcome = analyse_canary(self.ctx.prometheus, settings, self.namespace, self.name, now, versions,
                                  self.ctx.config.http_timeout_seconds, config=self.ctx.config,
-                                 revisions=revisions, subject="stable" if bake else "canary")  # fmt: skip
+                                 revisions=revisions, subject="stable" if bake else "canary",
+                                 pricing=self.pricing(tracks))  # fmt: skip
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
         return outcome
+
+    def pricing(self, tracks: dict[str, tuple[str, str]]) -> analysis.Pricing | None:
+        """Each analysed track's price per hour, from its pods' requests (slipway.cost); None when no
+        price is configured and no cost metric is asked for (nothing to show or judge)."""
+        prices = cost.prices_of(self.ctx.config.prices_file)
+        settings = self.spec.rollout.analysis
+        asked = settings is not None and any(m.name in analysis.PER_UNIT for m in settings.metrics)
+        if not prices.configured and not asked:
+            return None
+        products = kube.gpu_products(self.ctx.kube) if prices.configured and cost.needs_products(prices) else {}
+        per_hour: dict[str, float | None] = {}
+        missing: dict[str, str] = {}
+        for track, (_, revision) in tracks.items():
+            pods = self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track)
+            if revision:
+                pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(build.REVISION_LABEL) == revision]
+            per_hour[track], missing[track] = cost.pods_per_hour(prices, pods, products)
+        return analysis.Pricing(per_hour, missing, prices.currency)
 
     def ensure_services(self, routed: traffic.Objects) -> None:
         """The traffic router's Services (what the traffic mode no longer needs is deleted) and the HPA."""

@@ -153,10 +153,7 @@ def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, 
     known = {a.get("pod") for a in attempts if a.get("gpuProduct")}
     unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
                and cost.reserved_by(p).gpus]  # fmt: skip
-    products = {}
-    if unknown:
-        products = {n["metadata"]["name"]: label for n in kube.list_nodes(ctx.kube)
-                    if (label := (n["metadata"].get("labels") or {}).get(cost.GPU_PRODUCT_LABEL))}  # fmt: skip
+    products = kube.gpu_products(ctx.kube) if unknown else {}
     attempts = cost.record_attempts(attempts, pods, now, products)
     return cost.training_cost(attempts, cost.prices_of(ctx.config.prices_file), now, recorded.get("folded"))
 

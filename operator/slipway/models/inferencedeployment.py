@@ -41,7 +41,8 @@ BUDGET_MESSAGE = (
     "tracks): allow one extra pod, or one pod not ready"
 )
 GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
-BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds")
+BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds",
+                   "costPer1kRequests", "costPerMillionTokens")  # fmt: skip
 # A Prometheus address: scheme, host (DNS name or IP), optional port and path; nothing that could
 # carry a credential or make the client's URL differ from what an allow-list compares. One
 # expression for Python (the operator) and RE2 (the API server's CEL).
@@ -154,7 +155,8 @@ class AnalysisMetric(SlipwayModel):
 
     name: str = Field(
         description="A built-in (errorRate, latencyP95Seconds, latencyP99Seconds, ttftP95Seconds, "
-        "tpotP95Seconds) or, with query, any name.",
+        "tpotP95Seconds, costPer1kRequests, costPerMillionTokens: the track's pods' price per hour over its "
+        "answered requests or generated tokens) or, with query, any name.",
         min_length=1,
         max_length=63,
     )
@@ -479,6 +481,21 @@ class InferenceDeploymentSpec(SlipwayModel):
         return self
 
 
+class ServingCost(StatusModel):
+    """A track's serving cost over the last analysis window (README, What it costs)."""
+
+    currency: str | None = Field(default=None, description="The price table's currency.")
+    per_hour: float | None = Field(default=None, description="The track's pods' price per hour.")
+    requests_per_second: float | None = Field(default=None, description="Answered (2xx) requests per second.")
+    tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
+    per1k_requests: float | None = Field(
+        default=None, alias="per1kRequests", description="Cost per 1K answered requests."
+    )
+    per_million_tokens: float | None = Field(default=None, description="Cost per million generated tokens.")
+    time: str | None = Field(default=None, description="When it was measured.")
+    message: str | None = Field(default=None, description="What is missing, if a figure is absent.")
+
+
 class TrackStatus(StatusModel):
     """One track (stable or canary)."""
 
@@ -490,6 +507,7 @@ class TrackStatus(StatusModel):
     ready_replicas: int | None = Field(default=None, description="Ready pods of this track.")
     weight: int | None = Field(default=None, description="Percent of traffic on this track (the real share).")
     requested_weight: int | None = Field(default=None, description="Canary: the weight the current step asks for.")
+    cost: ServingCost | None = Field(default=None, description="What serving costs on this track (last analysis).")
 
 
 class PreviousStable(TrackStatus):

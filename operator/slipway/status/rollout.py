@@ -391,6 +391,19 @@ def _rollback_tag(desired: Desired, record: Mapping[str, Any]) -> dict[str, Any]
             "value": detail}  # fmt: skip
 
 
+COST_TAGS = {"perHour": "slipway.cost.servingPerHour", "per1kRequests": "slipway.cost.per1kRequests",
+             "perMillionTokens": "slipway.cost.perMillionTokens", "currency": "slipway.cost.currency"}  # fmt: skip
+
+
+def _cost_tags(desired: Desired, spent: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The canary's serving cost (its last analysis) as tags on the promoted version: the registry
+    shows what each production version cost to serve."""
+    tag = {"action": "SetTag", "model": desired.model, "version": desired.version}
+    return [
+        {**tag, "key": key, "value": str(spent[name])} for name, key in COST_TAGS.items() if spent.get(name) is not None
+    ]
+
+
 class Canary:
     """The steps of one canary: start, analyse, advance, then hand over to the promotion."""
 
@@ -597,7 +610,10 @@ class Canary:
             share = replica_weight(canary.current_ready, self.stable.ready)
             hold.update(weight=share, route_weight=share)
         message = f"promoting {_name(self.desired)}: rolling the stable track, then moving the canary's pods to it"
+        measured = self.obs.analysis.costs.get("canary") if self.obs.analysis is not None else None
+        spent = measured or (self.obs.status.get("canary") or {}).get("cost") or {}
         return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
+                     registry=_cost_tags(self.desired, spent),
                      status=self.status(previousStable=previous, **changes), **hold)  # fmt: skip
 
     def rollback(

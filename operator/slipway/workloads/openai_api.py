@@ -16,6 +16,7 @@ Metrics, under vLLM's names (label ``model_name``):
   vllm:inter_token_latency_seconds      histogram: between consecutive tokens
   vllm:e2e_request_latency_seconds      histogram: arrival to the last token
   vllm:request_success_total{finished_reason}   counter (length, stop)
+  vllm:generation_tokens_total          counter: tokens generated (the cost per token's denominator)
   vllm:num_requests_running             gauge (an HPA Pods metric)
   http_requests_total{handler,method,status}    as vLLM's API server exports it through
                                         prometheus-fastapi-instrumentator: status grouped (2xx, 5xx)
@@ -69,6 +70,9 @@ class VllmMetrics:
         )  # fmt: skip
         self.success = Counter(
             "vllm:request_success", "Finished requests.", ["model_name", "finished_reason"], registry=registry
+        )
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Generated tokens.", ["model_name"], registry=registry
         )
         self.running = Gauge(
             "vllm:num_requests_running", "Requests being generated.", ["model_name"], registry=registry
@@ -135,6 +139,7 @@ def generate(handler: PredictionHandler, prompt: str, max_tokens: int, arrived: 
         else:
             vllm.itl.labels(name).observe(now - last)
         last = now
+        vllm.generation_tokens.labels(name).inc()
         yield f"{label[0]} "
     vllm.e2e.labels(name).observe(time.perf_counter() - arrived)
     vllm.success.labels(name, "length").inc()
