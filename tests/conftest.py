@@ -75,6 +75,19 @@ def operator(cluster, slipway_crds, namespace, kube_api, monkeypatch):
         op.stop()
 
 
+@pytest.fixture
+def node_gpus(cluster):
+    """The local node's GPUs to this test alone: tests that fill them (preemption, costs) take turns
+    across pytest-xdist workers (a file lock beside the cluster's data)."""
+    import fcntl
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / "gpus.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 def trained(cluster) -> str:
     """The run id of one trained reference model (8 steps, experiment ``shared-tests``), made once per

@@ -167,17 +167,25 @@ def _quantile(q: float, histograms: Sequence[str], selector: str, window: str) -
     return " or ".join(per_histogram)
 
 
-def _rate(series: str, window: str) -> str:
-    return f"sum(rate({series}[{window}]))"
+def per_pod_second(series: str, window: str) -> str:
+    """What the track's busiest pod counted per second in the window: the slope of its count from its
+    first answer on (``deriv`` over the seconds its count is above 0, not ``rate``: a canary pod a few
+    seconds old, or whose counters were exported at 0 while its model loaded, is measured over the
+    seconds it served, not diluted over the whole window). The busiest pod, because a track's pods
+    share its traffic evenly: a pod draining serves less and would make the track look dearer than it
+    is. ``instance`` tells the pods apart; a counter reset inside the window (a restarted container)
+    lowers that pod's slope."""
+    return f"max(deriv((sum by (instance) ({series}) > 0)[{window}:1s]))"
 
 
-# Cost gates: the built-in query measures the track's throughput (answered requests, generated
-# tokens per second); :class:`Priced` turns it into a cost per unit with the track's price per hour.
+# Cost gates: the built-in query measures a pod's throughput (answered requests, generated tokens
+# per second, see per_pod_second); :class:`Priced` turns it into a cost per unit with the price of
+# one of the track's pods per hour.
 PER_UNIT = {"costPer1kRequests": 1_000.0, "costPerMillionTokens": 1_000_000.0}
 
 _BUILTIN_QUERIES: dict[str, Callable[[Preset, str, str], str]] = {
-    "costPer1kRequests": lambda p, s, w: _rate(f"{p.requests}{{{s}, {p.accepted_requests}}}", w),
-    "costPerMillionTokens": lambda p, s, w: _rate(f"{p.output_tokens}{{{s}}}", w),
+    "costPer1kRequests": lambda p, s, w: per_pod_second(f"{p.requests}{{{s}, {p.accepted_requests}}}", w),
+    "costPerMillionTokens": lambda p, s, w: per_pod_second(f"{p.output_tokens}{{{s}}}", w),
     "errorRate": _error_ratio,
     "latencyP95Seconds": lambda p, s, w: _quantile(0.95, [p.latency], s, w),
     "latencyP99Seconds": lambda p, s, w: _quantile(0.99, [p.latency], s, w),
@@ -418,9 +426,10 @@ class Provider(Protocol):
 
 
 class Priced:
-    """A provider whose cost metrics (PER_UNIT, built-in) are priced: ``inner`` measures the track's
-    throughput and the value is ``per_hour[track]`` over it, per 1K requests or 1M tokens. No price
-    for the track: an error naming it (Inconclusive: never promoted blind); nothing served: no data."""
+    """A provider whose cost metrics (PER_UNIT, built-in) are priced: ``inner`` measures a pod's
+    throughput (see per_pod_second) and the value is ``per_hour[track]`` (one pod's price) over it,
+    per 1K requests or 1M tokens. No price for the track: an error naming it (Inconclusive: never promoted
+    blind); nothing served: no data."""
 
     def __init__(self, inner: Provider, per_hour: Mapping[str, float | None], missing: Mapping[str, str]) -> None:
         self.inner, self.per_hour, self.missing = inner, per_hour, missing
@@ -449,27 +458,30 @@ class Priced:
 
 @dataclass(frozen=True)
 class Pricing:
-    """What each track's pods cost per hour (None: unknown, ``missing`` says why), in ``currency``."""
+    """What one pod of each track costs per hour (None: unknown, ``missing`` says why), and how many
+    pods it has now, in ``currency``."""
 
     per_hour: Mapping[str, float | None]
     missing: Mapping[str, str]
     currency: str = ""
+    pods: Mapping[str, int] = field(default_factory=dict)
 
 
-_COST_FIELDS = {"costPer1kRequests": ("requestsPerSecond", "per1kRequests"),
-                "costPerMillionTokens": ("tokensPerSecond", "perMillionTokens")}  # fmt: skip
+_COST_FIELDS = {"costPer1kRequests": ("requestsPerPodSecond", "per1kRequests"),
+                "costPerMillionTokens": ("tokensPerPodSecond", "perMillionTokens")}  # fmt: skip
 _THROUGHPUT = {unit: AnalysisMetric.model_construct(name=unit, query=None, dry_run=False) for unit in PER_UNIT}
 
 
 def serving_cost(provider: Provider, pricing: Pricing, track: str, now: datetime | str) -> dict[str, object]:
-    """status.<track>.cost: the track's price per hour, its answered requests and generated tokens per
-    second over the window, and the cost per 1K requests and per 1M tokens they make."""
+    """status.<track>.cost: the track's price per hour (its pods now), the answered requests and
+    generated tokens per second of its busiest pod over the window, and the cost per 1K requests and
+    per 1M tokens one pod's price over them makes."""
     out: dict[str, object] = {"time": timestamp(now)}
     hourly = pricing.per_hour.get(track)
     if pricing.currency:
         out["currency"] = pricing.currency
     if hourly is not None:
-        out["perHour"] = round(hourly, 6)
+        out["perHour"] = round(hourly * pricing.pods.get(track, 1), 6)
     else:
         out["message"] = pricing.missing.get(track) or "no price configured (--prices-file)"
     for name, (rate_key, cost_key) in _COST_FIELDS.items():

@@ -332,24 +332,26 @@ def fold(
     return attempts, out or None
 
 
-def pods_per_hour(
+def pod_per_hour(
     prices: Prices, pods: Iterable[Mapping[str, Any]], products: Mapping[str, str] | None = None
-) -> tuple[float | None, str]:
-    """What ``pods`` (those not finished) cost per hour, and what is missing from the price table
-    ("" when nothing): None when no price is configured."""
+) -> tuple[float | None, int, str]:
+    """What one of ``pods`` (those not finished) costs per hour on average, how many there are, and
+    what is missing from the price table ("" when nothing): None when no price is configured, the
+    pods hold something unpriced, or there is no pod to price."""
     if not prices.configured:
-        return None, "no price configured: set the operator's price file (--prices-file, Helm value prices)"
+        return None, 0, "no price configured: set the operator's price file (--prices-file, Helm value prices)"
+    running = [p for p in pods if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")]
     total, missing = 0.0, []
-    for pod in pods:
-        if ((pod.get("status") or {}).get("phase")) in ("Succeeded", "Failed"):
-            continue
+    for pod in running:
         node = (pod.get("spec") or {}).get("nodeName") or ""
         reserved = reserved_by(pod, (products or {}).get(node))
         missing += [m for m in prices.missing(reserved) if m not in missing]
         total += prices.hourly(reserved)
     if missing:
-        return None, f"missing from {prices.source or 'the price table'}: {', '.join(missing)}"
-    return total, ""
+        return None, len(running), f"missing from {prices.source or 'the price table'}: {', '.join(missing)}"
+    if not running:
+        return None, 0, "no pod of the track to price"
+    return total / len(running), len(running), ""
 
 
 def needs_products(prices: Prices) -> bool:

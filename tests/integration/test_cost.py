@@ -4,14 +4,21 @@ times and requests say, and the finished run carries it in MLflow."""
 
 from __future__ import annotations
 
+import copy
+import time
 from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import pytest
+import yaml
 from kubernetes import client
 
 from localkube.wait import wait_for
 from slipway.cost import Prices, record_attempts, reserved_by
+from slipway.mlflow import MlflowClient
 from slipway.status.conditions import parse_time
+from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -38,7 +45,7 @@ def blocker(gpus: int) -> dict:
 
 
 def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
-    kube_api, namespace, operator, mlflow, tmp_path, monkeypatch
+    kube_api, namespace, operator, mlflow, tmp_path, monkeypatch, node_gpus
 ):
     prices_path = tmp_path / "prices.yaml"
     prices_path.write_text(PRICE_FILE)
@@ -91,7 +98,7 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
     spent = status["cost"]
     # The recomputation: the pods' own start and end times (a pod found gone ends then), requests
     # and the node's GPU product, priced by the same table.
-    prices = Prices.parse(__import__("yaml").safe_load(PRICE_FILE))
+    prices = Prices.parse(yaml.safe_load(PRICE_FILE))
     product = core.read_node("slipway-local").metadata.labels["nvidia.com/gpu.product"]
     total = wasted = 0.0
     outcomes, seconds = [], []
@@ -123,3 +130,126 @@ def time_in_attempt(seen: dict[str, dict]) -> float:
     running = [p for p in seen.values() if p["status"].get("phase") == "Running" and "gone" not in p]
     starts = [parse_time(p["status"].get("startTime")) for p in running]
     return max(((datetime.now(UTC) - s).total_seconds() for s in starts if s), default=0.0)
+
+
+SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "inferencedeployment-llm-local.yaml"
+TRIALS = 5  # identical canaries, none of which a cost gate may roll back
+
+
+def query_at(prometheus: str, promql: str, when: datetime) -> float | None:
+    answer = httpx.get(f"{prometheus}/api/v1/query", params={"query": promql, "time": when.timestamp()}, timeout=10)
+    result = answer.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are_promoted(
+    kube_api, namespace, operator, cluster, trained, tmp_path, monkeypatch, node_gpus
+):
+    prices_path = tmp_path / "prices.yaml"
+    prices_path.write_text(PRICE_FILE)
+    monkeypatch.setenv("SLIPWAY_PRICES_FILE", str(prices_path))
+    operator()
+    core = client.CoreV1Api(kube_api)
+    custom = client.CustomObjectsApi(kube_api)
+    model = f"llm-{namespace}"
+    body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+    spec = body["spec"]
+    spec["model"]["name"] = model
+    spec["resources"] = {"gpus": 1}
+    spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
+    spec["rollout"]["steps"] = [{"weight": 50, "pause": "5s"}]
+    spec["rollout"]["progressDeadlineSeconds"] = 120
+    interval, failure_limit = 5, 1
+    spec["rollout"]["analysis"] = {"preset": "vllm", "interval": f"{interval}s", "failureLimit": failure_limit,
+                                   "metrics": [{"name": "costPerMillionTokens", "maxRelativeToStable": 1.3},
+                                               {"name": "costPer1kRequests", "maxRelativeToStable": 1.3},
+                                               {"name": "errorRate", "max": 0.05}]}  # fmt: skip
+    name = body["metadata"]["name"]
+    with MlflowClient(cluster.mlflow_url) as registry:
+        digest = registry.get_run(trained).tags["slipway.model.digest"]
+        registry.get_or_create_registered_model(model)
+        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
+        registry.set_alias(model, "candidate", v1)
+        apply_object(kube_api, namespace, body)
+
+        def phase(obj: dict) -> str | None:
+            return (obj.get("status") or {}).get("phase")
+
+        wait_status(kube_api, namespace, "InferenceDeployment", name, lambda o: phase(o) == "Promoted", 180, "v1")
+
+        def change(**fields: object) -> int:
+            patched = custom.patch_namespaced_custom_object("slipway.dev", "v1alpha1", namespace,
+                                                            "inferencedeployments", name, {"spec": fields})  # fmt: skip
+            return int(patched["metadata"]["generation"])
+
+        def decided(generation: int, stable_revision: str, rollback_time: str):
+            def check(obj: dict) -> str | None:
+                status = obj.get("status") or {}
+                if int(status.get("observedGeneration") or 0) < generation:
+                    return None
+                last_rollback = status.get("lastRollback") or {}
+                if last_rollback.get("time", "") > rollback_time:
+                    return f"RolledBack ({last_rollback.get('reason')}: {last_rollback.get('metric')})"
+                moved = (status.get("stable") or {}).get("revision") != stable_revision
+                return "Promoted" if status.get("phase") == "Promoted" and moved else None
+
+            return check
+
+        def canary_ready(obj: dict) -> bool:
+            status = obj.get("status") or {}
+            canary = status.get("canary") or {}
+            return bool(canary.get("readyReplicas")) and canary.get("revision") != status["stable"]["revision"]
+
+        completion = {"model": model, "prompt": "count to four", "max_tokens": 4}
+        with LoadDriver.for_service(kube_api, namespace, name, rate=20, path="/v1/completions", body=completion,
+                                    max_duration=900) as load:  # fmt: skip
+            wait_for(lambda: load.stats().responses >= 40, 60, "40 completions")
+            # Two GPUs per replica where the stable has one: the same answers at twice the price.
+            change(resources={"gpus": 2})
+            wait_status(kube_api, namespace, "InferenceDeployment", name, canary_ready, 120, "the dear canary ready")
+            ready = time.monotonic()
+            rolled = wait_status(kube_api, namespace, "InferenceDeployment", name,
+                                 lambda o: (o["status"].get("lastRollback") or {}).get("reason") == "AnalysisFailed",
+                                 120, "the dear canary rolled back")  # fmt: skip
+            took = time.monotonic() - ready
+            status = rolled["status"]
+            rollback = status["lastRollback"]
+            dear = {a["metric"]: a for a in status["analysis"]}
+            # Equal canaries (one GPU, a new revision each): promoted, never rolled back on cost.
+            outcomes: list[str] = []
+            last = rolled
+            for trial in range(TRIALS):
+                generation = change(resources={"gpus": 1}, env=[*spec["env"], {"name": "TRIAL", "value": str(trial)}])
+                previous = last["status"]
+                check = decided(generation, previous["stable"]["revision"], previous["lastRollback"]["time"])
+                last = wait_status(kube_api, namespace, "InferenceDeployment", name,
+                                   lambda o, c=check: c(o) is not None, 180, f"equal canary {trial + 1}")  # fmt: skip
+                outcomes.append(str(check(last)))
+            stats = load.stats()
+        final = last["status"]
+        tags = registry.get_model_version(model, v1).tags
+    stable_cost = final["stable"].get("cost")
+    gate = dear[rollback["metric"]]
+    report(f"\ncost gate: a canary on 2 GPUs per replica (stable 1) rolled back {took:.1f} s after it was ready "
+           f"(bound {interval * (failure_limit + 1) + 15} s): {gate['message']}; {TRIALS} equal canaries: "
+           f"{outcomes}; the stable's serving cost {stable_cost}; completions {stats.by_code}")  # fmt: skip
+    assert rollback["metric"] in ("costPerMillionTokens", "costPer1kRequests"), rollback
+    assert took <= interval * (failure_limit + 1) + 15, took
+    assert outcomes == ["Promoted"] * TRIALS, outcomes
+    # The canary's figure is the price of one of its pods per hour over the tokens a pod generated per
+    # second, as Prometheus answers the same query at the analysis time (±5%).
+    pods = core.list_namespaced_pod(namespace, label_selector="slipway.dev/track=stable").items
+    one_gpu = Prices.parse(yaml.safe_load(PRICE_FILE)).hourly(
+        reserved_by(kube_api.sanitize_for_serialization(pods[0]), "NVIDIA-A100-SXM4-80GB"))  # fmt: skip
+    two_gpus = one_gpu + 3.6  # the same pod with one GPU more
+    token_gate = dear["costPerMillionTokens"]
+    hourly_text, per_pod_query = token_gate["query"].split("/h / (", 1)
+    assert float(hourly_text) == pytest.approx(two_gpus, rel=0.01)
+    tokens = query_at(cluster.prometheus_url, per_pod_query[:-1], parse_time(token_gate["time"]))
+    assert tokens and token_gate["value"] == pytest.approx(two_gpus / (tokens * 3600) * 1e6, rel=0.05)
+    assert stable_cost and stable_cost["currency"] == "USD" and stable_cost["perHour"] in (
+        pytest.approx(one_gpu, rel=0.01), pytest.approx(2 * one_gpu, rel=0.01))  # fmt: skip
+    assert stable_cost["per1kRequests"] > 0 and stable_cost["perMillionTokens"] > 0
+    # The version promoted (v1 under a new revision) carries what it cost to serve.
+    assert float(tags["slipway.cost.perMillionTokens"]) > 0 and tags["slipway.cost.currency"] == "USD"
+    assert stats.share(lambda c: c >= 500) < 0.01, stats.by_code

@@ -21,7 +21,9 @@ STEPS = 30
 CHECKPOINT_EVERY = 2
 
 
-def test_serving_preempts_training_which_resumes_from_its_checkpoint(kube_api, namespace, operator, cluster, trained):
+def test_serving_preempts_training_which_resumes_from_its_checkpoint(
+    kube_api, namespace, operator, cluster, trained, node_gpus
+):
     operator()
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)

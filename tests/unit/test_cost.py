@@ -148,7 +148,7 @@ class Throughput:
         return Measurement(f"rate of {metric.name} on {track}", value=self.rates.get((metric.name, track)))
 
 
-def test_a_cost_gate_prices_throughput_with_each_tracks_price_per_hour():
+def test_a_cost_gate_prices_throughput_per_pod_second_with_a_pods_price_per_hour():
     rates = {("costPer1kRequests", "canary"): 10.0, ("costPer1kRequests", "stable"): 10.0,
              ("costPerMillionTokens", "canary"): 500.0, ("costPerMillionTokens", "stable"): 500.0}  # fmt: skip
     priced = Priced(Throughput(rates), {"canary": 7.2, "stable": 3.6}, {})
@@ -175,21 +175,24 @@ def test_without_a_price_a_cost_gate_is_inconclusive_and_says_which_price_is_mis
 
 def test_each_tracks_serving_cost_and_the_promoted_versions_tags():
     rates = {("costPer1kRequests", "canary"): 20.0, ("costPerMillionTokens", "canary"): 1000.0}
-    pricing = Pricing({"canary": 3.6}, {}, "USD")
+    pricing = Pricing({"canary": 3.6}, {}, "USD", {"canary": 2})
     spent = serving_cost(Throughput(rates), pricing, "canary", T0)
-    assert spent == {"time": "2026-01-01T12:00:00Z", "currency": "USD", "perHour": 3.6, "requestsPerSecond": 20.0,
-                     "per1kRequests": 0.05, "tokensPerSecond": 1000.0, "perMillionTokens": 1.0}  # fmt: skip
+    assert spent == {"time": "2026-01-01T12:00:00Z", "currency": "USD", "perHour": 7.2, "requestsPerPodSecond": 20.0,
+                     "per1kRequests": 0.05, "tokensPerPodSecond": 1000.0, "perMillionTokens": 1.0}  # fmt: skip
     unknown = serving_cost(Throughput(rates), Pricing({"canary": None}, {"canary": "no price"}), "canary", T0)
-    assert unknown["message"] == "no price" and "per1kRequests" not in unknown and unknown["requestsPerSecond"] == 20
+    assert unknown["message"] == "no price" and "per1kRequests" not in unknown
+    assert unknown["requestsPerPodSecond"] == 20
     tags = {t["key"]: t["value"] for t in _cost_tags(Desired("4", "models:/m/4", "m", "r"), spent)}
-    assert tags == {"slipway.cost.servingPerHour": "3.6", "slipway.cost.per1kRequests": "0.05",
+    assert tags == {"slipway.cost.servingPerHour": "7.2", "slipway.cost.per1kRequests": "0.05",
                     "slipway.cost.perMillionTokens": "1.0", "slipway.cost.currency": "USD"}  # fmt: skip
 
 
-def test_a_tracks_price_per_hour_is_its_running_pods():
-    serving = pod("s", T0, gpus=2)
+def test_a_tracks_price_per_hour_is_that_of_its_running_pods():
+    serving, other = pod("s", T0, gpus=2), pod("o", T0, gpus=2, node="n2")
     done = pod("d", T0, T0, phase="Succeeded")
-    assert cost.pods_per_hour(PRICES, [serving, done], {"n1": "A100"}) == (pytest.approx(6.04), "")
-    assert cost.pods_per_hour(Prices(), [serving])[0] is None
-    assert cost.pods_per_hour(Prices.parse({"gpuHour": 1}, "p.yaml"), [serving]) == (
-        None, "missing from p.yaml: cpuHour, memoryGiBHour")  # fmt: skip
+    # One pod on an A100 node (6.04 an hour), one on a node without the label (the default: 4.04).
+    assert cost.pod_per_hour(PRICES, [serving, other, done], {"n1": "A100"}) == (pytest.approx(5.04), 2, "")
+    assert cost.pod_per_hour(Prices(), [serving])[0] is None
+    assert cost.pod_per_hour(Prices.parse({"gpuHour": 1}, "p.yaml"), [serving]) == (
+        None, 1, "missing from p.yaml: cpuHour, memoryGiBHour")  # fmt: skip
+    assert cost.pod_per_hour(PRICES, [done]) == (None, 0, "no pod of the track to price")

@@ -122,11 +122,13 @@ class Reconciler:
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
         measured = self.costs
         for track, shown in (("stable", stable), ("canary", canary)):
-            before = self.ctx.status.get(track) or {}
+            # The last analysis's figure for the revision the track serves (a promoted one: the canary's).
+            kept = [self.ctx.status.get(t) or {} for t in (track, "canary")]
+            before = next((k["cost"] for k in kept if k.get("cost") and k.get("revision") == shown.revision), None)
             if track in measured:
                 shown.cost = ServingCost.model_validate(measured[track])
-            elif before.get("cost") and before.get("revision") == shown.revision and shown.replicas:
-                shown.cost = ServingCost.model_validate(before["cost"])  # the last analysis's, same revision
+            elif before and shown.replicas:
+                shown.cost = ServingCost.model_validate(before)
         # The scale subresource's status: serving pods up to spec.replicas (the HPA multiplies this
         # count by its metric's ratio, which it measures over the pods of the selector, surge pods
         # included), and the selector of both tracks' pods.
@@ -242,7 +244,8 @@ class Reconciler:
         return outcome
 
     def pricing(self, tracks: dict[str, tuple[str, str]]) -> analysis.Pricing | None:
-        """Each analysed track's price per hour, from its pods' requests (slipway.cost); None when no
+        """The price per hour of one pod of each analysed track, from its pods' requests (slipway.cost),
+        and their number; None when no
         price is configured and no cost metric is asked for (nothing to show or judge)."""
         prices = cost.prices_of(self.ctx.config.prices_file)
         settings = self.spec.rollout.analysis
@@ -252,12 +255,13 @@ class Reconciler:
         products = kube.gpu_products(self.ctx.kube) if prices.configured and cost.needs_products(prices) else {}
         per_hour: dict[str, float | None] = {}
         missing: dict[str, str] = {}
+        counts: dict[str, int] = {}
         for track, (_, revision) in tracks.items():
             pods = self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track)
             if revision:
                 pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(build.REVISION_LABEL) == revision]
-            per_hour[track], missing[track] = cost.pods_per_hour(prices, pods, products)
-        return analysis.Pricing(per_hour, missing, prices.currency)
+            per_hour[track], counts[track], missing[track] = cost.pod_per_hour(prices, pods, products)
+        return analysis.Pricing(per_hour, missing, prices.currency, counts)
 
     def ensure_services(self, routed: traffic.Objects) -> None:
         """The traffic router's Services (what the traffic mode no longer needs is deleted) and the HPA."""

@@ -485,9 +485,13 @@ class ServingCost(StatusModel):
     """A track's serving cost over the last analysis window (README, What it costs)."""
 
     currency: str | None = Field(default=None, description="The price table's currency.")
-    per_hour: float | None = Field(default=None, description="The track's pods' price per hour.")
-    requests_per_second: float | None = Field(default=None, description="Answered (2xx) requests per second.")
-    tokens_per_second: float | None = Field(default=None, description="Generated tokens per second.")
+    per_hour: float | None = Field(default=None, description="The track's pods' price per hour (its pods now).")
+    requests_per_pod_second: float | None = Field(
+        default=None, description="Answered (2xx) requests per second of the track's busiest pod, over the window."
+    )
+    tokens_per_pod_second: float | None = Field(
+        default=None, description="Generated tokens per second of the track's busiest pod, over the window."
+    )
     per1k_requests: float | None = Field(
         default=None, alias="per1kRequests", description="Cost per 1K answered requests."
     )
