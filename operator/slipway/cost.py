@@ -357,3 +357,19 @@ def pod_per_hour(
 def needs_products(prices: Prices) -> bool:
     """True when a GPU's price depends on its product (the node label), so the nodes must be read."""
     return any(product != DEFAULT_PRODUCT for product in prices.gpu_hour)
+
+
+def job_cost(job: Mapping[str, Any], prices: Prices, now: datetime) -> float | None:
+    """What a finished Job cost: its pods' requests (its template, times its parallelism) from its
+    start to its completion (or its failure); None while it runs or when a price it needs is missing."""
+    status = job.get("status") or {}
+    start = parse_time(status.get("startTime"))
+    end = parse_time(status.get("completionTime")) or next(
+        (parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []
+         if c.get("type") == "Failed" and c.get("status") == "True"), None)  # fmt: skip
+    spec = job.get("spec") or {}
+    reserved = reserved_by(spec.get("template") or {})
+    if start is None or end is None or prices.missing(reserved):
+        return None
+    pods = int(spec.get("parallelism") or 1)
+    return max(0.0, (end - start).total_seconds()) / 3600 * prices.hourly(reserved) * pods

@@ -55,7 +55,9 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
     body = training_run("costly", steps=16, env={"SLIPWAY_STEP_SECONDS": "1", "SLIPWAY_FAIL_AT_STEP": "3",
                                                  "SLIPWAY_FAIL_EXIT_CODE": "137"},
                         resources={"gpus": 4, "cpu": "250m", "memory": "512Mi"}, checkpoint={"size": "1Gi"},
-                        failurePolicy={"retryableExitCodes": [137, 143], "maxRestarts": 2})  # fmt: skip
+                        failurePolicy={"retryableExitCodes": [137, 143], "maxRestarts": 2},
+                        artifact={"quantization": {"method": "int8-dynamic"},
+                                  "validation": {"gates": [{"metric": "accuracy", "min": 0.5}]}})  # fmt: skip
     apply_object(kube_api, namespace, body)
     seen: dict[str, dict] = {}  # every training pod as last seen by this test, and when it was found gone
 
@@ -123,6 +125,18 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
     assert logged.metrics["slipway.cost.total"].value == pytest.approx(spent["total"])
     assert logged.metrics["slipway.cost.wastedShare"].value == pytest.approx(spent["wastedShare"])
     assert logged.tags["slipway.cost.currency"] == "USD"
+    # The version it made carries its lineage: training (every attempt), quantization, validation.
+    artifact = wait_status(kube_api, namespace, "ModelArtifact", "costly",
+                           lambda o: (o.get("status") or {}).get("phase") in ("Validated", "Rejected"), 180,
+                           "the artifact decided")["status"]  # fmt: skip
+    lineage = artifact["cost"]
+    version = mlflow.get_model_version(body["spec"]["model"]["name"], artifact["quantizedVersion"])
+    report(f"lineage of version {version.version}: {lineage}")
+    assert lineage["training"] == pytest.approx(spent["total"]) and "message" not in lineage, lineage
+    assert lineage["quantization"] > 0 and lineage["validation"] > 0
+    assert lineage["total"] == pytest.approx(lineage["training"] + lineage["quantization"] + lineage["validation"])
+    assert float(version.tags["slipway.cost.lineage"]) == pytest.approx(lineage["total"])
+    assert float(version.tags["slipway.cost.training"]) == pytest.approx(spent["total"])
 
 
 def time_in_attempt(seen: dict[str, dict]) -> float:

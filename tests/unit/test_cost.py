@@ -196,3 +196,16 @@ def test_a_tracks_price_per_hour_is_that_of_its_running_pods():
     assert cost.pod_per_hour(Prices.parse({"gpuHour": 1}, "p.yaml"), [serving]) == (
         None, 1, "missing from p.yaml: cpuHour, memoryGiBHour")  # fmt: skip
     assert cost.pod_per_hour(PRICES, [done]) == (None, 0, "no pod of the track to price")
+
+
+def test_a_finished_jobs_cost_is_its_time_at_its_templates_requests():
+    template = {"spec": {"containers": [{"resources": {"requests": {"cpu": "500m", "memory": "512Mi"}}}]}}
+    job = {"spec": {"template": template},
+           "status": {"startTime": iso(T0), "completionTime": iso(T0 + timedelta(minutes=30))}}  # fmt: skip
+    assert cost.job_cost(job, PRICES, T0) == pytest.approx(0.5 * (0.5 * 0.04 + 0.5 * 0.01))
+    failed = {"spec": {"template": template, "parallelism": 2}, "status": {"startTime": iso(T0), "conditions": [
+        {"type": "Failed", "status": "True", "lastTransitionTime": iso(T0 + timedelta(hours=1))}]}}  # fmt: skip
+    assert cost.job_cost(failed, PRICES, T0) == pytest.approx(2 * (0.5 * 0.04 + 0.5 * 0.01))
+    running = {"spec": {"template": template}, "status": {"startTime": iso(T0)}}
+    assert cost.job_cost(running, PRICES, T0) is None
+    assert cost.job_cost(job, Prices.parse({"gpuHour": 1}), T0) is None  # no CPU price: not counted as 0

@@ -36,6 +36,11 @@ def job_name(artifact: str, step: str) -> str:
     return dns1123_name(artifact, step)
 
 
+# What a quantize or validate pod asks for: it is scheduled where there is room, and its cost (its
+# Job's time at these requests) counts in the version's lineage cost.
+STEP_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
+
+
 def step_job(
     artifact: str,
     namespace: str,
@@ -58,6 +63,7 @@ def step_job(
     }
     if args:
         container["args"] = list(args)
+    container["resources"] = {"requests": dict(STEP_REQUESTS)}
     template = {"metadata": {"labels": labels}, "spec": {"restartPolicy": "Never", "containers": [container]}}
     apply_pod_template(template, container, None)
     return {

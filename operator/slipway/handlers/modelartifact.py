@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import kube, metrics, tenancy
+from slipway import cost, kube, metrics, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
@@ -89,6 +89,7 @@ class Lifecycle:
         for outcome in outcomes:
             metrics.GATE_RESULTS.labels("ModelArtifact", "passed" if outcome.passed else "failed").inc()
         self.fields["gates"] = [o.to_status() for o in outcomes]
+        self.fields["cost"] = self.lineage_cost(candidate)
         state = states.decided(outcomes, (moved or []) if passed else [], candidate.version)
         self.ctx.write(state.conditions, phase=state.phase, **self.fields)
 
@@ -214,6 +215,36 @@ class Lifecycle:
         for tag, text in states.decision_tags(outcomes).items():  # the decision tag last
             self.mlflow.set_model_version_tag(self.model, candidate.version, tag, text)
         return outcomes
+
+    def lineage_cost(self, candidate: ModelVersion) -> dict[str, Any] | None:
+        """status.cost: what the version cost to make — its TrainingRun (every attempt), its quantize
+        and validate Jobs — also written on the version as tags (once: tags MLflow already has with
+        these values are not written again). None without a price table."""
+        prices = cost.prices_of(self.ctx.config.prices_file)
+        if not prices.configured:
+            return None
+        now = datetime.now(UTC)
+        parts: dict[str, float | None] = {}
+        ref = self.spec.source.training_run_ref
+        if ref is not None:
+            run = self.ctx.cache.get("trainingruns", self.ctx.namespace, ref.name) or {}
+            parts["training"] = ((run.get("status") or {}).get("cost") or {}).get("total")
+        for step, field in (("quantize", "quantization"), ("validate", "validation")):
+            job = self.ctx.child("jobs", build.job_name(self.ctx.name, step))
+            if job is not None:
+                parts[field] = cost.job_cost(job, prices, now)
+        known = {k: round(v, 6) for k, v in parts.items() if v is not None}
+        out: dict[str, Any] = {"currency": prices.currency or None, **known, "total": round(sum(known.values()), 6)}
+        if len(known) < len(parts):
+            out["message"] = f"not counted (no price or not finished): {', '.join(sorted(set(parts) - set(known)))}"
+        tags = {f"slipway.cost.{k}": str(v) for k, v in out.items() if k in (*parts, "total") and v is not None}
+        tags = {("slipway.cost.lineage" if k == "slipway.cost.total" else k): v for k, v in tags.items()}
+        if prices.currency:
+            tags["slipway.cost.currency"] = prices.currency
+        for key, value in tags.items():
+            if candidate.tags.get(key) != value:
+                self.mlflow.set_model_version_tag(self.model, candidate.version, key, value)
+        return out
 
     def move_aliases(self, version: str) -> list[str]:
         """Point the spec's aliases at ``version``, but never back at an older version than they hold."""

@@ -194,6 +194,17 @@ class GateResult(StatusModel):
     message: str = Field(default="", description="Why it passed or failed.")
 
 
+class LineageCost(StatusModel):
+    """What the artifact's version cost to make: training, quantization and validation (README, What it costs)."""
+
+    currency: str | None = Field(default=None, description="The price table's currency.")
+    training: float | None = Field(default=None, description="The TrainingRun's cost, every attempt.")
+    quantization: float | None = Field(default=None, description="The quantize Job's cost.")
+    validation: float | None = Field(default=None, description="The validate Job's cost.")
+    total: float | None = Field(default=None, description="The sum: the version's lineage cost.")
+    message: str | None = Field(default=None, description="What is not counted, if anything.")
+
+
 class ModelArtifactStatus(StatusModel):
     """Observed state of a ModelArtifact."""
 
@@ -204,6 +215,7 @@ class ModelArtifactStatus(StatusModel):
     digest: str | None = Field(default=None, description="sha256 of the artifact files, as sha256:<hex>.")
     size_bytes: int | None = Field(default=None, description="Size of the artifact files.")
     gates: list[GateResult] | None = Field(default=None, description="The outcome of each gate.")
+    cost: LineageCost | None = Field(default=None, description="What the version cost to make.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
     conditions: list[Condition] | None = conditions_field(
         "Ready, Reconciling, Stalled, Registered, Quantized, Validated"
