@@ -55,6 +55,14 @@ TRACK_INFO = Gauge("slipway_inferencedeployment_track_info",
 LAST_ROLLBACK = Gauge("slipway_inferencedeployment_last_rollback_timestamp_seconds",
                       "When the last rollback happened, with its reason and the model version it pulled.",
                       ["namespace", "name", "reason", "version"])  # fmt: skip
+SERVING_COST = Gauge("slipway_inferencedeployment_serving_cost",
+                     "Each track's serving cost at its last analysis (unit: per_hour, per_1k_requests, "
+                     "per_million_tokens; in the price table's currency).",
+                     ["namespace", "name", "track", "unit", "currency"])  # fmt: skip
+TRAINING_COST = Gauge("slipway_trainingrun_cost", "What the training run has cost so far, every attempt.",
+                      ["namespace", "name", "currency"])  # fmt: skip
+TRAINING_GPU_HOURS = Gauge("slipway_trainingrun_gpu_hours", "GPU-hours the run's pods reserved, every attempt.",
+                           ["namespace", "name"])  # fmt: skip
 TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
 TRAINING_PROGRESS = Gauge("slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.",
                           ["namespace", "name"])  # fmt: skip
@@ -145,7 +153,18 @@ def object_series(
             if served.get("modelVersion"):
                 labels = (namespace, name, track, str(served.get("modelName") or ""), str(served["modelVersion"]))
                 series.append((TRACK_INFO, labels, 1.0))
+            spent = served.get("cost") or {}
+            for unit, key in (("per_hour", "perHour"), ("per_1k_requests", "per1kRequests"),
+                              ("per_million_tokens", "perMillionTokens")):  # fmt: skip
+                if isinstance(spent.get(key), int | float):
+                    labels = (namespace, name, track, unit, str(spent.get("currency") or ""))
+                    series.append((SERVING_COST, labels, float(spent[key])))
     if kind == "TrainingRun":
+        spent = status.get("cost") or {}
+        if isinstance(spent.get("total"), int | float):
+            series.append((TRAINING_COST, (namespace, name, str(spent.get("currency") or "")), float(spent["total"])))
+        if isinstance(spent.get("gpuHours"), int | float):
+            series.append((TRAINING_GPU_HOURS, (namespace, name), float(spent["gpuHours"])))
         progress = status.get("progress") or {}
         step, total = progress.get("step"), progress.get("totalSteps")
         if isinstance(step, int | float):

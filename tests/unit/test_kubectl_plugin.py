@@ -398,3 +398,13 @@ def test_a_runs_cost_in_one_line(spent, line):
     assert view.cost_line(spent) == line
     run = {**RUN, "status": {**RUN["status"], "cost": spent}}
     assert f"│ cost      {line}\n" in view.render(view.lifecycle(TR, "digits", [run], [], []))
+
+
+def test_each_tracks_serving_cost_in_one_line():
+    spent = {"currency": "USD", "perHour": 7.2, "per1kRequests": 0.1, "perMillionTokens": 25, "time": "T"}
+    assert view.serving_cost_line(spent) == (
+        "7.2 USD per hour, 0.1 USD per 1K requests, 25 USD per 1M tokens  (at T)")  # fmt: skip
+    assert view.serving_cost_line({"message": "no price configured", "tokensPerPodSecond": 40}) == "no price configured"
+    deployment = {**BY_REF, "status": {**BY_REF["status"], "stable": {**BY_REF["status"]["stable"], "cost": spent}}}
+    text = view.render(view.lifecycle(IDEP, "digits", [], [], [deployment]))
+    assert "stable cost   7.2 USD per hour, 0.1 USD per 1K requests" in text, text

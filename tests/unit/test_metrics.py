@@ -75,3 +75,18 @@ def test_an_object_without_status_yet_is_no_phase_but_not_stalled():
         metrics.PHASES["ModelArtifact"], 0.0
     )
     assert [(labels, v) for g, labels, v in series if g is metrics.STALLED] == [(("ModelArtifact", "ns", "a"), 0.0)]
+
+
+def test_costs_are_gauges_a_dashboard_can_plot():
+    gauges = metrics.ObjectGauges()
+    gauges.observe("TrainingRun", "team-a", "run", {"cost": {"total": 1.5, "gpuHours": 0.5, "currency": "USD"}})
+    assert value("slipway_trainingrun_cost", namespace="team-a", name="run", currency="USD") == 1.5
+    assert value("slipway_trainingrun_gpu_hours", namespace="team-a", name="run") == 0.5
+    spent = {"currency": "USD", "perHour": 7.2, "per1kRequests": 0.1}
+    gauges.observe("InferenceDeployment", "team-a", "llm", {"canary": {"cost": spent}})
+    who = {"namespace": "team-a", "name": "llm", "track": "canary", "currency": "USD"}
+    assert value("slipway_inferencedeployment_serving_cost", **who, unit="per_hour") == 7.2
+    assert value("slipway_inferencedeployment_serving_cost", **who, unit="per_1k_requests") == 0.1
+    assert value("slipway_inferencedeployment_serving_cost", **who, unit="per_million_tokens") is None
+    gauges.clear()
+    assert value("slipway_trainingrun_cost", namespace="team-a", name="run", currency="USD") is None

@@ -267,6 +267,17 @@ def cost_line(spent: Mapping[str, Any]) -> str:
     return f"{spent.get('summary')}: {gpu}{wasted}{missing}"
 
 
+def serving_cost_line(spent: Mapping[str, Any]) -> str:
+    """status.<track>.cost in one line: per hour, per 1K requests, per 1M tokens, and what is missing."""
+    currency = f" {spent['currency']}" if spent.get("currency") else ""
+    parts = [f"{_fmt(spent[key])}{currency} {label}" for key, label in
+             (("perHour", "per hour"), ("per1kRequests", "per 1K requests"), ("perMillionTokens", "per 1M tokens"))
+             if spent.get(key) is not None]  # fmt: skip
+    if spent.get("message"):
+        parts.append(str(spent["message"]))
+    return ", ".join(parts) + (f"  (at {spent['time']})" if spent.get("time") else "")
+
+
 def _artifact_details(obj: Obj) -> list[tuple[str, str]]:
     status = obj.get("status") or {}
     model = _get(obj, "spec", "model", "name") or "?"
@@ -302,6 +313,10 @@ def _deployment_details(obj: Obj) -> list[tuple[str, str]]:
         if status.get("currentStep") is not None and status.get("phase") in CANARY_PHASES:
             canary_text += f"  step {int(status['currentStep']) + 1} of {_fmt(steps_of(spec))}"
     lines.append(("canary", canary_text))
+    for track in ("stable", "canary"):
+        spent = (status.get(track) or {}).get("cost") or {}
+        if spent:
+            lines.append((f"{track} cost", serving_cost_line(spent)))
     if _get(spec, "rollout", "paused"):
         lines.append(("paused", "spec.rollout.paused is true"))
     for i, result in enumerate(status.get("analysis") or []):
