@@ -267,3 +267,54 @@ def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are
     # The version promoted (v1 under a new revision) carries what it cost to serve.
     assert float(tags["slipway.cost.perMillionTokens"]) > 0 and tags["slipway.cost.currency"] == "USD"
     assert stats.share(lambda c: c >= 500) < 0.01, stats.by_code
+
+
+def test_without_a_price_a_cost_gate_holds_the_canary_and_says_which_price_is_missing(
+    kube_api, namespace, operator, cluster, trained, monkeypatch
+):
+    monkeypatch.delenv("SLIPWAY_PRICES_FILE", raising=False)
+    operator()
+    custom = client.CustomObjectsApi(kube_api)
+    model = f"llm-{namespace}"
+    body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+    spec = body["spec"]
+    spec["model"]["name"] = model
+    spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
+    spec["rollout"]["steps"] = [{"weight": 50, "pause": "5s"}]
+    gate = {"name": "costPerMillionTokens", "maxRelativeToStable": 1.3}
+    spec["rollout"]["analysis"] = {"preset": "vllm", "interval": "5s", "failureLimit": 1, "metrics": [gate]}
+    name = body["metadata"]["name"]
+    with MlflowClient(cluster.mlflow_url) as registry:
+        digest = registry.get_run(trained).tags["slipway.model.digest"]
+        registry.get_or_create_registered_model(model)
+        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
+        registry.set_alias(model, "candidate", v1)
+    apply_object(kube_api, namespace, body)
+    wait_status(kube_api, namespace, "InferenceDeployment", name,
+                lambda o: (o.get("status") or {}).get("phase") == "Promoted", 180, "v1 serving")  # fmt: skip
+    completion = {"model": model, "prompt": "count to four", "max_tokens": 4}
+    with LoadDriver.for_service(kube_api, namespace, name, rate=20, path="/v1/completions", body=completion,
+                                max_duration=300) as load:  # fmt: skip
+        wait_for(lambda: load.stats().responses >= 40, 60, "40 completions")
+        env = [*spec["env"], {"name": "TRIAL", "value": "1"}]
+        custom.patch_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "inferencedeployments", name,
+                                              {"spec": {"env": env}})  # fmt: skip
+        seen: set[str] = set()
+
+        def held_three_times(obj: dict) -> bool:
+            status = obj.get("status") or {}
+            assert status.get("phase") != "Promoted" or not seen, "promoted without a price"
+            for result in status.get("analysis") or []:
+                if result["metric"] == "costPerMillionTokens" and result["result"] == "Inconclusive":
+                    seen.add(result["time"])
+            return len(seen) >= 3
+
+        held = wait_status(kube_api, namespace, "InferenceDeployment", name, held_three_times, 120,
+                           "three inconclusive cost analyses")["status"]  # fmt: skip
+    [result] = [r for r in held["analysis"] if r["metric"] == "costPerMillionTokens"]
+    ready = next(c for c in held["conditions"] if c["type"] == "Progressing")
+    report(f"\nno price: {held['phase']} after {len(seen)} analyses: {result['message']}")
+    assert held["phase"] == "Paused" and held["stable"]["modelVersion"] == v1 and not held.get("lastRollback")
+    assert "no price configured" in result["message"] and "--prices-file" in result["message"]
+    assert ready["reason"] == "AnalysisInconclusive" and "never promoting blind" in ready["message"]
+    assert held["canary"]["cost"]["message"].startswith("no price configured")
