@@ -156,6 +156,35 @@ def query_at(prometheus: str, promql: str, when: datetime) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
+def llm_deployment(namespace: str, metrics: list[dict], interval: int = 5, failure_limit: int = 1) -> dict:
+    """The local LLM sample on 2 replicas, one 50% step, analysed every ``interval`` on ``metrics``."""
+    body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+    spec = body["spec"]
+    spec["model"]["name"] = f"llm-{namespace}"
+    spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
+    spec["rollout"]["steps"] = [{"weight": 50, "pause": "5s"}]
+    spec["rollout"]["progressDeadlineSeconds"] = 120
+    spec["rollout"]["analysis"] = {"preset": "vllm", "interval": f"{interval}s", "failureLimit": failure_limit,
+                                   "metrics": metrics}  # fmt: skip
+    return body
+
+
+def serve_first_version(kube_api, namespace: str, cluster, trained: str, body: dict) -> str:
+    """Register the trained model as version 1 under the deployment's model, alias it, apply the
+    deployment and wait until it serves it; that version."""
+    model, name = body["spec"]["model"]["name"], body["metadata"]["name"]
+    with MlflowClient(cluster.mlflow_url) as registry:
+        digest = registry.get_run(trained).tags["slipway.model.digest"]
+        registry.get_or_create_registered_model(model)
+        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
+        registry.set_alias(model, "candidate", v1)
+    apply_object(kube_api, namespace, body)
+    serving = f"{model} version {v1} served"
+    wait_status(kube_api, namespace, "InferenceDeployment", name,
+                lambda o: (o.get("status") or {}).get("phase") == "Promoted", 180, serving)  # fmt: skip
+    return str(v1)
+
+
 def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are_promoted(
     kube_api, namespace, operator, cluster, trained, tmp_path, monkeypatch, node_gpus
 ):
@@ -165,31 +194,15 @@ def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are
     operator()
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    model = f"llm-{namespace}"
-    body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
-    spec = body["spec"]
-    spec["model"]["name"] = model
-    spec["resources"] = {"gpus": 1}
-    spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
-    spec["rollout"]["steps"] = [{"weight": 50, "pause": "5s"}]
-    spec["rollout"]["progressDeadlineSeconds"] = 120
     interval, failure_limit = 5, 1
-    spec["rollout"]["analysis"] = {"preset": "vllm", "interval": f"{interval}s", "failureLimit": failure_limit,
-                                   "metrics": [{"name": "costPerMillionTokens", "maxRelativeToStable": 1.3},
-                                               {"name": "costPer1kRequests", "maxRelativeToStable": 1.3},
-                                               {"name": "errorRate", "max": 0.05}]}  # fmt: skip
-    name = body["metadata"]["name"]
+    body = llm_deployment(namespace, [{"name": "costPerMillionTokens", "maxRelativeToStable": 1.3},
+                                      {"name": "costPer1kRequests", "maxRelativeToStable": 1.3},
+                                      {"name": "errorRate", "max": 0.05}], interval, failure_limit)  # fmt: skip
+    spec = body["spec"]
+    spec["resources"] = {"gpus": 1}
+    model, name = spec["model"]["name"], body["metadata"]["name"]
+    v1 = serve_first_version(kube_api, namespace, cluster, trained, body)
     with MlflowClient(cluster.mlflow_url) as registry:
-        digest = registry.get_run(trained).tags["slipway.model.digest"]
-        registry.get_or_create_registered_model(model)
-        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
-        registry.set_alias(model, "candidate", v1)
-        apply_object(kube_api, namespace, body)
-
-        def phase(obj: dict) -> str | None:
-            return (obj.get("status") or {}).get("phase")
-
-        wait_status(kube_api, namespace, "InferenceDeployment", name, lambda o: phase(o) == "Promoted", 180, "v1")
 
         def change(**fields: object) -> int:
             patched = custom.patch_namespaced_custom_object("slipway.dev", "v1alpha1", namespace,
@@ -275,23 +288,10 @@ def test_without_a_price_a_cost_gate_holds_the_canary_and_says_which_price_is_mi
     monkeypatch.delenv("SLIPWAY_PRICES_FILE", raising=False)
     operator()
     custom = client.CustomObjectsApi(kube_api)
-    model = f"llm-{namespace}"
-    body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
+    body = llm_deployment(namespace, [{"name": "costPerMillionTokens", "maxRelativeToStable": 1.3}])
     spec = body["spec"]
-    spec["model"]["name"] = model
-    spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
-    spec["rollout"]["steps"] = [{"weight": 50, "pause": "5s"}]
-    gate = {"name": "costPerMillionTokens", "maxRelativeToStable": 1.3}
-    spec["rollout"]["analysis"] = {"preset": "vllm", "interval": "5s", "failureLimit": 1, "metrics": [gate]}
-    name = body["metadata"]["name"]
-    with MlflowClient(cluster.mlflow_url) as registry:
-        digest = registry.get_run(trained).tags["slipway.model.digest"]
-        registry.get_or_create_registered_model(model)
-        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
-        registry.set_alias(model, "candidate", v1)
-    apply_object(kube_api, namespace, body)
-    wait_status(kube_api, namespace, "InferenceDeployment", name,
-                lambda o: (o.get("status") or {}).get("phase") == "Promoted", 180, "v1 serving")  # fmt: skip
+    model, name = spec["model"]["name"], body["metadata"]["name"]
+    v1 = serve_first_version(kube_api, namespace, cluster, trained, body)
     completion = {"model": model, "prompt": "count to four", "max_tokens": 4}
     with LoadDriver.for_service(kube_api, namespace, name, rate=20, path="/v1/completions", body=completion,
                                 max_duration=300) as load:  # fmt: skip
