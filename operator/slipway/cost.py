@@ -187,15 +187,21 @@ def _quantity(value: Any) -> Decimal:
         return Decimal(0)
 
 
+def is_accelerator(resource: str) -> bool:
+    """An extended resource (``vendor/name``: nvidia.com/gpu, amd.com/gpu, nvidia.com/mig-1g.10gb,
+    habana.ai/gaudi...) counts as a GPU: priced per GPU-hour."""
+    return "/" in resource and not resource.startswith(("hugepages-", "kubernetes.io/"))
+
+
 def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None) -> Reserved:
-    """What a pod reserves: the sum over its containers (GPUs, any ``<vendor>/gpu`` resource, from
-    limits, else requests; CPU and memory from requests, else limits, as the scheduler counts them)."""
+    """What a pod reserves: the sum over its containers (GPUs, any extended resource, from limits,
+    else requests; CPU and memory from requests, else limits, as the scheduler counts them)."""
     gpus, cpus, memory = Decimal(0), Decimal(0), Decimal(0)
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
         requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
         for resource in {*limits, *requests}:
-            if resource.endswith("/gpu"):  # nvidia.com/gpu, amd.com/gpu: spec.resources.gpuResourceName
+            if is_accelerator(resource):  # spec.resources.gpuResourceName: nvidia.com/gpu, amd.com/gpu, ...
                 gpus += _quantity(limits.get(resource, requests.get(resource)))
         cpus += _quantity(requests.get("cpu", limits.get("cpu")))
         memory += _quantity(requests.get("memory", limits.get("memory")))
@@ -234,7 +240,7 @@ def record_attempts(
     """The run's attempts: those ``recorded`` (status.cost.attempts), brought up to date from the
     pods seen now; a recorded attempt whose pod is gone and has no end ends ``now``, as
     ``Deleted`` (or ``Preempted`` when it was last seen being preempted). ``products``: node name ->
-    GPU product (the node label), for attempts whose product is not yet recorded."""
+    GPU product (the node label, "" for none), for attempts whose product is not yet recorded."""
     by_name = {str(a.get("pod")): dict(a) for a in recorded}
     seen: set[str] = set()
     for pod in pods:
@@ -246,11 +252,13 @@ def record_attempts(
         seen.add(name)
         node = (pod.get("spec") or {}).get("nodeName")
         attempt = by_name.get(name) or {"pod": name}
-        product = attempt.get("gpuProduct") or (products or {}).get(node or "")
-        reserved = reserved_by(pod, product)
+        product = attempt.get("gpuProduct")
+        if product is None and (node or "") in (products or {}):
+            product = (products or {})[node or ""]  # "" when the node has no label: looked up once
+        reserved = reserved_by(pod, product or None)
         attempt.update(node=node, gpus=reserved.gpus, cpu=round(reserved.cpus, 3),
                        memoryGiB=round(reserved.memory_gib, 3), startTime=start, outcome=_outcome(pod))  # fmt: skip
-        if product:
+        if product is not None:
             attempt["gpuProduct"] = product
         end = _ended(pod)
         if end is None and meta.get("deletionTimestamp") and attempt["outcome"] not in ("Succeeded", "Failed"):
@@ -281,10 +289,15 @@ WASTED = ("Failed", "Preempted", "Deleted")
 
 
 def training_cost(
-    attempts: Sequence[Mapping[str, Any]], prices: Prices, now: datetime, folded: Mapping[str, Any] | None = None
+    attempts: Sequence[Mapping[str, Any]],
+    prices: Prices,
+    now: datetime,
+    folded: Mapping[str, Any] | None = None,
+    present: Iterable[str] = (),
 ) -> dict[str, Any]:
     """status.cost of a TrainingRun: total, GPU-hours and wasted share over every attempt (and the
-    ``folded`` totals of older ones), each attempt's cost, and what is missing from the price table."""
+    ``folded`` totals of older ones), each attempt's cost, and what is missing from the price table.
+    ``present``: the pods that exist now (see :func:`fold`)."""
     folded = folded or {}
     total, gpu_hours, wasted = (float(folded.get(k) or 0) for k in ("total", "gpuHours", "wasted"))
     missing: list[str] = []
@@ -298,8 +311,10 @@ def training_cost(
         if attempt.get("outcome") in WASTED:
             wasted += cost
         priced.append({**attempt, "cost": round(cost, 6)})
-    kept, folded_now = fold(priced, folded, now)
+    kept, folded_now, unlisted = fold(priced, folded, now, set(present))
     result: dict[str, Any] = {"gpuHours": round(gpu_hours, 6), "attempts": kept, "folded": folded_now}
+    if unlisted:
+        result["unlisted"] = unlisted
     if not prices.configured:
         result["message"] = ("no price configured: set the operator's price file (--prices-file, Helm value "
                              "prices) to see what runs cost")  # fmt: skip
@@ -313,23 +328,28 @@ def training_cost(
 
 
 def fold(
-    attempts: list[dict[str, Any]], folded: Mapping[str, Any], now: datetime
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """At most MAX_ATTEMPTS attempts stay listed; the oldest finished ones beyond are folded into
-    totals (count, total, gpuHours, wasted) so that status stays small whatever the run does."""
+    attempts: list[dict[str, Any]], folded: Mapping[str, Any], now: datetime, present: set[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None, int]:
+    """At most MAX_ATTEMPTS attempts stay listed, so that status stays small whatever the run does:
+    the oldest attempts whose pods are gone (never seen again, so never counted twice) are folded
+    into totals (count, total, gpuHours, wasted). Pods that still exist need no record (each pass
+    counts them from the pods): beyond the limit the newest are listed and the others only counted
+    (the third value). Returns (listed, folded, unlisted)."""
     out = dict(folded) if folded else {}
-    while len(attempts) > MAX_ATTEMPTS:
-        oldest = next((a for a in attempts if a.get("endTime")), None)
-        if oldest is None:
+    gone = [a for a in attempts if a.get("pod") not in present]
+    listed = list(attempts)
+    for oldest in gone:  # oldest first: attempts are sorted by start
+        if len(listed) <= MAX_ATTEMPTS:
             break
-        attempts = [a for a in attempts if a is not oldest]
+        listed = [a for a in listed if a is not oldest]
         out["count"] = int(out.get("count") or 0) + 1
         out["total"] = round(float(out.get("total") or 0) + float(oldest.get("cost") or 0), 6)
         gpu_hours = float(oldest.get("gpus") or 0) * hours(oldest, now)
         out["gpuHours"] = round(float(out.get("gpuHours") or 0) + gpu_hours, 6)
         if oldest.get("outcome") in WASTED:
             out["wasted"] = round(float(out.get("wasted") or 0) + float(oldest.get("cost") or 0), 6)
-    return attempts, out or None
+    unlisted = max(0, len(listed) - MAX_ATTEMPTS)
+    return listed[unlisted:], out or None, unlisted
 
 
 def pod_per_hour(

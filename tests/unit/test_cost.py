@@ -120,19 +120,33 @@ def test_without_prices_the_cost_says_so_and_a_missing_price_is_named():
         "missing from price file p.yaml: cpuHour, memoryGiBHour (counted as 0)")  # fmt: skip
 
 
-def test_a_run_with_many_attempts_keeps_status_small_and_its_totals():
+def test_a_run_with_many_attempts_keeps_status_small_and_counts_each_pod_once():
     pods = [pod(f"p{i:03}", T0 + timedelta(hours=i), T0 + timedelta(hours=i + 1), phase="Failed") for i in range(70)]
+    names = [p["metadata"]["name"] for p in pods]
     now = T0 + timedelta(hours=80)
-    spent = training_cost(record_attempts([], pods, now), PRICES, now)
-    assert len(spent["attempts"]) == cost.MAX_ATTEMPTS and spent["folded"]["count"] == 6
+    # The Job keeps its failed pods: they are counted from the pods, the newest 64 listed, none folded.
+    spent = training_cost(record_attempts([], pods, now), PRICES, now, None, names)
+    assert len(spent["attempts"]) == cost.MAX_ATTEMPTS and spent["unlisted"] == 6 and spent["folded"] is None
     assert spent["gpuHours"] == pytest.approx(70.0) and spent["wastedShare"] == 1.0
-    again = training_cost(spent["attempts"], PRICES, now, spent["folded"])  # the next pass, from status
-    assert again["total"] == pytest.approx(spent["total"]) and again["folded"]["count"] == 6
+    for _ in range(3):  # pass after pass, from status: the same totals
+        again = training_cost(record_attempts(spent["attempts"], pods, now), PRICES, now, spent["folded"], names)
+        assert again["total"] == pytest.approx(spent["total"]) and again["gpuHours"] == pytest.approx(70.0)
+    # Once pods are gone, the oldest of those recorded are folded, never counted twice.
+    listed = [a["pod"] for a in spent["attempts"]]
+    newer = [pod(f"q{i:03}", T0 + timedelta(hours=71 + i), phase="Running") for i in range(3)]
+    later = training_cost(record_attempts(spent["attempts"], newer, now), PRICES, now, None, ["q000", "q001", "q002"])
+    assert later["folded"]["count"] == 3 and len(later["attempts"]) == cost.MAX_ATTEMPTS and "unlisted" not in later
+    assert [a["pod"] for a in later["attempts"]][:2] == listed[3:5]
+    # The 64 listed before (the 6 never listed went uncounted: the limit README states), and 9 + 8 + 7 h.
+    assert later["gpuHours"] == pytest.approx(64.0 + 24.0)
+    following = training_cost(later["attempts"], PRICES, now, later["folded"], ["q000", "q001", "q002"])
+    assert following["total"] == pytest.approx(later["total"])
 
 
-def test_any_vendors_gpu_resource_counts():
-    amd = {"spec": {"containers": [{"resources": {"limits": {"amd.com/gpu": "2", "cpu": "1"}}}]}}
-    assert reserved_by(amd) == Reserved(2, 1.0, 0.0, None)
+def test_a_pod_on_a_node_without_a_gpu_product_is_looked_up_once_and_priced_at_the_default():
+    [attempt] = record_attempts([], [pod("a", T0, T0 + timedelta(hours=1), phase="Succeeded")], T0, {"n1": ""})
+    assert attempt["gpuProduct"] == ""
+    assert training_cost([attempt], PRICES, T0)["total"] == pytest.approx(2.0 + 0.5 * 0.04 + 2 * 0.01)
 
 
 # -- serving cost and cost gates -------------------------------------------------------------------

@@ -38,7 +38,7 @@ def job_name(artifact: str, step: str) -> str:
 
 # What a quantize or validate pod asks for: it is scheduled where there is room, and its cost (its
 # Job's time at these requests) counts in the version's lineage cost.
-STEP_REQUESTS = {"cpu": "500m", "memory": "512Mi"}
+STEP_REQUESTS = {"cpu": "250m", "memory": "256Mi"}
 
 
 def step_job(

@@ -229,10 +229,13 @@ class Lifecycle:
         if ref is not None:
             run = self.ctx.cache.get("trainingruns", self.ctx.namespace, ref.name) or {}
             parts["training"] = ((run.get("status") or {}).get("cost") or {}).get("total")
+        recorded = self.ctx.status.get("cost") or {}
         for step, field in (("quantize", "quantization"), ("validate", "validation")):
             job = self.ctx.child("jobs", build.job_name(self.ctx.name, step))
             if job is not None:
                 parts[field] = cost.job_cost(job, prices, now)
+            elif recorded.get(field) is not None:
+                parts[field] = float(recorded[field])  # its Job is gone (deleted, TTL): what was recorded
         known = {k: round(v, 6) for k, v in parts.items() if v is not None}
         out: dict[str, Any] = {"currency": prices.currency or None, **known, "total": round(sum(known.values()), 6)}
         if len(known) < len(parts):

@@ -147,15 +147,21 @@ RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() t
 
 def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     """status.cost: the attempts recorded so far brought up to date from the pods seen now, priced
-    (slipway.cost). The nodes are read only for a GPU pod whose product is not yet recorded."""
+    (slipway.cost). The nodes are read only when a GPU's price depends on its product, once per pod."""
     recorded = ctx.status.get("cost") or {}
     attempts = recorded.get("attempts") or []
-    known = {a.get("pod") for a in attempts if a.get("gpuProduct")}
-    unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
-               and cost.reserved_by(p).gpus]  # fmt: skip
-    products = kube.gpu_products(ctx.kube) if unknown else {}
+    prices = cost.prices_of(ctx.config.prices_file)
+    products: dict[str, str] = {}
+    if prices.configured and cost.needs_products(prices):
+        known = {a.get("pod") for a in attempts if a.get("gpuProduct") is not None}
+        unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
+                   and cost.reserved_by(p).gpus]  # fmt: skip
+        if unknown:
+            products = kube.gpu_products(ctx.kube)
+            products.update({p["spec"]["nodeName"]: "" for p in unknown if p["spec"]["nodeName"] not in products})
     attempts = cost.record_attempts(attempts, pods, now, products)
-    return cost.training_cost(attempts, cost.prices_of(ctx.config.prices_file), now, recorded.get("folded"))
+    present = [p["metadata"]["name"] for p in pods]
+    return cost.training_cost(attempts, prices, now, recorded.get("folded"), present)
 
 
 COST_METRICS = {"slipway.cost.total": "total", "slipway.cost.gpuHours": "gpuHours",

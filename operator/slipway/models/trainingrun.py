@@ -258,8 +258,15 @@ class TrainingCost(StatusModel):
         default=None, description="The share of the cost spent on attempts that did not succeed (0 to 1)."
     )
     message: str | None = Field(default=None, description="Which price is missing, if any.")
-    attempts: list[CostAttempt] | None = Field(default=None, description="Each pod of the run.", max_length=64)
-    folded: FoldedCost | None = Field(default=None, description="Older attempts, as totals.")
+    attempts: list[CostAttempt] | None = Field(
+        default=None,
+        description="The run's pods, the newest 64 (and those gone whose cost is not folded).",
+        max_length=64,
+    )
+    folded: FoldedCost | None = Field(default=None, description="Older attempts whose pods are gone, as totals.")
+    unlisted: int | None = Field(
+        default=None, description="Pods that exist but are not listed (over 64): counted from the pods each pass."
+    )
 
 
 class TrainingRunStatus(StatusModel):
