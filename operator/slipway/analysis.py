@@ -443,14 +443,14 @@ class Priced:
         self.inner.unavailable = value
 
     def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
-        measured = self.inner.measure(metric, track)
         unit = PER_UNIT.get(metric.name) if metric.query is None else None
-        if unit is None or measured.error is not None or measured.value is None:
-            return measured
         hourly = self.per_hour.get(track)
-        if hourly is None:
+        if unit is not None and hourly is None:  # nothing to ask Prometheus: the price is what is missing
             why = self.missing.get(track) or "no price configured (--prices-file)"
-            return Measurement(measured.query, error=f"the {track}'s cost per hour is unknown: {why}")
+            return Measurement("", error=f"the {track}'s cost per hour is unknown: {why}")
+        measured = self.inner.measure(metric, track)
+        if unit is None or hourly is None or measured.error is not None or measured.value is None:
+            return measured
         if measured.value <= 0:
             return Measurement(measured.query)  # nothing answered in the window: no data
         return Measurement(f"{_fmt(hourly)}/h / ({measured.query})", value=hourly / (measured.value * 3600) * unit)
