@@ -34,13 +34,21 @@ def kubectl(
     return subprocess.run([str(KUBECTL), *args], env=env, check=check, capture_output=True, text=True, timeout=timeout)
 
 
+PRICES = {"currency": "USD", "gpuHour": {"default": 2.5}, "cpuHour": 0.04, "memoryGiBHour": 0.005}
+
+
 def write_overlay(cluster: ClusterInfo) -> Path:
     """A kustomize overlay of manifests/ with this cluster's MLflow and Prometheus addresses."""
     overlay = cluster.directory / "slipway-overlay"
     overlay.mkdir(parents=True, exist_ok=True)
+    # A price table (README, What it costs), a file on the host: the local node agent runs the
+    # operator's pod as a process of this machine. With it the cost gauges have data.
+    prices = overlay / "prices.yaml"
+    prices.write_text(yaml.safe_dump(PRICES, sort_keys=False))
     env = [
         {"name": "SLIPWAY_MLFLOW_URL", "value": cluster.mlflow_url or ""},
         {"name": "SLIPWAY_PROMETHEUS_URL", "value": cluster.prometheus_url or ""},
+        {"name": "SLIPWAY_PRICES_FILE", "value": str(prices.resolve())},
     ]
     patch = {
         "apiVersion": "apps/v1",
