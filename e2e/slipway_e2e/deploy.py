@@ -41,25 +41,39 @@ def write_overlay(cluster: ClusterInfo) -> Path:
     """A kustomize overlay of manifests/ with this cluster's MLflow and Prometheus addresses."""
     overlay = cluster.directory / "slipway-overlay"
     overlay.mkdir(parents=True, exist_ok=True)
-    # A price table (README, What it costs), a file on the host: the local node agent runs the
-    # operator's pod as a process of this machine. With it the cost gauges have data.
-    prices = overlay / "prices.yaml"
-    prices.write_text(yaml.safe_dump(PRICES, sort_keys=False))
+    # A price table (README, What it costs) in a ConfigMap mounted where the Helm chart mounts
+    # it: with it the cost gauges have data. (Not a host path: the pod's /tmp is an emptyDir.)
+    (overlay / "prices.yaml").write_text(yaml.safe_dump(PRICES, sort_keys=False))
     env = [
         {"name": "SLIPWAY_MLFLOW_URL", "value": cluster.mlflow_url or ""},
         {"name": "SLIPWAY_PROMETHEUS_URL", "value": cluster.prometheus_url or ""},
-        {"name": "SLIPWAY_PRICES_FILE", "value": str(prices.resolve())},
+        {"name": "SLIPWAY_PRICES_FILE", "value": "/etc/slipway/prices.yaml"},
     ]
+    container = {
+        "name": "operator",
+        "env": env,
+        "volumeMounts": [{"name": "prices", "mountPath": "/etc/slipway", "readOnly": True}],
+    }
     patch = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": OPERATOR, "namespace": NAMESPACE},
-        "spec": {"template": {"spec": {"containers": [{"name": "operator", "env": env}]}}},
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [container],
+                    "volumes": [{"name": "prices", "configMap": {"name": f"{OPERATOR}-prices"}}],
+                }
+            }
+        },
     }
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(ROOT / "manifests", overlay)],
+        "configMapGenerator": [
+            {"name": f"{OPERATOR}-prices", "namespace": NAMESPACE, "files": ["prices.yaml"]},
+        ],
         "patches": [{"patch": yaml.safe_dump(patch)}],
     }
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
