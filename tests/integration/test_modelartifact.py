@@ -174,3 +174,54 @@ def test_operator_killed_mid_quantization_leaves_one_job_and_one_version(
     assert len(jobs_named(kube_api, namespace, "q-quantize")) == 1
     assert len(versions_of(mlflow, model, ma["metadata"]["uid"], "quantized")) == 1
     assert len(versions_of(mlflow, model, ma["metadata"]["uid"], "source")) == 1
+
+
+def test_a_cost_gate_rejects_an_int8_version_that_is_not_cheaper_enough(
+    kube_api, namespace, operator, mlflow, cluster, tmp_path, monkeypatch
+):
+    """costPerMillionPredictions (README, What it costs): the operator derives it from the
+    evaluator's predictions per CPU-second and the price of a CPU-hour, records it on the version,
+    and judges maxRelativeToBaseline against the baseline's throughput at the same prices."""
+    cpu_hour = 0.05
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(f"currency: USD\ncpuHour: {cpu_hour}\n")
+    monkeypatch.setenv("SLIPWAY_PRICES_FILE", str(prices))
+    operator()
+    model = f"digits-{namespace}"
+    run = train_run(cluster.mlflow_url, model)
+    source = {"mlflowRun": {"runId": run}}
+    cost_gate = {"metric": "costPerMillionPredictions", "max": 1000}
+    apply_object(kube_api, namespace, model_artifact("fp32", model, source, validation={"gates": [cost_gate]},
+                                                     aliases=["production"]))  # fmt: skip
+    fp32 = wait_status(kube_api, namespace, "ModelArtifact", "fp32", phase_in("Validated", "Rejected", "Failed"), 180,
+                       "the fp32 version decided")["status"]  # fmt: skip
+    assert fp32["phase"] == "Validated", fp32
+    production = mlflow.get_model_version(model, fp32["modelVersion"])
+    throughput = float(production.tags["slipway.metric.predictionsPerCpuSecond"])
+    expected = cpu_hour / 3600 / throughput * 1e6
+    recorded = float(production.tags["slipway.metric.costPerMillionPredictions"])
+    assert recorded == pytest.approx(expected, rel=1e-9) and fp32["gates"][0]["value"] == pytest.approx(expected)
+
+    def int8(name: str, ratio: float) -> dict[str, Any]:
+        gate = {"metric": "costPerMillionPredictions", "maxRelativeToBaseline": ratio, "baseline": "production"}
+        apply_object(kube_api, namespace, model_artifact(name, model, source, quantization={"method": "int8-dynamic"},
+                                                         validation={"gates": [gate]}))  # fmt: skip
+        return wait_status(kube_api, namespace, "ModelArtifact", name, phase_in("Validated", "Rejected", "Failed"),
+                           180, f"{name} decided")  # fmt: skip
+
+    strict, lenient = int8("int8-strict", 0.1), int8("int8-lenient", 10)
+    (gate,) = strict["status"]["gates"]
+    version = mlflow.get_model_version(model, strict["status"]["quantizedVersion"])
+    int8_expected = cpu_hour / 3600 / float(version.tags["slipway.metric.predictionsPerCpuSecond"]) * 1e6
+    assert gate["value"] == pytest.approx(int8_expected, rel=1e-9)
+    assert gate["baselineValue"] == pytest.approx(expected, rel=1e-9)
+    ratio = gate["value"] / gate["baselineValue"]
+    assert strict["status"]["phase"] == "Rejected" and gate["passed"] is False, gate
+    assert "more than 0.1 x" in gate["message"] and "of production (version" in gate["message"]
+    assert "gate costPerMillionPredictions failed" in condition(strict, "Stalled")["message"]
+    assert version.tags["slipway.dev/validation"] == "rejected"
+    assert lenient["status"]["phase"] == "Validated", lenient["status"]
+    assert mlflow.get_version_by_alias(model, "production").version == production.version
+    report(f"\nfp32 {throughput:.0f} predictions per CPU-second: {expected:.3g} USD per million; int8 "
+           f"{gate['value']:.3g} USD per million, {ratio:.2f} x fp32: rejected at maxRelativeToBaseline 0.1, "
+           "validated at 10")  # fmt: skip

@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from slipway.cost import Prices
 from slipway.models.modelartifact import Gate
-from slipway.status.gates import Baseline, evaluate_gate, evaluate_gates
+from slipway.status.gates import (
+    COST_PER_MILLION,
+    Baseline,
+    cost_per_million,
+    evaluate_gate,
+    evaluate_gates,
+    with_derived,
+)
 
 PROD = Baseline(ref="production", version="3", metrics={"accuracy": 0.95})
 NO_PROD = Baseline(ref="production", version=None, metrics={})
@@ -84,3 +92,68 @@ def test_evaluate_gates_in_order_with_status_shape():
         "value": 0.93,
         "baselineValue": 0.95,
     }
+
+
+# ----------------------------------------------------------------------- cost (README, What it costs)
+
+PRICES = Prices(currency="USD", gpu_hour={"default": 2.0}, cpu_hour=0.036, source="price file p.yaml")
+CHEAP = Baseline(ref="production", version="3", metrics={"costPerMillionPredictions": 0.02})
+
+
+def test_cost_per_million_predictions_is_the_price_of_a_cpu_second_over_its_predictions():
+    # 0.036 per CPU-hour = 0.00001 per CPU-second; 500 predictions per CPU-second: 2e-8 each.
+    value, why = cost_per_million({"predictionsPerCpuSecond": 500.0}, PRICES)
+    assert value == pytest.approx(0.02) and why == ""
+    # A GPU evaluator's throughput adds its GPU-seconds: 2.0 / 3600 / 1000 per prediction.
+    both, _ = cost_per_million({"predictionsPerCpuSecond": 500.0, "predictionsPerGpuSecond": 1000.0}, PRICES)
+    assert both == pytest.approx(0.02 + 2.0 / 3600 / 1000 * 1e6)
+
+
+@pytest.mark.parametrize(
+    ("values", "prices", "words"),
+    [
+        ({"accuracy": 0.9}, PRICES, "the evaluator logged no throughput (predictionsPerCpuSecond or"),
+        ({"predictionsPerCpuSecond": 500.0}, Prices(gpu_hour={"default": 2.0}, source="price file p.yaml"),
+         "no price: set cpuHour in price file p.yaml"),
+        ({"predictionsPerCpuSecond": 500.0}, Prices(), "no price: set cpuHour in the price table (--prices-file"),
+        ({"predictionsPerCpuSecond": 0.0}, PRICES, "a throughput is not positive"),
+    ],
+)  # fmt: skip
+def test_a_cost_gate_without_throughput_or_price_fails_naming_what_is_missing(values, prices, words):
+    derived, unavailable = with_derived(values, prices)
+    assert COST_PER_MILLION not in derived
+    g = gate(metric=COST_PER_MILLION, max=1.0)
+    outcome = evaluate_gates([g], derived, {}, unavailable)[0]
+    assert not outcome.passed
+    assert outcome.message.startswith(f"{COST_PER_MILLION}: {words}")
+
+
+def test_a_derived_cost_replaces_one_recorded_at_older_prices_and_an_underived_one_is_kept():
+    recorded = {"predictionsPerCpuSecond": 500.0, COST_PER_MILLION: 99.0}
+    assert with_derived(recorded, PRICES)[0][COST_PER_MILLION] == pytest.approx(0.02)
+    assert with_derived({COST_PER_MILLION: 0.5}, PRICES) == ({COST_PER_MILLION: 0.5}, {})
+
+
+@pytest.mark.parametrize(("value", "passed", "words"), [
+    (0.017, True, "0.017 vs 0.02 of production: 0.85 x within 0.9 x"),
+    (0.018, True, "0.9 x within 0.9 x"),
+    (0.02, False, "0.02 is 1 x 0.02 of production (version 3), more than 0.9 x"),
+    (0.03, False, "is 1.5 x 0.02 of production (version 3), more than 0.9 x"),
+])  # fmt: skip
+def test_max_relative_to_baseline_rejects_a_version_that_is_not_cheaper_enough(value, passed, words):
+    g = gate(metric=COST_PER_MILLION, maxRelativeToBaseline=0.9, baseline="production")
+    outcome = evaluate_gate(g, value, CHEAP)
+    assert outcome.passed is passed and words in outcome.message
+    assert outcome.threshold == "<= 0.9 x production" and outcome.baseline_value == 0.02
+
+
+def test_max_relative_to_baseline_needs_a_baseline_and_follows_on_missing_baseline():
+    with pytest.raises(ValueError, match="need a baseline"):
+        gate(metric=COST_PER_MILLION, maxRelativeToBaseline=0.9)
+    with pytest.raises(ValueError, match="greater than 0"):
+        gate(metric=COST_PER_MILLION, maxRelativeToBaseline=0, baseline="production")
+    g = gate(metric=COST_PER_MILLION, maxRelativeToBaseline=0.9, baseline="production", onMissingBaseline="fail")
+    missing = evaluate_gate(g, 0.01, NO_PROD).message
+    assert missing == "baseline production does not exist yet: failed by onMissingBaseline=fail"
+    zero = Baseline(ref="production", version="3", metrics={COST_PER_MILLION: 0.0})
+    assert "not positive, no ratio" in evaluate_gate(g, 0.01, zero).message

@@ -22,7 +22,7 @@ from slipway.reconcile import Context, run_pass
 from slipway.redact import without_credentials
 from slipway.status import jobs
 from slipway.status import modelartifact as states
-from slipway.status.gates import Baseline, GateOutcome, evaluate_gates
+from slipway.status.gates import Baseline, GateOutcome, evaluate_gates, with_derived
 from slipway.status.trainingrun import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RECHECK_SECONDS
 from slipway.tenancy import Use
 
@@ -203,9 +203,11 @@ class Lifecycle:
         outcomes: list[GateOutcome] = []
         if self.spec.validation is not None:
             run = self.step("validate", f"validating version {candidate.version}", {"SLIPWAY_MODEL_URI": candidate.uri})
-            values = {key: m.value for key, m in run.metrics.items()}
+            prices = cost.prices_of(self.ctx.config.prices_file)
+            values, unavailable = with_derived({key: m.value for key, m in run.metrics.items()}, prices)
             refs = sorted({g.baseline for g in self.spec.validation.gates if g.baseline})
-            outcomes = evaluate_gates(self.spec.validation.gates, values, {ref: self.baseline(ref) for ref in refs})
+            baselines = {ref: self.baseline(ref, prices) for ref in refs}
+            outcomes = evaluate_gates(self.spec.validation.gates, values, baselines, unavailable)
             for key in states.recorded_metrics(values, self.spec.validation.gates):
                 self.mlflow.set_model_version_tag(self.model, candidate.version, states.METRIC_TAG + key,
                                                   repr(values[key]))  # fmt: skip
@@ -263,8 +265,9 @@ class Lifecycle:
         self.mlflow.set_model_version_tag(self.model, version, states.ALIASES_TAG, ",".join(move) or "-")
         return move
 
-    def baseline(self, ref: str) -> Baseline:
-        """The version a relative gate compares with, and its validation metrics."""
+    def baseline(self, ref: str, prices: cost.Prices) -> Baseline:
+        """The version a relative gate compares with, and its validation metrics (a cost derived again
+        at today's prices, so that both sides of a ratio have the same ones)."""
         try:
             version = (self.mlflow.get_model_version(self.model, ref) if ref.isdigit()
                        else self.mlflow.get_version_by_alias(self.model, ref))  # fmt: skip
@@ -275,4 +278,4 @@ class Lifecycle:
         values = states.metric_values(version.tags)
         if not values and version.run_id:
             values = {k: m.value for k, m in self.mlflow.get_run(version.run_id).metrics.items()}
-        return Baseline(ref, version.version, values)
+        return Baseline(ref, version.version, with_derived(values, prices)[0])

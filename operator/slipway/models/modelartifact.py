@@ -25,8 +25,10 @@ ArtifactPhase = Literal["Registering", "Quantizing", "Validating", "Validated", 
 # API server's regex engine) has no look-ahead, so those two are a CEL rule.
 ALIAS_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
 SOURCE_RULE_MESSAGE = "spec.source: set exactly one of trainingRunRef, mlflowRun or uri"
-GATE_THRESHOLD_MESSAGE = "a gate needs min, max or maxRelativeDrop"
-GATE_BASELINE_MESSAGE = "maxRelativeDrop needs a baseline (an MLflow alias such as production, or a version)"
+GATE_THRESHOLD_MESSAGE = "a gate needs min, max, maxRelativeDrop or maxRelativeToBaseline"
+GATE_BASELINE_MESSAGE = (
+    "maxRelativeDrop and maxRelativeToBaseline need a baseline (an MLflow alias such as production, or a version)"
+)
 GATE_RANGE_MESSAGE = "a gate's min must not exceed its max"
 IMMUTABLE_MESSAGE = "spec is immutable: a new model is a new ModelArtifact (create one with another name)"
 ALIAS_MESSAGE = "an alias is a name of letters, digits, _ and -, not 'latest' and not shaped like a version (v3)"
@@ -95,14 +97,17 @@ class Gate(SlipwayModel):
     """A condition a metric must meet for the candidate to pass."""
 
     model_config = cel(
-        ("has(self.min) || has(self.max) || has(self.maxRelativeDrop)", GATE_THRESHOLD_MESSAGE),
-        ("!has(self.maxRelativeDrop) || has(self.baseline)",
+        ("has(self.min) || has(self.max) || has(self.maxRelativeDrop) || has(self.maxRelativeToBaseline)",
+         GATE_THRESHOLD_MESSAGE),
+        ("(!has(self.maxRelativeDrop) && !has(self.maxRelativeToBaseline)) || has(self.baseline)",
          GATE_BASELINE_MESSAGE),
         ("!has(self.min) || !has(self.max) || self.min <= self.max", GATE_RANGE_MESSAGE),
     )  # fmt: skip
 
     metric: str = Field(
-        description="Metric the evaluator logs: accuracy, latencyP95Seconds, sizeBytes, or any of your own.",
+        description="Metric the evaluator logs: accuracy, latencyP95Seconds, sizeBytes, predictionsPerCpuSecond, "
+        "or any of your own; or costPerMillionPredictions, which the operator derives from the evaluator's "
+        "throughput and the price table.",
         min_length=1,
         max_length=250,
     )
@@ -114,6 +119,12 @@ class Gate(SlipwayModel):
         le=1,
         description="Largest allowed drop relative to the baseline's value, e.g. 0.02 for 2%.",
     )
+    max_relative_to_baseline: float | None = Field(
+        default=None,
+        gt=0,
+        description="Largest allowed ratio of the value to the baseline's, for metrics where lower is better: "
+        "e.g. 0.9 on costPerMillionPredictions rejects a version that is not at least 10% cheaper.",
+    )
     baseline: str | None = Field(
         default=None,
         description="The version to compare with: an MLflow alias (e.g. production) or a version number.",
@@ -122,14 +133,15 @@ class Gate(SlipwayModel):
     )
     on_missing_baseline: Literal["pass", "fail"] = Field(
         default="pass",
-        description="What maxRelativeDrop does when the baseline does not exist yet (e.g. the first model).",
+        description="What a relative gate does when the baseline does not exist yet (e.g. the first model).",
     )
 
     @model_validator(mode="after")
     def _has_threshold(self) -> Gate:
-        if self.min is None and self.max is None and self.max_relative_drop is None:
+        relative = self.max_relative_drop is not None or self.max_relative_to_baseline is not None
+        if self.min is None and self.max is None and not relative:
             raise ValueError(GATE_THRESHOLD_MESSAGE)
-        if self.max_relative_drop is not None and self.baseline is None:
+        if relative and self.baseline is None:
             raise ValueError(GATE_BASELINE_MESSAGE)
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(GATE_RANGE_MESSAGE)

@@ -7,6 +7,9 @@ Accuracy is measured on the test part of the digits split, which ``train`` never
 (:func:`slipway.workloads.common.digits_split`). Latency is the wall time of single-sample
 ``InferenceSession.run`` calls on CPU with ONNX Runtime, after warmup runs, cycling through
 the test samples; p50 and p95 by linear interpolation. Size is the bytes of ``model.onnx``.
+Throughput is predictions per CPU-second: the whole test split in one batch, run again until
+``THROUGHPUT_CPU_SECONDS`` of the process's CPU time are spent (ONNX Runtime's threads included);
+from it and the price of a CPU-hour the operator derives ``costPerMillionPredictions``.
 
 Environment (each flag falls back to it):
   MLFLOW_TRACKING_URI     the tracking server (required)
@@ -17,13 +20,15 @@ Environment (each flag falls back to it):
   SLIPWAY_LATENCY_RUNS    --latency-runs
   SLIPWAY_RESULT_PATH     --output-json (default ./slipway-result.json)
 
-Output: metrics ``accuracy``, ``latencyP50Seconds``, ``latencyP95Seconds``, ``sizeBytes`` on
+Output: metrics ``accuracy``, ``latencyP50Seconds``, ``latencyP95Seconds``, ``sizeBytes``,
+``predictionsPerCpuSecond`` on
 the run; params ``modelUri``, ``latencyRuns``; tag ``slipway.validate.modelUri``; and the JSON
 ``{"modelUri", "runId", "metrics": {name: value}}``.
 
 The evaluator contract, for a custom ``spec.validation.image``/``command``: read the model
 from ``SLIPWAY_MODEL_URI``, log each metric the gates name to the MLflow run in
-``MLFLOW_RUN_ID`` (any metric name works; the built-in gates use the four above), exit 0.
+``MLFLOW_RUN_ID`` (any metric name works; the built-in gates use the five above; log
+``predictionsPerCpuSecond`` and/or ``predictionsPerGpuSecond`` for a cost gate), exit 0.
 The operator reads the metrics from that run and evaluates the gates itself.
 """
 
@@ -33,6 +38,7 @@ import argparse
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +73,7 @@ class Evaluation:
     latency_p50_seconds: float
     latency_p95_seconds: float
     size_bytes: int
+    predictions_per_cpu_second: float
 
     def metrics(self) -> dict[str, float]:
         return {
@@ -74,7 +81,24 @@ class Evaluation:
             "latencyP50Seconds": self.latency_p50_seconds,
             "latencyP95Seconds": self.latency_p95_seconds,
             "sizeBytes": float(self.size_bytes),
+            "predictionsPerCpuSecond": self.predictions_per_cpu_second,
         }
+
+
+THROUGHPUT_CPU_SECONDS = 0.5
+
+
+def throughput(run: Callable[[], Any], batch: int, cpu_seconds: float = THROUGHPUT_CPU_SECONDS) -> float:
+    """Predictions per CPU-second of ``run`` (one batch of ``batch`` predictions), measured by the
+    process's CPU time (not the wall clock, which a busy node stretches) over at least ``cpu_seconds``."""
+    run()  # warm
+    done, start = 0, time.process_time()
+    while True:
+        run()
+        done += batch
+        spent = time.process_time() - start
+        if spent >= cpu_seconds:
+            return done / spent
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -105,11 +129,13 @@ def evaluate(model_file: Path, data: DigitsSplit, latency_runs: int, warmup_runs
         start = time.perf_counter()
         session.run(None, {INPUT_NAME: samples[i % len(samples)]})
         latencies.append(time.perf_counter() - start)
+    per_cpu_second = throughput(lambda: session.run(["label"], {INPUT_NAME: data.test_x}), len(data.test_x))
     return Evaluation(
         accuracy=accuracy,
         latency_p50_seconds=percentile(latencies, 50),
         latency_p95_seconds=percentile(latencies, 95),
         size_bytes=model_file.stat().st_size,
+        predictions_per_cpu_second=per_cpu_second,
     )
 
 
@@ -130,12 +156,13 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
         result = {"modelUri": args.model_uri, "runId": run.run_id, "metrics": metrics}
         write_json_atomic(result_path(args.output_json), result)
     log.info(
-        "%s: accuracy %.4f, latency p50 %.6fs p95 %.6fs, %d bytes",
+        "%s: accuracy %.4f, latency p50 %.6fs p95 %.6fs, %d bytes, %.0f predictions per CPU-second",
         args.model_uri,
         evaluation.accuracy,
         evaluation.latency_p50_seconds,
         evaluation.latency_p95_seconds,
         evaluation.size_bytes,
+        evaluation.predictions_per_cpu_second,
     )
     return result
 
