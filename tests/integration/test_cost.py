@@ -5,6 +5,7 @@ times and requests say, and the finished run carries it in MLflow."""
 from __future__ import annotations
 
 import copy
+import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ import yaml
 from kubernetes import client
 
 from localkube.wait import wait_for
+from slipway.analysis import REVISION_LABEL, TRACK_LABEL
 from slipway.cost import Prices, record_attempts, reserved_by
 from slipway.mlflow import MlflowClient
 from slipway.status.conditions import parse_time
@@ -274,6 +276,27 @@ def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are
     assert float(hourly_text) == pytest.approx(two_gpus, rel=0.01)
     tokens = query_at(cluster.prometheus_url, per_pod_query[:-1], parse_time(token_gate["time"]))
     assert tokens and token_gate["value"] == pytest.approx(two_gpus / (tokens * 3600) * 1e6, rel=0.05)
+    request_gate = dear["costPer1kRequests"]
+    per_pod_requests = request_gate["query"].split("/h / (", 1)[1][:-1]
+    answered = query_at(cluster.prometheus_url, per_pod_requests, parse_time(request_gate["time"]))
+    assert answered and request_gate["value"] == pytest.approx(two_gpus / (answered * 3600) * 1e3, rel=0.05)
+    # The stable's figures at the same analysis: its own pods' price and the same query on its series.
+    shown = status["stable"]["cost"]
+    canary_labels = rf'{TRACK_LABEL}="canary", {REVISION_LABEL}="[^"]*"'
+    stable_labels = f'{TRACK_LABEL}="stable", {REVISION_LABEL}="{status["stable"]["revision"]}"'
+    recomputed = {}
+    for key, query, unit in (("requestsPerPodSecond", per_pod_requests, 1e3),
+                             ("tokensPerPodSecond", per_pod_query[:-1], 1e6)):  # fmt: skip
+        rate = query_at(cluster.prometheus_url, re.sub(canary_labels, stable_labels, query), parse_time(shown["time"]))
+        assert rate and shown[key] == pytest.approx(rate, rel=0.05), (key, shown, rate)
+        recomputed[key] = one_gpu / (rate * 3600) * unit
+    assert shown["per1kRequests"] == pytest.approx(recomputed["requestsPerPodSecond"], rel=0.05)
+    assert shown["perMillionTokens"] == pytest.approx(recomputed["tokensPerPodSecond"], rel=0.05)
+    report(f"at the rollback: canary {request_gate['value']:.4g} USD per 1K requests (recomputed "
+           f"{two_gpus / (answered * 3600) * 1e3:.4g}), {token_gate['value']:.4g} per 1M tokens (recomputed "
+           f"{two_gpus / (tokens * 3600) * 1e6:.4g}); stable {shown['per1kRequests']:.4g} per 1K (recomputed "
+           f"{recomputed['requestsPerPodSecond']:.4g}), {shown['perMillionTokens']:.4g} per 1M (recomputed "
+           f"{recomputed['tokensPerPodSecond']:.4g})")  # fmt: skip
     assert stable_cost and stable_cost["currency"] == "USD" and stable_cost["perHour"] in (
         pytest.approx(one_gpu, rel=0.01), pytest.approx(2 * one_gpu, rel=0.01))  # fmt: skip
     assert stable_cost["per1kRequests"] > 0 and stable_cost["perMillionTokens"] > 0
