@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from slipway import traffic
 from slipway.analysis import AnalysisOutcome, Measurement, MetricResult, evaluate_metric
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import AnalysisMetric
@@ -716,3 +717,47 @@ def test_a_rollback_after_a_100_percent_step_keeps_the_canary_until_the_stable_s
     gone = plan(observe(s, stable=track(V1, 1, 1), canary=track(V2, 0, 0, pods=0),  # and as its pods go,
                         status={"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}))  # fmt: skip
     assert gone.stable_replicas == 2  # the stable takes them back within the budget
+
+
+GATEWAY = {"mode": "GatewayAPI", "parentRefs": [{"name": "gw"}]}
+
+
+@pytest.mark.parametrize(("traffic", "delay", "kept"), [
+    (GATEWAY, 30, 1),  # default delay, within maxSurgeReplicas 1: one pod kept, no traffic
+    (GATEWAY, 0, 0),  # no delay: the canary leaves at once
+    (None, 30, 0),  # Replicas mode: its pods are its traffic, so it leaves at once
+])  # fmt: skip
+def test_a_rolled_back_canary_keeps_its_pods_out_of_traffic_for_the_scale_down_delay(traffic, delay, kept):
+    s = spec(
+        traffic,
+        scaleDownDelaySeconds=delay,
+        analysis={"failureLimit": 0, "metrics": [{"name": "errorRate", "max": 0.05}]},
+    )
+    failed = outcome("Failed", 0.31, "errorRate 0.31 > 0.05")
+    canary = track(V2, 2)
+    p = plan(observe(s, stable=track(V1), canary=canary, status=canary_status(), analysis=failed))
+    assert p.phase == "RolledBack" and p.weight == 0 and p.route_weight == 0 and p.stable_replicas == 2
+    assert p.canary_replicas == kept and (p.canary == V2 if kept else p.canary is None)
+    assert p.wake_in == (pytest.approx(delay) if kept else None)
+    after = {"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}
+    # A later pass (a restarted operator: nothing but status) keeps them until the delay is over...
+    within = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=after, now=NOW + timedelta(seconds=20)))
+    assert within.canary_replicas == kept and within.route_weight == 0
+    assert within.wake_in == (pytest.approx(delay - 20) if kept else None)
+    # ...then they go, and nothing wakes the object again.
+    over = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=after, now=NOW + timedelta(seconds=31)))
+    assert (over.canary, over.canary_replicas, over.wake_in) == (None, 0, None)
+    # A new revision in the meantime is a new canary, not a held one.
+    fresh = plan(observe(s, desired=Desired("3", "models:/m/3", "m", "rev3"), stable=track(V1), canary=track(V2, 1),
+                         status=after, now=NOW + timedelta(seconds=5)))  # fmt: skip
+    assert fresh.canary is not None and fresh.canary.revision == "rev3" and fresh.wake_in is None
+
+
+def test_the_gateway_service_over_both_tracks_selects_the_canary_only_while_the_route_does():
+    s = spec(GATEWAY)
+    router = traffic.router("GatewayAPI")
+    both = {svc["metadata"]["name"]: svc["spec"]["selector"] for svc in router.objects("digits", "team", s, 0).services}
+    assert both["digits"] == {"slipway.dev/deployment": "digits", "slipway.dev/track": "stable"}
+    weighted = {svc["metadata"]["name"]: svc["spec"]["selector"]
+                for svc in router.objects("digits", "team", s, 25).services}  # fmt: skip
+    assert weighted["digits"] == {"slipway.dev/deployment": "digits"}

@@ -56,6 +56,7 @@ class Recording:
     """A router the planner has never heard of: 3 canary pods at any step, carrying 42%."""
 
     mode = "Replicas"
+    weights_apart_from_pods = False
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, tuple[int, ...]]] = []

@@ -241,8 +241,11 @@ def strategy(spec: InferenceDeploymentSpec, track: str, budget: tuple[int, int] 
     return {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": surge, "maxUnavailable": unavailable}}
 
 
-def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None) -> dict[str, Any]:
-    """The Service over both tracks (track None), or one track's Service for an HTTPRoute backend."""
+def service(
+    name: str, namespace: str, spec: InferenceDeploymentSpec, track: str | None = None, selects: str | None = None
+) -> dict[str, Any]:
+    """The Service over both tracks (track None), or one track's Service for an HTTPRoute backend;
+    ``selects``: the Service over both tracks selecting only that track's pods."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -252,7 +255,7 @@ def service(name: str, namespace: str, spec: InferenceDeploymentSpec, track: str
             "labels": {**MANAGED_BY, **selector(name)},
         },
         "spec": {
-            "selector": selector(name, track),
+            "selector": selector(name, track or selects),
             "ports": [{"name": "http", "port": spec.port, "targetPort": "http"}],
         },
     }

@@ -172,6 +172,8 @@ class Reconciler:
             delays.append(min(parse_duration(interval).total_seconds(), ROLLOUT_TICK_SECONDS))
             if decision.next_analysis is not None:  # on time, whatever woke this pass
                 delays.append(decision.next_analysis)
+        if decision.wake_in is not None:
+            delays.append(decision.wake_in)
         if self.spec.model.alias is not None:
             delays.append(self.ctx.config.alias_poll_seconds)
         if pending:

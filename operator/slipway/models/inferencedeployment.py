@@ -308,6 +308,16 @@ class Rollout(SlipwayModel):
         description="Pods below spec.replicas that may be not ready while traffic moves between the tracks. "
         "With maxSurgeReplicas 0 and this 1, a rollout needs no spare GPU.",
     )
+    scale_down_delay_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="GatewayAPI mode: after a rollback or abort the canary's pods stay this long, out of "
+        "traffic (route weight 0, and out of the Service over both tracks) within maxSurgeReplicas, before "
+        "they are scaled to zero: a gateway still routing by the previous weights finds them, and a "
+        "retry right after an abort starts from ready pods. Replicas mode has no traffic split apart "
+        "from the pods, so its canary leaves at once.",
+    )
     analysis: Analysis | None = Field(default=None, description="Prometheus analysis gating each step.")
     bake: Bake | None = Field(
         default=None,

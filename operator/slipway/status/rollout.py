@@ -123,6 +123,7 @@ class Plan:
     analyze: bool = False
     analyze_track: str = "canary"  # whose pods an analysis judges: the canary's, or the stable's in a bake
     next_analysis: float | None = None  # seconds until the next analysis is due (a canary under analysis)
+    wake_in: float | None = None  # seconds until something planned is due without a change (a held-out canary leaves)
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None
@@ -241,10 +242,31 @@ def _size(obs: Observed, result: Plan) -> None:
         result.canary_replicas = canary_replicas
     elif not out and canary_replicas and result.canary is None and canary is not None:
         result.canary, result.canary_replicas = _serving(canary), canary_replicas  # kept until the stable serves
+    elif out and canary is not None and (held := held_out(obs, result, canary)) is not None:
+        result.canary, result.canary_replicas, result.wake_in = _serving(canary), *held
     rolling = result.revert_stable or (result.stable is not None and not stable.serves(result.stable))
     if rolling:
         result.stable_budget = roll_budget(total, obs.spec.rollout, result.stable_replicas,
                                            max(canary.pods, canary.replicas) if canary is not None else 0)  # fmt: skip
+
+
+def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | None:
+    """After a rollback, where traffic follows the router's weights rather than the pods
+    (GatewayAPI): the canary's pods kept with no traffic for spec.rollout.scaleDownDelaySeconds from
+    the rollback, as many as maxSurgeReplicas allows beside the stable's full count; and the seconds
+    left. None: they leave now."""
+    rollout = obs.spec.rollout
+    if result.phase != "RolledBack" or not canary.replicas or not rollout.scale_down_delay_seconds:
+        return None
+    if not traffic.router(obs.spec.traffic.mode).weights_apart_from_pods:
+        return None
+    record = result.status.get("lastRollback") or obs.status.get("lastRollback") or {}
+    when = parse_time(record.get("time"))
+    if when is None or record.get("revision") != canary.revision:
+        return None
+    left = rollout.scale_down_delay_seconds - (obs.now - when).total_seconds()
+    keep = min(canary.replicas, rollout.max_surge_replicas)
+    return (keep, left) if left > 0 and keep > 0 else None
 
 
 def roll_budget(total: int, rollout: Rollout, stable: int, canary_pods: int) -> tuple[int, int] | None:

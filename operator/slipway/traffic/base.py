@@ -43,6 +43,9 @@ class Router(Protocol):
     """One traffic mode (spec.traffic.mode)."""
 
     mode: str
+    # Traffic follows the router's weights, not the pods: a track's pods can stay with no traffic
+    # (spec.rollout.scaleDownDelaySeconds keeps a rolled-back canary's pods so for a while).
+    weights_apart_from_pods: bool
 
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
         """Refuse (tenancy.Refused) what this namespace may not route through."""

@@ -1,6 +1,8 @@
 """spec.traffic.mode GatewayAPI: an HTTPRoute with exact weights between one Service per track (and
 the Service over both for clients that address it); the canary gets the fewest pods that carry the
-step's weight at the stable's load per pod, the weight capped at what its pods can carry."""
+step's weight at the stable's load per pod, the weight capped at what its pods can carry. The
+Service over both tracks selects the canary's pods only while the route gives them weight, so that
+pods kept out of traffic (spec.rollout.scaleDownDelaySeconds) get none through it either."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ def _share_and_note(weight: int, total: int, max_surge: int, canary: int, pods: 
 
 class GatewayAPI:
     mode = "GatewayAPI"
+    weights_apart_from_pods = True
 
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
         refs = [(ref.namespace or namespace, ref.name) for ref in spec.traffic.parent_refs or []]
@@ -50,6 +53,7 @@ class GatewayAPI:
         return min(weight, route_capacity(canary_ready, stable_ready))
 
     def objects(self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int) -> Objects:
-        services = (build.service(name, namespace, spec),
-                    *(build.service(name, namespace, spec, track) for track in build.TRACKS))  # fmt: skip
+        # The Service over both tracks carries the canary only while the route does.
+        both = build.service(name, namespace, spec, selects=None if canary_weight > 0 else "stable")
+        services = (both, *(build.service(name, namespace, spec, track) for track in build.TRACKS))
         return Objects(services=services, httproutes=(build.http_route(name, namespace, spec, canary_weight),))

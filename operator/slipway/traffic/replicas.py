@@ -29,6 +29,7 @@ def _share_and_note(weight: int, total: int, max_surge: int, canary: int, pods: 
 
 class Replicas:
     mode = "Replicas"
+    weights_apart_from_pods = False
 
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
         return None  # the Service is the namespace's own
