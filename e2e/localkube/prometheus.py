@@ -18,7 +18,9 @@ Service discovery authenticates with its own client certificate (user
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,11 +119,51 @@ def load_rules(config: Path, url: str, groups: list[dict[str, Any]]) -> Path:
     (it runs with ``--web.enable-lifecycle``); raises if Prometheus refuses them."""
     rules = config.parent / "rules.yml"
     rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-    doc = yaml.safe_load(config.read_text())
-    doc["rule_files"] = [str(rules)]
-    config.write_text(yaml.safe_dump(doc, sort_keys=False))
-    httpx.post(f"{url}/-/reload", timeout=30).raise_for_status()
+
+    def point_at_rules(doc: dict[str, Any]) -> None:
+        doc["rule_files"] = [str(rules)]
+
+    _edit(config, url, point_at_rules)
     return rules
+
+
+def add_scrape_job(config: Path, url: str, job: dict[str, Any]) -> None:
+    """Add scrape ``job`` (a ``scrape_configs`` entry; one of the same ``job_name`` is replaced) to
+    ``config`` and reload Prometheus at ``url``; raises if Prometheus refuses it. See
+    :func:`remove_scrape_job`."""
+
+    def add(doc: dict[str, Any]) -> None:
+        jobs = [j for j in doc.get("scrape_configs") or [] if j.get("job_name") != job["job_name"]]
+        doc["scrape_configs"] = [*jobs, job]
+
+    _edit(config, url, add)
+
+
+def remove_scrape_job(config: Path, url: str, job_name: str) -> None:
+    """Remove the scrape job ``job_name`` from ``config`` (if there) and reload Prometheus: it stops
+    scraping the job's targets and marks their series stale."""
+
+    def remove(doc: dict[str, Any]) -> None:
+        doc["scrape_configs"] = [j for j in doc.get("scrape_configs") or [] if j.get("job_name") != job_name]
+
+    _edit(config, url, remove)
+
+
+def _edit(config: Path, url: str, change: Callable[[dict[str, Any]], None]) -> None:
+    """Change ``config`` and reload Prometheus, one edit at a time across processes (a lock file
+    beside it: test workers load rules and add jobs at once). A change Prometheus refuses is undone
+    (the next reload must not fail on it) and raised."""
+    with (config.parent / f"{config.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        before = config.read_text()
+        doc = yaml.safe_load(before)
+        change(doc)
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+        answer = httpx.post(f"{url}/-/reload", timeout=30)
+        if answer.is_error:
+            config.write_text(before)
+            httpx.post(f"{url}/-/reload", timeout=30)
+        answer.raise_for_status()
 
 
 def command(config: Path, data_dir: Path, port: int) -> list[str]:

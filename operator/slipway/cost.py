@@ -7,6 +7,11 @@ from a ConfigMap), YAML or JSON::
     gpuHour: {default: 2.50, NVIDIA-A100-SXM4-80GB: 3.40}   # by the node label nvidia.com/gpu.product
     cpuHour: 0.04
     memoryGiBHour: 0.005
+    openCost: true   # optional: OpenCost's per-node prices, where it has them (slipway.opencost)
+
+With ``openCost: true`` a pod on a node for which OpenCost exports prices (read from the operator's
+Prometheus by :mod:`slipway.opencost` into :attr:`Prices.nodes`) is priced by them, resource by
+resource; the table prices the rest. The currency is the table's.
 
 Costs are reservation-based: a pod costs what it asks for (GPUs from its limits or requests, CPU
 and memory from its requests) for as long as it holds it, from its start (``status.startTime``)
@@ -45,26 +50,43 @@ class PriceError(ValueError):
     """The price file cannot be used; the message names the file and the field."""
 
 
+FIELDS = "currency, gpuHour, cpuHour, memoryGiBHour, openCost"
+NO_PRICE = "no price configured: set the operator's price file (--prices-file, Helm value prices)"
+
+
+@dataclass(frozen=True)
+class NodePrices:
+    """One node's per-hour prices from OpenCost (None: it exports no such series for the node)."""
+
+    gpu_hour: float | None = None  # per GPU
+    cpu_hour: float | None = None  # per vCPU
+    memory_gib_hour: float | None = None  # per GiB
+
+
 @dataclass(frozen=True)
 class Prices:
-    """Per-hour prices of what pods reserve; a price not given is None (its cost unknown)."""
+    """Per-hour prices of what pods reserve; a price not given is None (its cost unknown). With
+    ``open_cost``, ``nodes`` holds OpenCost's per-node prices, which win over the table's for a
+    pod on that node; ``open_cost_note`` says why OpenCost could not be read, if it could not."""
 
     currency: str = ""
     gpu_hour: Mapping[str, float] = field(default_factory=dict)  # GPU product -> price; "default" for others
     cpu_hour: float | None = None
     memory_gib_hour: float | None = None
     source: str = ""  # where they were read from, for messages
+    open_cost: bool = False  # the price file's openCost: read OpenCost's per-node prices
+    nodes: Mapping[str, NodePrices] = field(default_factory=dict)  # node name -> OpenCost's prices
+    open_cost_note: str = ""  # why OpenCost's prices are not in ``nodes`` (unreachable, no Prometheus)
 
     @classmethod
     def parse(cls, doc: Any, source: str = "prices") -> Prices:
         if doc is None:
             return cls(source=source)
         if not isinstance(doc, Mapping):
-            raise PriceError(f"{source}: expected a mapping with currency, gpuHour, cpuHour, memoryGiBHour")
-        unknown = sorted(set(doc) - {"currency", "gpuHour", "cpuHour", "memoryGiBHour"})
+            raise PriceError(f"{source}: expected a mapping with {FIELDS}")
+        unknown = sorted(set(doc) - {"currency", "gpuHour", "cpuHour", "memoryGiBHour", "openCost"})
         if unknown:
-            raise PriceError(f"{source}: unknown field(s) {', '.join(unknown)}; "
-                             "expected currency, gpuHour, cpuHour, memoryGiBHour")  # fmt: skip
+            raise PriceError(f"{source}: unknown field(s) {', '.join(unknown)}; expected {FIELDS}")
         gpu = doc.get("gpuHour")
         if isinstance(gpu, (int, float, str)) and not isinstance(gpu, bool):
             gpu = {DEFAULT_PRODUCT: gpu}
@@ -76,7 +98,8 @@ class Prices:
             raise PriceError(f"{source}: currency must be a string such as USD")
         return cls(currency=currency, gpu_hour=prices, source=source,
                    cpu_hour=_optional_price(doc.get("cpuHour"), f"{source}: cpuHour"),
-                   memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"))  # fmt: skip
+                   memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"),
+                   open_cost=_flag(doc.get("openCost"), f"{source}: openCost"))  # fmt: skip
 
     @classmethod
     def load(cls, path: str | Path | None) -> Prices:
@@ -95,30 +118,59 @@ class Prices:
 
     @property
     def configured(self) -> bool:
-        return bool(self.gpu_hour) or self.cpu_hour is not None or self.memory_gib_hour is not None
+        """A price is known: in the table, or OpenCost's for some node."""
+        return bool(self.gpu_hour) or self.cpu_hour is not None or self.memory_gib_hour is not None or bool(self.nodes)
+
+    def unconfigured(self, purpose: str = "") -> str:
+        """What a cost says when nothing is :attr:`configured` (``purpose``: " to see ...")."""
+        if not self.open_cost:
+            return f"{NO_PRICE}{purpose}"
+        why = self.open_cost_note or "OpenCost has no node prices in Prometheus (node_cpu_hourly_cost...)"
+        return f"{NO_PRICE}{purpose}; openCost is on, but {why}"
 
     def gpu_price(self, product: str | None) -> float | None:
         if product and product in self.gpu_hour:
             return self.gpu_hour[product]
         return self.gpu_hour.get(DEFAULT_PRODUCT)
 
+    def rates(self, reserved: Reserved) -> tuple[float | None, float | None, float | None]:
+        """(per GPU, per CPU, per GiB) hourly for ``reserved``: OpenCost's for its node where it
+        has that price, else the table's."""
+        node = self.nodes.get(reserved.node) if reserved.node else None
+        gpu, cpu, memory = self.gpu_price(reserved.gpu_product), self.cpu_hour, self.memory_gib_hour
+        if node is None:
+            return gpu, cpu, memory
+        return (gpu if node.gpu_hour is None else node.gpu_hour, cpu if node.cpu_hour is None else node.cpu_hour,
+                memory if node.memory_gib_hour is None else node.memory_gib_hour)  # fmt: skip
+
     def missing(self, reserved: Reserved) -> list[str]:
         """The prices ``reserved`` needs that are not configured, named as in the price file."""
+        gpu, cpu, memory = self.rates(reserved)
         missing = []
-        if reserved.gpus and self.gpu_price(reserved.gpu_product) is None:
+        if reserved.gpus and gpu is None:
             product = reserved.gpu_product or "an unlabelled node"
             missing.append(f"gpuHour.{DEFAULT_PRODUCT} (or gpuHour.{product})")
-        if reserved.cpus and self.cpu_hour is None:
+        if reserved.cpus and cpu is None:
             missing.append("cpuHour")
-        if reserved.memory_gib and self.memory_gib_hour is None:
+        if reserved.memory_gib and memory is None:
             missing.append("memoryGiBHour")
         return missing
 
+    def missing_from(self, nodes: Iterable[str | None] = ()) -> str:
+        """Where a missing price was looked for, for messages: the table, and with openCost, OpenCost
+        for ``nodes`` (those of the pods it was missing for)."""
+        where = self.source or "the price table"
+        if not self.open_cost:
+            return where
+        if self.open_cost_note:
+            return f"{where} ({self.open_cost_note})"
+        named = sorted({n for n in nodes if n})
+        return f"{where} (and OpenCost has no prices for node {', '.join(named) or '(none recorded)'})"
+
     def hourly(self, reserved: Reserved) -> float:
         """What ``reserved`` costs per hour (a missing price counts as 0: see :meth:`missing`)."""
-        return (reserved.gpus * (self.gpu_price(reserved.gpu_product) or 0.0)
-                + reserved.cpus * (self.cpu_hour or 0.0)
-                + reserved.memory_gib * (self.memory_gib_hour or 0.0))  # fmt: skip
+        gpu, cpu, memory = self.rates(reserved)
+        return reserved.gpus * (gpu or 0.0) + reserved.cpus * (cpu or 0.0) + reserved.memory_gib * (memory or 0.0)
 
 
 _LOADED: dict[str, tuple[float, Prices]] = {}  # path -> (mtime, prices) last read well
@@ -170,14 +222,24 @@ def _optional_price(value: Any, where: str) -> float | None:
     return None if value is None else _price(value, where)
 
 
+def _flag(value: Any, where: str) -> bool:
+    """A yes/no field: absent is false; true or false (or the string of one, as helm --set-string writes)."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise PriceError(f"{where} must be true or false, not {value!r}")
+
+
 @dataclass(frozen=True)
 class Reserved:
-    """What one pod holds while it runs."""
+    """What one pod holds while it runs, and where (its node: OpenCost prices per node)."""
 
     gpus: int = 0
     cpus: float = 0.0
     memory_gib: float = 0.0
     gpu_product: str | None = None
+    node: str | None = None
 
 
 def _quantity(value: Any) -> Decimal:
@@ -193,9 +255,9 @@ def is_accelerator(resource: str) -> bool:
     return "/" in resource and not resource.startswith(("hugepages-", "kubernetes.io/"))
 
 
-def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None) -> Reserved:
+def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None, node: str | None = None) -> Reserved:
     """What a pod reserves: the sum over its containers (GPUs, any extended resource, from limits,
-    else requests; CPU and memory from requests, else limits, as the scheduler counts them)."""
+    else requests; CPU and memory from requests, else limits, as the scheduler counts them), on ``node``."""
     gpus, cpus, memory = Decimal(0), Decimal(0), Decimal(0)
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
@@ -205,7 +267,7 @@ def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None) -> Reser
                 gpus += _quantity(limits.get(resource, requests.get(resource)))
         cpus += _quantity(requests.get("cpu", limits.get("cpu")))
         memory += _quantity(requests.get("memory", limits.get("memory")))
-    return Reserved(int(gpus), float(cpus), float(memory / GIB), gpu_product)
+    return Reserved(int(gpus), float(cpus), float(memory / GIB), gpu_product, node)
 
 
 def _iso(value: datetime) -> str:
@@ -282,7 +344,7 @@ def hours(attempt: Mapping[str, Any], now: datetime) -> float:
 
 def _reserved(attempt: Mapping[str, Any]) -> Reserved:
     return Reserved(int(attempt.get("gpus") or 0), float(attempt.get("cpu") or 0),
-                    float(attempt.get("memoryGiB") or 0), attempt.get("gpuProduct"))  # fmt: skip
+                    float(attempt.get("memoryGiB") or 0), attempt.get("gpuProduct"), attempt.get("node"))  # fmt: skip
 
 
 WASTED = ("Failed", "Preempted", "Deleted")
@@ -297,14 +359,17 @@ def training_cost(
 ) -> dict[str, Any]:
     """status.cost of a TrainingRun: total, GPU-hours and wasted share over every attempt (and the
     ``folded`` totals of older ones), each attempt's cost, and what is missing from the price table.
-    ``present``: the pods that exist now (see :func:`fold`)."""
+    ``present``: the pods that exist now (see :func:`fold`). Each attempt is priced for its node."""
     folded = folded or {}
     total, gpu_hours, wasted = (float(folded.get(k) or 0) for k in ("total", "gpuHours", "wasted"))
     missing: list[str] = []
+    short: list[str | None] = []  # the nodes of attempts with a price missing
     priced = []
     for attempt in attempts:
         reserved, spent = _reserved(attempt), hours(attempt, now)
-        missing += [m for m in prices.missing(reserved) if m not in missing]
+        lacking = prices.missing(reserved)
+        missing += [m for m in lacking if m not in missing]
+        short += [reserved.node] if lacking else []
         cost = spent * prices.hourly(reserved)
         total += cost
         gpu_hours += spent * reserved.gpus
@@ -316,14 +381,13 @@ def training_cost(
     if unlisted:
         result["unlisted"] = unlisted
     if not prices.configured:
-        result["message"] = ("no price configured: set the operator's price file (--prices-file, Helm value "
-                             "prices) to see what runs cost")  # fmt: skip
+        result["message"] = prices.unconfigured(" to see what runs cost")
         return result
     result.update(currency=prices.currency or None, total=round(total, 6),
                   wastedShare=round(wasted / total, 4) if total > 0 else 0.0,
                   summary=f"{total:.2f} {prices.currency}".strip())  # fmt: skip
     if missing:
-        result["message"] = f"missing from {prices.source or 'the price table'}: {', '.join(missing)} (counted as 0)"
+        result["message"] = f"missing from {prices.missing_from(short)}: {', '.join(missing)} (counted as 0)"
     return result
 
 
@@ -357,18 +421,21 @@ def pod_per_hour(
 ) -> tuple[float | None, int, str]:
     """What one of ``pods`` (those not finished) costs per hour on average, how many there are, and
     what is missing from the price table ("" when nothing): None when no price is configured, the
-    pods hold something unpriced, or there is no pod to price."""
+    pods hold something unpriced, or there is no pod to price. Each pod is priced for its node
+    (``spec.nodeName``)."""
     if not prices.configured:
-        return None, 0, "no price configured: set the operator's price file (--prices-file, Helm value prices)"
+        return None, 0, prices.unconfigured()
     running = [p for p in pods if ((p.get("status") or {}).get("phase")) not in ("Succeeded", "Failed")]
-    total, missing = 0.0, []
+    total, missing, short = 0.0, [], []
     for pod in running:
-        node = (pod.get("spec") or {}).get("nodeName") or ""
-        reserved = reserved_by(pod, (products or {}).get(node))
-        missing += [m for m in prices.missing(reserved) if m not in missing]
+        node = (pod.get("spec") or {}).get("nodeName") or None
+        reserved = reserved_by(pod, (products or {}).get(node or ""), node)
+        lacking = prices.missing(reserved)
+        missing += [m for m in lacking if m not in missing]
+        short += [node] if lacking else []
         total += prices.hourly(reserved)
     if missing:
-        return None, len(running), f"missing from {prices.source or 'the price table'}: {', '.join(missing)}"
+        return None, len(running), f"missing from {prices.missing_from(short)}: {', '.join(missing)}"
     if not running:
         return None, 0, "no pod of the track to price"
     return total / len(running), len(running), ""

@@ -203,8 +203,12 @@ async def startup(
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     memo.config = config
     prices = cost.prices_of(config.prices_file)  # a bad price file stops the start, naming the field
-    if prices.configured:
-        logger.info("prices from %s (%s)", config.prices_file, prices.currency or "no currency named")
+    if prices.configured or prices.open_cost:
+        also = "; OpenCost's node prices from Prometheus where it has them" if prices.open_cost else ""
+        logger.info("prices from %s (%s)%s", config.prices_file, prices.currency or "no currency named", also)
+    if prices.open_cost and not config.prometheus_url:
+        logger.warning("the price file says openCost: true but the operator has no --prometheus-url: "
+                       "OpenCost's node prices cannot be read, the price table alone is used")  # fmt: skip
     if memo.get("kube") is None:
         memo.kube = Kube.connect()
     if memo.get("mlflow") is None and config.mlflow_url:

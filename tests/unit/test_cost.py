@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
-from slipway import cost
+from localkube.wait import wait_for
+from slipway import cost, opencost
 from slipway.analysis import Measurement, Priced, Pricing, judge, serving_cost
-from slipway.cost import PriceError, Prices, Reserved, record_attempts, reserved_by, training_cost
+from slipway.cost import NodePrices, PriceError, Prices, Reserved, record_attempts, reserved_by, training_cost
 from slipway.models.inferencedeployment import AnalysisMetric
 from slipway.models.trainingrun import TrainingRunStatus
+from slipway.prometheus import PrometheusUnavailable, Sample
 from slipway.status.rollout import Desired, _cost_tags
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -223,3 +228,186 @@ def test_a_finished_jobs_cost_is_its_time_at_its_templates_requests():
     running = {"spec": {"template": template}, "status": {"startTime": iso(T0)}}
     assert cost.job_cost(running, PRICES, T0) is None
     assert cost.job_cost(job, Prices.parse({"gpuHour": 1}), T0) is None  # no CPU price: not counted as 0
+
+
+# -- OpenCost's per-node prices (price file openCost: true) ------------------------------------------
+
+
+class FakePrometheus:
+    """Answers OpenCost's query with ``samples`` (or raises ``error``; ``hold`` blocks the answer)."""
+
+    def __init__(self, samples: list[Sample], base_url: str = "http://prometheus.test:9090") -> None:
+        self.base_url, self.samples = base_url, samples
+        self.error: Exception | None = None
+        self.hold: threading.Event | None = None
+        self.queries: list[str] = []
+
+    def query(self, promql: str) -> list[Sample]:
+        self.queries.append(promql)
+        if self.hold is not None:
+            self.hold.wait(10)
+        if self.error is not None:
+            raise self.error
+        return list(self.samples)
+
+
+def opencost_series(node: str, gpu: float, cpu: float, ram: float) -> list[Sample]:
+    return [Sample({"__name__": name, "node": node}, value) for name, value in
+            (("node_gpu_hourly_cost", gpu), ("node_cpu_hourly_cost", cpu), ("node_ram_hourly_cost", ram))]  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def _no_opencost_reads_kept():
+    opencost.forget()
+    yield
+    opencost.forget()
+
+
+def test_open_cost_is_true_or_false_and_a_bad_value_is_named():
+    assert Prices.parse({"cpuHour": 1, "openCost": True}).open_cost
+    assert not Prices.parse({"cpuHour": 1, "openCost": False}).open_cost and not Prices.parse({"cpuHour": 1}).open_cost
+    assert Prices.parse({"openCost": "true"}).open_cost  # helm --set-string
+    for bad in ("yes", 1, [True]):
+        with pytest.raises(PriceError, match=r"^price file p.yaml: openCost must be true or false"):
+            Prices.parse({"openCost": bad}, "price file p.yaml")
+    # openCost alone prices nothing until OpenCost has series
+    assert not Prices.parse({"openCost": True}).configured
+
+
+def test_a_pod_on_a_node_opencost_prices_is_priced_by_it_and_one_on_another_node_by_the_table():
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    table = Prices.parse({"currency": "EUR", "gpuHour": {"default": 2.0, "A100": 3.0}, "cpuHour": 0.04,
+                          "memoryGiBHour": 0.01, "openCost": True}, "price file p.yaml")  # fmt: skip
+    prices = opencost.with_node_prices(table, client, timeout=5)
+    assert client.queries == [opencost.QUERY] and prices.nodes == {"n1": NodePrices(5.0, 0.1, 0.02)}
+    on_opencost = pod("a", T0, T0 + timedelta(hours=1), phase="Failed", gpus=2)  # n1: 1 h
+    on_table = pod("b", T0 + timedelta(hours=1), T0 + timedelta(hours=3), phase="Succeeded", gpus=2, node="n2")  # 2 h
+    attempts = record_attempts([], [on_opencost, on_table], T0 + timedelta(hours=3), {"n1": "A100", "n2": "A100"})
+    assert [a["node"] for a in attempts] == ["n1", "n2"]
+    spent = training_cost(attempts, prices, T0 + timedelta(hours=3))
+    opencost_hourly = 2 * 5.0 + 0.5 * 0.1 + 2 * 0.02  # not the table's 3.0 for an A100
+    table_hourly = 2 * 3.0 + 0.5 * 0.04 + 2 * 0.01
+    assert [a["cost"] for a in spent["attempts"]] == [pytest.approx(opencost_hourly), pytest.approx(2 * table_hourly)]
+    assert spent["total"] == pytest.approx(opencost_hourly + 2 * table_hourly) and "message" not in spent
+    assert spent["currency"] == "EUR"
+    assert spent["wastedShare"] == pytest.approx(opencost_hourly / spent["total"], abs=1e-4)
+    # Without openCost, the same table ignores OpenCost (and nothing is asked of Prometheus).
+    plain = opencost.with_node_prices(Prices.parse({"gpuHour": 3.0, "cpuHour": 0.04, "memoryGiBHour": 0.01}),
+                                      client, timeout=5)  # fmt: skip
+    assert len(client.queries) == 1 and training_cost(attempts, plain, T0)["total"] == pytest.approx(3 * table_hourly)
+    # A serving pod is priced by its spec.nodeName.
+    serving = [pod("s1", T0, gpus=2), pod("s2", T0, gpus=2, node="n2")]
+    assert cost.pod_per_hour(prices, serving, {"n2": "A100"}) == (pytest.approx((opencost_hourly + table_hourly) / 2),
+                                                                   2, "")  # fmt: skip
+    # OpenCost's series alone (no price in the table) are a configured price.
+    only = opencost.with_node_prices(Prices.parse({"openCost": True, "currency": "USD"}), client, timeout=5)
+    assert only.configured and cost.pod_per_hour(only, serving[:1]) == (pytest.approx(opencost_hourly), 1, "")
+
+
+def test_a_missing_price_says_opencost_was_consulted_for_the_pods_node():
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    table = Prices.parse({"gpuHour": 2.0, "memoryGiBHour": 0.01, "openCost": True}, "price file p.yaml")
+    prices = opencost.with_node_prices(table, client, timeout=5)
+    on_n1 = pod("a", T0, T0 + timedelta(hours=1), phase="Failed")
+    on_n2 = pod("b", T0, T0 + timedelta(hours=1), phase="Succeeded", node="n2")
+    attempts = record_attempts([], [on_n1, on_n2], T0)
+    spent = training_cost(attempts, prices, T0)
+    assert spent["message"] == (
+        "missing from price file p.yaml (and OpenCost has no prices for node n2): cpuHour (counted as 0)")  # fmt: skip
+    assert spent["total"] == pytest.approx((5.0 + 0.5 * 0.1 + 2 * 0.02) + (2.0 + 2 * 0.01))
+    assert cost.pod_per_hour(prices, [pod("s", T0, node="n2")]) == (
+        None, 1, "missing from price file p.yaml (and OpenCost has no prices for node n2): cpuHour")  # fmt: skip
+    assert cost.pod_per_hour(prices, [pod("s", T0, node="n1")])[2] == ""  # OpenCost has n1's CPU price
+    # Without openCost the message is as it always was.
+    assert training_cost(attempts, Prices.parse({"gpuHour": 2.0, "memoryGiBHour": 0.01}, "price file p.yaml"),
+                         T0)["message"] == "missing from price file p.yaml: cpuHour (counted as 0)"  # fmt: skip
+    # openCost alone, and OpenCost has no series: nothing is priced, and the message says why.
+    empty = opencost.with_node_prices(Prices.parse({"openCost": True}), FakePrometheus([], "http://other:9090"), 5)
+    unpriced = training_cost(attempts, empty, T0)
+    assert unpriced["message"].startswith("no price configured: set the operator's price file (--prices-file, Helm "
+                                          "value prices) to see what runs cost; openCost is on, but OpenCost has no "
+                                          "node prices in Prometheus")  # fmt: skip
+    assert "total" not in unpriced
+
+
+def test_a_prometheus_error_falls_back_to_the_table_and_is_logged_once(caplog):
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    client.error = PrometheusUnavailable("Prometheus at http://prometheus.test:9090 unreachable: connection refused")
+    clock = Clock()
+    table = Prices.parse({"gpuHour": 2.0, "cpuHour": 0.04, "memoryGiBHour": 0.01, "openCost": True}, "p.yaml")
+    attempts = record_attempts([], [pod("a", T0, T0 + timedelta(hours=1), phase="Succeeded")], T0)
+    with caplog.at_level(logging.INFO, logger="slipway.opencost"):
+        for _ in range(3):  # a minute apart: asked each time, warned once
+            prices = opencost.with_node_prices(table, client, timeout=5, clock=clock)
+            assert not prices.nodes and "unreachable" in prices.open_cost_note
+            assert training_cost(attempts, prices, T0)["total"] == pytest.approx(2.0 + 0.5 * 0.04 + 2 * 0.01)
+            clock.now += 60
+        assert len(client.queries) == 3
+        assert [r.levelname for r in caplog.records] == ["WARNING"] and "unreachable" in caplog.records[0].message
+        client.error = None  # Prometheus is back: OpenCost's prices again, and it is said once
+        assert opencost.with_node_prices(table, client, timeout=5, clock=clock).nodes.keys() == {"n1"}
+        assert [r.levelname for r in caplog.records] == ["WARNING", "INFO"]
+    # A price missing while OpenCost was not read says so.
+    gpu_only = opencost.with_node_prices(Prices.parse({"gpuHour": 2.0, "openCost": True}, "price file p.yaml"),
+                                         None, timeout=5)  # fmt: skip
+    assert training_cost(attempts, gpu_only, T0)["message"] == (
+        "missing from price file p.yaml (OpenCost not read: the operator has no --prometheus-url): "
+        "cpuHour, memoryGiBHour (counted as 0)")  # fmt: skip
+
+
+def test_a_prometheus_that_does_not_answer_holds_a_pass_no_longer_than_the_timeout():
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    client.hold = threading.Event()
+    table = Prices.parse({"cpuHour": 0.04, "openCost": True})
+    try:
+        started = time.monotonic()
+        prices = opencost.with_node_prices(table, client, timeout=0.2)
+        assert time.monotonic() - started < 1.0 and "did not answer within 0.2s" in prices.open_cost_note
+        started = time.monotonic()  # the next pass does not wait for the same query again
+        assert not opencost.with_node_prices(table, client, timeout=5).nodes
+        assert time.monotonic() - started < 0.5 and len(client.queries) == 1
+    finally:
+        client.hold.set()
+    wait_for(lambda: opencost.with_node_prices(table, client, timeout=5).nodes, 5, "the late answer used")
+    assert len(client.queries) == 1
+
+
+def test_opencost_is_asked_at_most_once_a_minute_per_prometheus():
+    clock = Clock()
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    table = Prices.parse({"cpuHour": 0.04, "openCost": True})
+    for _ in range(5):
+        assert opencost.with_node_prices(table, client, timeout=5, clock=clock).nodes["n1"].gpu_hour == 5.0
+        clock.now += 11.9  # 5 passes within 59.5 s
+    assert len(client.queries) == 1
+    client.samples = opencost_series("n1", 6.0, 0.1, 0.02)  # OpenCost's price changed
+    clock.now += 0.5  # 60 s after the first query
+    assert opencost.with_node_prices(table, client, timeout=5, clock=clock).nodes["n1"].gpu_hour == 6.0
+    assert len(client.queries) == 2
+    other = FakePrometheus(opencost_series("n1", 9.0, 0.1, 0.02), "http://other-prometheus:9090")
+    assert opencost.with_node_prices(table, other, timeout=5, clock=clock).nodes["n1"].gpu_hour == 9.0  # its own
+    assert len(other.queries) == 1 and len(client.queries) == 2
+
+
+def test_an_outage_after_a_good_read_keeps_the_node_prices_last_read(caplog):
+    clock = Clock()
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    table = Prices.parse({"gpuHour": 2.0, "cpuHour": 0.04, "memoryGiBHour": 0.01, "openCost": True}, "p.yaml")
+    attempts = record_attempts([], [pod("a", T0, T0 + timedelta(hours=1), phase="Succeeded")], T0)
+    read = training_cost(attempts, opencost.with_node_prices(table, client, timeout=5, clock=clock), T0)["total"]
+    assert read == pytest.approx(5.0 + 0.5 * 0.1 + 2 * 0.02)
+    client.error = PrometheusUnavailable("Prometheus at http://prometheus.test:9090 unreachable: connection refused")
+    clock.now += 60
+    with caplog.at_level(logging.WARNING, logger="slipway.opencost"):
+        during = opencost.with_node_prices(table, client, timeout=5, clock=clock)
+    assert len(client.queries) == 2 and during.nodes.keys() == {"n1"} and not during.open_cost_note
+    assert training_cost(attempts, during, T0)["total"] == pytest.approx(read)  # not repriced at the table's
+    assert "using the node prices last read from it" in caplog.records[0].message

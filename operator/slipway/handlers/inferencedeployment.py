@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import analysis, cost, kube, metrics, traffic
+from slipway import analysis, cost, kube, metrics, opencost, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowUnavailable
@@ -246,10 +246,11 @@ class Reconciler:
         return outcome
 
     def pricing(self, tracks: dict[str, tuple[str, str]]) -> analysis.Pricing | None:
-        """The price per hour of one pod of each analysed track, from its pods' requests (slipway.cost),
-        and their number; None when no
+        """The price per hour of one pod of each analysed track, from its pods' requests (slipway.cost)
+        and nodes (OpenCost's prices with openCost, slipway.opencost), and their number; None when no
         price is configured and no cost metric is asked for (nothing to show or judge)."""
-        prices = cost.prices_of(self.ctx.config.prices_file)
+        table = cost.prices_of(self.ctx.config.prices_file)
+        prices = opencost.with_node_prices(table, self.ctx.prometheus, self.ctx.config.http_timeout_seconds)
         settings = self.spec.rollout.analysis
         asked = settings is not None and any(m.name in analysis.PER_UNIT for m in settings.metrics)
         if not prices.configured and not asked:

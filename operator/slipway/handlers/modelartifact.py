@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import cost, kube, metrics, tenancy
+from slipway import cost, kube, metrics, opencost, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
@@ -222,7 +222,8 @@ class Lifecycle:
         """status.cost: what the version cost to make — its TrainingRun (every attempt), its quantize
         and validate Jobs — also written on the version as tags (once: tags MLflow already has with
         these values are not written again). None without a price table."""
-        prices = cost.prices_of(self.ctx.config.prices_file)
+        table = cost.prices_of(self.ctx.config.prices_file)
+        prices = opencost.with_node_prices(table, self.ctx.prometheus, self.ctx.config.http_timeout_seconds)
         if not prices.configured:
             return None
         now = datetime.now(UTC)

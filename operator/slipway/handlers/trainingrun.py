@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import API_VERSION, cost, kube, sizing
+from slipway import API_VERSION, cost, kube, opencost, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, Run
@@ -147,10 +147,12 @@ RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() t
 
 def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     """status.cost: the attempts recorded so far brought up to date from the pods seen now, priced
-    (slipway.cost). The nodes are read only when a GPU's price depends on its product, once per pod."""
+    (slipway.cost), each for its node (OpenCost's prices with openCost, slipway.opencost). The nodes
+    are read only when a GPU's price depends on its product, once per pod."""
     recorded = ctx.status.get("cost") or {}
     attempts = recorded.get("attempts") or []
-    prices = cost.prices_of(ctx.config.prices_file)
+    prices = opencost.with_node_prices(cost.prices_of(ctx.config.prices_file), ctx.prometheus,
+                                       ctx.config.http_timeout_seconds)  # fmt: skip
     products: dict[str, str] = {}
     if prices.configured and cost.needs_products(prices):
         known = {a.get("pod") for a in attempts if a.get("gpuProduct") is not None}
