@@ -177,6 +177,13 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
         assert len(versions) == 6, [(v.version, v.tags.get("slipway.dev/role")) for v in versions]
         assert mlflow.get_version_by_alias(model, "production").version == v2
         assert mlflow.get_version_by_alias(model, "candidate").version == v3
+        # The production version carries what it cost to make (its lineage: training, quantization,
+        # validation, from the operator's price table) and to serve (its canary's last analysis).
+        tags = mlflow.get_model_version(model, v2).tags
+    parts = [float(tags[f"slipway.cost.{part}"]) for part in ("training", "quantization", "validation")]
+    assert all(p > 0 for p in parts), tags
+    assert float(tags["slipway.cost.lineage"]) == pytest.approx(sum(parts), abs=1e-6), tags
+    assert float(tags["slipway.cost.per1kRequests"]) > 0 and tags["slipway.cost.currency"] == "USD", tags
     idep = status(kube_api, namespace, "inferencedeployments", "digits")
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
     report("\nstage durations since the first apply:\n" + stages.report())
