@@ -140,8 +140,11 @@ class Prices:
         gpu, cpu, memory = self.gpu_price(reserved.gpu_product), self.cpu_hour, self.memory_gib_hour
         if node is None:
             return gpu, cpu, memory
-        return (gpu if node.gpu_hour is None else node.gpu_hour, cpu if node.cpu_hour is None else node.cpu_hour,
-                memory if node.memory_gib_hour is None else node.memory_gib_hour)  # fmt: skip
+        return _over(node.gpu_hour, gpu), _over(node.cpu_hour, cpu), _over(node.memory_gib_hour, memory)
+
+    def from_open_cost(self, reserved: Reserved) -> bool:
+        """Whether OpenCost prices ``reserved``'s node."""
+        return bool(reserved.node) and reserved.node in self.nodes
 
     def missing(self, reserved: Reserved) -> list[str]:
         """The prices ``reserved`` needs that are not configured, named as in the price file."""
@@ -171,6 +174,14 @@ class Prices:
         """What ``reserved`` costs per hour (a missing price counts as 0: see :meth:`missing`)."""
         gpu, cpu, memory = self.rates(reserved)
         return reserved.gpus * (gpu or 0.0) + reserved.cpus * (cpu or 0.0) + reserved.memory_gib * (memory or 0.0)
+
+
+def _over(open_cost: float | None, table: float | None) -> float | None:
+    """OpenCost's price where it has one; a 0 (what OpenCost exports for GPUs it cannot price) only
+    where the table has none."""
+    if open_cost is None or (open_cost == 0 and table is not None):
+        return table
+    return open_cost
 
 
 _LOADED: dict[str, tuple[float, Prices]] = {}  # path -> (mtime, prices) last read well
@@ -365,22 +376,31 @@ def training_cost(
     missing: list[str] = []
     short: list[str | None] = []  # the nodes of attempts with a price missing
     priced = []
+    frozen_any = False
     for attempt in attempts:
         reserved, spent = _reserved(attempt), hours(attempt, now)
-        lacking = prices.missing(reserved)
-        missing += [m for m in lacking if m not in missing]
-        short += [reserved.node] if lacking else []
-        cost = spent * prices.hourly(reserved)
+        frozen = attempt.get("perHour") if attempt.get("endTime") else None
+        out = {**attempt}
+        if frozen is not None:  # ended, priced by OpenCost: what it cost then, whatever OpenCost says now
+            hourly, frozen_any = float(frozen), True
+        else:
+            lacking = prices.missing(reserved)
+            missing += [m for m in lacking if m not in missing]
+            short += [reserved.node] if lacking else []
+            hourly = prices.hourly(reserved)
+            if attempt.get("endTime") and not lacking and prices.from_open_cost(reserved):
+                hourly = out["perHour"] = round(hourly, 6)
+        cost = spent * hourly
         total += cost
         gpu_hours += spent * reserved.gpus
         if attempt.get("outcome") in WASTED:
             wasted += cost
-        priced.append({**attempt, "cost": round(cost, 6)})
+        priced.append({**out, "cost": round(cost, 6)})
     kept, folded_now, unlisted = fold(priced, folded, now, set(present))
     result: dict[str, Any] = {"gpuHours": round(gpu_hours, 6), "attempts": kept, "folded": folded_now}
     if unlisted:
         result["unlisted"] = unlisted
-    if not prices.configured:
+    if not prices.configured and not frozen_any:
         result["message"] = prices.unconfigured(" to see what runs cost")
         return result
     result.update(currency=prices.currency or None, total=round(total, 6),

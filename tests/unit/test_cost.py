@@ -411,3 +411,35 @@ def test_an_outage_after_a_good_read_keeps_the_node_prices_last_read(caplog):
     assert len(client.queries) == 2 and during.nodes.keys() == {"n1"} and not during.open_cost_note
     assert training_cost(attempts, during, T0)["total"] == pytest.approx(read)  # not repriced at the table's
     assert "using the node prices last read from it" in caplog.records[0].message
+
+
+def test_an_attempt_opencost_priced_keeps_its_price_once_it_ended():
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    table = Prices.parse({"currency": "USD", "openCost": True}, "p.yaml")
+    ended = pod("a", T0, T0 + timedelta(hours=1), phase="Failed")
+    running = pod("b", T0 + timedelta(hours=1))
+    attempts = record_attempts([], [ended, running], T0 + timedelta(hours=2))
+    first = training_cost(attempts, opencost.with_node_prices(table, client, timeout=5), T0 + timedelta(hours=2))
+    hourly = 5.0 + 0.5 * 0.1 + 2 * 0.02
+    assert [a.get("perHour") for a in first["attempts"]] == [pytest.approx(hourly), None]  # the running one: not yet
+    assert first["total"] == pytest.approx(2 * hourly)
+    # Later, OpenCost no longer lists the node (it was removed) and the operator restarted during an
+    # outage: the ended attempt keeps what it cost; the running one has no price now, and says so.
+    opencost.forget()
+    gone = opencost.with_node_prices(table, FakePrometheus([]), timeout=5)
+    later = training_cost(first["attempts"], gone, T0 + timedelta(hours=2))
+    assert later["total"] == pytest.approx(hourly) and later["attempts"][0]["cost"] == pytest.approx(hourly)
+    assert "missing from p.yaml" in later["message"]
+
+
+def test_an_opencost_price_of_zero_does_not_beat_the_tables():
+    client = FakePrometheus(opencost_series("n1", 0.0, 0.1, 0.02))  # OpenCost could not price the GPU
+    table = Prices.parse({"gpuHour": 2.0, "openCost": True})
+    prices = opencost.with_node_prices(table, client, timeout=5)
+    assert prices.rates(Reserved(gpus=1, cpus=1, memory_gib=1, node="n1")) == (2.0, 0.1, 0.02)
+    assert (
+        opencost.with_node_prices(Prices.parse({"openCost": True}), client, timeout=5).rates(
+            Reserved(gpus=1, node="n1")
+        )[0]
+        == 0.0
+    )  # no table price: OpenCost's 0 stands

@@ -738,7 +738,7 @@ def test_a_rolled_back_canary_keeps_its_pods_out_of_traffic_for_the_scale_down_d
     p = plan(observe(s, stable=track(V1), canary=canary, status=canary_status(), analysis=failed))
     assert p.phase == "RolledBack" and p.weight == 0 and p.route_weight == 0 and p.stable_replicas == 2
     assert p.canary_replicas == kept and (p.canary == V2 if kept else p.canary is None)
-    assert p.wake_in == (pytest.approx(delay) if kept else None)
+    assert p.wake_in == (pytest.approx(delay) if kept else None) and p.held_out is bool(kept)
     after = {"phase": "RolledBack", "lastRollback": p.status["lastRollback"]}
     # A later pass (a restarted operator: nothing but status) keeps them until the delay is over...
     within = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=after, now=NOW + timedelta(seconds=20)))
@@ -753,11 +753,38 @@ def test_a_rolled_back_canary_keeps_its_pods_out_of_traffic_for_the_scale_down_d
     assert fresh.canary is not None and fresh.canary.revision == "rev3" and fresh.wake_in is None
 
 
-def test_the_gateway_service_over_both_tracks_selects_the_canary_only_while_the_route_does():
+def test_a_held_out_canary_is_out_of_the_gateway_service_over_both_tracks_and_only_then():
     s = spec(GATEWAY)
     router = traffic.router("GatewayAPI")
-    both = {svc["metadata"]["name"]: svc["spec"]["selector"] for svc in router.objects("digits", "team", s, 0).services}
-    assert both["digits"] == {"slipway.dev/deployment": "digits", "slipway.dev/track": "stable"}
-    weighted = {svc["metadata"]["name"]: svc["spec"]["selector"]
-                for svc in router.objects("digits", "team", s, 25).services}  # fmt: skip
-    assert weighted["digits"] == {"slipway.dev/deployment": "digits"}
+
+    def selectors(weight: int, held_out: bool) -> dict[str, dict[str, str]]:
+        return {svc["metadata"]["name"]: svc["spec"]["selector"]
+                for svc in router.objects("digits", "team", s, weight, held_out).services}  # fmt: skip
+
+    assert selectors(0, True)["digits"] == {"slipway.dev/deployment": "digits", "slipway.dev/track": "stable"}
+    assert selectors(0, False)["digits"] == selectors(25, False)["digits"] == {"slipway.dev/deployment": "digits"}
+
+
+def test_only_ready_canary_pods_are_held_out():
+    s = spec(GATEWAY)
+    p = plan(
+        observe(
+            s,
+            stable=track(V1),
+            canary=track(V2, 0, 1),
+            status=canary_status(),
+            annotations={"slipway.dev/abort": "true"},
+        )
+    )  # a canary that never became ready, aborted
+    assert p.phase == "RolledBack" and (p.canary, p.canary_replicas, p.held_out) == (None, 0, False)
+
+
+def test_a_gateway_rollback_after_a_100_percent_step_routes_to_the_canary_until_the_stable_serves():
+    s = spec(GATEWAY, steps=[{"weight": 50}, {"weight": 100}])
+    p = plan(observe(s, stable=track(V1, 0, 0, pods=0), canary=track(V2, 2), status=canary_status(step=1),
+                     annotations={"slipway.dev/abort": "true"}))  # fmt: skip
+    assert p.phase == "RolledBack" and p.canary == V2 and not p.held_out
+    assert p.route_weight == p.weight == 100  # the only ready pods: not a route to an empty stable
+    services = traffic.router("GatewayAPI").objects("digits", "team", s, p.route_weight, p.held_out).services
+    assert {svc["metadata"]["name"]: svc["spec"]["selector"] for svc in services}["digits"] == {
+        "slipway.dev/deployment": "digits"}  # fmt: skip

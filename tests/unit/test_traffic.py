@@ -72,7 +72,7 @@ class Recording:
         self.asked.append(("carried", (weight, canary_ready, stable_ready)))
         return 42
 
-    def objects(self, name, namespace, spec, canary_weight) -> Objects:
+    def objects(self, name, namespace, spec, canary_weight, held_out=False) -> Objects:
         return Objects()
 
 

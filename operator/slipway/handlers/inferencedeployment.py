@@ -109,7 +109,7 @@ class Reconciler:
             self.write(decision, tracks, pending, parked)
             flush(self.ctx)
         # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
-        routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight)
+        routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight, decision.held_out)
         self.ensure_services(routed)
         deployments = self.apply(decision, deployments, observed.status.get("previousStable"), routed)
         pending, parked = self.carry_out(pending, parked)
@@ -132,9 +132,15 @@ class Reconciler:
         # The scale subresource's status: serving pods up to spec.replicas (the HPA multiplies this
         # count by its metric's ratio, which it measures over the pods of the selector, surge pods
         # included), and the selector of both tracks' pods.
-        pods = sum(t.pods for t in tracks.values() if t is not None)
+        counted = {
+            t: track for t, track in tracks.items() if track is not None and not (decision.held_out and t == "canary")
+        }
+        pods = sum(track.pods for track in counted.values())
         replicas = min(pods, total_replicas(self.spec))
-        selector = ",".join(f"{k}={v}" for k, v in build.selector(self.name).items())
+        # (The stable's alone while the canary's pods are held with no traffic: idle, they would dilute
+        # the HPA's measure.)
+        only = "stable" if decision.held_out else None
+        selector = ",".join(f"{k}={v}" for k, v in build.selector(self.name, only).items())
         self.ctx.write([*decision.conditions, registry.condition(pending, parked)], phase=decision.phase,
                        stable=stable, canary=canary, pending_registry_updates=pending or None,
                        refused_registry_updates=parked or None, replicas=replicas, selector=selector,

@@ -235,6 +235,11 @@ class CostAttempt(StatusModel):
     start_time: str | None = Field(default=None, description="The pod's start.")
     end_time: str | None = Field(default=None, description="The end of its last container (or when it was found gone).")
     outcome: str | None = Field(default=None, description="Running, Succeeded, Failed, Preempted or Deleted.")
+    per_hour: float | None = Field(
+        default=None,
+        description="Its price per hour, kept once it ended when OpenCost priced its node: a node OpenCost no "
+        "longer lists, or an outage, does not reprice it.",
+    )
     cost: float | None = Field(default=None, description="What it cost, in status.cost.currency.")
 
 

@@ -132,7 +132,8 @@ def cost_per_million(values: Mapping[str, float], prices: Prices) -> tuple[float
         where = prices.source or "the price table (--prices-file, Helm value prices)"
         return None, f"no price: set {', '.join(missing)} in {where}"
     if any(not (rate > 0) for rate in measured.values()):
-        return None, f"a throughput is not positive ({', '.join(f'{k}={v}' for k, v in measured.items())})"
+        logged = ", ".join(f"{key} {values[key]}" for key in THROUGHPUT_METRICS if key in values)
+        return None, f"a throughput is not positive ({logged})"
     per_prediction = sum(float(hourly[r] or 0) / 3600 / rate for r, rate in measured.items())
     return per_prediction * 1e6, ""
 

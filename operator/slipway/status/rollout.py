@@ -124,6 +124,7 @@ class Plan:
     analyze_track: str = "canary"  # whose pods an analysis judges: the canary's, or the stable's in a bake
     next_analysis: float | None = None  # seconds until the next analysis is due (a canary under analysis)
     wake_in: float | None = None  # seconds until something planned is due without a change (a held-out canary leaves)
+    held_out: bool = False  # the canary's pods kept with no traffic after a rollback (scaleDownDelaySeconds)
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None
@@ -242,8 +243,10 @@ def _size(obs: Observed, result: Plan) -> None:
         result.canary_replicas = canary_replicas
     elif not out and canary_replicas and result.canary is None and canary is not None:
         result.canary, result.canary_replicas = _serving(canary), canary_replicas  # kept until the stable serves
+        result.weight = result.route_weight = replica_weight(canary.current_ready, stable.ready)  # and it serves
     elif out and canary is not None and (held := held_out(obs, result, canary)) is not None:
         result.canary, result.canary_replicas, result.wake_in = _serving(canary), *held
+        result.held_out = True
     rolling = result.revert_stable or (result.stable is not None and not stable.serves(result.stable))
     if rolling:
         result.stable_budget = roll_budget(total, obs.spec.rollout, result.stable_replicas,
@@ -252,9 +255,9 @@ def _size(obs: Observed, result: Plan) -> None:
 
 def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | None:
     """After a rollback, where traffic follows the router's weights rather than the pods
-    (GatewayAPI): the canary's pods kept with no traffic for spec.rollout.scaleDownDelaySeconds from
-    the rollback, as many as maxSurgeReplicas allows beside the stable's full count; and the seconds
-    left. None: they leave now."""
+    (GatewayAPI): the canary's ready pods kept with no traffic for spec.rollout.scaleDownDelaySeconds
+    from the rollback, as many as maxSurgeReplicas allows beside the stable's full count; and the
+    seconds left. None: they leave now."""
     rollout = obs.spec.rollout
     if result.phase != "RolledBack" or not canary.replicas or not rollout.scale_down_delay_seconds:
         return None
@@ -265,7 +268,7 @@ def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | 
     if when is None or record.get("revision") != canary.revision:
         return None
     left = rollout.scale_down_delay_seconds - (obs.now - when).total_seconds()
-    keep = min(canary.replicas, rollout.max_surge_replicas)
+    keep = min(canary.replicas, canary.current_ready, rollout.max_surge_replicas)  # ready ones: the rest go
     return (keep, left) if left > 0 and keep > 0 else None
 
 

@@ -56,8 +56,11 @@ class Router(Protocol):
     def carried(self, sizing: Sizing, weight: int, canary_ready: int, stable_ready: int) -> int:
         """The share of traffic the canary carries now, its pods ``canary_ready`` of ``sizing.pods``."""
 
-    def objects(self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int) -> Objects:
-        """The Services and routes that carry ``canary_weight`` percent to the canary."""
+    def objects(
+        self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
+    ) -> Objects:
+        """The Services and routes that carry ``canary_weight`` percent to the canary; ``held_out``: the
+        canary's pods are kept with no traffic at all (see weights_apart_from_pods)."""
 
 
 def replica_weight(canary_ready: int, stable_ready: int) -> int:

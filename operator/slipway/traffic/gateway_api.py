@@ -1,8 +1,8 @@
 """spec.traffic.mode GatewayAPI: an HTTPRoute with exact weights between one Service per track (and
 the Service over both for clients that address it); the canary gets the fewest pods that carry the
 step's weight at the stable's load per pod, the weight capped at what its pods can carry. The
-Service over both tracks selects the canary's pods only while the route gives them weight, so that
-pods kept out of traffic (spec.rollout.scaleDownDelaySeconds) get none through it either."""
+Service over both tracks stops selecting the canary's pods while they are kept with no traffic after
+a rollback (spec.rollout.scaleDownDelaySeconds), so that they get none through it either."""
 
 from __future__ import annotations
 
@@ -52,8 +52,10 @@ class GatewayAPI:
             return sizing.share
         return min(weight, route_capacity(canary_ready, stable_ready))
 
-    def objects(self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int) -> Objects:
-        # The Service over both tracks carries the canary only while the route does.
-        both = build.service(name, namespace, spec, selects=None if canary_weight > 0 else "stable")
+    def objects(
+        self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
+    ) -> Objects:
+        # The Service over both tracks leaves the canary out while its pods are held with no traffic.
+        both = build.service(name, namespace, spec, selects="stable" if held_out else None)
         services = (both, *(build.service(name, namespace, spec, track) for track in build.TRACKS))
         return Objects(services=services, httproutes=(build.http_route(name, namespace, spec, canary_weight),))
