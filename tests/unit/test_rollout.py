@@ -341,7 +341,12 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
         later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=recorded,
                              now=NOW + timedelta(seconds=seconds)))  # fmt: skip
         assert later.analyze is due, seconds
-    # Past the step's first interval, no data is queried once per interval, as anything else.
+    # Still so 20 s into the step (two scrapes of a pod just ready can take that long)...
+    step_began = NOW - timedelta(seconds=20)
+    young = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
+                         analysis=no_data))  # fmt: skip
+    assert young.next_analysis == 2.0
+    # ...but past the step's first 30 s, no data is queried once per interval, as anything else.
     step_began = NOW - timedelta(seconds=30)
     old = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
                        analysis=no_data))  # fmt: skip

@@ -36,6 +36,10 @@ from slipway.traffic import Sizing, replica_weight
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
 # scraped twice) is tried again this soon, not a whole interval later.
 INCONCLUSIVE_RETRY = timedelta(seconds=2)
+# How long into a step an inconclusive analysis is retried after INCONCLUSIVE_RETRY (at least the
+# analysis interval): two scrapes of a pod that just became ready come up to two scrape intervals
+# later (15 s each by default), and a verdict that misses the first interval must not wait a second.
+INCONCLUSIVE_WINDOW = timedelta(seconds=30)
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
 ABORT_ANNOTATION = "slipway.dev/abort"
@@ -594,12 +598,13 @@ class Canary:
 
     def next_analysis(self, latest: list[dict[str, Any]] | None = None) -> timedelta:
         """How long until the next analysis is due, after the ``latest`` one (else the recorded
-        ones). Every ``analysis.interval``; sooner in the step's first interval while the latest
-        analysis was inconclusive: a canary's first query usually comes before Prometheus holds
-        two samples of its pods, and waiting a whole interval for the next one would delay every
-        verdict by that much. It is tried again after :data:`INCONCLUSIVE_RETRY` instead (no data
-        never counts towards ``failureLimit``, so this never rolls back sooner on no data). Past
-        the first interval, a canary with no data is queried once per interval, as any other."""
+        ones). Every ``analysis.interval``; sooner early in the step (its first interval, or
+        :data:`INCONCLUSIVE_WINDOW` if longer) while the latest analysis was inconclusive: a canary's
+        first query usually comes before Prometheus holds two samples of its pods, and waiting a
+        whole interval for the next one would delay every verdict by that much. It is tried again
+        after :data:`INCONCLUSIVE_RETRY` instead (no data never counts towards ``failureLimit``, so
+        this never rolls back sooner on no data). Past that, a canary with no data is queried once
+        per interval, as any other."""
         analysis = self.spec.rollout.analysis
         assert analysis is not None
         timed = [(t, r) for r in (self.previous_results if latest is None else latest)
@@ -610,7 +615,7 @@ class Canary:
         interval = parse_duration(analysis.interval)
         latest_deciding = [r for t, r in timed if t == last and not r.get("dryRun")]
         inconclusive = bool(latest_deciding) and all(r.get("result") == "Inconclusive" for r in latest_deciding)
-        if inconclusive and self.now - self.step_started < interval:
+        if inconclusive and self.now - self.step_started < max(interval, INCONCLUSIVE_WINDOW):
             interval = min(interval, INCONCLUSIVE_RETRY)
         return last + interval - self.now
 
