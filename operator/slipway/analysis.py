@@ -174,9 +174,15 @@ def per_pod_second(series: str, window: str) -> str:
     seconds it served, not diluted over the whole window). The busiest pod, because a track's pods
     share its traffic evenly: a pod draining serves less and would make the track look dearer than it
     is. ``instance`` tells the pods apart; a counter reset inside the window (a restarted container)
-    lowers that pod's slope."""
-    return f"max(deriv((sum by (instance) ({series}) > 0)[{window}:1s]))"
+    lowers that pod's slope. A pod is measured only once it has served for :data:`MIN_SLOPE_SECONDS`
+    (no data before: Inconclusive): the slope of a few seconds of Poisson arrivals is noise that a
+    relative cost gate would read as a dearer canary."""
+    served = f"(sum by (instance) ({series}) > 0)"
+    long_enough = f"count_over_time({served}[{window}:1s]) >= {MIN_SLOPE_SECONDS}"
+    return f"max(deriv({served}[{window}:1s]) and on(instance) ({long_enough}))"
 
+
+MIN_SLOPE_SECONDS = 10  # a pod's throughput is judged over at least this many seconds of serving (< the window)
 
 # Cost gates: the built-in query measures a pod's throughput (answered requests, generated tokens
 # per second, see per_pod_second); :class:`Priced` turns it into a cost per unit with the price of

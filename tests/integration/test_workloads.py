@@ -209,9 +209,10 @@ def test_validate_logs_the_gate_metrics(workloads: Workloads, trained_run: str, 
         SLIPWAY_MODEL_URI=f"models:/{name}@candidate",
     )
     metrics = client.get_run(run_id).metrics
-    logged = {key: metrics[key].value for key in ("accuracy", "latencyP50Seconds", "latencyP95Seconds", "sizeBytes")}
+    keys = ("accuracy", "latencyP50Seconds", "latencyP95Seconds", "sizeBytes", "predictionsPerCpuSecond")
+    logged = {key: metrics[key].value for key in keys}
     print(f"validation of the fp32 model: {logged}")
-    assert logged["accuracy"] > 0.9
+    assert logged["accuracy"] > 0.9 and logged["predictionsPerCpuSecond"] > 1000
     assert 0 < logged["latencyP50Seconds"] <= logged["latencyP95Seconds"] < 0.5
     assert logged["sizeBytes"] > 10_000
     assert workloads.result(result_file)["metrics"] == pytest.approx(logged)
