@@ -273,7 +273,9 @@ def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator
 
     wait_for(promoted, 180, "v2 promoted through the route's steps", interval=0.1)
     assert {(75, 25), (50, 50)} <= seen, seen
-    assert route_weights() == (100, 0)
+    # The promotion is on record (status, with its alias move) before the pass carries it out: the
+    # route follows within that pass.
+    wait_for(lambda: route_weights() == (100, 0), 15, "the route all on the stable after the promotion")
     for track in ("stable", "canary"):
         svc = client.CoreV1Api(kube_api).read_namespaced_service(f"digits-{track}", namespace)
         assert svc.spec.selector == {"slipway.dev/deployment": "digits", "slipway.dev/track": track}
