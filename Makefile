@@ -12,11 +12,13 @@ HEALTH := $(CACHE)/health/health
 HELM := $(CACHE)/helm/helm
 ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
 KWOK := $(CACHE)/kwok/kwok
+KUEUE := $(CACHE)/kueue/kueue
+JOBSET := $(CACHE)/jobset/jobset
 CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool helm crds verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool helm kueue jobset crds verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -60,6 +62,14 @@ traefik: $(TRAEFIK)  ## build Traefik (the local Gateway API data plane) from th
 $(TRAEFIK): e2e/gateway/build-traefik.sh e2e/go-build.sh e2e/gateway/go.mod e2e/gateway/go.sum
 	bash e2e/gateway/build-traefik.sh $(TRAEFIK)
 
+kueue: $(KUEUE)  ## build Kueue (quotas, admission, preemption for TrainingRuns) from the Go module proxy (cached)
+$(KUEUE): e2e/batch/build.sh e2e/go-build.sh
+	bash e2e/batch/build.sh kueue $(KUEUE)
+
+jobset: $(JOBSET)  ## build JobSet (multi-node TrainingRuns as one gang) from the Go module proxy (cached)
+$(JOBSET): e2e/batch/build.sh e2e/go-build.sh
+	bash e2e/batch/build.sh jobset $(JOBSET)
+
 health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) and Flux (CEL) health checker the tests use
 $(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
@@ -85,7 +95,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool helm
+CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool helm kueue jobset
 test: install $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 

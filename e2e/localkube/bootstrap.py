@@ -45,7 +45,7 @@ def cluster_role(name: str, user: str, rules: list[dict[str, object]]) -> list[t
     return [(f"{RBAC}/clusterroles", role), (f"{RBAC}/clusterrolebindings", binding)]
 
 
-def _aggregated_api_server(user: str) -> list[tuple[str, dict[str, object]]]:
+def aggregated_api_server(user: str) -> list[tuple[str, dict[str, object]]]:
     """What an aggregated API server needs to authenticate and authorize its callers."""
     subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
     delegator = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:auth-delegator"}
@@ -108,7 +108,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
         [{"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": read}],
     )
     for user in (METRICS_SERVER_USER, METRICS_ADAPTER_USER):
-        out += _aggregated_api_server(user)
+        out += aggregated_api_server(user)
     aggregate = {f"rbac.authorization.k8s.io/aggregate-to-{r}": "true" for r in ("admin", "edit", "view")}
     out.append(
         (
