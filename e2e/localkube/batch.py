@@ -251,8 +251,8 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     argv = [str(component.binary), f"--kubeconfig={kubeconfig}", *args]
     # Started as the node agent starts a container (podexec: a private mount namespace), so the
     # certificates appear at the paths the release mounts them on, as they would in its pod.
-    spec = {"argv": argv, "env": {**os.environ, **env}, "cwd": str(directory),
-            "mounts": [{"source": str(certs), "target": t, "readOnly": True} for t in component.cert_mounts]}  # fmt: skip
+    mounts = [{"source": str(certs), "target": target, "readOnly": True} for target in component.cert_mounts]
+    spec = {"argv": argv, "env": {**os.environ, **env}, "cwd": str(directory), "mounts": mounts}
     spec_file = directory / component.name / "process.json"
     spec_file.write_text(json.dumps(spec))
     cmd = [sys.executable, "-I", "-S", str(PODEXEC), str(spec_file)]
