@@ -34,7 +34,7 @@ CHILDREN: dict[str, tuple[str, str, str]] = {
     "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
 }
-INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces")
+INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces", "workloads")
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
@@ -108,6 +108,29 @@ def _register_children() -> None:
 
 
 _register_children()
+
+
+# Kueue's Workloads: one per queued Job, owned by it, holding Kueue's verdicts (Queued, Admitted,
+# Evicted). Kueue does not copy Slipway's labels to them, so they are watched unfiltered (there is
+# one per Job in a Kueue queue); without Kueue installed the resource is absent and nothing is watched.
+WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+
+
+@kopf.index(*WORKLOADS, id="workloads")
+def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Workloads by their Job: ``("owner", job uid)``."""
+    return _keys(body)
+
+
+@kopf.on.event(*WORKLOADS, id="wake-trainingrun-of-workload")
+async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    listed(type, memo)
+    meta = body["metadata"]
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("kind") == "Job" and str(ref.get("apiVersion")) == "batch/v1":
+            job = memo.cache.get("jobs", meta["namespace"], ref["name"])
+            for key in owner_keys(job or {}, PLURALS):
+                memo.scheduler.wake(key)
 
 
 @kopf.index("v1", "pods", id="pods", labels={RUN_LABEL: kopf.PRESENT})

@@ -112,6 +112,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "update", "delete"]
+# Kueue's Workloads of queued training Jobs: what Queued, Admitted and PreemptedByKueue say.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch"]
 # Training pods for exit codes, restarts and the scheduler's reasons.
 - apiGroups: [""]
   resources: ["pods"]

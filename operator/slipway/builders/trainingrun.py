@@ -16,10 +16,10 @@ from slipway.builders.common import (
     resource_requirements,
 )
 from slipway.models.trainingrun import TrainingRunSpec
+from slipway.status.kueue import QUEUE_LABEL
 
 CHECKPOINT_MOUNT = "/checkpoints"
 MASTER_PORT = 29500
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed past 63 characters)
 RUN_NAME_ANNOTATION = "slipway.dev/trainingrun-name"  # on pods: the run's full name
 MAX_NODES = 1024  # spec.nodes' bound in the CRD
@@ -193,7 +193,7 @@ def job(
         pod["subdomain"] = service_name(name)
     job_labels = labels(name)
     if spec.queue_name:
-        job_labels[KUEUE_QUEUE_LABEL] = spec.queue_name
+        job_labels[QUEUE_LABEL] = spec.queue_name
     job_spec: dict[str, Any] = {
         "backoffLimit": spec.failure_policy.max_restarts,
         "podFailurePolicy": pod_failure_policy(spec),

@@ -15,12 +15,13 @@ from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
 from slipway.redact import without_credentials
-from slipway.status import jobs
+from slipway.status import jobs, kueue
 from slipway.status.conditions import parse_time, stalled
 from slipway.status.trainingrun import (
     TrainingState,
     finished,
     progress_from_run,
+    queue_of,
     suspend_patch,
     training_state,
     with_attempts,
@@ -62,9 +63,11 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     now = datetime.now(UTC)
     podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
     refused = kube.creation_failure(ctx.kube, job) if podless else None
+    queue_name = queue_of(spec, job)
+    queue = kueue.workload_of(job, ctx.cache.owned_by("workloads", job["metadata"]["uid"])) if queue_name else None
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
-                           artifact=artifact, now=now,
-                           stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds, create_failure=refused)  # fmt: skip
+                           artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
+                           create_failure=refused, queue=queue)  # fmt: skip
     if cached and (state.succeeded or state.failed):
         run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
     spent = _cost(ctx, pods, now)
@@ -76,7 +79,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
     _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
            mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},
-           artifact_ref={"name": artifact_name} if artifact_name else None, cost=spent)  # fmt: skip
+           artifact_ref={"name": artifact_name} if artifact_name else None, cost=spent,
+           queue=kueue.queue_status(queue_name, queue) if queue_name else None)  # fmt: skip
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,

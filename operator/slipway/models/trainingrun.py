@@ -274,6 +274,19 @@ class TrainingCost(StatusModel):
     )
 
 
+class QueueStatus(StatusModel):
+    """Where Kueue has the run's Job: its LocalQueue and Workload, and Kueue's verdicts."""
+
+    local_queue: str | None = Field(default=None, description="The Kueue LocalQueue of the Job.")
+    workload: str | None = Field(default=None, description="Kueue's Workload for the Job.")
+    cluster_queue: str | None = Field(default=None, description="The ClusterQueue that admitted it.")
+    admitted: bool | None = Field(default=None, description="Whether Kueue admits the Job now.")
+    admitted_at: str | None = Field(default=None, description="When Kueue admitted it (last time).")
+    evictions: int | None = Field(
+        default=None, description="Times Kueue evicted it (preemption and others); not counted as restarts."
+    )
+
+
 class TrainingRunStatus(StatusModel):
     """Observed state of a TrainingRun."""
 
@@ -287,6 +300,7 @@ class TrainingRunStatus(StatusModel):
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
     cost: TrainingCost | None = Field(default=None, description="What the run cost (see README, What it costs).")
+    queue: QueueStatus | None = Field(default=None, description="Kueue: the LocalQueue, Workload and admission.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
     conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Trained")
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slipway.models.trainingrun import TrainingRunSpec
+from slipway.status import kueue
 from slipway.status.conditions import Cond, held, parse_time, ready, reconciling, settled, stalled
 from slipway.status.jobs import job_condition
 
@@ -128,6 +129,7 @@ def training_state(
     now: datetime | None = None,
     stuck_grace_seconds: float | None = None,
     create_failure: str | None = None,
+    queue: kueue.QueueView | None = None,
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
@@ -137,7 +139,8 @@ def training_state(
     (bad image, missing Secret, crash loop) is Reconciling for ``stuck_grace_seconds`` after it
     was created, then Stalled. A Job without pods whose pods the API server refuses
     (``create_failure``, its FailedCreate Event) is Stalled with the API server's words; while it
-    has no pods and no such Event, the pass looks again in NO_PODS_RECHECK_SECONDS.
+    has no pods and no such Event, the pass looks again in NO_PODS_RECHECK_SECONDS. ``queue``:
+    what Kueue says of the Job (its Workload), for a Job in a Kueue queue.
     """
     if sizing_refusal is not None and job is None:
         return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
@@ -164,14 +167,16 @@ def training_state(
         if spec.suspend:
             message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
             return _state("Suspended", "held", "Suspended", message, **kw)
-        return _state(
-            "Pending", "reconciling", "Queued", f"waiting for Kueue to admit the Job ({spec.queue_name})", **kw
-        )
+        reason, message = kueue.queued(queue_of(spec, job) or "", queue)
+        return _state("Pending", "reconciling", reason, message, **kw)
     if not pods:
         if create_failure is not None:
             message = (f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
                        "namespace's quota or policy) and the Job creates them")  # fmt: skip
             return _state("Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS,
+                          **kw)  # fmt: skip
+        if queue is not None and queue.admitted:
+            return _state("Pending", "reconciling", *kueue.admitted(queue), recheck_seconds=NO_PODS_RECHECK_SECONDS,
                           **kw)  # fmt: skip
         return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start",
                       recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)  # fmt: skip
@@ -190,6 +195,8 @@ def training_state(
     if running:
         message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
         return _state("Running", "reconciling", "Training", message, **kw)
+    if queue is not None and queue.admitted:
+        return _state("Pending", "reconciling", *kueue.admitted(queue), **kw)
     return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)
 
 
@@ -288,16 +295,24 @@ def _count(value: Any) -> int | None:
 USER_SUSPENDED = "slipway.dev/suspended-by-spec"
 
 
+def queue_of(spec: TrainingRunSpec, job: Obj | None) -> str | None:
+    """The Kueue LocalQueue the run's Job is in: spec.queueName, or the one Kueue's webhook gave a
+    Job created without it (the namespace's default LocalQueue)."""
+    if spec.queue_name:
+        return spec.queue_name
+    return ((job or {}).get("metadata") or {}).get("labels", {}).get(kueue.QUEUE_LABEL) or None
+
+
 def suspend_patch(spec: TrainingRunSpec, job: Obj) -> dict[str, Any] | None:
-    """The Job patch that makes it follow ``spec.suspend``, or None. A Job that Kueue holds
-    (queueName) is only resumed if Slipway suspended it."""
+    """The Job patch that makes it follow ``spec.suspend``, or None. A Job that Kueue holds (in a
+    LocalQueue: spec.queueName or the namespace's default) is only resumed if Slipway suspended it."""
     if job_condition(job, "Complete") or job_condition(job, "Failed"):
         return None
     suspended = bool(job["spec"].get("suspend"))
     ours = (job["metadata"].get("annotations") or {}).get(USER_SUSPENDED) == "true"
     if spec.suspend and not suspended:
         return {"metadata": {"annotations": {USER_SUSPENDED: "true"}}, "spec": {"suspend": True}}
-    if not spec.suspend and suspended and (ours or spec.queue_name is None):
+    if not spec.suspend and suspended and (ours or queue_of(spec, job) is None):
         return {"metadata": {"annotations": {USER_SUSPENDED: None}}, "spec": {"suspend": False}}
     return None
 

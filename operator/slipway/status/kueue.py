@@ -1,0 +1,108 @@
+"""What Kueue says of a TrainingRun's Job, in the run's words (pure).
+
+Kueue makes one Workload per queued Job (owned by it) and writes its verdicts there: quota
+reserved or not and why (``QuotaReserved``), ``Admitted``, ``Evicted`` (with the reason:
+``Preempted`` by a higher-priority workload, ``PodsReadyTimeout``, a stopped queue ...) and, in
+``status.schedulingStats.evictions``, how often each happened. The Job itself only shows
+``suspend`` flipping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+Obj = Mapping[str, Any]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """A Workload as the TrainingRun's status needs it."""
+
+    workload: str
+    cluster_queue: str | None
+    admitted: bool
+    admitted_at: str | None
+    waiting: str | None  # why no quota is reserved (QuotaReserved=False), in Kueue's words
+    evicted: tuple[str, str] | None  # (reason, message) while evicted and not admitted again
+    evictions: int
+
+
+def _condition(workload: Obj, kind: str) -> Obj | None:
+    for cond in (workload.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return cond
+    return None
+
+
+def _true(cond: Obj | None) -> bool:
+    return cond is not None and cond.get("status") == "True"
+
+
+def view(workload: Obj) -> QueueView:
+    status = workload.get("status") or {}
+    admitted = _condition(workload, "Admitted")
+    reserved = _condition(workload, "QuotaReserved")
+    evicted = _condition(workload, "Evicted")
+    stats = (status.get("schedulingStats") or {}).get("evictions") or []
+    return QueueView(
+        workload=workload["metadata"]["name"],
+        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+        admitted=_true(admitted),
+        admitted_at=admitted.get("lastTransitionTime") if _true(admitted) and admitted else None,
+        waiting=(reserved.get("message") or reserved.get("reason")) if reserved and not _true(reserved) else None,
+        evicted=(evicted.get("reason") or "Evicted", evicted.get("message") or "")
+        if _true(evicted) and not _true(admitted) and evicted
+        else None,
+        evictions=sum(int(e.get("count") or 0) for e in stats),
+    )
+
+
+def workload_of(job: Obj | None, workloads: Sequence[Obj]) -> QueueView | None:
+    """The view of the Workload Kueue made for ``job`` (its controller ownerReference), if any."""
+    if job is None:
+        return None
+    uid = job["metadata"].get("uid")
+    for workload in workloads:
+        for ref in workload["metadata"].get("ownerReferences") or []:
+            if ref.get("uid") == uid and ref.get("controller"):
+                return view(workload)
+    return None
+
+
+def queued(queue_name: str, seen: QueueView | None) -> tuple[str, str]:
+    """(reason, message) of a Job that Kueue holds suspended."""
+    if seen is None:
+        return "Queued", (f"waiting for Kueue to admit the Job (LocalQueue {queue_name}); Kueue has made no Workload "
+                          "for it yet: is Kueue running, and does it manage batch/job?")  # fmt: skip
+    if seen.evicted is not None:
+        reason, said = seen.evicted
+        why = "PreemptedByKueue" if reason == "Preempted" else "EvictedByKueue"
+        return why, (f"Kueue evicted the run ({reason}: {said}); Workload {seen.workload} waits in LocalQueue "
+                     f"{queue_name} and the run resumes from its checkpoint when admitted again (evictions do "
+                     "not count against spec.failurePolicy.maxRestarts)")  # fmt: skip
+    detail = f": {seen.waiting}" if seen.waiting else ""
+    return "Queued", f"waiting for Kueue to admit Workload {seen.workload} (LocalQueue {queue_name}){detail}"
+
+
+def admitted(seen: QueueView) -> tuple[str, str]:
+    """(reason, message) of an admitted Job whose pods have not started yet."""
+    where = f" in ClusterQueue {seen.cluster_queue}" if seen.cluster_queue else ""
+    return "Admitted", f"Kueue admitted Workload {seen.workload}{where}; waiting for the training pods to start"
+
+
+def queue_status(queue_name: str, seen: QueueView | None) -> dict[str, Any]:
+    """status.queue."""
+    out: dict[str, Any] = {"localQueue": queue_name}
+    if seen is not None:
+        out["workload"] = seen.workload
+        out["admitted"] = seen.admitted
+        if seen.cluster_queue:
+            out["clusterQueue"] = seen.cluster_queue
+        if seen.admitted_at:
+            out["admittedAt"] = seen.admitted_at
+        if seen.evictions:
+            out["evictions"] = seen.evictions
+    return out
