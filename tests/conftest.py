@@ -108,3 +108,19 @@ def trained(cluster) -> str:
         run_id = train_run(cluster.mlflow_url, "shared-tests", steps=8)
         recorded.write_text(run_id)
         return run_id
+
+
+@pytest.fixture(scope="session")
+def kueue(cluster):
+    """Kueue (``make kueue``) running in the local cluster, its webhooks served: started by the first
+    test that asks, kept for the session (a file lock: one start across pytest-xdist workers)."""
+    import fcntl
+    from pathlib import Path
+
+    from localkube.batch import ensure_kueue
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / "kueue.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return ensure_kueue(Path(cluster.directory))

@@ -58,7 +58,7 @@ def test_a_queued_run_names_its_workload_and_kueues_reason() -> None:
 def test_no_workload_yet_says_to_check_kueue() -> None:
     state = training_state(SPEC, job(True), [], queue=None)
     assert reason(state)[0] == "Queued"
-    assert "is Kueue running" in reason(state)[1]
+    assert "check that Kueue runs" in reason(state)[1]
     assert kueue.workload_of(job(True), [workload(PENDING, owner="another-job")]) is None
 
 
@@ -70,6 +70,9 @@ def test_admitted_until_the_pods_run() -> None:
                                 "waiting for the training pods to start")  # fmt: skip
     pending_pod = {"metadata": {"name": "p"}, "status": {"phase": "Pending"}}
     assert reason(training_state(SPEC, job(False), [pending_pod], queue=seen))[0] == "Admitted"
+    finished_pod = {"metadata": {"name": "p"}, "status": {"phase": "Succeeded"}}
+    finishing = training_state(SPEC, job(False), [finished_pod], queue=seen)
+    assert (finishing.phase, reason(finishing)[0]) == ("Running", "Training")  # not "waiting for pods to start"
     running_pod = {"metadata": {"name": "p"}, "status": {"phase": "Running"}}
     assert training_state(SPEC, job(False), [running_pod], queue=seen).phase == "Running"
     status = kueue.queue_status("gpus", seen)

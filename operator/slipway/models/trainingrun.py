@@ -283,7 +283,7 @@ class QueueStatus(StatusModel):
     admitted: bool | None = Field(default=None, description="Whether Kueue admits the Job now.")
     admitted_at: str | None = Field(default=None, description="When Kueue admitted it (last time).")
     evictions: int | None = Field(
-        default=None, description="Times Kueue evicted it (preemption and others); not counted as restarts."
+        default=None, description="Times Kueue evicted it (preemption and others); never counted against maxRestarts."
     )
 
 

@@ -25,6 +25,7 @@ class QueueView:
     cluster_queue: str | None
     admitted: bool
     admitted_at: str | None
+    reserved: bool  # quota reserved (QuotaReserved), admission checks may still be pending
     waiting: str | None  # why no quota is reserved (QuotaReserved=False), in Kueue's words
     evicted: tuple[str, str] | None  # (reason, message) while evicted and not admitted again
     evictions: int
@@ -52,6 +53,7 @@ def view(workload: Obj) -> QueueView:
         cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
         admitted=_true(admitted),
         admitted_at=admitted.get("lastTransitionTime") if _true(admitted) and admitted else None,
+        reserved=_true(reserved),
         waiting=(reserved.get("message") or reserved.get("reason")) if reserved and not _true(reserved) else None,
         evicted=(evicted.get("reason") or "Evicted", evicted.get("message") or "")
         if _true(evicted) and not _true(admitted) and evicted
@@ -75,15 +77,19 @@ def workload_of(job: Obj | None, workloads: Sequence[Obj]) -> QueueView | None:
 def queued(queue_name: str, seen: QueueView | None) -> tuple[str, str]:
     """(reason, message) of a Job that Kueue holds suspended."""
     if seen is None:
-        return "Queued", (f"waiting for Kueue to admit the Job (LocalQueue {queue_name}); Kueue has made no Workload "
-                          "for it yet: is Kueue running, and does it manage batch/job?")  # fmt: skip
+        return "Queued", (
+            f"waiting for Kueue to admit the Job (LocalQueue {queue_name}); Kueue has not made a "
+            "Workload for it yet (if this lasts, check that Kueue runs and manages batch/job)"
+        )
     if seen.evicted is not None:
         reason, said = seen.evicted
         why = "PreemptedByKueue" if reason == "Preempted" else "EvictedByKueue"
         return why, (f"Kueue evicted the run ({reason}: {said}); Workload {seen.workload} waits in LocalQueue "
                      f"{queue_name} and the run resumes from its checkpoint when admitted again (evictions do "
                      "not count against spec.failurePolicy.maxRestarts)")  # fmt: skip
-    detail = f": {seen.waiting}" if seen.waiting else ""
+    detail = (
+        f": {seen.waiting}" if seen.waiting else ": quota reserved, admission checks pending" if seen.reserved else ""
+    )
     return "Queued", f"waiting for Kueue to admit Workload {seen.workload} (LocalQueue {queue_name}){detail}"
 
 

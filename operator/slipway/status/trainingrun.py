@@ -195,6 +195,9 @@ def training_state(
     if running:
         message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
         return _state("Running", "reconciling", "Training", message, **kw)
+    if pods and all((p.get("status") or {}).get("phase") == "Succeeded" for p in pods):
+        return _state("Running", "reconciling", "Training", "the training pods finished; waiting for the Job to "
+                      "complete", **kw)  # fmt: skip
     if queue is not None and queue.admitted:
         return _state("Pending", "reconciling", *kueue.admitted(queue), **kw)
     return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)

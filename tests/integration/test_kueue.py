@@ -1,0 +1,222 @@
+"""TrainingRuns on real Kueue (v0.17.0, built from the Go module proxy, its webhooks served to the
+local API server): a GPU quota is never exceeded, every run is admitted in turn and says so in
+Kueue's words, and a higher-priority run preempts a lower one, which resumes from its checkpoint
+without the eviction counting against maxRestarts."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+from kubernetes import client, watch
+
+from localkube.wait import wait_for
+from slipway import GROUP, VERSION
+from slipway_testing import apply_object, report, training_run, wait_status
+
+pytestmark = pytest.mark.cluster
+
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+def quota(kube_api: client.ApiClient, namespace: str, gpus: int) -> str:
+    """A ResourceFlavor, a ClusterQueue of ``gpus`` GPUs open to ``namespace`` alone (lower priority
+    preempted within it) and the LocalQueue ``gpus`` in the namespace; returns the ClusterQueue's name."""
+    custom = client.CustomObjectsApi(kube_api)
+    name = f"cq-{namespace}"
+    custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
+        "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": f"gpu-{namespace}"}})  # fmt: skip
+    custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
+        "apiVersion": "/".join(KUEUE),
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "preemption": {"withinClusterQueue": "LowerPriority"},
+            "resourceGroups": [{
+                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                "flavors": [{"name": f"gpu-{namespace}", "resources": [
+                    {"name": "cpu", "nominalQuota": 64}, {"name": "memory", "nominalQuota": "256Gi"},
+                    {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}],
+            }],
+        },
+    })  # fmt: skip
+    custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
+        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "gpus"},
+        "spec": {"clusterQueue": name}})  # fmt: skip
+    return name
+
+
+@pytest.fixture
+def cleanup_quota(kube_api, namespace):
+    yield
+    custom = client.CustomObjectsApi(kube_api)
+    for plural, name in (("clusterqueues", f"cq-{namespace}"), ("resourceflavors", f"gpu-{namespace}")):
+        try:
+            custom.delete_cluster_custom_object(*KUEUE, plural, name)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+class Recorder:
+    """Every status a watch shows of the namespace's TrainingRuns: (phase, Ready's reason) and Ready's
+    message, each in order."""
+
+    def __init__(self, kube_api: client.ApiClient, namespace: str) -> None:
+        self.seen: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        self.messages: dict[str, list[str]] = defaultdict(list)
+        self.stop = threading.Event()
+        self.api, self.namespace = client.CustomObjectsApi(kube_api), namespace
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            stream = watch.Watch().stream(self.api.list_namespaced_custom_object, GROUP, VERSION, self.namespace,
+                                          "trainingruns", timeout_seconds=5)  # fmt: skip
+            for event in stream:
+                obj = event["object"]
+                status = obj.get("status") or {}
+                ready = next((c for c in status.get("conditions") or [] if c["type"] == "Ready"), {})
+                entry = (status.get("phase") or "", ready.get("reason") or "")
+                name = obj["metadata"]["name"]
+                if not self.seen[name] or self.seen[name][-1] != entry:
+                    self.seen[name].append(entry)
+                message = ready.get("message") or ""
+                if not self.messages[name] or self.messages[name][-1] != message:
+                    self.messages[name].append(message)
+                if self.stop.is_set():
+                    break
+
+
+class GpuSampler:
+    """GPUs held by the namespace's pods (bound, not finished), sampled every second."""
+
+    def __init__(self, kube_api: client.ApiClient, namespace: str) -> None:
+        self.core, self.namespace = client.CoreV1Api(kube_api), namespace
+        self.samples: list[int] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            pods = self.core.list_namespaced_pod(self.namespace).items
+            held = 0
+            for pod in pods:
+                if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
+                    for c in pod.spec.containers:
+                        held += int(((c.resources and c.resources.limits) or {}).get("nvidia.com/gpu", 0))
+            self.samples.append(held)
+
+
+def subsequence(wanted: list[str], seen: list[str]) -> bool:
+    it = iter(seen)
+    return all(any(w == s for s in it) for w in wanted)
+
+
+def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(
+    kube_api, namespace, operator, kueue, node_gpus, cleanup_quota
+):
+    operator()
+    quota(kube_api, namespace, gpus=4)
+    recorder, sampler = Recorder(kube_api, namespace), GpuSampler(kube_api, namespace)
+    started = time.monotonic()
+    names = [f"sweep-{i}" for i in range(10)]
+    try:
+        for name in names:
+            body = training_run(name, steps=4, env={"SLIPWAY_STEP_SECONDS": "0.5"}, model=f"sweep-{namespace}",
+                                queueName="gpus", resources={"gpus": 2})  # fmt: skip
+            apply_object(kube_api, namespace, body)
+
+        def all_done() -> bool:
+            custom = client.CustomObjectsApi(kube_api)
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns")["items"]
+            phases = [(i.get("status") or {}).get("phase") for i in items]
+            assert "Failed" not in phases, [i.get("status") for i in items if i["status"].get("phase") == "Failed"]
+            return len(items) == 10 and all(p == "Succeeded" for p in phases)
+
+        wait_for(all_done, 420, "all 10 runs Succeeded", interval=1)
+        took = time.monotonic() - started
+    finally:
+        sampler.stop.set()
+        recorder.stop.set()
+    sampler.thread.join(5)
+    assert sampler.samples and max(sampler.samples) <= 4, f"more than 4 GPUs in use: {sampler.samples}"
+    assert max(sampler.samples) == 4, f"the quota was never used in full: {sampler.samples}"
+    custom = client.CustomObjectsApi(kube_api)
+    waited = shown_admitted = 0
+    for name in names:
+        reasons = [reason for _, reason in recorder.seen[name]]
+        assert subsequence(["Queued", "Training", "Succeeded"], reasons), (name, recorder.seen[name])
+        assert reasons.index("Queued") < reasons.index("Training"), (name, recorder.seen[name])
+        shown_admitted += "Admitted" in reasons  # the pods may run before a pass shows the admission alone
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", name)["status"]
+        # Kueue's admission, whether or not a pass caught it before the pods ran: its time is kept.
+        assert status["queue"]["admitted"] is True
+        assert status["queue"]["admittedAt"] <= status["startTime"], status
+        assert status["queue"]["localQueue"] == "gpus"
+        assert status["queue"]["clusterQueue"] == f"cq-{namespace}"
+        assert status["queue"]["workload"].startswith(f"job-{name}-train-")
+        if any("insufficient unused quota for nvidia.com/gpu" in m for m in recorder.messages[name]):
+            waited += 1
+    # 10 runs of 2 GPUs into 4: at most 2 start at once, so at least 8 waited and said why in Kueue's words.
+    assert waited >= 8, dict(recorder.messages)
+    report(f"kueue: 10 runs x 2 GPUs through a 4-GPU quota in {took:.0f}s; GPUs in use max {max(sampler.samples)} "
+           f"over {len(sampler.samples)} samples; {waited} runs showed Kueue's quota message while queued, "
+           f"{shown_admitted} showed Admitted before their pods ran")  # fmt: skip
+
+
+def test_a_higher_priority_run_preempts_a_lower_one_which_resumes_from_its_checkpoint(
+    kube_api, namespace, operator, kueue, node_gpus, mlflow, cleanup_quota
+):
+    operator()
+    quota(kube_api, namespace, gpus=4)
+    scheduling = client.SchedulingV1Api(kube_api)
+    for name, value in ((f"low-{namespace}", 100), (f"high-{namespace}", 1000)):
+        scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))
+    recorder = Recorder(kube_api, namespace)
+    try:
+        # maxRestarts 0: were Kueue's eviction counted as a failure, the low run would fail.
+        low = training_run("low", steps=24, env={"SLIPWAY_STEP_SECONDS": "0.5"}, queueName="gpus",
+                           resources={"gpus": 4}, checkpoint={"size": "1Gi"}, priorityClassName=f"low-{namespace}",
+                           failurePolicy={"maxRestarts": 0})  # fmt: skip
+        apply_object(kube_api, namespace, low)
+        wait_status(kube_api, namespace, "TrainingRun", "low",
+                    lambda o: ((o.get("status") or {}).get("lastCheckpoint") or {}).get("step", 0) >= 4, 180,
+                    "low past its checkpoint at step 4")  # fmt: skip
+        high = training_run("high", steps=4, env={"SLIPWAY_STEP_SECONDS": "0.5"}, queueName="gpus",
+                            resources={"gpus": 4}, priorityClassName=f"high-{namespace}")  # fmt: skip
+        apply_object(kube_api, namespace, high)
+        preempted = wait_status(kube_api, namespace, "TrainingRun", "low",
+                                lambda o: any(c.get("reason") == "PreemptedByKueue"
+                                              for c in (o.get("status") or {}).get("conditions") or []),
+                                60, "low preempted by Kueue")  # fmt: skip
+        at_preemption = preempted["status"].get("lastCheckpoint", {}).get("step", 0)
+        for name in ("high", "low"):
+            done = wait_status(kube_api, namespace, "TrainingRun", name,
+                               lambda o: (o.get("status") or {}).get("phase") in ("Succeeded", "Failed"), 240,
+                               f"{name} finished")  # fmt: skip
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+    finally:
+        recorder.stop.set()
+        for name in (f"low-{namespace}", f"high-{namespace}"):
+            scheduling.delete_priority_class(name)
+    low_status = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "trainingruns", "low")["status"]  # fmt: skip
+    assert low_status["queue"]["evictions"] >= 1, low_status["queue"]
+    reasons = [reason for _, reason in recorder.seen["low"]]
+    assert subsequence(["Training", "PreemptedByKueue", "Training"], reasons), recorder.seen["low"]
+    high_seen = [reason for _, reason in recorder.seen["high"]]
+    assert subsequence(["Queued", "Training"], high_seen), recorder.seen["high"]
+    run = mlflow.get_run(low_status["mlflow"]["runId"])
+    resumed = int(run.tags["slipway.resumedFromStep"])
+    assert resumed >= 4, f"low started over after the preemption (resumed from {resumed})"
+    steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
+    assert steps.count(1) == 1, f"the second attempt started over: {steps}"
+    report(f"kueue preemption: low checkpointed at step {at_preemption} when preempted, resumed from step "
+           f"{resumed}, {low_status['queue']['evictions']} eviction(s), restarts {low_status.get('restarts')}, "
+           f"maxRestarts 0 and Succeeded")  # fmt: skip
