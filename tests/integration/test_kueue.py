@@ -18,48 +18,6 @@ from slipway_testing import apply_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 
-KUEUE = ("kueue.x-k8s.io", "v1beta2")
-
-
-def quota(kube_api: client.ApiClient, namespace: str, gpus: int) -> str:
-    """A ResourceFlavor, a ClusterQueue of ``gpus`` GPUs open to ``namespace`` alone (lower priority
-    preempted within it) and the LocalQueue ``gpus`` in the namespace; returns the ClusterQueue's name."""
-    custom = client.CustomObjectsApi(kube_api)
-    name = f"cq-{namespace}"
-    custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
-        "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": f"gpu-{namespace}"}})  # fmt: skip
-    custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
-        "apiVersion": "/".join(KUEUE),
-        "kind": "ClusterQueue",
-        "metadata": {"name": name},
-        "spec": {
-            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-            "preemption": {"withinClusterQueue": "LowerPriority"},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                "flavors": [{"name": f"gpu-{namespace}", "resources": [
-                    {"name": "cpu", "nominalQuota": 64}, {"name": "memory", "nominalQuota": "256Gi"},
-                    {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}],
-            }],
-        },
-    })  # fmt: skip
-    custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
-        "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "gpus"},
-        "spec": {"clusterQueue": name}})  # fmt: skip
-    return name
-
-
-@pytest.fixture
-def cleanup_quota(kube_api, namespace):
-    yield
-    custom = client.CustomObjectsApi(kube_api)
-    for plural, name in (("clusterqueues", f"cq-{namespace}"), ("resourceflavors", f"gpu-{namespace}")):
-        try:
-            custom.delete_cluster_custom_object(*KUEUE, plural, name)
-        except client.ApiException as exc:
-            if exc.status != 404:
-                raise
-
 
 class Recorder:
     """Every status a watch shows of the namespace's TrainingRuns: (phase, Ready's reason) and Ready's
@@ -118,11 +76,9 @@ def subsequence(wanted: list[str], seen: list[str]) -> bool:
     return all(any(w == s for s in it) for w in wanted)
 
 
-def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(
-    kube_api, namespace, operator, kueue, node_gpus, cleanup_quota
-):
+def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(kube_api, namespace, operator, kueue_quota, node_gpus):
     operator()
-    quota(kube_api, namespace, gpus=4)
+    kueue_quota(gpus=4)
     recorder, sampler = Recorder(kube_api, namespace), GpuSampler(kube_api, namespace)
     started = time.monotonic()
     names = [f"sweep-{i}" for i in range(10)]
@@ -171,10 +127,10 @@ def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(
 
 
 def test_a_higher_priority_run_preempts_a_lower_one_which_resumes_from_its_checkpoint(
-    kube_api, namespace, operator, kueue, node_gpus, mlflow, cleanup_quota
+    kube_api, namespace, operator, kueue_quota, node_gpus, mlflow
 ):
     operator()
-    quota(kube_api, namespace, gpus=4)
+    kueue_quota(gpus=4)
     scheduling = client.SchedulingV1Api(kube_api)
     for name, value in ((f"low-{namespace}", 100), (f"high-{namespace}", 1000)):
         scheduling.create_priority_class(client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value))

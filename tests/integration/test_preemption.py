@@ -2,7 +2,10 @@
 an InferenceDeployment asking for one gets it because the real scheduler preempts the training
 pod (slipway-inference outranks slipway-training). The trainer checkpoints on SIGTERM and exits
 143, the Job replaces the pod without counting it against maxRestarts, the new pod waits for
-GPUs, and once serving gives its GPU back training resumes from the checkpoint and finishes."""
+GPUs, and once serving gives its GPU back training resumes from the checkpoint and finishes.
+
+The same holds when Kueue admitted the training (its quota accounts for training alone, serving
+outside Kueue with the PriorityClass): Kueue keeps the run admitted, the scheduler still preempts."""
 
 from __future__ import annotations
 
@@ -21,10 +24,15 @@ STEPS = 30
 CHECKPOINT_EVERY = 2
 
 
+@pytest.mark.parametrize("queued", [False, True], ids=["scheduler", "kueue-admitted"])
 def test_serving_preempts_training_which_resumes_from_its_checkpoint(
-    kube_api, namespace, operator, cluster, trained, node_gpus
+    kube_api, namespace, operator, cluster, trained, node_gpus, queued, request
 ):
     operator()
+    queue = {}
+    if queued:
+        request.getfixturevalue("kueue_quota")(gpus=4)
+        queue = {"queueName": "gpus"}
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
     clock = time.monotonic()
@@ -50,6 +58,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
                 "resources": {"gpus": 4},
                 "checkpoint": {"size": "1Gi"},
                 "failurePolicy": {"retryableExitCodes": [143], "maxRestarts": 1},
+                **queue,
             },
         },
     )
@@ -89,6 +98,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
         },
     )
     mark("InferenceDeployment asking for 1 GPU applied")
+    applied = time.monotonic()
 
     def preempted() -> client.V1Pod | None:
         try:
@@ -109,6 +119,9 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     wait_status(kube_api, namespace, "InferenceDeployment", "server", serving, 120, "serving on the GPU")
     (server,) = core.list_namespaced_pod(namespace, label_selector="slipway.dev/track=stable").items
     assert server.spec.priority_class_name == "slipway-inference"
+    assert server.status.phase == "Running"
+    serving_after = time.monotonic() - applied
+    assert serving_after <= 30, f"the serving pod ran {serving_after:.1f}s after the InferenceDeployment was applied"
     mark("serving pod Running on the freed GPU")
     stopped_at = progress()
 
@@ -142,4 +155,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     assert resumed >= stopped_at - CHECKPOINT_EVERY, f"progress {stopped_at} when preempted, resumed from {resumed}"
     assert 0 <= lost <= CHECKPOINT_EVERY, f"{lost} steps done twice: {steps}"
     lines = "\n".join(f"  {t:6.1f}s  {what}" for t, what in timeline)
-    report(f"\npreemption timeline (steps lost {lost}, checkpoint every {CHECKPOINT_EVERY}):\n{lines}")
+    if queued:
+        assert status["queue"]["admitted"] is True and status["queue"]["clusterQueue"], status["queue"]
+    report(f"\npreemption timeline ({'Kueue-admitted' if queued else 'no Kueue'}; steps lost {lost}, checkpoint "
+           f"every {CHECKPOINT_EVERY}):\n{lines}")
