@@ -170,3 +170,18 @@ def kueue_quota(kueue, kube_api, namespace):
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
+
+
+@pytest.fixture(scope="session")
+def jobset(cluster):
+    """JobSet (``make jobset``) running in the local cluster, its webhooks served (as ``kueue``)."""
+    import fcntl
+    from pathlib import Path
+
+    from localkube.batch import ensure_jobset
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / "jobset.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return ensure_jobset(Path(cluster.directory))

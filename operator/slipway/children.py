@@ -49,6 +49,7 @@ class KindRule:
 
 RULES: dict[str, KindRule] = {
     "Job": KindRule(create_only=True),
+    "JobSet": KindRule(create_only=True),
     "PersistentVolumeClaim": KindRule(create_only=True),
     "ModelArtifact": KindRule(create_only=True),
     "Service": KindRule(removable=frozenset({"publishNotReadyAddresses"})),
@@ -61,8 +62,8 @@ RULES: dict[str, KindRule] = {
 # What each parent kind may write, by kind and API version: anything else is refused before any
 # request, whatever a spec, an annotation or a cached object says.
 CHILD_KINDS: dict[str, dict[str, str]] = {
-    "TrainingRun": {"Job": "batch/v1", "PersistentVolumeClaim": "v1", "Service": "v1",
-                    "ModelArtifact": "slipway.dev/v1alpha1"},
+    "TrainingRun": {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "PersistentVolumeClaim": "v1",
+                    "Service": "v1", "ModelArtifact": "slipway.dev/v1alpha1"},
     "ModelArtifact": {"Job": "batch/v1"},
     "InferenceDeployment": {"Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
                             "HTTPRoute": "gateway.networking.k8s.io/v1"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -153,6 +154,7 @@ KINDS: dict[str, tuple[str, str]] = {
 }
 CUSTOM: dict[str, Custom] = {
     "HTTPRoute": Custom("gateway.networking.k8s.io", "v1", "httproutes"),
+    "JobSet": Custom("jobset.x-k8s.io", "v1alpha2", "jobsets"),
     "TrainingRun": Custom(GROUP, VERSION, "trainingruns"),
     "ModelArtifact": Custom(GROUP, VERSION, "modelartifacts"),
     "InferenceDeployment": Custom(GROUP, VERSION, "inferencedeployments"),
@@ -333,3 +335,26 @@ def post_event(kube: Kube, involved: dict[str, Any], type_: str, reason: str, me
     }
     call(f"post Event {reason} on {meta['namespace']}/{meta['name']}", kube.core.create_namespaced_event,
          meta["namespace"], body)  # fmt: skip
+
+
+SERVED_TTL_SECONDS = 60.0
+_served: dict[tuple[str, str, str], tuple[bool, float]] = {}
+
+
+def serves(kube: Kube, group: str, version: str, plural: str) -> bool:
+    """Whether the API server serves ``plural`` in ``group/version`` (its discovery document, which
+    every authenticated client may read), remembered for a minute: asked only before a run's
+    first child is made, so a sweep costs one request a minute."""
+    key, now = (group, version, plural), time.monotonic()
+    known = _served.get(key)
+    if known is not None and now - known[1] < SERVED_TTL_SECONDS:
+        return known[0]
+    try:
+        found = call(f"discover {group}/{version}", kube.custom.get_api_resources, group, version)
+        served = any(r.name == plural for r in found.resources or [])
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        served = False
+    _served[key] = (served, now)
+    return served

@@ -76,6 +76,7 @@ RESOURCES: dict[str, tuple[Lister, tuple[str, ...], bool]] = {
         True,
     ),  # fmt: skip
     "httproutes": (_custom("gateway.networking.k8s.io", "v1", "httproutes"), ("httproutes",), True),
+    "jobsets": (_custom("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("jobsets",), True),
     "workloads": (_custom("kueue.x-k8s.io", "v1beta2", "workloads"), ("workloads",), False),
     **{
         plural: (_custom(GROUP, VERSION, plural), (plural,), False)

@@ -33,6 +33,7 @@ CHILDREN: dict[str, tuple[str, str, str]] = {
     "deployments": ("apps", "v1", "deployments"),
     "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
     "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
+    "jobsets": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
 }
 INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces", "workloads")
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
@@ -110,7 +111,7 @@ def _register_children() -> None:
 _register_children()
 
 
-# Kueue's Workloads: one per queued Job, owned by it, holding Kueue's verdicts (Queued, Admitted,
+# Kueue's Workloads: one per queued Job or JobSet, owned by it, holding Kueue's verdicts (Queued, Admitted,
 # Evicted). Kueue does not copy Slipway's labels to them, so they are watched unfiltered (there is
 # one per Job in a Kueue queue); without Kueue installed the resource is absent and nothing is watched.
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
@@ -126,10 +127,12 @@ def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]
 async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     listed(type, memo)
     meta = body["metadata"]
+    owners = {("Job", "batch/v1"): "jobs", ("JobSet", "jobset.x-k8s.io/v1alpha2"): "jobsets"}
     for ref in meta.get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == "Job" and str(ref.get("apiVersion")) == "batch/v1":
-            job = memo.cache.get("jobs", meta["namespace"], ref["name"])
-            for key in owner_keys(job or {}, PLURALS):
+        index = owners.get((str(ref.get("kind")), str(ref.get("apiVersion"))))
+        if ref.get("controller") and index:
+            owner = memo.cache.get(index, meta["namespace"], ref["name"])
+            for key in owner_keys(owner or {}, PLURALS):
                 memo.scheduler.wake(key)
 
 

@@ -157,5 +157,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     lines = "\n".join(f"  {t:6.1f}s  {what}" for t, what in timeline)
     if queued:
         assert status["queue"]["admitted"] is True and status["queue"]["clusterQueue"], status["queue"]
-    report(f"\npreemption timeline ({'Kueue-admitted' if queued else 'no Kueue'}; steps lost {lost}, checkpoint "
-           f"every {CHECKPOINT_EVERY}):\n{lines}")
+    report(
+        f"\npreemption timeline ({'Kueue-admitted' if queued else 'no Kueue'}; steps lost {lost}, checkpoint "
+        f"every {CHECKPOINT_EVERY}):\n{lines}"
+    )

@@ -180,7 +180,7 @@ def test_sizing_that_cannot_fit_is_refused_before_any_pod(kube_api, namespace, o
 
 def test_two_nodes_make_an_indexed_job_with_torchrun_env_and_headless_service(kube_api, namespace, operator):
     operator()
-    apply_object(kube_api, namespace, training_run("multi", nodes=2))
+    apply_object(kube_api, namespace, training_run("multi", nodes=2, runtime="Job"))
     tr = wait_status(kube_api, namespace, "TrainingRun", "multi", phase_is("Succeeded", "Failed"), 180, "finish")
     assert tr["status"]["phase"] == "Succeeded"
     (job,) = jobs_of(kube_api, namespace, "multi")

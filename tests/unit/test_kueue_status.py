@@ -103,3 +103,32 @@ def test_a_job_kueue_defaulted_into_a_queue_is_left_for_kueue_to_admit() -> None
     assert queue_of(plain, job(True)) is None
     assert suspend_patch(plain, job(True)) == {"metadata": {"annotations": {"slipway.dev/suspended-by-spec": None}},
                                               "spec": {"suspend": False}}  # fmt: skip
+
+
+def test_a_jobset_reads_as_one_job() -> None:
+    from slipway.status.jobs import jobset_as_job
+
+    meta = {"name": "r-train", "uid": "js-1", "labels": {kueue.QUEUE_LABEL: "gpus"}}
+    running = {"metadata": meta, "spec": {"suspend": False}, "status": {"restarts": 1, "conditions": []}}
+    members = [{"status": {"startTime": "2026-12-03T10:00:05Z"}}, {"status": {"startTime": "2026-12-03T10:00:04Z"}}]
+    view = jobset_as_job(running, members)
+    assert view["status"]["failed"] == 1  # group restarts read as the Job's failures
+    assert view["status"]["startTime"] == "2026-12-03T10:00:04Z"
+    assert view["metadata"]["uid"] == "js-1" and queue_of(SPEC, view) == "gpus"
+    done = {**running, "status": {"conditions": [{"type": "Completed", "status": "True",
+                                                  "lastTransitionTime": "2026-12-03T10:05:00Z"}]}}  # fmt: skip
+    finished = training_state(SPEC, jobset_as_job(done, members), [])
+    assert (finished.phase, finished.completion_time) == ("Succeeded", "2026-12-03T10:05:00Z")
+    exhausted = {**running, "status": {"restarts": 3, "conditions": [{"type": "Failed", "status": "True",
+                                                                       "reason": "ReachedMaxRestarts"}]}}  # fmt: skip
+    state = training_state(SPEC, jobset_as_job(exhausted, members), [])
+    assert (state.phase, reason(state)[0]) == ("Failed", "BackoffLimitExceeded")
+    permanent = {**running, "status": {"conditions": [{"type": "Failed", "status": "True",
+                                                       "reason": "FailJobSetFailurePolicyAction"}]}}  # fmt: skip
+    said = "Container trainer for pod ns/p failed with exit code 3 matching FailJob rule at index 1"
+    failed_member = {"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                                                "message": said}]}}  # fmt: skip
+    spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i",
+                                           "failurePolicy": {"permanentExitCodes": [3]}})  # fmt: skip
+    state = training_state(spec, jobset_as_job(permanent, [failed_member]), [])
+    assert reason(state)[0] == "PermanentExitCode" and "code 3" in reason(state)[1]

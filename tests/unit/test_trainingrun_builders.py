@@ -119,3 +119,47 @@ def test_scheduling_fields_pass_through():
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
     assert pod["priorityClassName"] == "low"
     assert build.job("r1", "ns", s, LINK)["spec"]["suspend"] is True
+
+
+TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+
+
+def test_a_jobset_runs_the_nodes_as_one_gang_that_restarts_whole():
+    s = spec(nodes=4, resources={"gpus": 8}, queueName="team-a", checkpoint={"size": "10Gi"},
+             failurePolicy={"maxRestarts": 3, "retryableExitCodes": [137], "permanentExitCodes": [3]},
+             podTemplate={"annotations": {TOPOLOGY: "cloud.google.com/gke-nodepool"}})  # fmt: skip
+    js = build.jobset("r1", "ns", s, LINK)
+    assert (js["apiVersion"], js["kind"], js["metadata"]["name"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet", "r1-train")
+    assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+    assert js["spec"]["suspend"] is True  # Kueue admits the whole gang
+    assert js["spec"]["network"] == {
+        "enableDNSHostnames": True,
+        "subdomain": "r1-workers",
+        "publishNotReadyAddresses": True,
+    }
+    policy = js["spec"]["failurePolicy"]
+    assert policy["maxRestarts"] == 3
+    assert policy["rules"] == [
+        {"name": "exitCodeNotRetried", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}
+    ]
+    (workers,) = js["spec"]["replicatedJobs"]
+    job_spec = workers["template"]["spec"]
+    assert (workers["replicas"], job_spec["completions"], job_spec["parallelism"]) == (1, 4, 4)
+    assert job_spec["completionMode"] == "Indexed"
+    assert job_spec["backoffLimit"] == 0  # one failed pod fails the Job: the JobSet restarts the group
+    assert "suspend" not in job_spec  # the JobSet suspends its Jobs
+    assert {r["action"] for r in job_spec["podFailurePolicy"]["rules"]} == {"Ignore", "FailJob", "Count"}
+    env = env_of({"spec": job_spec})
+    assert env["MASTER_ADDR"] == "r1-train-workers-0-0.r1-workers"
+    assert env["WORLD_SIZE"] == "4"
+    pod = job_spec["template"]
+    # Topology hints (Kueue TAS) pass through from spec.podTemplate.
+    assert pod["metadata"]["annotations"][TOPOLOGY] == "cloud.google.com/gke-nodepool"
+    assert pod["metadata"]["labels"][build.RUN_LABEL] == "r1"
+
+
+def test_jobset_hostnames_stay_dns_labels_for_long_names():
+    name = "r" * 63
+    js = build.jobset(name, "ns", spec(nodes=1024), LINK)
+    host = f"{js['metadata']['name']}-{build.WORKERS}-0-1023"
+    assert len(host) <= 63

@@ -112,6 +112,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "update", "delete"]
+# Multi-node runs as one gang (spec.runtime JobSet): created once, suspended/resumed by patch.
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # Kueue's Workloads of queued training Jobs: what Queued, Admitted and PreemptedByKueue say.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]

@@ -96,16 +96,20 @@ def resource_requirements(resources: Resources) -> dict[str, Any]:
 
 
 def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
-    """``manifest`` (a Job or Deployment) whose containers that talk to MLflow read its credentials
+    """``manifest`` (a Job, JobSet or Deployment) whose containers that talk to MLflow read its credentials
     from the Secret ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
     MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values. Where init
     containers fetch the model (a serving pod with spec.modelLoad), only they talk to MLflow: the
     model server then reads files and gets no credentials."""
     if not secret:
         return manifest
-    pod = manifest["spec"]["template"]["spec"]
-    for container in pod.get("initContainers") or pod["containers"]:
-        container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
+    if manifest.get("kind") == "JobSet":
+        pods = [r["template"]["spec"]["template"]["spec"] for r in manifest["spec"]["replicatedJobs"]]
+    else:
+        pods = [manifest["spec"]["template"]["spec"]]
+    for pod in pods:
+        for container in pod.get("initContainers") or pod["containers"]:
+            container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
     return manifest
 
 

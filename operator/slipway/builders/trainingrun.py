@@ -26,6 +26,10 @@ MAX_NODES = 1024  # spec.nodes' bound in the CRD
 # An Indexed Job's pods are named by the hostname <job>-<index>, a DNS-1123 label: room for the last index.
 MAX_JOB_NAME = common.MAX_LABEL - len(f"-{MAX_NODES - 1}")
 CONTAINER = "trainer"
+# A JobSet's one replicated Job; its pods' hostnames are <jobset>-<replicated job>-<job index>-<pod index>.
+WORKERS = "workers"
+MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}")
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
 @dataclass(frozen=True)
@@ -51,8 +55,16 @@ def service_name(run: str) -> str:
     return dns1035_name(run, "workers")
 
 
-def master_addr(run: str) -> str:
-    """Rank 0 of a multi-node run: the first pod of the Indexed Job, through the headless Service."""
+def jobset_name(run: str) -> str:
+    """``<run>-train``, short enough for the hostname of any pod of the JobSet."""
+    return dns1123_name(run, "train", max_length=MAX_JOBSET_NAME)
+
+
+def master_addr(run: str, runtime: str = "Job") -> str:
+    """Rank 0 of a multi-node run: the first pod of the Indexed Job (or of the JobSet's one
+    replicated Job), through the headless Service."""
+    if runtime == "JobSet":
+        return f"{jobset_name(run)}-{WORKERS}-0-0.{service_name(run)}"
     return f"{job_name(run)}-0.{service_name(run)}"
 
 
@@ -130,7 +142,9 @@ def pod_failure_policy(spec: TrainingRunSpec) -> dict[str, Any]:
     return {"rules": rules}
 
 
-def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) -> list[dict[str, Any]]:
+def training_env(
+    name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, runtime: str = "Job"
+) -> list[dict[str, Any]]:
     base: dict[str, str] = {"SLIPWAY_TRAININGRUN": name, "SLIPWAY_MODEL_NAME": spec.model.name}
     if mlflow is not None:
         base |= {
@@ -145,7 +159,7 @@ def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) ->
         # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
         # through the headless Service as <job>-0.<service>.
         env += [
-            {"name": "MASTER_ADDR", "value": master_addr(name)},
+            {"name": "MASTER_ADDR", "value": master_addr(name, runtime)},
             {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
             {"name": "WORLD_SIZE", "value": str(spec.nodes)},
             {
@@ -159,14 +173,20 @@ def training_env(name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None) ->
 
 
 def job(
-    name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, priority_class: str = ""
+    name: str,
+    namespace: str,
+    spec: TrainingRunSpec,
+    mlflow: MlflowLink | None,
+    priority_class: str = "",
+    runtime: str = "Job",
 ) -> dict[str, Any]:
     """The training Job. With queueName it starts suspended, for Kueue to admit. Its pods get
-    spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible)."""
+    spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible).
+    ``runtime="JobSet"``: the Job as the JobSet's replicated Job runs it (see :func:`jobset`)."""
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
-        "env": training_env(name, spec, mlflow),
+        "env": training_env(name, spec, mlflow, runtime),
         "resources": resource_requirements(spec.resources),
     }
     if spec.command:
@@ -212,4 +232,41 @@ def job(
         "kind": "Job",
         "metadata": {"name": job_name(name), "namespace": namespace, "labels": job_labels},
         "spec": job_spec,
+    }
+
+
+def jobset(
+    name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, priority_class: str = ""
+) -> dict[str, Any]:
+    """A multi-node run as one gang: a JobSet of one Indexed Job of ``spec.nodes`` pods. Any failed
+    pod fails that Job (backoffLimit 0) and the JobSet recreates the whole group, at most
+    ``maxRestarts`` times; a permanent or non-retryable exit code (the Job's podFailurePolicy)
+    fails the JobSet at once. JobSet makes the headless Service (``network.subdomain``). With a
+    Kueue queue it starts suspended and Kueue admits all its pods at once."""
+    inner = job(name, namespace, spec, mlflow, priority_class, runtime="JobSet")
+    labels_ = dict(inner["metadata"]["labels"])
+    job_spec = {**inner["spec"], "backoffLimit": 0}
+    suspend = job_spec.pop("suspend")
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": jobset_name(name), "namespace": namespace, "labels": labels_},
+        "spec": {
+            "suspend": suspend,
+            "network": {"enableDNSHostnames": True, "subdomain": service_name(name), "publishNotReadyAddresses": True},
+            "failurePolicy": {
+                "maxRestarts": spec.failure_policy.max_restarts,
+                "rules": [
+                    {
+                        "name": "exitCodeNotRetried",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],  # fmt: skip
+            },
+            "successPolicy": {"operator": "All"},
+            "replicatedJobs": [
+                {"name": WORKERS, "replicas": 1, "template": {"metadata": {"labels": labels(name)}, "spec": job_spec}}
+            ],
+        },
     }

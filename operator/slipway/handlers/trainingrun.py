@@ -33,36 +33,51 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     """Bring the run's children and status in line with its spec and what actually happened."""
     if finished(ctx.body):
         return None  # nothing changes any more: no I/O at rest
-    job = ctx.child("jobs", build.job_name(ctx.name))
-    sizing_status, refusal = _sizing(ctx, spec, job is None)
-    if refusal is not None and job is None:
+    runtime = _runtime(ctx, spec)
+    index, name = (
+        ("jobsets", build.jobset_name(ctx.name)) if runtime == "JobSet" else ("jobs", build.job_name(ctx.name))
+    )
+    child = ctx.child(index, name)
+    sizing_status, refusal = _sizing(ctx, spec, child is None)
+    if refusal is not None and child is None:
         _write(ctx, training_state(spec, None, [], sizing_refusal=refusal), sizing=sizing_status)
         return None
     if ctx.mlflow is None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
+    if child is None and runtime == "JobSet" and not kube.serves(ctx.kube, *JOBSET):
+        group, version, plural = JOBSET
+        message = (f"spec.runtime is JobSet, but the cluster serves no {group}/{version} {plural}: install JobSet, "
+                   "or set spec.runtime: Job (an Indexed Job)")  # fmt: skip
+        ctx.write(stalled("JobSetNotServed", message))
+        return None
     run, cached = _mlflow_run(ctx, spec, ctx.mlflow)
-    for child, index in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"),
-                         (build.headless_service(ctx.name, ctx.namespace, spec), "services")):  # fmt: skip
-        if child is not None:
-            ctx.ensure(index, child)
-    if job is None and ctx.status.get("completionTime"):
+    service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
+    for obj, kind in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"), (service, "services")):
+        if obj is not None:
+            ctx.ensure(kind, obj)
+    if child is None and ctx.status.get("completionTime"):
         return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
-    if job is None:
+    if child is None:
         uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
         link = build.MlflowLink(uri, run.run_id, run.experiment_id)
-        body = build.job(ctx.name, ctx.namespace, spec, link, priority_class(ctx, spec))
-        job = ctx.ensure("jobs", with_credentials(body, ctx.config.mlflow_credentials_secret))
-    elif (patch := suspend_patch(spec, job)) is not None:
-        seen = job["metadata"]["resourceVersion"]  # a 409 if it changed since
+        make = build.jobset if runtime == "JobSet" else build.job
+        body = make(ctx.name, ctx.namespace, spec, link, priority_class(ctx, spec))
+        child = ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
+    members = ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet" else []
+    job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
+    if (patch := suspend_patch(spec, job)) is not None:
+        seen = child["metadata"]["resourceVersion"]  # a 409 if it changed since
         patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": seen}
-        job = kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
+        child = kube.patch(ctx.kube, runtime, ctx.namespace, name, patch)
+        job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
     now = datetime.now(UTC)
     podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
-    refused = kube.creation_failure(ctx.kube, job) if podless else None
+    refused = next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) \
+        if podless else None  # fmt: skip
     queue_name = queue_of(spec, job)
     queue = kueue.workload_of(job, ctx.cache.owned_by("workloads", job["metadata"]["uid"])) if queue_name else None
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
@@ -80,12 +95,28 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
            mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},
            artifact_ref={"name": artifact_name} if artifact_name else None, cost=spent,
-           queue=kueue.queue_status(queue_name, queue) if queue_name else None)  # fmt: skip
+           queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime)  # fmt: skip
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
                           state.recheck_seconds) if d is not None]  # fmt: skip
     return max(1.0, min(delays)) if delays else None
+
+
+JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+
+
+def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
+    """What runs the pods: as recorded in status, else what exists (a run made before
+    spec.runtime), else spec.runtime, else JobSet for several nodes where the cluster serves it."""
+    recorded = ctx.status.get("runtime")
+    if recorded in ("Job", "JobSet"):
+        return str(recorded)
+    if ctx.child("jobs", build.job_name(ctx.name)) is not None:
+        return "Job"
+    if spec.runtime is not None:
+        return spec.runtime
+    return "JobSet" if spec.nodes > 1 and kube.serves(ctx.kube, *JOBSET) else "Job"
 
 
 def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:

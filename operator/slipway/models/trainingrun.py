@@ -144,6 +144,12 @@ class TrainingRunSpec(SlipwayModel):
         le=1024,
         description="Number of pods; more than 1 runs an Indexed Job with a headless Service and torchrun env.",
     )
+    runtime: Literal["Job", "JobSet"] | None = Field(
+        default=None,
+        description="How the pods run: Job (an Indexed Job for several nodes) or JobSet (one gang: a failed "
+        "worker restarts the whole group, Kueue admits all nodes at once). Default: JobSet for nodes > 1 where "
+        "the cluster serves JobSet, else Job. Fixed once the run's Job or JobSet exists.",
+    )
     queue_name: str | None = Field(
         default=None,
         description="Kueue LocalQueue; the Job gets kueue.x-k8s.io/queue-name and starts suspended.",
@@ -300,6 +306,7 @@ class TrainingRunStatus(StatusModel):
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
     cost: TrainingCost | None = Field(default=None, description="What the run cost (see README, What it costs).")
+    runtime: Literal["Job", "JobSet"] | None = Field(default=None, description="What runs the pods: Job or JobSet.")
     queue: QueueStatus | None = Field(default=None, description="Kueue: the LocalQueue, Workload and admission.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
     conditions: list[Condition] | None = conditions_field("Ready, Reconciling, Stalled, Trained")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -47,3 +47,42 @@ def without_pods(job: Mapping[str, Any]) -> bool:
     status = job.get("status") or {}
     counts = ("active", "ready", "succeeded", "failed", "terminating")
     return should_have_pods(job) and not any(status.get(c) for c in counts)
+
+
+# A JobSet's Failed reasons, in the words of a Job's (which the TrainingRun's status explains).
+JOBSET_FAILURES = {"ReachedMaxRestarts": "BackoffLimitExceeded"}
+
+
+def jobset_as_job(jobset: Mapping[str, Any], children: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A JobSet seen as one Job: suspended, Complete or Failed as the JobSet is, its group
+    restarts as the Job's failures, started when its first Job started. A JobSet failed by its
+    failure policy (a permanent exit code) reports the failed Job's own reason and message, which
+    name the exit code."""
+    status = jobset.get("status") or {}
+    conditions = []
+    completed = job_condition(jobset, "Completed")
+    if completed:
+        conditions.append(
+            {"type": "Complete", "status": "True", "lastTransitionTime": completed.get("lastTransitionTime")}
+        )
+    failed = job_condition(jobset, "Failed")
+    if failed:
+        reason = JOBSET_FAILURES.get(str(failed.get("reason")), str(failed.get("reason") or "Failed"))
+        message = str(failed.get("message") or "")
+        if reason != "BackoffLimitExceeded":
+            for child in children:
+                cond = job_condition(child, "Failed")
+                if cond is not None and cond.get("reason") == "PodFailurePolicy":
+                    reason, message = "PodFailurePolicy", str(cond.get("message") or "")
+        conditions.append({"type": "Failed", "status": "True", "reason": reason, "message": message})
+    starts = sorted(str(s) for c in children if (s := (c.get("status") or {}).get("startTime")))
+    return {
+        "metadata": dict(jobset.get("metadata") or {}),
+        "spec": {"suspend": bool((jobset.get("spec") or {}).get("suspend"))},
+        "status": {
+            "conditions": conditions,
+            "failed": int(status.get("restarts") or 0),
+            "startTime": starts[0] if starts else None,
+            "completionTime": completed.get("lastTransitionTime") if completed else None,
+        },
+    }
