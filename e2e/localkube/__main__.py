@@ -71,6 +71,16 @@ def _status(a: argparse.Namespace) -> int:
     return 0 if healthy else 1
 
 
+def _batch(a: argparse.Namespace) -> int:
+    from localkube.batch import ensure_jobset, ensure_kueue
+
+    directory = a.dir.resolve()
+    ensure_kueue(directory)
+    ensure_jobset(directory)
+    print(f"Kueue and JobSet run in the cluster in {directory} (logs: {directory / 'logs'}/kueue.log, jobset.log)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m localkube", description=__doc__)
     p.add_argument(
@@ -97,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     u.set_defaults(func=_up)
     sub.add_parser("down", help="stop what `up` started").set_defaults(func=_down)
     sub.add_parser("status", help="show the cluster's processes and addresses").set_defaults(func=_status)
+    sub.add_parser(
+        "batch", help="start Kueue and JobSet in the running cluster (`make kueue jobset`), webhooks served"
+    ).set_defaults(func=_batch)
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="localkube: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
