@@ -47,7 +47,7 @@ from localkube.kube import Kube
 from localkube.mlflow_server import free_port
 from localkube.procs import Proc, spawn
 from localkube.state import ROOT, ClusterInfo
-from localkube.wait import wait_for
+from localkube.wait import wait_answers
 
 VERSION = "v1.10.1"
 ARGO_DIR = ROOT / ".cache" / "argo-rollouts"
@@ -235,16 +235,9 @@ class Controller:
         self.proc = spawn("argo-rollouts", self.command(), self.log_path, env={"POD_NAMESPACE": "argo-rollouts"},
                           cwd=self.directory)  # fmt: skip
         _record(self.info, self.proc)
-        wait_for(self._healthy, timeout, "the Argo Rollouts controller's /healthz", interval=0.2)
+        wait_answers(f"http://127.0.0.1:{self.healthz_port}/healthz", self.alive, self.log_path, timeout,
+                     "the Argo Rollouts controller")  # fmt: skip
         self.starts.append({"started": started, "healthy": time.time()})
-
-    def _healthy(self) -> bool:
-        if not self.alive():
-            raise RuntimeError(f"the Argo Rollouts controller exited; see {self.log_path}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{self.healthz_port}/healthz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
 
     def stop(self, timeout: float = 20) -> None:
         if self.proc is not None:

@@ -11,11 +11,7 @@ module=github.com/argoproj/argo-rollouts
 source "$(dirname "$0")/../e2e/go-build.sh"
 go_build_setup build-argo-rollouts.sh "${1:-}"
 echo "building Argo Rollouts $version with $(go version) (cold: several minutes on 2 cores)" >&2
-dir=$(go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-[ -d "$dir" ] || { echo "build-argo-rollouts.sh: $module@$version not in the module cache" >&2; exit 1; }
-src=$bindir/src
-cp -r "$dir/." "$src"
-chmod -R u+w "$src"
+go_module_src "$module" "$version"
 (cd "$src" && go build -trimpath \
   -ldflags "-s -w -X $module/utils/version.version=${version#v} -X $module/utils/version.gitTreeState=clean" \
   -o "$out" ./cmd/rollouts-controller)

@@ -13,3 +13,14 @@ go_build_setup() {
   bindir=$(mktemp -d)
   trap 'rm -rf "$bindir"' EXIT
 }
+
+# go_module_src MODULE VERSION copies the module's source from the module cache (downloading it)
+# into a writable scratch folder and sets $src to it, for modules built as the main module.
+go_module_src() {
+  local dir
+  dir=$(go mod download -json "$1@$2" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -d "$dir" ] || { echo "$1@$2 is not in the module cache" >&2; exit 1; }
+  src=$bindir/src
+  cp -r "$dir/." "$src"
+  chmod -R u+w "$src"
+}

@@ -17,11 +17,7 @@ esac
 source "$(dirname "$0")/../go-build.sh"
 go_build_setup build.sh "${2:-}"
 echo "building $module $version with $(go version) (cold: several minutes on 2 cores)" >&2
-dir=$(go mod download -json "$module@$version" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
-[ -d "$dir" ] || { echo "build.sh: $module@$version not in the module cache" >&2; exit 1; }
-src=$bindir/src
-cp -r "$dir/." "$src"
-chmod -R u+w "$src"
+go_module_src "$module" "$version"
 (cd "$src" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
 config=$(dirname "$out")/config
 rm -rf "$config" && mkdir -p "$config"

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from localkube import bootstrap
@@ -33,7 +32,7 @@ from localkube.nodeagent.runtime import PODEXEC
 from localkube.pki import CertificateAuthority
 from localkube.procs import Proc, spawn
 from localkube.state import ROOT, ClusterInfo
-from localkube.wait import wait_for
+from localkube.wait import wait_answers
 
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1"
 
@@ -261,15 +260,7 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     info.processes = [p for p in info.processes if p.name != component.name] + [proc]
     info.save()
 
-    def ready() -> bool:
-        if not proc.alive():
-            raise RuntimeError(f"{component.name} exited while starting; see {log}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{ports.health}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout, f"{component.name} to answer /readyz")
+    wait_answers(f"http://127.0.0.1:{ports.health}/readyz", proc.alive, log, timeout, component.name)
     # Webhook configurations only once the process serves them: with failurePolicy Fail they
     # would otherwise refuse every Job created meanwhile.
     for doc in webhook_configurations(component, ports.webhook, bundle):

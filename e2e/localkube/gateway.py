@@ -12,15 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
 from localkube import bootstrap
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
 from localkube.procs import spawn
 from localkube.state import ROOT, ClusterInfo
-from localkube.wait import wait_for
+from localkube.wait import wait_answers, wait_for
 
 TRAEFIK = ROOT / ".cache" / "traefik" / "traefik"
 GATEWAY_CLASS = "localkube"
@@ -102,15 +100,7 @@ def ensure_gateway(directory: Path, binary: Path = TRAEFIK, timeout: float = 60)
     info.gateway_port = port
     info.save()
 
-    def ready() -> bool:
-        if not proc.alive():
-            raise RuntimeError(f"the gateway (Traefik) exited while starting; see {proc.log}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{admin}/ping", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_for(ready, timeout, "the gateway (Traefik) to answer /ping")
+    wait_answers(f"http://127.0.0.1:{admin}/ping", proc.alive, proc.log, timeout, "the gateway (Traefik)")
     return info
 
 

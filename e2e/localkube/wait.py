@@ -28,3 +28,19 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
             detail = f": last error {last_error!r}" if last_error else f": last value {last_value!r}"
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
         time.sleep(interval)  # short poll interval inside a deadline
+
+
+def wait_answers(url: str, alive: Callable[[], bool], log: object, timeout: float, what: str) -> None:
+    """Wait until ``url`` answers 200 (a health or readiness endpoint of a process started here);
+    fail at once, naming its ``log``, if the process exits first (``alive`` false)."""
+    import httpx
+
+    def answers() -> bool:
+        if not alive():
+            raise RuntimeError(f"{what} exited while starting; see {log}")
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_for(answers, timeout, f"{what} to answer {url}")
