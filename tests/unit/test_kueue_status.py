@@ -132,3 +132,16 @@ def test_a_jobset_reads_as_one_job() -> None:
                                            "failurePolicy": {"permanentExitCodes": [3]}})  # fmt: skip
     state = training_state(spec, jobset_as_job(permanent, [failed_member]), [])
     assert reason(state)[0] == "PermanentExitCode" and "code 3" in reason(state)[1]
+
+
+def test_a_workloads_words_are_quoted_bounded() -> None:
+    """Anyone who may write Workloads in the namespace writes their messages: a 32 KiB one must not
+    reach the run's status (or its Events) whole."""
+    huge = ("QuotaReserved", "False", "Pending", "x" * 32768)
+    seen = kueue.workload_of(job(True), [workload(huge)])
+    assert seen is not None and seen.waiting is not None
+    assert len(seen.waiting) == kueue.MAX_QUOTE
+    message = reason(training_state(SPEC, job(True), [], queue=seen))[1]
+    assert len(message) < kueue.MAX_QUOTE + 200
+    evicted = kueue.workload_of(job(True), [workload(("Evicted", "True", "Preempted", "y" * 32768))])
+    assert evicted is not None and evicted.evicted is not None and len(evicted.evicted[1]) == kueue.MAX_QUOTE

@@ -15,6 +15,14 @@ from typing import Any
 
 Obj = Mapping[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue
+# What status and Events quote of a Workload's words: anyone who may write Workloads in the
+# namespace writes them, and a condition message may be 32 KiB.
+MAX_QUOTE = 500
+
+
+def _quote(text: Any) -> str:
+    said = str(text or "")
+    return said if len(said) <= MAX_QUOTE else said[: MAX_QUOTE - 1] + "…"
 
 
 @dataclass(frozen=True)
@@ -49,13 +57,13 @@ def view(workload: Obj) -> QueueView:
     evicted = _condition(workload, "Evicted")
     stats = (status.get("schedulingStats") or {}).get("evictions") or []
     return QueueView(
-        workload=workload["metadata"]["name"],
-        cluster_queue=(status.get("admission") or {}).get("clusterQueue"),
+        workload=_quote(workload["metadata"]["name"]),
+        cluster_queue=_quote((status.get("admission") or {}).get("clusterQueue")) or None,
         admitted=_true(admitted),
         admitted_at=admitted.get("lastTransitionTime") if _true(admitted) and admitted else None,
         reserved=_true(reserved),
-        waiting=(reserved.get("message") or reserved.get("reason")) if reserved and not _true(reserved) else None,
-        evicted=(evicted.get("reason") or "Evicted", evicted.get("message") or "")
+        waiting=_quote(reserved.get("message") or reserved.get("reason")) if reserved and not _true(reserved) else None,
+        evicted=(_quote(evicted.get("reason") or "Evicted"), _quote(evicted.get("message")))
         if _true(evicted) and not _true(admitted) and evicted
         else None,
         evictions=sum(int(e.get("count") or 0) for e in stats),
