@@ -12,6 +12,7 @@ from collections import defaultdict
 import pytest
 from kubernetes import client, watch
 
+from localkube.faultproxy import FaultProxy
 from localkube.wait import wait_for
 from slipway import GROUP, VERSION
 from slipway_testing import apply_object, report, training_run, wait_status
@@ -176,3 +177,61 @@ def test_a_higher_priority_run_preempts_a_lower_one_which_resumes_from_its_check
     report(f"kueue preemption: low checkpointed at step {at_preemption} when preempted, resumed from step "
            f"{resumed}, {low_status['queue']['evictions']} eviction(s), restarts {low_status.get('restarts')}, "
            f"maxRestarts 0 and Succeeded")  # fmt: skip
+
+
+def test_no_pod_runs_before_its_mlflow_run_even_when_kueue_admits_the_job_first(
+    kube_api, namespace, operator, kueue_quota, node_gpus, mlflow, cluster
+):
+    """The Job is created before its MLflow run (a sweep's Jobs exist within seconds of apply). Its
+    enemy: Kueue admitting and resuming the Job while MLflow cannot be reached, so the run cannot be
+    made. The pods Kueue lets the Job make stay gated (slipway.dev/mlflow-run), none bound, until
+    MLflow answers; then they get the run and log into it."""
+    host, port = cluster.mlflow_url.removeprefix("http://").rsplit(":", 1)
+    proxy = FaultProxy(host, int(port)).start()
+    try:
+        proxy.blackhole()
+        operator(mlflow_url=f"http://127.0.0.1:{proxy.port}")
+        kueue_quota(gpus=4)
+        batch, core = client.BatchV1Api(kube_api), client.CoreV1Api(kube_api)
+        applied = time.monotonic()
+        body = training_run("gated", steps=4, env={"SLIPWAY_STEP_SECONDS": "0.2"}, model=f"gated-{namespace}",
+                            queueName="gpus", resources={"gpus": 2})  # fmt: skip
+        apply_object(kube_api, namespace, body)
+        wait_for(lambda: batch.list_namespaced_job(namespace).items, 30, "the training Job", interval=0.2)
+        job_after = time.monotonic() - applied
+
+        def run_pods() -> list[client.V1Pod]:
+            return core.list_namespaced_pod(namespace, label_selector="slipway.dev/trainingrun=gated").items
+
+        wait_for(lambda: run_pods(), 60, "Kueue admitting the Job and the Job making its pod", interval=0.5)
+        admitted_after = time.monotonic() - applied
+        bound = []
+        held_until = time.monotonic() + 15
+        while time.monotonic() < held_until:  # MLflow still away: the pod waits, gated, on no node
+            for pod in run_pods():
+                gates = [g.name for g in pod.spec.scheduling_gates or []]
+                assert "slipway.dev/mlflow-run" in gates, f"{pod.metadata.name} lost its gate with MLflow away"
+                bound += [pod.metadata.name] if pod.spec.node_name else []
+            time.sleep(1)
+        assert not bound, f"pods bound before their MLflow run existed: {bound}"
+        tr = client.CustomObjectsApi(kube_api).get_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                                             "trainingruns", "gated")  # fmt: skip
+        assert not (tr.get("status") or {}).get("mlflow"), tr["status"]
+        proxy.pass_through()
+        healed = time.monotonic()
+        done = wait_status(kube_api, namespace, "TrainingRun", "gated",
+                           lambda o: (o.get("status") or {}).get("phase") in ("Succeeded", "Failed"), 180,
+                           "the run finished once MLflow answered")  # fmt: skip
+        assert done["status"]["phase"] == "Succeeded", done["status"]
+    finally:
+        proxy.close()
+    run_id = done["status"]["mlflow"]["runId"]
+    pods = run_pods()
+    assert pods and all(p.metadata.annotations["slipway.dev/mlflow-run-id"] == run_id for p in pods)
+    steps = [int(m.value) for m in mlflow.get_metric_history(run_id, "step")]
+    assert sorted(steps) == [1, 2, 3, 4], f"the pod did not log into the run in status: {steps}"
+    experiment = mlflow.get_or_create_experiment(f"gated-{namespace}")
+    assert len(mlflow.search_runs([experiment])) == 1
+    report(f"job before MLflow run: Job {job_after:.1f}s after apply with MLflow away, admitted by Kueue and its "
+           f"pod made after {admitted_after:.1f}s, held gated on no node for 15s; Succeeded "
+           f"{time.monotonic() - healed:.1f}s after MLflow answered, logging into the run in status")  # fmt: skip

@@ -15,7 +15,7 @@ def test_pods_get_the_address_without_credentials_and_the_secret_by_reference():
     assert config.pod_mlflow_url is not None and "s3cret" not in config.pod_mlflow_url
     assert "abc" not in config.pod_mlflow_url
     spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i"})
-    link = trainingrun.MlflowLink(config.pod_mlflow_url, "run1", "1")
+    link = config.pod_mlflow_url
     job = with_credentials(trainingrun.job("r", "ns", spec, link), config.mlflow_credentials_secret)
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["envFrom"] == [{"secretRef": {"name": "slipway-mlflow-credentials", "optional": True}}]

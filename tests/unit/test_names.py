@@ -82,7 +82,7 @@ def idep_spec(gateway: bool) -> InferenceDeploymentSpec:
 
 def children(name: str) -> list[dict[str, Any]]:
     """Every child Slipway makes for an object of this name, of each kind and mode."""
-    link = tr.MlflowLink("http://mlflow:5000", "run1", "1")
+    link = "http://mlflow:5000"
     spec2, gateway = tr_spec(2), idep_spec(gateway=True)
     found = [
         tr.job(name, "ns", tr_spec(1), link),
@@ -139,7 +139,7 @@ def test_indexed_job_pods_get_valid_hostnames_and_master_addr(name):
     """The job controller names each pod's hostname <job>-<index> (a DNS-1123 label, checked when
     the Job is created) and sets its subdomain to the headless Service: MASTER_ADDR resolves to
     <job>-0.<service>, for any name and up to spec.nodes' maximum."""
-    job = tr.job(name, "ns", tr_spec(2), tr.MlflowLink("u", "r", "1"))
+    job = tr.job(name, "ns", tr_spec(2), "u")
     assert dns1123_label(f"{job['metadata']['name']}-{tr.MAX_NODES - 1}")
     pod = job["spec"]["template"]["spec"]
     service = tr.headless_service(name, "ns", tr_spec(2))
@@ -255,7 +255,7 @@ def test_a_suffix_too_long_for_any_name_is_a_programming_error():
 
 @pytest.mark.parametrize("name", [NAMES["dots"], NAMES["253-chars"]])
 def test_pods_name_their_parent_in_full(name):
-    job = tr.job(name, "ns", tr_spec(1), tr.MlflowLink("u", "r", "1"))
+    job = tr.job(name, "ns", tr_spec(1), "u")
     assert tr.run_of_pod(job["spec"]["template"]["metadata"]) == name
     deployment = idep.deployment(name, "ns", idep_spec(False), "canary", "3", "models:/m/3", None, None)
     assert idep.deployment_of_pod(deployment["spec"]["template"]["metadata"]) == name

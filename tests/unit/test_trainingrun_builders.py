@@ -7,7 +7,8 @@ from typing import Any
 from slipway.builders import trainingrun as build
 from slipway.models import TrainingRunSpec
 
-LINK = build.MlflowLink("http://mlflow:5000", "run123", "7")
+URI = "http://mlflow:5000"
+LINK = build.MlflowLink(URI, "run123", "7")
 
 
 def spec(**extra: Any) -> TrainingRunSpec:
@@ -21,24 +22,30 @@ def env_of(job: dict[str, Any]) -> dict[str, Any]:
 
 def test_single_node_job_with_gpus_mlflow_env_and_no_service():
     s = spec(resources={"gpus": 2, "cpu": "8", "memory": "32Gi"}, command=["python", "-m", "train"])
-    job = build.job("r1", "ns", s, LINK)
+    job = build.job("r1", "ns", s, URI)
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert job["metadata"]["name"] == "r1-train"
     assert container["resources"]["limits"] == {"nvidia.com/gpu": "2", "cpu": "8", "memory": "32Gi"}
     assert container["command"] == ["python", "-m", "train"]
     assert pod["restartPolicy"] == "Never"
-    assert env_of(job)["MLFLOW_RUN_ID"] == "run123"
-    assert env_of(job)["MLFLOW_EXPERIMENT_ID"] == "7"
+    run_id = {"fieldRef": {"fieldPath": "metadata.annotations['slipway.dev/mlflow-run-id']"}}
+    assert env_of(job)["MLFLOW_RUN_ID"] == run_id
+    assert env_of(job)["MLFLOW_EXPERIMENT_ID"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['slipway.dev/mlflow-experiment-id']"}
+    }
     assert env_of(job)["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
     assert "completionMode" not in job["spec"]
-    assert job["spec"]["suspend"] is False
+    # made before its MLflow run: suspended, its pods gated until the run is written into them
+    assert job["spec"]["suspend"] is True
+    assert pod["schedulingGates"] == [{"name": "slipway.dev/mlflow-run"}]
+    assert build.gated(job["spec"]["template"])
     assert build.headless_service("r1", "ns", s) is None
     assert build.checkpoint_pvc("r1", "ns", s) is None
 
 
 def test_custom_gpu_resource_name():
-    job = build.job("r1", "ns", spec(resources={"gpus": 1, "gpuResourceName": "amd.com/gpu"}), LINK)
+    job = build.job("r1", "ns", spec(resources={"gpus": 1, "gpuResourceName": "amd.com/gpu"}), URI)
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"amd.com/gpu": "1"}
 
 
@@ -48,7 +55,7 @@ def test_checkpoint_claim_is_mounted_with_env():
     assert pvc is not None
     assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
     assert pvc["spec"]["storageClassName"] == "local"
-    job = build.job("r1", "ns", s, LINK)
+    job = build.job("r1", "ns", s, URI)
     pod = job["spec"]["template"]["spec"]
     assert pod["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "r1-checkpoints"}}]
     assert pod["containers"][0]["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/checkpoints"}]
@@ -57,7 +64,7 @@ def test_checkpoint_claim_is_mounted_with_env():
 
 def test_multi_node_is_indexed_job_with_torchrun_env_and_headless_service():
     s = spec(nodes=2)
-    job = build.job("r1", "ns", s, LINK)
+    job = build.job("r1", "ns", s, URI)
     svc = build.headless_service("r1", "ns", s)
     assert job["spec"]["completionMode"] == "Indexed"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 2
@@ -73,14 +80,14 @@ def test_multi_node_is_indexed_job_with_torchrun_env_and_headless_service():
 
 
 def test_queue_name_sets_kueue_label_and_starts_suspended():
-    job = build.job("r1", "ns", spec(queueName="team-a"), LINK)
+    job = build.job("r1", "ns", spec(queueName="team-a"), URI)
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert job["spec"]["suspend"] is True
 
 
 def test_failure_policy_maps_to_backoff_and_pod_failure_policy():
     s = spec(failurePolicy={"maxRestarts": 4, "permanentExitCodes": [3], "activeDeadlineSeconds": 600})
-    job = build.job("r1", "ns", s, LINK)
+    job = build.job("r1", "ns", s, URI)
     rules = job["spec"]["podFailurePolicy"]["rules"]
     assert job["spec"]["backoffLimit"] == 4
     assert job["spec"]["activeDeadlineSeconds"] == 600
@@ -101,7 +108,7 @@ def test_retryable_codes_count_and_others_fail():
 
 
 def test_user_env_wins_over_slipway_defaults():
-    job = build.job("r1", "ns", spec(env=[{"name": "MLFLOW_TRACKING_URI", "value": "https://mine"}]), LINK)
+    job = build.job("r1", "ns", spec(env=[{"name": "MLFLOW_TRACKING_URI", "value": "https://mine"}]), URI)
     names = [e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]]
     assert names.count("MLFLOW_TRACKING_URI") == 1
     assert env_of(job)["MLFLOW_TRACKING_URI"] == "https://mine"
@@ -114,11 +121,11 @@ def test_scheduling_fields_pass_through():
         priorityClassName="low",
         suspend=True,
     )
-    pod = build.job("r1", "ns", s, LINK)["spec"]["template"]["spec"]
+    pod = build.job("r1", "ns", s, URI)["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "gpu"}
     assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
     assert pod["priorityClassName"] == "low"
-    assert build.job("r1", "ns", s, LINK)["spec"]["suspend"] is True
+    assert build.job("r1", "ns", s, URI)["spec"]["suspend"] is True
 
 
 TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
@@ -128,7 +135,7 @@ def test_a_jobset_runs_the_nodes_as_one_gang_that_restarts_whole():
     s = spec(nodes=4, resources={"gpus": 8}, queueName="team-a", checkpoint={"size": "10Gi"},
              failurePolicy={"maxRestarts": 3, "retryableExitCodes": [137], "permanentExitCodes": [3]},
              podTemplate={"annotations": {TOPOLOGY: "cloud.google.com/gke-nodepool"}})  # fmt: skip
-    js = build.jobset("r1", "ns", s, LINK)
+    js = build.jobset("r1", "ns", s, URI)
     assert (js["apiVersion"], js["kind"], js["metadata"]["name"]) == ("jobset.x-k8s.io/v1alpha2", "JobSet", "r1-train")
     assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     assert js["spec"]["suspend"] is True  # Kueue admits the whole gang
@@ -160,6 +167,47 @@ def test_a_jobset_runs_the_nodes_as_one_gang_that_restarts_whole():
 
 def test_jobset_hostnames_stay_dns_labels_for_long_names():
     name = "r" * 63
-    js = build.jobset(name, "ns", spec(nodes=1024), LINK)
+    js = build.jobset(name, "ns", spec(nodes=1024), URI)
     host = f"{js['metadata']['name']}-{build.WORKERS}-0-1023"
     assert len(host) <= 63
+
+
+def test_release_gives_the_pods_their_run_and_lifts_only_slipways_gate():
+    job = build.job("r1", "ns", spec(), URI)
+    job["spec"]["template"]["spec"]["schedulingGates"].append({"name": "kueue.x-k8s.io/topology"})
+    patch = build.release_patch(job, LINK, resume=True)
+    template = patch["spec"]["template"]
+    assert template["metadata"]["annotations"] == {"slipway.dev/mlflow-run-id": "run123",
+                                                   "slipway.dev/mlflow-experiment-id": "7"}  # fmt: skip
+    assert template["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
+    assert patch["spec"]["suspend"] is False
+    held = build.release_patch(build.job("r1", "ns", spec(), URI), LINK, resume=False)
+    assert held["spec"]["template"]["spec"]["schedulingGates"] is None  # merge patch: the field removed
+    assert "suspend" not in held["spec"]  # Kueue or spec.suspend decides
+
+
+def test_release_of_a_pod_made_gated():
+    pod = {"metadata": {"name": "p"}, "spec": {"schedulingGates": [{"name": "slipway.dev/mlflow-run"}]}}
+    assert build.gated(pod)
+    patch = build.release(pod, LINK)
+    assert patch == {"metadata": {"annotations": {"slipway.dev/mlflow-run-id": "run123",
+                                                  "slipway.dev/mlflow-experiment-id": "7"}},
+                     "spec": {"schedulingGates": None}}  # fmt: skip
+    assert not build.gated({"metadata": {}, "spec": {}})
+
+
+def test_release_of_a_jobset_keeps_its_replicated_job_whole():
+    js = build.jobset("r1", "ns", spec(nodes=2), URI)
+    assert js["spec"]["suspend"] is True and build.gated(build.pod_template_of(js))
+    patch = build.release_patch(js, LINK, resume=True)
+    replicated = patch["spec"]["replicatedJobs"]
+    assert [r["name"] for r in replicated] == ["workers"] and replicated[0]["replicas"] == 1
+    inner = replicated[0]["template"]["spec"]
+    assert inner["completions"] == 2 and inner["backoffLimit"] == 0
+    template = inner["template"]
+    assert "schedulingGates" not in template["spec"]
+    assert template["metadata"]["annotations"]["slipway.dev/mlflow-run-id"] == "run123"
+    assert template["metadata"]["annotations"]["slipway.dev/trainingrun-name"] == "r1"  # kept
+    assert template["spec"]["containers"] == build.pod_template_of(js)["spec"]["containers"]
+    assert patch["spec"]["suspend"] is False
+    assert build.gated(build.pod_template_of(js))  # the built object itself is not changed

@@ -155,6 +155,17 @@ def test_suspended_by_spec_vs_queued_by_kueue():
     assert cond(state, "Ready").reason == "Queued"
 
 
+def test_a_job_made_before_its_mlflow_run_says_so_unless_kueue_or_the_user_holds_it():
+    plain = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i"})
+    state = training_state(plain, job(suspend=True), [], mlflow_pending=True)
+    assert (state.phase, cond(state, "Ready").reason) == ("Pending", "CreatingMlflowRun")
+    assert "MLflow run" in cond(state, "Ready").message
+    queued = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "queueName": "q"})
+    assert cond(training_state(queued, job(suspend=True), [], mlflow_pending=True), "Ready").reason == "Queued"
+    suspended = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "suspend": True})
+    assert training_state(suspended, job(suspend=True), [], mlflow_pending=True).phase == "Suspended"
+
+
 def running_run(metrics: dict[str, Metric], tags: dict[str, str]) -> Run:
     return Run(
         run_id="r", experiment_id="1", run_name="", status="RUNNING", artifact_uri="", metrics=metrics, tags=tags

@@ -120,10 +120,11 @@ app.kubernetes.io/component: operator
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list", "watch"]
-# Training pods for exit codes, restarts and the scheduler's reasons.
+# Training pods for exit codes, restarts and the scheduler's reasons; patch: a training pod made
+# before its MLflow run existed gets the run's id and its slipway.dev/mlflow-run gate lifted.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "patch"]
 # Events on its objects, one per transition; list: the FailedCreate Events of a Job or
 # Deployment whose pods the API server refuses, read only while it has none.
 - apiGroups: [""]

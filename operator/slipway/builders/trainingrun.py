@@ -32,6 +32,15 @@ MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
+# The Job exists before its MLflow run (a sweep's Jobs are created within seconds of apply, MLflow
+# follows): its pods carry this scheduling gate, and read the run from these annotations, until
+# the operator, once the run exists, writes them into the pod template (or, for pods already made,
+# into the pods) and lifts the gate. No pod runs without its MLflow run.
+RUN_GATE = "slipway.dev/mlflow-run"
+RUN_ID_ANNOTATION = "slipway.dev/mlflow-run-id"
+EXPERIMENT_ID_ANNOTATION = "slipway.dev/mlflow-experiment-id"
+
+
 @dataclass(frozen=True)
 class MlflowLink:
     """What the pod needs to log into the run the operator created."""
@@ -39,6 +48,9 @@ class MlflowLink:
     tracking_uri: str
     run_id: str
     experiment_id: str
+
+    def annotations(self) -> dict[str, str]:
+        return {RUN_ID_ANNOTATION: self.run_id, EXPERIMENT_ID_ANNOTATION: self.experiment_id}
 
 
 def job_name(run: str) -> str:
@@ -143,18 +155,19 @@ def pod_failure_policy(spec: TrainingRunSpec) -> dict[str, Any]:
 
 
 def training_env(
-    name: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, runtime: str = "Job"
+    name: str, spec: TrainingRunSpec, tracking_uri: str | None, runtime: str = "Job"
 ) -> list[dict[str, Any]]:
     base: dict[str, str] = {"SLIPWAY_TRAININGRUN": name, "SLIPWAY_MODEL_NAME": spec.model.name}
-    if mlflow is not None:
-        base |= {
-            "MLFLOW_TRACKING_URI": mlflow.tracking_uri,
-            "MLFLOW_RUN_ID": mlflow.run_id,
-            "MLFLOW_EXPERIMENT_ID": mlflow.experiment_id,
-        }
+    if tracking_uri is not None:
+        base["MLFLOW_TRACKING_URI"] = tracking_uri
     if spec.checkpoint is not None:
         base["SLIPWAY_CHECKPOINT_DIR"] = CHECKPOINT_MOUNT
     env = env_list(base, spec.env)
+    if tracking_uri is not None:  # the run, from the pod's annotations (see RUN_GATE)
+        given = {e["name"] for e in env}
+        from_pod = (("MLFLOW_RUN_ID", RUN_ID_ANNOTATION), ("MLFLOW_EXPERIMENT_ID", EXPERIMENT_ID_ANNOTATION))
+        env += [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+                for var, key in from_pod if var not in given]  # fmt: skip
     if spec.nodes > 1:
         # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
         # through the headless Service as <job>-0.<service>.
@@ -176,17 +189,18 @@ def job(
     name: str,
     namespace: str,
     spec: TrainingRunSpec,
-    mlflow: MlflowLink | None,
+    tracking_uri: str | None,
     priority_class: str = "",
     runtime: str = "Job",
 ) -> dict[str, Any]:
-    """The training Job. With queueName it starts suspended, for Kueue to admit. Its pods get
+    """The training Job, suspended and its pods gated until its MLflow run exists (RUN_GATE,
+    :func:`release`); with a Kueue queue it stays suspended for Kueue to admit. Its pods get
     spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible).
     ``runtime="JobSet"``: the Job as the JobSet's replicated Job runs it (see :func:`jobset`)."""
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec.image,
-        "env": training_env(name, spec, mlflow, runtime),
+        "env": training_env(name, spec, tracking_uri, runtime),
         "resources": resource_requirements(spec.resources),
     }
     if spec.command:
@@ -194,6 +208,8 @@ def job(
     if spec.args:
         container["args"] = list(spec.args)
     pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if tracking_uri is not None:
+        pod["schedulingGates"] = [{"name": RUN_GATE}]
     volumes = []
     if spec.checkpoint is not None:
         container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
@@ -219,7 +235,7 @@ def job(
         "podFailurePolicy": pod_failure_policy(spec),
         "completions": spec.nodes,
         "parallelism": spec.nodes,
-        "suspend": spec.suspend or spec.queue_name is not None,
+        "suspend": True if tracking_uri is not None else spec.suspend or spec.queue_name is not None,
         "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
     }
     apply_pod_template(job_spec["template"], container, spec.pod_template)
@@ -236,14 +252,14 @@ def job(
 
 
 def jobset(
-    name: str, namespace: str, spec: TrainingRunSpec, mlflow: MlflowLink | None, priority_class: str = ""
+    name: str, namespace: str, spec: TrainingRunSpec, tracking_uri: str | None, priority_class: str = ""
 ) -> dict[str, Any]:
     """A multi-node run as one gang: a JobSet of one Indexed Job of ``spec.nodes`` pods. Any failed
     pod fails that Job (backoffLimit 0) and the JobSet recreates the whole group, at most
     ``maxRestarts`` times; a permanent or non-retryable exit code (the Job's podFailurePolicy)
     fails the JobSet at once. JobSet makes the headless Service (``network.subdomain``). With a
     Kueue queue it starts suspended and Kueue admits all its pods at once."""
-    inner = job(name, namespace, spec, mlflow, priority_class, runtime="JobSet")
+    inner = job(name, namespace, spec, tracking_uri, priority_class, runtime="JobSet")
     labels_ = dict(inner["metadata"]["labels"])
     job_spec = {**inner["spec"], "backoffLimit": 0}
     suspend = job_spec.pop("suspend")
@@ -270,3 +286,54 @@ def jobset(
             ],
         },
     }
+
+
+def pod_template_of(child: dict[str, Any]) -> dict[str, Any]:
+    """The pod template of a training Job or JobSet (its one replicated Job)."""
+    spec = child.get("spec") or {}
+    if child.get("kind") == "JobSet":
+        spec = spec["replicatedJobs"][0]["template"]["spec"]
+    return dict(spec.get("template") or {})
+
+
+def gated(template_or_pod: dict[str, Any]) -> bool:
+    """Whether a pod (or pod template) still waits for its MLflow run (RUN_GATE)."""
+    return any(g.get("name") == RUN_GATE for g in (template_or_pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def release(template_or_pod: dict[str, Any], link: MlflowLink) -> dict[str, Any]:
+    """The merge patch of a pod template (or a pod) that gives it its MLflow run and lifts RUN_GATE
+    (other gates, Kueue's or the user's, stay)."""
+    others = [g for g in (template_or_pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != RUN_GATE]
+    return {"metadata": {"annotations": link.annotations()}, "spec": {"schedulingGates": others or None}}
+
+
+def release_patch(child: dict[str, Any], link: MlflowLink, resume: bool) -> dict[str, Any]:
+    """The merge patch of a suspended training Job or JobSet that has never run: its pods' MLflow
+    run and RUN_GATE lifted (:func:`release`), and ``resume``: unsuspended."""
+    template = release(pod_template_of(child), link)
+    if child.get("kind") == "JobSet":
+        replicated = child["spec"]["replicatedJobs"]
+        job_template = replicated[0]["template"]
+        job_spec = {**job_template["spec"], "template": _merged(job_template["spec"]["template"], template)}
+        inner = {**replicated[0], "template": {**job_template, "spec": job_spec}}
+        patch: dict[str, Any] = {"spec": {"replicatedJobs": [inner, *replicated[1:]]}}
+    else:
+        patch = {"spec": {"template": template}}
+    if resume:
+        patch["spec"]["suspend"] = False
+    return patch
+
+
+def _merged(template: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A pod template with a :func:`release` patch applied (a JobSet's replicatedJobs list is
+    replaced whole by a merge patch)."""
+    meta = dict(template.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+    spec = dict(template.get("spec") or {})
+    gates = patch["spec"]["schedulingGates"]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    return {**template, "metadata": meta, "spec": spec}

@@ -3,9 +3,12 @@ progress timer while it trains; everything is recomputed from the cache and MLfl
 
 from __future__ import annotations
 
+import contextlib
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+import kopf
 
 from slipway import API_VERSION, cost, kube, opencost, sizing
 from slipway.builders import trainingrun as build
@@ -51,29 +54,34 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
                    "or set spec.runtime: Job (an Indexed Job)")  # fmt: skip
         ctx.write(stalled("JobSetNotServed", message))
         return None
-    run, cached = _mlflow_run(ctx, spec, ctx.mlflow)
     service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
     for obj, kind in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"), (service, "services")):
         if obj is not None:
             ctx.ensure(kind, obj)
     if child is None and ctx.status.get("completionTime"):
         return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
-    if child is None:
-        uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
-        link = build.MlflowLink(uri, run.run_id, run.experiment_id)
+    uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
+    made_now = child is None
+    if child is None:  # first the Job, suspended and gated; its MLflow run follows (build.RUN_GATE)
         make = build.jobset if runtime == "JobSet" else build.job
-        body = make(ctx.name, ctx.namespace, spec, link, priority_class(ctx, spec))
+        body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
         child = ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
     members = ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet" else []
+    pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
+    run: Run | None = None
+    cached = False
+    if not made_now or (ctx.status.get("mlflow") or {}).get("runId"):
+        run, cached = _mlflow_run(ctx, spec, ctx.mlflow)
+        link = build.MlflowLink(uri, run.run_id, run.experiment_id)
+        child, members, pods = _release(ctx, spec, runtime, name, child, members, pods, link)
     job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
-    if (patch := suspend_patch(spec, job)) is not None:
+    if run is not None and (patch := suspend_patch(spec, job)) is not None:
         seen = child["metadata"]["resourceVersion"]  # a 409 if it changed since
         patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": seen}
         child = kube.patch(ctx.kube, runtime, ctx.namespace, name, patch)
         job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None
-    pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
     now = datetime.now(UTC)
     podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
     refused = next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) \
@@ -82,20 +90,24 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     queue = kueue.workload_of(job, ctx.cache.owned_by("workloads", job["metadata"]["uid"])) if queue_name else None
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
-                           create_failure=refused, queue=queue)  # fmt: skip
-    if cached and (state.succeeded or state.failed):
-        run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
+                           create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
     spent = _cost(ctx, pods, now)
-    if state.succeeded or state.failed:
-        _log_cost(ctx.mlflow, run, spent, state.completion_time)
-    run = _finish_mlflow_run(ctx.mlflow, run, state)
-    progress, checkpoint = progress_from_run(run)
-    state = with_attempts(state, run)
-    url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
-    _write(ctx, state, sizing=sizing_status, progress=progress, last_checkpoint=checkpoint,
-           mlflow={"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url},
-           artifact_ref={"name": artifact_name} if artifact_name else None, cost=spent,
-           queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime)  # fmt: skip
+    recorded: dict[str, Any] = {}
+    if run is not None:
+        if cached and (state.succeeded or state.failed):
+            run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
+        if state.succeeded or state.failed:
+            _log_cost(ctx.mlflow, run, spent, state.completion_time)
+        run = _finish_mlflow_run(ctx.mlflow, run, state)
+        recorded["progress"], recorded["last_checkpoint"] = progress_from_run(run)
+        state = with_attempts(state, run)
+        url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
+        recorded["mlflow"] = {"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url}
+    _write(ctx, state, sizing=sizing_status, artifact_ref={"name": artifact_name} if artifact_name else None,
+           cost=spent, queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime,
+           **recorded)  # fmt: skip
+    if run is None:
+        return 0.0  # the MLflow run next, behind the passes that changes woke (a sweep's other Jobs)
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
@@ -178,6 +190,47 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
 
 
 RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() then)
+
+
+def _release(ctx: Context, spec: TrainingRunSpec, runtime: str, name: str, child: dict[str, Any],
+             members: list[dict[str, Any]], pods: list[dict[str, Any]], link: build.MlflowLink,
+             ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+    """Give the run's pods their MLflow run and lift build.RUN_GATE: in the pod template while the
+    Job (or JobSet, and its Jobs) is suspended and may change, resuming it unless Kueue or
+    spec.suspend holds it; and on any pod made gated before that (Kueue admitted the Job first, a
+    JobSet's Jobs keep the gates they were made with). Returns child, members and pods as now."""
+    if build.gated(build.pod_template_of(child)) and child["spec"].get("suspend"):
+        job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
+        resume = not spec.suspend and queue_of(spec, job) is None
+        members = [_released_job(ctx, m, link) for m in members]
+        with contextlib.suppress(kopf.PermanentError):  # started meanwhile (Kueue): the pods are released below
+            child = kube.patch(ctx.kube, runtime, ctx.namespace, name, build.release_patch(child, link, resume))
+    owners = {child["metadata"]["uid"], *(m["metadata"]["uid"] for m in members)}
+    waiting: dict[str, list[str]] = {}  # owning Job's uid -> names of its gated pods
+    for pod in pods:
+        owner = next((r["uid"] for r in pod["metadata"].get("ownerReferences") or [] if r.get("uid") in owners), None)
+        if owner and build.gated(pod) and not pod["metadata"].get("deletionTimestamp"):
+            waiting.setdefault(owner, []).append(pod["metadata"]["name"])
+    patched = {}
+    for names in waiting.values():
+        if runtime == "JobSet" and len(names) < spec.nodes:
+            continue  # a gang is released whole, once its Job has made all its pods
+        for pod in (p for p in pods if p["metadata"]["name"] in names):
+            patched[pod["metadata"]["name"]] = kube.patch(ctx.kube, "Pod", ctx.namespace, pod["metadata"]["name"],
+                                                          build.release(pod, link))  # fmt: skip
+    return child, members, [patched.get(p["metadata"]["name"], p) for p in pods]
+
+
+def _released_job(ctx: Context, job: dict[str, Any], link: build.MlflowLink) -> dict[str, Any]:
+    """A JobSet's Job, released like its JobSet while it is suspended (JobSet adds the JobSet's
+    gates to its Jobs' when it resumes them, and never removes one)."""
+    if not (build.gated(build.pod_template_of(job)) and job["spec"].get("suspend")):
+        return job
+    patch = {"spec": {"template": build.release(build.pod_template_of(job), link)}}
+    try:
+        return kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
+    except kopf.PermanentError:
+        return job  # started meanwhile: its pods are released one by one
 
 
 def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:

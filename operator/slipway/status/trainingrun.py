@@ -130,6 +130,7 @@ def training_state(
     stuck_grace_seconds: float | None = None,
     create_failure: str | None = None,
     queue: kueue.QueueView | None = None,
+    mlflow_pending: bool = False,
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
@@ -140,7 +141,8 @@ def training_state(
     was created, then Stalled. A Job without pods whose pods the API server refuses
     (``create_failure``, its FailedCreate Event) is Stalled with the API server's words; while it
     has no pods and no such Event, the pass looks again in NO_PODS_RECHECK_SECONDS. ``queue``:
-    what Kueue says of the Job (its Workload), for a Job in a Kueue queue.
+    what Kueue says of the Job (its Workload), for a Job in a Kueue queue. ``mlflow_pending``: the
+    Job exists, suspended, and its MLflow run is still to be created.
     """
     if sizing_refusal is not None and job is None:
         return _state("Failed", "stalled", "InsufficientGPUMemory", sizing_refusal, failed=True)
@@ -167,6 +169,9 @@ def training_state(
         if spec.suspend:
             message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
             return _state("Suspended", "held", "Suspended", message, **kw)
+        if mlflow_pending and queue_of(spec, job) is None:
+            message = "the training Job is created; its pods start once its MLflow run is created"
+            return _state("Pending", "reconciling", "CreatingMlflowRun", message, **kw)
         reason, message = kueue.queued(queue_of(spec, job) or "", queue)
         return _state("Pending", "reconciling", reason, message, **kw)
     if not pods:
