@@ -114,6 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--scale-resume-grace", type=float, default=30.0,
                    help="writes are counted until this long after the fresh operator resumed (default 30)")  # fmt: skip
     g.add_argument("--scale-keep-cluster-dir", action="store_true", help="keep the stopped cluster's directory")
+    g.add_argument("--scale-kueue-gpus", type=int, default=0,
+                   help="C's Kueue variant: start Kueue (make kueue) and send every TrainingRun through a LocalQueue "
+                        "of a ClusterQueue of this many GPUs (default 0: no Kueue)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- objects
@@ -141,7 +144,7 @@ def seed_run() -> dict[str, Any]:
     }  # fmt: skip
 
 
-def training_run(name: str) -> dict[str, Any]:
+def training_run(name: str, queue: str | None = None) -> dict[str, Any]:
     placement = kwok.placement()
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -154,8 +157,34 @@ def training_run(name: str) -> dict[str, Any]:
             "resources": {"gpus": 1, "cpu": "4", "memory": "16Gi"},
             "nodeSelector": placement["nodeSelector"],
             "tolerations": placement["tolerations"],
+            **({"queueName": queue} if queue else {}),
         },
     }
+
+
+QUEUE = "gpus"
+KUEUE_PATH = "/apis/kueue.x-k8s.io/v1beta2"
+
+
+def start_kueue(info: ClusterInfo, admin: Kube, gpus: int) -> None:
+    """Kueue in the bench's cluster, and a ClusterQueue of ``gpus`` GPUs (with the CPU and memory
+    that many of the bench's runs request) behind the LocalQueue ``gpus`` of the bench's namespace."""
+    from localkube.batch import ensure_kueue, gpu_quota
+
+    ensure_kueue(info.directory)
+    for plural, obj in gpu_quota(NAMESPACE, gpus, cpu=4 * gpus, memory=f"{16 * gpus}Gi", queue=QUEUE):
+        where = f"/namespaces/{NAMESPACE}" if plural == "localqueues" else ""
+        admin.create(f"{KUEUE_PATH}{where}/{plural}", obj)
+
+
+def gpus_admitted(admin: Kube) -> int:
+    """GPUs of the bench's ClusterQueue that Kueue counts as admitted now."""
+    queue = admin.get_or_none(f"{KUEUE_PATH}/clusterqueues/cq-{NAMESPACE}") or {}
+    for flavor in (queue.get("status") or {}).get("flavorsUsage") or []:
+        for resource in flavor.get("resources") or []:
+            if resource.get("name") == "nvidia.com/gpu":
+                return int(resource.get("total") or 0)
+    return 0
 
 
 def inference_deployment(name: str) -> dict[str, Any]:
@@ -543,6 +572,7 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "train_seconds": args.scale_train_seconds,
             "gpus_per_node": args.scale_gpus_per_node,
             "timeout_seconds": args.scale_timeout,
+            "kueue_gpus": args.scale_kueue_gpus,
         },  # fmt: skip
         "source": {
             "commit": git(ROOT, "rev-parse", "HEAD"),
@@ -577,6 +607,9 @@ def _run(run_dir: Path, args: argparse.Namespace, data: dict[str, Any]) -> None:
                 log(f"{len(fake.names)} kwok nodes Ready ({gpus} GPUs each)")
                 data["seed_seconds"] = round(_wait_seed(admin, operator, 600), 1)
                 log(f"seed model Validated after {data['seed_seconds']} s")
+                if args.scale_kueue_gpus:
+                    start_kueue(info, admin, args.scale_kueue_gpus)
+                    log(f"Kueue running; ClusterQueue of {args.scale_kueue_gpus} GPUs behind LocalQueue {QUEUE}")
                 scale_c(info, admin, operator, metrics_url, order, args, data)
                 operator = scale_d(info, admin, operator, run_dir, args, data)
                 data["kwok_log"] = log_findings(fake.log)
@@ -620,7 +653,8 @@ def scale_c(
     create_seconds: list[float] = []
     t_apply0 = time.time()
     for kind, name in order:
-        body = training_run(name) if kind == "TrainingRun" else inference_deployment(name)
+        queue = QUEUE if args.scale_kueue_gpus else None
+        body = training_run(name, queue) if kind == "TrainingRun" else inference_deployment(name)
         sent = time.time()
         with observed.lock:
             observed.applied[(kind, name)] = sent
@@ -633,7 +667,10 @@ def scale_c(
 
     deadline = t_apply0 + args.scale_timeout
     last_log = 0.0
+    admitted_max = 0
     while True:
+        if args.scale_kueue_gpus:
+            admitted_max = max(admitted_max, gpus_admitted(admin))
         c = counts()
         done = c["succeeded"] >= len(runs) and c["promoted"] >= len(deps) and c["first_child"] >= len(order)
         if done:
@@ -653,6 +690,8 @@ def scale_c(
     t_done = time.time()
     log(f"scenario C: {counts()} after {t_done - t_apply0:.0f} s")
     data["c_seconds"] = round(t_done - t_apply0, 1)
+    if args.scale_kueue_gpus:
+        data["kueue_gpus_admitted_max"] = admitted_max
     data["operator_counters_after_c"] = operator_counters(metrics_url)
     data["quiet_after_c"] = _quiet(audit, 10, 120)
     t_end = time.time()

@@ -133,35 +133,22 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 def kueue_quota(kueue, kube_api, namespace):
     """``kueue_quota(gpus)``: a ResourceFlavor and a ClusterQueue of ``gpus`` GPUs open to the test's
     namespace alone (a lower priority preempted within it), and the LocalQueue ``gpus`` in the
-    namespace; returns the ClusterQueue's name. Removed after the test."""
+    namespace (``localkube.batch.gpu_quota``); returns the ClusterQueue's name. Removed after the test."""
     from kubernetes import client
+
+    from localkube.batch import gpu_quota
 
     custom = client.CustomObjectsApi(kube_api)
     made: list[tuple[str, str]] = []
 
     def make(gpus: int) -> str:
-        flavor, name = f"gpu-{namespace}", f"cq-{namespace}"
-        custom.create_cluster_custom_object(*KUEUE, "resourceflavors", {
-            "apiVersion": "/".join(KUEUE), "kind": "ResourceFlavor", "metadata": {"name": flavor}})  # fmt: skip
-        made.append(("resourceflavors", flavor))
-        resources = [{"name": "cpu", "nominalQuota": 64}, {"name": "memory", "nominalQuota": "256Gi"},
-                     {"name": "nvidia.com/gpu", "nominalQuota": gpus}]  # fmt: skip
-        custom.create_cluster_custom_object(*KUEUE, "clusterqueues", {
-            "apiVersion": "/".join(KUEUE),
-            "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                                    "flavors": [{"name": flavor, "resources": resources}]}],
-            },
-        })  # fmt: skip
-        made.insert(0, ("clusterqueues", name))
-        custom.create_namespaced_custom_object(*KUEUE, namespace, "localqueues", {
-            "apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": "gpus"},
-            "spec": {"clusterQueue": name}})  # fmt: skip
-        return name
+        for plural, obj in gpu_quota(namespace, gpus):
+            if plural == "localqueues":
+                custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
+            else:
+                custom.create_cluster_custom_object(*KUEUE, plural, obj)
+                made.insert(0, (plural, obj["metadata"]["name"]))
+        return f"cq-{namespace}"
 
     yield make
     for plural, name in made:

@@ -288,3 +288,33 @@ def ensure_kueue(directory: Path, timeout: float = 90) -> ClusterInfo:
 
 def ensure_jobset(directory: Path, timeout: float = 90) -> ClusterInfo:
     return ensure(JOBSET, directory, timeout)
+
+
+KUEUE_API = "kueue.x-k8s.io/v1beta2"
+
+
+def gpu_quota(
+    namespace: str, gpus: int, cpu: int = 64, memory: str = "256Gi", queue: str = "gpus"
+) -> list[tuple[str, dict[str, Any]]]:
+    """(plural, object) in the order of creation: a ResourceFlavor and a ClusterQueue ``cq-<namespace>``
+    of ``gpus`` GPUs (with ``cpu`` and ``memory``: Kueue admits only what its quota covers) open to
+    ``namespace`` alone, a lower priority preempted within it, and the LocalQueue ``queue`` there."""
+    flavor, name = f"gpu-{namespace}", f"cq-{namespace}"
+    resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory},
+                 {"name": "nvidia.com/gpu", "nominalQuota": gpus}]  # fmt: skip
+    return [
+        ("resourceflavors", {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}}),
+        ("clusterqueues", {
+            "apiVersion": KUEUE_API,
+            "kind": "ClusterQueue",
+            "metadata": {"name": name},
+            "spec": {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                "preemption": {"withinClusterQueue": "LowerPriority"},
+                "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                    "flavors": [{"name": flavor, "resources": resources}]}],
+            },
+        }),
+        ("localqueues", {"apiVersion": KUEUE_API, "kind": "LocalQueue",
+                         "metadata": {"name": queue, "namespace": namespace}, "spec": {"clusterQueue": name}}),
+    ]  # fmt: skip

@@ -14,7 +14,10 @@ poll), and nothing else runs at rest.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
+import functools
 import logging
 import threading
 from collections import deque
@@ -34,7 +37,7 @@ READ_ATTEMPTS = 10  # copies of an index store tried while kopf changes it on th
 ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
-CRITICAL, URGENT, TIMED = "critical", "urgent", "timed"
+CRITICAL, NEW, URGENT, TIMED = "critical", "new", "urgent", "timed"
 AGEING_SECONDS = 30.0  # a timed pass that has waited this long goes before passes a change woke
 
 
@@ -47,24 +50,26 @@ class Waiter:
 
 
 class Slots:
-    """``size`` passes at once, in three lanes:
+    """``size`` passes at once, in four lanes:
 
     - *critical*: passes of an InferenceDeployment in an active rollout (its analysis, its rollback).
       One slot (``reserved``) is theirs alone: however many other passes are slow (a blackholed MLflow
       answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
-    - *urgent*: passes a change woke (a new object, a spec change, a child's event).
+    - *new*: the first pass of an object (since this replica leads): it makes the first children, so
+      a sweep of a thousand TrainingRuns gets its Jobs while the pods of the first ones change.
+    - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
-    A freed slot goes to the oldest critical waiter, then to a timed one that has waited
-    ``ageing`` seconds (so a stream of changes never starves a poll for ever), then to the oldest
-    urgent one, then to the oldest timed one."""
+    A freed slot goes to the oldest critical waiter, then to the oldest new one, then to a timed one
+    that has waited ``ageing`` seconds (so a stream of changes never starves a poll for ever), then
+    to the oldest urgent one, then to the oldest timed one."""
 
     def __init__(self, size: int, reserved: int = 1, ageing: float = AGEING_SECONDS) -> None:
         self.size = size
         self.reserved = max(0, min(reserved, size - 1))
         self.ageing = ageing
-        self.busy = {CRITICAL: 0, URGENT: 0, TIMED: 0}
-        self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), URGENT: deque(), TIMED: deque()}
+        self.busy = {CRITICAL: 0, NEW: 0, URGENT: 0, TIMED: 0}
+        self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
 
     @property
@@ -83,7 +88,7 @@ class Slots:
         """A slot is free for ``lane`` (the reserved ones only for critical passes)."""
         if lane == CRITICAL:
             return self.free > 0
-        return self.free > 0 and self.busy[URGENT] + self.busy[TIMED] < self.size - self.reserved
+        return self.free > 0 and self.busy[NEW] + self.busy[URGENT] + self.busy[TIMED] < self.size - self.reserved
 
     def _next(self, now: float) -> Waiter | None:
         """Who gets a free slot now, by the lanes' order."""
@@ -91,6 +96,8 @@ class Slots:
             return self.lanes[CRITICAL][0]
         if not self._fits(URGENT):
             return None
+        if self.lanes[NEW]:
+            return self.lanes[NEW][0]
         timed = self.lanes[TIMED]
         if timed and now - timed[0].since >= self.ageing:
             return timed[0]
@@ -155,6 +162,8 @@ class Scheduler:
         self.run = run
         self.loop = asyncio.get_running_loop()
         self.slots = Slots(workers)
+        # Passes run in threads of their own: asyncio's default executor has only cores + 4 threads.
+        self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="slipway-pass")
         self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
         self.requeued: set[Key] = set()  # keys whose next pass only their own requeue timer asked for
         self.running: set[Key] = set()
@@ -168,6 +177,7 @@ class Scheduler:
         self.pending: set[Key] = set()
         self.started: dict[Key, float] = {}  # loop time each running pass got its slot (liveness)
         self.critical: set[Key] = set()  # keys whose passes take the critical lane (see Slots)
+        self.passed: set[Key] = set()  # keys that had a pass in this process (the others are new)
 
     def wake(self, key: Key, delay: float = 0.0, *, requeue: bool = False) -> None:
         """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). ``requeue``:
@@ -214,7 +224,7 @@ class Scheduler:
 
     async def _pass(self, key: Key, urgent: bool = True) -> None:
         requeue: float | None
-        lane = CRITICAL if key in self.critical else URGENT if urgent else TIMED
+        lane = CRITICAL if key in self.critical else TIMED if not urgent else URGENT if key in self.passed else NEW
         try:
             lane = await self.slots.acquire(key, lane)
             try:
@@ -223,9 +233,11 @@ class Scheduler:
                     self.again.discard(key)
                     return
                 self.passes += 1
+                self.passed.add(key)
                 self.started[key] = self.loop.time()
                 try:
-                    requeue = await asyncio.to_thread(self.run, key)
+                    call = functools.partial(contextvars.copy_context().run, self.run, key)
+                    requeue = await self.loop.run_in_executor(self.executor, call)
                 finally:
                     self.started.pop(key, None)
             finally:
@@ -245,8 +257,8 @@ class Scheduler:
         if key in self.again:
             self.again.discard(key)
             self.wake(key)
-        elif requeue is not None:
-            self.wake(key, requeue, requeue=True)
+        elif requeue is not None:  # 0: again at once, as a change would (the pass is not done)
+            self.wake(key, requeue, requeue=requeue > 0)
 
     def forget(self, key: Key) -> None:
         """The object is gone: drop its timer."""
@@ -257,6 +269,7 @@ class Scheduler:
         self.pending.discard(key)
         self.requeued.discard(key)
         self.critical.discard(key)
+        self.passed.discard(key)
 
     def pause(self) -> None:
         """Stand by: wake-ups are kept, no new pass starts (passes already running finish)."""

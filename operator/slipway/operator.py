@@ -120,7 +120,7 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
-    settings.execution.max_workers = 4  # concurrent reconciliation passes (each in a thread)
+    settings.execution.max_workers = 4  # kopf's own sync handlers (index and wake functions are light)
     settings.networking.request_timeout = 30
     # An API server away (restart, upgrade, network): kopf's own requests (its patches and Events, its
     # listings) retry at most 5 s apart, so they resume within 5 s of its return, instead of kopf's
@@ -199,8 +199,8 @@ async def startup(
     apply_settings(settings)
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
     memo.seen = {}
-    memo.scheduler = Scheduler(make_pass(memo), workers=settings.execution.max_workers or 4)
     config: OperatorConfig = memo.get("config") or OperatorConfig()
+    memo.scheduler = Scheduler(make_pass(memo), workers=config.workers)
     memo.config = config
     prices = cost.prices_of(config.prices_file)  # a bad price file stops the start, naming the field
     if prices.configured or prices.open_cost:

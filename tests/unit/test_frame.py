@@ -310,14 +310,45 @@ def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_as
             scheduler.wake(("trainingruns", "n", name), requeue=True)  # due now, queued first
         await until(lambda: len(slots.timed) == 3)
         scheduler.wake(("trainingruns", "n", "new"))  # a new object, queued after them
-        await until(lambda: len(slots.urgent) == 1)
+        await until(lambda: len(slots.lanes["new"]) == 1)
         scheduler.wake(("trainingruns", "n", "poll-3"))  # a change of one that waits as a poll: once
-        await until(lambda: len(slots.urgent) == 2 and len(slots.timed) == 2)
+        await until(lambda: len(slots.urgent) == 1 and len(slots.timed) == 2)
         gate.set()
         assert await scheduler.idle(5)
         return runs
 
     assert asyncio.run(scenario()) == ["busy", "new", "poll-3", "poll-1", "poll-2"]
+
+
+def test_a_new_objects_first_pass_goes_before_the_changes_of_objects_already_reconciled() -> None:
+    # A sweep: a thousand TrainingRuns applied while the pods of the first ones start and change.
+    # Each new run's first pass (the one that creates its Job) goes before those pod-woken passes.
+    async def scenario() -> list[str]:
+        runs: list[str] = []
+        gate = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            runs.append(key[2])
+            if key[2] == "busy" and gate.is_set() is False and runs.count("busy") == 2:
+                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
+            return None
+
+        scheduler = Scheduler(run, workers=1)
+        for name in ("running-1", "running-2", "busy"):
+            scheduler.wake(("trainingruns", "n", name))
+        assert await scheduler.idle(5)
+        scheduler.wake(("trainingruns", "n", "busy"))  # its second pass holds the only slot
+        await until(lambda: bool(scheduler.started))
+        for name in ("running-1", "running-2"):
+            scheduler.wake(("trainingruns", "n", name))  # their pods changed
+        scheduler.wake(("trainingruns", "n", "fresh"))  # applied after those changes
+        await until(lambda: len(scheduler.slots.urgent) == 2 and len(scheduler.slots.lanes["new"]) == 1)
+        gate.set()
+        assert await scheduler.idle(5)
+        return runs[4:]
+
+    assert asyncio.run(scenario()) == ["fresh", "running-1", "running-2"]
 
 
 def test_an_active_rollouts_pass_gets_the_reserved_slot_however_many_slow_passes_wait() -> None:
@@ -396,7 +427,7 @@ def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -
         await slots.acquire(("x", "n", "d"), URGENT)
         return dict(slots.busy)
 
-    assert asyncio.run(scenario()) == {"critical": 1, "urgent": 1, "timed": 0}
+    assert asyncio.run(scenario()) == {"critical": 1, "new": 0, "urgent": 1, "timed": 0}
 
 
 def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> None:
@@ -412,4 +443,4 @@ def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> 
         slots.release(granted)
         return dict(slots.busy)
 
-    assert asyncio.run(scenario()) == {"critical": 0, "urgent": 0, "timed": 0}  # no slot lost or doubled
+    assert asyncio.run(scenario()) == {"critical": 0, "new": 0, "urgent": 0, "timed": 0}  # none lost or doubled

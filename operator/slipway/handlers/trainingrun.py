@@ -4,6 +4,7 @@ progress timer while it trains; everything is recomputed from the cache and MLfl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -107,7 +108,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
            cost=spent, queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime,
            **recorded)  # fmt: skip
     if run is None:
-        return 0.0  # the MLflow run next, behind the passes that changes woke (a sweep's other Jobs)
+        return 0.0  # the MLflow run next, behind the first passes of other objects (a sweep's other Jobs)
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
@@ -275,8 +276,9 @@ def _log_cost(client: MlflowClient, run: Run, spent: dict[str, Any], completion:
 def _finish_mlflow_run(client: MlflowClient, run: Run, state: TrainingState) -> Run:
     """Close the run when the Job is done and the training code did not (the operator has the last word)."""
     if run.status == "RUNNING" and (state.succeeded or state.failed):
-        client.update_run(run.run_id, status="FINISHED" if state.succeeded else "FAILED")
-        return client.get_run(run.run_id)
+        status = "FINISHED" if state.succeeded else "FAILED"
+        client.update_run(run.run_id, status=status)
+        return dataclasses.replace(run, status=status)  # what the update changed; MLflow is not read again
     return run
 
 
