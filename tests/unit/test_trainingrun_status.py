@@ -272,6 +272,14 @@ def test_a_job_is_looked_at_for_refused_pods_only_once_it_has_had_time_to_make_t
     assert not old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS - 1))
     assert old_enough_for_pods(job, made + timedelta(seconds=FIRST_POD_GRACE_SECONDS))  # the 5 s recheck looks
     assert old_enough_for_pods({"metadata": {}}, made)  # age unknown: looked at
+    # Made suspended (before its MLflow run) and resumed later: its age counts from the resume.
+    resumed = made + timedelta(seconds=60)
+    held = {**job, "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}
+    assert not old_enough_for_pods(held, resumed + timedelta(seconds=1))  # the Job controller has not seen it
+    stamp = resumed.strftime("%Y-%m-%dT%H:%M:%SZ")
+    going = {**job, "status": {"conditions": [{"type": "Suspended", "status": "False", "lastTransitionTime": stamp}]}}
+    assert not old_enough_for_pods(going, resumed + timedelta(seconds=FIRST_POD_GRACE_SECONDS - 1))
+    assert old_enough_for_pods(going, resumed + timedelta(seconds=FIRST_POD_GRACE_SECONDS))
 
 
 def test_a_running_trainingrun_reads_its_mlflow_run_at_most_once_per_progress_poll():

@@ -37,9 +37,16 @@ def should_have_pods(job: Mapping[str, Any]) -> bool:
 
 
 def old_enough_for_pods(job: Mapping[str, Any], now: datetime, grace: float = FIRST_POD_GRACE_SECONDS) -> bool:
-    """The Job has existed ``grace`` seconds (or its age is unknown): missing pods may be refused ones."""
-    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
-    return created is None or (now - created).total_seconds() >= grace
+    """The Job has existed, or run since it was last resumed, ``grace`` seconds (or its age is
+    unknown): missing pods may be refused ones. A Job resumed a moment ago, which the Job controller
+    has not seen yet (its Suspended condition still True), is not."""
+    suspended = next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Suspended"),
+                     None)  # fmt: skip
+    if suspended is not None and suspended.get("status") == "True":
+        return False
+    created = (job.get("metadata") or {}).get("creationTimestamp")
+    since = parse_time((suspended or {}).get("lastTransitionTime") or created)
+    return since is None or (now - since).total_seconds() >= grace
 
 
 def without_pods(job: Mapping[str, Any]) -> bool:
