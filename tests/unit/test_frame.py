@@ -4,6 +4,7 @@ transitions, API errors in kopf's vocabulary, failures as conditions, and the sc
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -12,7 +13,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from slipway import children, kube
-from slipway.controller import CRITICAL, TIMED, URGENT, Scheduler, Slots
+from slipway.controller import CRITICAL, TIMED, URGENT, PassFn, Scheduler, Slots
 from slipway.mlflow import MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
@@ -216,17 +217,25 @@ def test_an_invalid_spec_is_stalled_naming_the_field_and_waits_for_a_change() ->
     assert stalled_cond["reason"] == "InvalidSpec" and "spec.rollout.steps" in stalled_cond["message"]
 
 
+def held_passes(blocks: Callable[[str, list[str]], bool]) -> tuple[list[str], asyncio.Event, PassFn]:
+    """(names of the keys passed, in order; a gate; a pass function that records its key and, when
+    ``blocks(name, runs so far)``, waits for the gate). Inside a running event loop."""
+    runs: list[str] = []
+    gate = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def run(key: tuple[str, str, str]) -> float | None:
+        runs.append(key[2])
+        if blocks(key[2], runs):
+            asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
+        return None
+
+    return runs, gate, run
+
+
 def test_scheduler_runs_one_pass_per_key_dedups_and_reruns_after_a_wake_during_a_pass() -> None:
     async def scenario() -> list[str]:
-        runs: list[str] = []
-        gate = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def run(key: tuple[str, str, str]) -> float | None:
-            runs.append(key[2])
-            if len(runs) == 1:
-                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
-            return None
+        runs, gate, run = held_passes(lambda _name, runs: len(runs) == 1)
 
         scheduler = Scheduler(run, workers=2)
         key = ("inferencedeployments", "n", "a")
@@ -292,15 +301,7 @@ def test_scheduler_runs_passes_woken_by_a_change_before_passes_only_a_requeue_as
     # At scale, hundreds of training runs ask for a progress pass every 15 s: those passes must
     # never hold back a new object's first pass, nor a change (a pod or Job event) of another.
     async def scenario() -> list[str]:
-        runs: list[str] = []
-        gate = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def run(key: tuple[str, str, str]) -> float | None:
-            runs.append(key[2])
-            if key[2] == "busy":
-                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
-            return None
+        runs, gate, run = held_passes(lambda name, _runs: name == "busy")
 
         scheduler = Scheduler(run, workers=1)
         slots = scheduler.slots
@@ -324,15 +325,7 @@ def test_a_new_objects_first_pass_goes_before_the_changes_of_objects_already_rec
     # A sweep: a thousand TrainingRuns applied while the pods of the first ones start and change.
     # Each new run's first pass (the one that creates its Job) goes before those pod-woken passes.
     async def scenario() -> list[str]:
-        runs: list[str] = []
-        gate = asyncio.Event()
-        loop = asyncio.get_running_loop()
-
-        def run(key: tuple[str, str, str]) -> float | None:
-            runs.append(key[2])
-            if key[2] == "busy" and gate.is_set() is False and runs.count("busy") == 2:
-                asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(5)
-            return None
+        runs, gate, run = held_passes(lambda name, runs: name == "busy" and runs.count("busy") == 2)
 
         scheduler = Scheduler(run, workers=1)
         for name in ("running-1", "running-2", "busy"):
