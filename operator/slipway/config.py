@@ -93,9 +93,10 @@ class OperatorConfig:
     # often a running TrainingRun reads its progress from MLflow. Nothing else polls.
     alias_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_ALIAS_POLL_SECONDS", 30.0))
     progress_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_PROGRESS_POLL_SECONDS", 15.0))
-    # Reconciliation passes at once, each in a thread of its own (one slot is kept for canary
-    # decisions). A pass mostly waits on the API server and MLflow, so more than the cores.
-    workers: int = field(default_factory=lambda: max(2, _env_int("SLIPWAY_WORKERS", 8)))
+    # Reconciliation passes at once, each in a thread of its own: one slot is kept for canary
+    # decisions and a third of them for new objects' first passes (controller.Slots). A pass mostly
+    # waits on the API server and MLflow, so many more than the cores.
+    workers: int = field(default_factory=lambda: max(3, _env_int("SLIPWAY_WORKERS", 12)))
     # The price table (slipway.cost): a YAML or JSON file, e.g. mounted from a ConfigMap; none: no prices.
     prices_file: str | None = field(default_factory=lambda: os.environ.get("SLIPWAY_PRICES_FILE") or None)
     # A training pod that cannot run (bad image, missing Secret, crash loop) is Stalled after this.

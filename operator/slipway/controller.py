@@ -55,8 +55,9 @@ class Slots:
     - *critical*: passes of an InferenceDeployment in an active rollout (its analysis, its rollback).
       One slot (``reserved``) is theirs alone: however many other passes are slow (a blackholed MLflow
       answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
-    - *new*: the first pass of an object (since this replica leads): it makes the first children, so
-      a sweep of a thousand TrainingRuns gets its Jobs while the pods of the first ones change.
+    - *new*: the first pass of an object (in this process): it makes the first children, so a sweep
+      of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
+      slots are theirs alone: a first pass never waits behind passes that wait on MLflow.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -64,9 +65,10 @@ class Slots:
     that has waited ``ageing`` seconds (so a stream of changes never starves a poll for ever), then
     to the oldest urgent one, then to the oldest timed one."""
 
-    def __init__(self, size: int, reserved: int = 1, ageing: float = AGEING_SECONDS) -> None:
+    def __init__(self, size: int, reserved: int = 1, ageing: float = AGEING_SECONDS, for_new: int = 0) -> None:
         self.size = size
         self.reserved = max(0, min(reserved, size - 1))
+        self.for_new = max(0, min(for_new, size - self.reserved - 1))
         self.ageing = ageing
         self.busy = {CRITICAL: 0, NEW: 0, URGENT: 0, TIMED: 0}
         self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
@@ -85,19 +87,23 @@ class Slots:
         return self.size - sum(self.busy.values())
 
     def _fits(self, lane: str) -> bool:
-        """A slot is free for ``lane`` (the reserved ones only for critical passes)."""
+        """A slot is free for ``lane`` (the reserved ones only for critical passes, those kept for new
+        objects only for them)."""
         if lane == CRITICAL:
             return self.free > 0
-        return self.free > 0 and self.busy[NEW] + self.busy[URGENT] + self.busy[TIMED] < self.size - self.reserved
+        others = self.busy[URGENT] + self.busy[TIMED]
+        if lane == NEW:
+            return self.free > 0 and self.busy[NEW] + others < self.size - self.reserved
+        return self._fits(NEW) and others < self.size - self.reserved - self.for_new
 
     def _next(self, now: float) -> Waiter | None:
         """Who gets a free slot now, by the lanes' order."""
         if self.lanes[CRITICAL] and self._fits(CRITICAL):
             return self.lanes[CRITICAL][0]
+        if self.lanes[NEW] and self._fits(NEW):
+            return self.lanes[NEW][0]
         if not self._fits(URGENT):
             return None
-        if self.lanes[NEW]:
-            return self.lanes[NEW][0]
         timed = self.lanes[TIMED]
         if timed and now - timed[0].since >= self.ageing:
             return timed[0]
@@ -158,10 +164,10 @@ class Scheduler:
     at a time (a wake-up during a pass runs it again right after), ``workers`` passes at once,
     passes woken by a change before those only a requeue timer woke (see :class:`Slots`)."""
 
-    def __init__(self, run: PassFn, workers: int = 4) -> None:
+    def __init__(self, run: PassFn, workers: int = 4, for_new: int = 0) -> None:
         self.run = run
         self.loop = asyncio.get_running_loop()
-        self.slots = Slots(workers)
+        self.slots = Slots(workers, for_new=for_new)
         # Passes run in threads of their own: asyncio's default executor has only cores + 4 threads.
         self.executor = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="slipway-pass")
         self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}

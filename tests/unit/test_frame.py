@@ -344,6 +344,28 @@ def test_a_new_objects_first_pass_goes_before_the_changes_of_objects_already_rec
     assert asyncio.run(scenario()) == ["fresh", "running-1", "running-2"]
 
 
+def test_a_new_objects_first_pass_has_slots_that_slow_passes_of_others_never_take() -> None:
+    # MLflow slow: every pass of a running TrainingRun waits on it. 4 slots, one for canaries, one
+    # for first passes: two slow passes hold the rest, a third waits, and a new object runs at once.
+    async def scenario() -> tuple[list[str], int]:
+        runs, gate, run = held_passes(lambda name, _runs: name.startswith("slow"))
+        scheduler = Scheduler(run, workers=4, for_new=1)
+        for name in ("slow-1", "slow-2", "slow-3"):
+            scheduler.passed.add(("trainingruns", "n", name))  # reconciled before: not new
+            scheduler.wake(("trainingruns", "n", name))
+        await until(lambda: len(scheduler.started) == 2 and len(scheduler.slots.urgent) == 1)
+        scheduler.wake(("trainingruns", "n", "fresh"))
+        await until(lambda: "fresh" in runs)
+        waiting = len(scheduler.slots.urgent)
+        gate.set()
+        assert await scheduler.idle(5)
+        return runs, waiting
+
+    runs, waiting = asyncio.run(scenario())
+    assert runs[:3] == ["slow-1", "slow-2", "fresh"] and waiting == 1  # slow-3 still waited
+    assert sorted(runs) == ["fresh", "slow-1", "slow-2", "slow-3"]
+
+
 def test_an_active_rollouts_pass_gets_the_reserved_slot_however_many_slow_passes_wait() -> None:
     # A blackholed MLflow: every other pass blocks until its call times out. 4 slots, 8 such passes:
     # the canary's analysis still runs at once, in the slot kept for the critical lane.
