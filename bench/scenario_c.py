@@ -8,7 +8,9 @@ every setting at its default, user ``slipway-scale`` from ``localkube.audit.audi
 the API server's audit log holds its requests and no one else's). First one model is trained for
 real on the node agent (TrainingRun ``digits`` with an artifact: the ModelArtifact ``digits`` is
 trained, registered and validated by real pods), so the deployments have a Validated artifact to
-serve. Then the bench creates, interleaved, from one thread as fast as the API server takes them:
+serve. Then the bench creates, interleaved, from one thread as fast as the API server takes them
+(or, with ``--scale-apply-rate R``, at R objects a second from 8 threads, whatever the API server's
+latency):
 
 - ``--scale-runs`` TrainingRuns ``train-NNNN`` (1 GPU, 4 CPU, 16Gi each, nodeSelector
   ``type=kwok`` and the toleration of kwok's taint, no artifact: they stop after training); kwok
@@ -45,6 +47,7 @@ Both go to ``<run>/scale.json`` (``rundir.write(run, "scale", ...)``), the opera
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -114,6 +117,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--scale-resume-grace", type=float, default=30.0,
                    help="writes are counted until this long after the fresh operator resumed (default 30)")  # fmt: skip
     g.add_argument("--scale-keep-cluster-dir", action="store_true", help="keep the stopped cluster's directory")
+    g.add_argument(
+        "--scale-apply-rate",
+        type=float,
+        default=0.0,
+        help="objects created per second, from 8 threads (default 0: one thread, as fast as answered)",
+    )
     g.add_argument("--scale-kueue-gpus", type=int, default=0,
                    help="C's Kueue variant: start Kueue (make kueue) and send every TrainingRun through a LocalQueue "
                         "of a ClusterQueue of this many GPUs (default 0: no Kueue)")  # fmt: skip
@@ -573,6 +582,7 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "gpus_per_node": args.scale_gpus_per_node,
             "timeout_seconds": args.scale_timeout,
             "kueue_gpus": args.scale_kueue_gpus,
+            "apply_rate": args.scale_apply_rate,
         },  # fmt: skip
         "source": {
             "commit": git(ROOT, "rev-parse", "HEAD"),
@@ -652,14 +662,21 @@ def scale_c(
     log(f"scenario C: creating {len(runs)} TrainingRuns and {len(deps)} InferenceDeployments")
     create_seconds: list[float] = []
     t_apply0 = time.time()
-    for kind, name in order:
-        queue = QUEUE if args.scale_kueue_gpus else None
+    queue = QUEUE if args.scale_kueue_gpus else None
+
+    def create(i: int, kind: str, name: str) -> None:
+        if args.scale_apply_rate:
+            time.sleep(max(0.0, t_apply0 + i / args.scale_apply_rate - time.time()))
         body = training_run(name, queue) if kind == "TrainingRun" else inference_deployment(name)
         sent = time.time()
         with observed.lock:
             observed.applied[(kind, name)] = sent
         admin.create(custom_path(kind), body)
         create_seconds.append(time.time() - sent)
+
+    with concurrent.futures.ThreadPoolExecutor(8 if args.scale_apply_rate else 1) as pool:
+        for done in [pool.submit(create, i, kind, name) for i, (kind, name) in enumerate(order)]:
+            done.result()
     t_applied = time.time()
     data["apply_seconds"] = round(t_applied - t_apply0, 2)
     data["create_request_seconds"] = summary(create_seconds)
