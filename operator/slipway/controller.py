@@ -221,6 +221,10 @@ class Scheduler:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def backlog(self) -> int:
+        """Objects waiting for their first pass (any thread: a deque's length)."""
+        return len(self.slots.lanes[NEW])
+
     def mark_critical(self, key: Key, critical: bool) -> None:
         """``key``'s passes are time-critical (an active rollout) or no longer; any thread."""
         if critical:

@@ -170,7 +170,7 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
         status_model, step = PASSES[key[0]]
         # A copy of its own: the pass stages changes on it, and kopf's index entry must stay as the watch saw it.
         ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
-                      memo.get("prometheus"), memory=memory)  # fmt: skip
+                      memo.get("prometheus"), memory=memory, backlog=memo.scheduler.backlog)  # fmt: skip
         requeue = step(ctx)
         if key[0] == "inferencedeployments":  # a canary's passes take the critical lane, and so does the
             # retry of one (a rollback on record whose scale-down got a 409 or a 503); a first revision

@@ -66,6 +66,8 @@ class Context:
     deferred: list[Callable[[], Any]] = field(default_factory=list)  # writes to the object itself
     # The namespace's allow-list, read at the start of each pass (inactive until then).
     tenancy: Policy = field(default_factory=lambda: Policy("", None))
+    # How many objects wait for their first pass now (a sweep being applied); any thread.
+    backlog: Callable[[], int] = lambda: 0
 
     @property
     def kind(self) -> str:

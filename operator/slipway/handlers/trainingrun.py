@@ -67,6 +67,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         make = build.jobset if runtime == "JobSet" else build.job
         body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
         child = ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
+        if not (ctx.status.get("mlflow") or {}).get("runId") and ctx.backlog():
+            return 0.0  # a sweep being applied: the other Jobs first; status and MLflow run right after
     members = ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet" else []
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
     run: Run | None = None
@@ -127,6 +129,8 @@ def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
         return str(recorded)
     if ctx.child("jobs", build.job_name(ctx.name)) is not None:
         return "Job"
+    if ctx.child("jobsets", build.jobset_name(ctx.name)) is not None:
+        return "JobSet"  # made by a pass that wrote no status
     if spec.runtime is not None:
         return spec.runtime
     return "JobSet" if spec.nodes > 1 and kube.serves(ctx.kube, *JOBSET) else "Job"
