@@ -211,3 +211,27 @@ def test_release_of_a_jobset_keeps_its_replicated_job_whole():
     assert template["spec"]["containers"] == build.pod_template_of(js)["spec"]["containers"]
     assert patch["spec"]["suspend"] is False
     assert build.gated(build.pod_template_of(js))  # the built object itself is not changed
+
+
+def test_a_gang_is_released_whole_and_never_left_half_released():
+    def pod(name: str, owner: str, gated: bool = True, going: bool = False) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name, "ownerReferences": [{"uid": owner}]}
+        if going:
+            meta["deletionTimestamp"] = "2026-12-03T00:00:00Z"
+        return {"metadata": meta, "spec": {"schedulingGates": [{"name": build.RUN_GATE}] if gated else []}}
+
+    def names(pods: list[dict[str, Any]]) -> list[str]:
+        return [p["metadata"]["name"] for p in pods]
+
+    one = [pod("a-0", "job")]
+    assert names(build.pods_to_release(one, {"job"}, gang=2)) == []  # the second rank is not made yet
+    both = [pod("a-0", "job"), pod("a-1", "job")]
+    assert names(build.pods_to_release(both, {"job"}, gang=2)) == ["a-0", "a-1"]
+    # rank 0 released before a failed pass, rank 1 still gated: released, not held back for ever
+    half = [pod("a-0", "job", gated=False), pod("a-1", "job")]
+    assert names(build.pods_to_release(half, {"job"}, gang=2)) == ["a-1"]
+    # a replacement of one preempted rank, its gate from a Job template that kept it
+    replaced = [pod("a-0", "job", gated=False), pod("a-1", "job", going=True), pod("a-1b", "job")]
+    assert names(build.pods_to_release(replaced, {"job"}, gang=2)) == ["a-1b"]
+    assert names(build.pods_to_release([pod("x", "someone-else")], {"job"}, gang=1)) == []  # not ours
+    assert names(build.pods_to_release(one, {"job"}, gang=1)) == ["a-0"]  # an Indexed Job: each pod

@@ -308,6 +308,19 @@ def release(template_or_pod: dict[str, Any], link: MlflowLink) -> dict[str, Any]
     return {"metadata": {"annotations": link.annotations()}, "spec": {"schedulingGates": others or None}}
 
 
+def pods_to_release(pods: list[dict[str, Any]], owners: set[str], gang: int) -> list[dict[str, Any]]:
+    """The gated pods (RUN_GATE) of the Jobs ``owners`` to release now: a Job's pods whole once it
+    has ``gang`` pods that are not going away, gated or not (a JobSet's gang starts together; one
+    pod released before a failure does not hold back the rest), any at once for ``gang`` 1."""
+    made: dict[str, list[dict[str, Any]]] = {}  # owning Job's uid -> its pods that are not going away
+    for pod in pods:
+        refs = pod["metadata"].get("ownerReferences") or []
+        owner = next((r["uid"] for r in refs if r.get("uid") in owners), None)
+        if owner and not pod["metadata"].get("deletionTimestamp"):
+            made.setdefault(owner, []).append(pod)
+    return [p for siblings in made.values() if len(siblings) >= gang for p in siblings if gated(p)]
+
+
 def release_patch(child: dict[str, Any], link: MlflowLink, resume: bool) -> dict[str, Any]:
     """The merge patch of a suspended training Job or JobSet that has never run: its pods' MLflow
     run and RUN_GATE lifted (:func:`release`), and ``resume``: unsuspended."""

@@ -3,13 +3,13 @@ progress timer while it trains; everything is recomputed from the cache and MLfl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from slipway import API_VERSION, cost, kube, opencost, sizing
 from slipway.builders import trainingrun as build
@@ -67,9 +67,12 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         make = build.jobset if runtime == "JobSet" else build.job
         body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
         child = ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
-        if not (ctx.status.get("mlflow") or {}).get("runId") and ctx.backlog():
-            return 0.0  # a sweep being applied: the other Jobs first; status and MLflow run right after
-    members = ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet" else []
+        if not (ctx.status.get("mlflow") or {}).get("runId") and ctx.backlog() and sizing_status is None:
+            # A sweep being applied: the other Jobs first. The Job's watch event wakes this run for its
+            # status and MLflow run (the timer only if that event were lost), once the cache has it.
+            return JOB_MADE_RECHECK_SECONDS
+    members = [m for m in ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet"
+               and m["metadata"].get("namespace") == ctx.namespace]  # fmt: skip
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
     run: Run | None = None
     cached = False
@@ -109,8 +112,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     _write(ctx, state, sizing=sizing_status, artifact_ref={"name": artifact_name} if artifact_name else None,
            cost=spent, queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime,
            **recorded)  # fmt: skip
-    if run is None:
-        return 0.0  # the MLflow run next, behind the first passes of other objects (a sweep's other Jobs)
+    if run is None:  # the MLflow run next: the Job's watch event wakes this run once the cache has the Job
+        return JOB_MADE_RECHECK_SECONDS
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
@@ -119,6 +122,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
 
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JOB_MADE_RECHECK_SECONDS = 1.0
 
 
 def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
@@ -208,34 +212,38 @@ def _release(ctx: Context, spec: TrainingRunSpec, runtime: str, name: str, child
         job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
         resume = not spec.suspend and queue_of(spec, job) is None
         members = [_released_job(ctx, m, link) for m in members]
-        with contextlib.suppress(kopf.PermanentError):  # started meanwhile (Kueue): the pods are released below
-            child = kube.patch(ctx.kube, runtime, ctx.namespace, name, build.release_patch(child, link, resume))
+        # Started meanwhile (Kueue): the pods are released below; gone: the next pass sees it.
+        child = _patched(ctx, runtime, name, build.release_patch(child, link, resume)) or child
     owners = {child["metadata"]["uid"], *(m["metadata"]["uid"] for m in members)}
-    waiting: dict[str, list[str]] = {}  # owning Job's uid -> names of its gated pods
-    for pod in pods:
-        owner = next((r["uid"] for r in pod["metadata"].get("ownerReferences") or [] if r.get("uid") in owners), None)
-        if owner and build.gated(pod) and not pod["metadata"].get("deletionTimestamp"):
-            waiting.setdefault(owner, []).append(pod["metadata"]["name"])
     patched = {}
-    for names in waiting.values():
-        if runtime == "JobSet" and len(names) < spec.nodes:
-            continue  # a gang is released whole, once its Job has made all its pods
-        for pod in (p for p in pods if p["metadata"]["name"] in names):
-            patched[pod["metadata"]["name"]] = kube.patch(ctx.kube, "Pod", ctx.namespace, pod["metadata"]["name"],
-                                                          build.release(pod, link))  # fmt: skip
+    for pod in build.pods_to_release(pods, owners, spec.nodes if runtime == "JobSet" else 1):
+        released = _patched(ctx, "Pod", pod["metadata"]["name"], build.release(pod, link))
+        if released is not None:  # else gone, or changed meanwhile: the next pass looks again
+            patched[pod["metadata"]["name"]] = released
     return child, members, [patched.get(p["metadata"]["name"], p) for p in pods]
+
+
+def _patched(ctx: Context, kind: str, name: str, patch: dict[str, Any]) -> dict[str, Any] | None:
+    """The object after a merge patch; None if it is gone (404) or the API server refuses the change
+    (422: a Job that started meanwhile, a pod whose gates changed since it was read)."""
+    try:
+        return kube.patch(ctx.kube, kind, ctx.namespace, name, patch)
+    except kopf.PermanentError:
+        return None
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return None
 
 
 def _released_job(ctx: Context, job: dict[str, Any], link: build.MlflowLink) -> dict[str, Any]:
     """A JobSet's Job, released like its JobSet while it is suspended (JobSet adds the JobSet's
-    gates to its Jobs' when it resumes them, and never removes one)."""
+    gates to its Jobs' when it resumes them, and never removes one). One that started meanwhile
+    keeps its gate: its pods are released one gang at a time."""
     if not (build.gated(build.pod_template_of(job)) and job["spec"].get("suspend")):
         return job
     patch = {"spec": {"template": build.release(build.pod_template_of(job), link)}}
-    try:
-        return kube.patch(ctx.kube, "Job", ctx.namespace, job["metadata"]["name"], patch)
-    except kopf.PermanentError:
-        return job  # started meanwhile: its pods are released one by one
+    return _patched(ctx, "Job", job["metadata"]["name"], patch) or job
 
 
 def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
