@@ -75,8 +75,8 @@ def _batch(a: argparse.Namespace) -> int:
     from localkube.batch import ensure_jobset, ensure_kueue
 
     directory = a.dir.resolve()
-    ensure_kueue(directory)
     ensure_jobset(directory)
+    ensure_kueue(directory)
     print(f"Kueue and JobSet run in the cluster in {directory} (logs: {directory / 'logs'}/kueue.log, jobset.log)")
     return 0
 

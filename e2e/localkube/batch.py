@@ -283,6 +283,9 @@ def _put(kube: Kube, collection: str, obj: dict[str, Any]) -> None:
 
 
 def ensure_kueue(directory: Path, timeout: float = 90) -> ClusterInfo:
+    """Kueue, with JobSet started first: Kueue's JobSet integration starts only once JobSet's API is
+    served, and Kueue started before it notices that only at its next look, a minute or two later."""
+    ensure_jobset(directory, timeout)
     return ensure(KUEUE, directory, timeout)
 
 
