@@ -106,6 +106,7 @@ def training_run(name: str, steps: int, step_seconds: float = 0.0) -> dict[str, 
             "args": ["--steps", str(steps)],
             "env": [{"name": "SLIPWAY_STEP_SECONDS", "value": str(step_seconds)}],
             "nodes": 2,
+            "runtime": "Job",  # the Indexed Job's names: <job>-<index> hostnames, the headless Service
         },
     }
 
