@@ -97,6 +97,7 @@ class StatusHistory:
 
     def __init__(self, kube_api: client.ApiClient, namespace: str, plural: str, name: str) -> None:
         self.versions: list[dict[str, Any]] = []
+        self._arrived = threading.Condition()
         self._watch = watch.Watch()
         self._api = client.CustomObjectsApi(kube_api)
         self._args = (GROUP, VERSION, namespace, plural)
@@ -113,7 +114,9 @@ class StatusHistory:
                                     resource_version=listed["metadata"]["resourceVersion"])  # fmt: skip
         try:
             for event in stream:
-                self.versions.append(event["object"])
+                with self._arrived:
+                    self.versions.append(event["object"])
+                    self._arrived.notify_all()
         except Exception:
             if not self._stopped:
                 raise  # the watch broke while the test still relied on it
@@ -126,6 +129,19 @@ class StatusHistory:
     def __exit__(self, *exc: object) -> None:
         self._stopped = True
         self._watch.stop()
+
+    def through(self, seen: dict[str, Any], timeout: float) -> list[dict[str, Any]]:
+        """The versions up to ``seen`` (a version read by other means), once the watch has delivered
+        it: the watch may lag behind a GET."""
+        version = seen["metadata"]["resourceVersion"]
+
+        def delivered() -> bool:
+            return any(v["metadata"]["resourceVersion"] == version for v in self.versions)
+
+        with self._arrived:
+            assert self._arrived.wait_for(delivered, timeout), f"the watch never delivered resourceVersion {version}"
+            at = next(i for i, v in enumerate(self.versions) if v["metadata"]["resourceVersion"] == version)
+            return list(self.versions[: at + 1])
 
     def first_at(self, generation: int) -> dict[str, Any]:
         """The first version whose status was computed for ``generation``."""
@@ -151,10 +167,11 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
         assert refused.value.status == 422 and "only spec.suspend may change" in str(refused.value.body)
         custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", "health",
                                               {"spec": {"suspend": True}})  # fmt: skip
-        wait_status(kube_api, namespace, "TrainingRun", "health",
-                    lambda o: (o.get("status") or {}).get("phase") == "Suspended"
-                    and o["status"].get("observedGeneration") == o["metadata"]["generation"],
-                    60, "suspended at generation 2")  # fmt: skip
+        suspended = wait_status(kube_api, namespace, "TrainingRun", "health",
+                                lambda o: (o.get("status") or {}).get("phase") == "Suspended"
+                                and o["status"].get("observedGeneration") == o["metadata"]["generation"],
+                                60, "suspended at generation 2")  # fmt: skip
+        versions = history.through(suspended, 30)  # the watch may lag behind the GET that saw it
     for generation in (1, 2):
         first = history.first_at(generation)
         ready, reconciling = condition(first, "Ready"), condition(first, "Reconciling")
@@ -164,7 +181,6 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     assert not history.first_at(1)["status"].get("mlflow")
     # What Argo CD and kstatus made of every version a watcher saw: never Healthy/Current while
     # the run trains, Progressing/InProgress at each new generation, Suspended at the end.
-    versions = list(history.versions)  # a snapshot: the watcher may still append one
     seen = health(versions)
     for version, (argocd, kstatus) in zip(versions, seen, strict=True):
         phase = (version.get("status") or {}).get("phase")
