@@ -89,6 +89,15 @@ class Unavailable(kopf.TemporaryError):
         self.retry_after = retry_after
 
 
+class Forbidden(kopf.TemporaryError):
+    """403: RBAC, a ResourceQuota or an admission policy or webhook refused the call. No retry soon
+    changes that, a person does: the object is Stalled with the API server's words, and the call
+    is tried again every ``FORBIDDEN_RETRY_SECONDS`` (a policy can be fixed without a restart)."""
+
+
+FORBIDDEN_RETRY_SECONDS = 60.0
+
+
 def retry_after(exc: ApiException) -> float | None:
     """The ``Retry-After`` of an answer, in seconds (an HTTP date is not one the API server sends)."""
     value = (exc.headers or {}).get("Retry-After") if exc.headers is not None else None
@@ -112,11 +121,10 @@ def call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         if exc.status in RETRYABLE_STATUSES:
             raise Unavailable(f"{what}: API server answered {exc.status} {exc.reason}", retry_after(exc)) from exc
         if exc.status == 403:
-            # RBAC, quotas and admission policies can be fixed without restarting: retry slowly.
-            raise kopf.TemporaryError(
+            raise Forbidden(
                 f"{what}: forbidden: {status_message(exc)} (RBAC: the operator's ClusterRole in manifests/; "
                 "or a ResourceQuota or admission policy of the namespace)",
-                delay=60,
+                delay=FORBIDDEN_RETRY_SECONDS,
             ) from exc
         raise kopf.PermanentError(
             f"{what}: API server answered {exc.status} {exc.reason}: {status_message(exc)}"

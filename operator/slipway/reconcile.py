@@ -269,6 +269,10 @@ def attempt(
         return conflicted(ctx)
     except kube.Unavailable as exc:
         return unavailable(ctx, exc)
+    except kube.Forbidden as exc:
+        delay = float(exc.delay or kube.FORBIDDEN_RETRY_SECONDS)
+        ctx.write(stalled("Forbidden", f"{exc}; tried again every {delay:.0f}s"))
+        return delay
     except kopf.TemporaryError as exc:
         if exc.delay:  # delay 0: a step that only needs the next pass, not an outage
             ctx.write(reconciling("KubernetesUnavailable", f"{exc}; retrying"))

@@ -10,6 +10,7 @@ import time
 import pytest
 from kubernetes import client
 
+from slipway.builders import trainingrun as build
 from slipway_testing import apply_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -38,6 +39,29 @@ def test_several_nodes_default_to_a_jobset_with_torchrun_env(kube_api, namespace
     assert env["MASTER_ADDR"] == "multi-train-workers-0-0.multi-workers"
     # JobSet's headless Service resolves the pods by those names.
     assert client.CoreV1Api(kube_api).read_namespaced_service("multi-workers", namespace).spec.cluster_ip == "None"
+
+
+def test_a_run_whose_name_is_long_and_starts_with_a_digit_gets_a_jobset_that_jobset_accepts(
+    kube_api, namespace, operator, jobset
+):
+    """JobSet's webhook refuses a JobSet whose Jobs' or pods' names would not be DNS-1035 labels
+    (a letter first, 63 characters with the pods' random suffix): the run's name is derived so."""
+    name = "7b.llama-3.1-8b.instruct-finetune-2024-06-01-lr-3e-4-seed-7-nodes2"
+    operator()
+    apply_object(kube_api, namespace, training_run(name, nodes=2, model="digits-long-jobset"))
+    tr = wait_status(kube_api, namespace, "TrainingRun", name, finished, 180, "finish")
+    assert tr["status"]["phase"] == "Succeeded", tr["status"]
+    assert tr["status"]["runtime"] == "JobSet"
+    jobset_name = build.jobset_name(name)
+    assert jobset_name[0].isalpha() and len(jobset_name) <= build.MAX_JOBSET_NAME
+    client.CustomObjectsApi(kube_api).get_namespaced_custom_object(*JOBSET, namespace, "jobsets", jobset_name)
+    core = client.CoreV1Api(kube_api)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={jobset_name}").items
+    ranks = {p.metadata.annotations["batch.kubernetes.io/job-completion-index"]: p for p in pods}
+    assert sorted(ranks) == ["0", "1"]
+    rank0 = ranks["0"]
+    env = {e.name: e.value for e in rank0.spec.containers[0].env}
+    assert env["MASTER_ADDR"] == f"{rank0.spec.hostname}.{rank0.spec.subdomain}"
 
 
 def test_kueue_admits_the_gang_whole_and_a_dead_worker_restarts_the_group_from_its_checkpoint(

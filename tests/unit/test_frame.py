@@ -93,7 +93,7 @@ def api_error(status: int, body: str = "") -> ApiException:
         (api_error(429), kube.Unavailable, 1),
         (api_error(500), kube.Unavailable, 1),
         (api_error(503), kube.Unavailable, 1),
-        (api_error(403, '{"message": "jobs is forbidden"}'), kopf.TemporaryError, 60),
+        (api_error(403, '{"message": "jobs is forbidden"}'), kube.Forbidden, 60),
         (api_error(422, '{"message": "spec.ports: Invalid"}'), kopf.PermanentError, None),
         (urllib3.exceptions.ReadTimeoutError(None, "/api", "read timed out"), kube.Unavailable, 1),
         (ConnectionRefusedError("refused"), kube.Unavailable, 1),
@@ -136,7 +136,8 @@ def failing_step(error: Exception) -> Any:
     ("error", "condition", "reason", "requeue"),
     [
         (MlflowUnavailable("MLflow at http://m: connection refused"), "Reconciling", "MlflowUnavailable", 10),
-        (kopf.TemporaryError("API 403", delay=60), "Reconciling", "KubernetesUnavailable", 60),
+        (kopf.TemporaryError("watch event pending", delay=5), "Reconciling", "KubernetesUnavailable", 5),
+        (kube.Forbidden('admission webhook "vjobset.kb.io" denied the request', delay=60), "Stalled", "Forbidden", 60),
         (kopf.PermanentError("API 422"), "Stalled", "KubernetesError", 60),
         (
             children.OwnedByOther(children.Decision("Refuse", "Service", "digits", "owned by x")),

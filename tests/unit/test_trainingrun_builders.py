@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import pytest
 
 from slipway.builders import trainingrun as build
 from slipway.models import TrainingRunSpec
@@ -165,11 +168,26 @@ def test_a_jobset_runs_the_nodes_as_one_gang_that_restarts_whole():
     assert pod["metadata"]["labels"][build.RUN_LABEL] == "r1"
 
 
-def test_jobset_hostnames_stay_dns_labels_for_long_names():
-    name = "r" * 63
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+HOSTILE_NAMES = ["r" * 63, "7b-sweep", "team-a.llama-3.1-8b.instruct-finetune-2024-06-01-lr-3e-4-seed-7", "a" * 42]
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_a_jobset_passes_jobsets_own_name_checks_whatever_the_runs_name(name: str):
+    """What JobSet's webhook checks (pkg/webhooks/jobset_webhook.go, v0.11.1): its last Job's name and
+    its last pod's name with a 5-character suffix are DNS-1035 labels; its subdomain is one."""
     js = build.jobset(name, "ns", spec(nodes=1024), URI)
-    host = f"{js['metadata']['name']}-{build.WORKERS}-0-1023"
-    assert len(host) <= 63
+    jobset = js["metadata"]["name"]
+    (workers,) = js["spec"]["replicatedJobs"]
+    assert DNS1035.fullmatch(f"{jobset}-{workers['name']}-0"), jobset
+    assert DNS1035.fullmatch(f"{jobset}-{workers['name']}-0-1023-abcde"), jobset
+    assert DNS1035.fullmatch(js["spec"]["network"]["subdomain"])
+    host, subdomain = build.master_addr(name, "JobSet").split(".")
+    assert host == f"{jobset}-{build.WORKERS}-0-0" and subdomain == js["spec"]["network"]["subdomain"]
+    assert jobset == build.jobset_name(name)  # deterministic: a restarted operator finds it
+    assert build.jobset_name(name + "x") != jobset
 
 
 def test_release_gives_the_pods_their_run_and_lifts_only_slipways_gate():

@@ -49,10 +49,10 @@ def dns1123_name(parent: str, suffix: str = "", *, max_length: int = MAX_LABEL) 
     return _derive(parent, suffix, _DNS1123_LABEL, max_length, letter_first=False)
 
 
-def dns1035_name(parent: str, suffix: str = "") -> str:
+def dns1035_name(parent: str, suffix: str = "", *, max_length: int = MAX_LABEL) -> str:
     """A DNS-1035 label (Service names: a letter first, no dots): ``<parent>-<suffix>`` when valid,
     else derived (``7b-chat`` -> ``s-7b-chat-<hash>``, ``llama-3.1-8b`` -> ``llama-3-1-8b-<hash>``)."""
-    return _derive(parent, suffix, _DNS1035_LABEL, MAX_LABEL, letter_first=True)
+    return _derive(parent, suffix, _DNS1035_LABEL, max_length, letter_first=True)
 
 
 def label_value(value: str) -> str:

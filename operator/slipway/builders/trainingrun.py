@@ -27,8 +27,10 @@ MAX_NODES = 1024  # spec.nodes' bound in the CRD
 MAX_JOB_NAME = common.MAX_LABEL - len(f"-{MAX_NODES - 1}")
 CONTAINER = "trainer"
 # A JobSet's one replicated Job; its pods' hostnames are <jobset>-<replicated job>-<job index>-<pod index>.
+# JobSet's webhook refuses a JobSet unless that name, with a pod name's 5-character random suffix,
+# is a DNS-1035 label.
 WORKERS = "workers"
-MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}")
+MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}-abcde")
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
 
 
@@ -68,8 +70,9 @@ def service_name(run: str) -> str:
 
 
 def jobset_name(run: str) -> str:
-    """``<run>-train``, short enough for the hostname of any pod of the JobSet."""
-    return dns1123_name(run, "train", max_length=MAX_JOBSET_NAME)
+    """``<run>-train``: a DNS-1035 label (JobSet's names of its Jobs and pods must be ones), short
+    enough for the name of any pod of the JobSet."""
+    return dns1035_name(run, "train", max_length=MAX_JOBSET_NAME)
 
 
 def master_addr(run: str, runtime: str = "Job") -> str:
