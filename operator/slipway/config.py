@@ -89,10 +89,12 @@ class OperatorConfig:
     # Where /metrics listens; a pod IP where pods share one network (the local test cluster).
     metrics_address: str = field(default_factory=lambda: os.environ.get("SLIPWAY_METRICS_ADDRESS", "0.0.0.0"))
     http_timeout_seconds: float = 10.0
-    # Time is the input: how often a deployment that follows an MLflow alias looks it up, and how
-    # often a running TrainingRun reads its progress from MLflow. Nothing else polls.
+    # Time is the input: how often a deployment that follows an MLflow alias looks it up, how often
+    # a running TrainingRun reads its progress from MLflow, and how often a run queued in Kueue
+    # reads its position (0: never). Nothing else polls.
     alias_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_ALIAS_POLL_SECONDS", 30.0))
     progress_poll_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_PROGRESS_POLL_SECONDS", 15.0))
+    queue_position_seconds: float = field(default_factory=lambda: _env_float("SLIPWAY_QUEUE_POSITION_SECONDS", 60.0))
     # Reconciliation passes at once, each in a thread of its own: one slot is kept for canary
     # decisions and a third of them for new objects' first passes (controller.Slots). A pass mostly
     # waits on the API server and MLflow, so many more than the cores.

@@ -27,6 +27,7 @@ class Recorder:
     def __init__(self, kube_api: client.ApiClient, namespace: str) -> None:
         self.seen: dict[str, list[tuple[str, str]]] = defaultdict(list)
         self.messages: dict[str, list[str]] = defaultdict(list)
+        self.positions: dict[str, list[int | None]] = defaultdict(list)  # status.queue.position, as it changed
         self.stop = threading.Event()
         self.api, self.namespace = client.CustomObjectsApi(kube_api), namespace
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -47,6 +48,9 @@ class Recorder:
                 message = ready.get("message") or ""
                 if not self.messages[name] or self.messages[name][-1] != message:
                     self.messages[name].append(message)
+                position = (status.get("queue") or {}).get("position")
+                if not self.positions[name] or self.positions[name][-1] != position:
+                    self.positions[name].append(position)
                 if self.stop.is_set():
                     break
 
@@ -125,6 +129,60 @@ def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(kube_api, names
     report(f"kueue: 10 runs x 2 GPUs through a 4-GPU quota in {took:.0f}s; GPUs in use max {max(sampler.samples)} "
            f"over {len(sampler.samples)} samples; {waited} runs showed Kueue's quota message while queued, "
            f"{shown_admitted} showed Admitted before their pods ran")  # fmt: skip
+
+
+def test_queued_runs_show_their_place_in_the_local_queue_as_it_moves(
+    kube_api, namespace, operator, kueue_quota, node_gpus, monkeypatch
+):
+    """Kueue's visibility API (an aggregated API of the local API server) gives each pending
+    Workload's position; a queued run shows it in status.queue and in its message, and it moves
+    up as the runs ahead are admitted."""
+    monkeypatch.setenv("SLIPWAY_QUEUE_POSITION_SECONDS", "2")
+    operator()
+    kueue_quota(gpus=2)
+    recorder = Recorder(kube_api, namespace)
+    custom = client.CustomObjectsApi(kube_api)
+
+    def run(name: str, steps: int) -> dict:
+        return training_run(name, steps=steps, env={"SLIPWAY_STEP_SECONDS": "0.5"}, model=f"place-{namespace}",
+                            queueName="gpus", resources={"gpus": 2})  # fmt: skip
+
+    try:
+        apply_object(kube_api, namespace, run("ahead", 30))  # holds the quota for about 15 s
+        wait_status(kube_api, namespace, "TrainingRun", "ahead", lambda o: (o.get("status") or {}).get("phase")
+                    == "Running", 120, "the first run admitted and training")  # fmt: skip
+        names = [f"behind-{i}" for i in range(3)]
+        for name in names:
+            apply_object(kube_api, namespace, run(name, 8))
+
+        def placed() -> dict[str, dict] | None:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns")["items"]
+            queues = {i["metadata"]["name"]: (i.get("status") or {}).get("queue") or {} for i in items}
+            shown = {n: queues.get(n, {}) for n in names}
+            return shown if all(q.get("position") for q in shown.values()) else None
+
+        queued = wait_for(placed, 90, "a position in status.queue of each queued run", interval=0.5)
+        assert sorted(q["position"] for q in queued.values()) == [1, 2, 3], queued
+        for queue in queued.values():  # one LocalQueue: the same place in the ClusterQueue
+            assert queue["positionInClusterQueue"] == queue["position"], queued
+            assert queue["admitted"] is False
+
+        def all_done() -> bool:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns")["items"]
+            return len(items) == 4 and all((i.get("status") or {}).get("phase") == "Succeeded" for i in items)
+
+        wait_for(all_done, 300, "all 4 runs Succeeded", interval=1)
+    finally:
+        recorder.stop.set()
+    last = next(n for n, q in queued.items() if q["position"] == 3)
+    moved = [p for p in recorder.positions[last] if p is not None]
+    assert moved[0] == 3 and min(moved) < 3, (last, recorder.positions[last])  # it moved up while it waited
+    for name in names:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", name)["status"]
+        assert "position" not in status["queue"], status["queue"]  # admitted: no place in a queue any more
+        shown = [m for m in recorder.messages[name] if "position" in m]
+        assert shown and all("LocalQueue gpus, position " in m for m in shown), recorder.messages[name]
+    report(f"kueue positions: {', '.join(f'{n}: {recorder.positions[n]}' for n in names)}")
 
 
 def test_a_higher_priority_run_preempts_a_lower_one_which_resumes_from_its_checkpoint(

@@ -120,6 +120,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list", "watch"]
+# A queued run's place in its LocalQueue (Kueue's visibility API, an aggregated API).
+- apiGroups: ["visibility.kueue.x-k8s.io"]
+  resources: ["localqueues/pendingworkloads"]
+  verbs: ["get"]
 # Training pods for exit codes, restarts and the scheduler's reasons; patch: a training pod made
 # before its MLflow run existed gets the run's id and its slipway.dev/mlflow-run gate lifted.
 - apiGroups: [""]

@@ -291,6 +291,13 @@ class QueueStatus(StatusModel):
     evictions: int | None = Field(
         default=None, description="Times Kueue evicted it (preemption and others); never counted against maxRestarts."
     )
+    position: int | None = Field(
+        default=None, description="While queued: its place in the LocalQueue (1 is admitted next), from Kueue's "
+        "visibility API; absent where Kueue does not serve it.",
+    )  # fmt: skip
+    position_in_cluster_queue: int | None = Field(
+        default=None, description="While queued: its place in the ClusterQueue, among all its LocalQueues' runs."
+    )
 
 
 class TrainingRunStatus(StatusModel):

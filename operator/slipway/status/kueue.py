@@ -37,6 +37,9 @@ class QueueView:
     waiting: str | None  # why no quota is reserved (QuotaReserved=False), in Kueue's words
     evicted: tuple[str, str] | None  # (reason, message) while evicted and not admitted again
     evictions: int
+    # Its place among the pending Workloads (Kueue's visibility API, 1 = admitted next), if known.
+    position: int | None = None
+    position_in_cluster_queue: int | None = None
 
 
 def _condition(workload: Obj, kind: str) -> Obj | None:
@@ -98,7 +101,8 @@ def queued(queue_name: str, seen: QueueView | None) -> tuple[str, str]:
     detail = (
         f": {seen.waiting}" if seen.waiting else ": quota reserved, admission checks pending" if seen.reserved else ""
     )
-    return "Queued", f"waiting for Kueue to admit Workload {seen.workload} (LocalQueue {queue_name}){detail}"
+    where = f"LocalQueue {queue_name}" + (f", position {seen.position}" if seen.position else "")
+    return "Queued", f"waiting for Kueue to admit Workload {seen.workload} ({where}){detail}"
 
 
 def admitted(seen: QueueView) -> tuple[str, str]:
@@ -119,4 +123,7 @@ def queue_status(queue_name: str, seen: QueueView | None) -> dict[str, Any]:
             out["admittedAt"] = seen.admitted_at
         if seen.evictions:
             out["evictions"] = seen.evictions
+        if seen.position and not seen.admitted:
+            out["position"] = seen.position
+            out["positionInClusterQueue"] = seen.position_in_cluster_queue
     return out

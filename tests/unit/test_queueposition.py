@@ -1,0 +1,116 @@
+"""A queued run's place in its LocalQueue: Kueue's visibility API read once per LocalQueue per TTL
+and shared by every pass that asks meanwhile; a Kueue that cannot say costs no pass anything."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+
+from slipway import queueposition
+from slipway.queueposition import Position
+from slipway.status import kueue
+
+SUMMARY = {
+    "kind": "PendingWorkloadsSummary",
+    "items": [
+        {"metadata": {"name": "job-a-train-1"}, "positionInLocalQueue": 0, "positionInClusterQueue": 4},
+        {"metadata": {"name": "job-b-train-2"}, "positionInLocalQueue": 1, "positionInClusterQueue": 7},
+        {"metadata": {"name": "broken"}, "positionInLocalQueue": "x"},
+    ],
+}
+
+
+class Answer:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status, self.data = status, json.dumps(body).encode()
+
+    def read(self) -> None:
+        pass
+
+
+class VisibilityApi:
+    """The ApiClient calls queueposition makes, answered from a fixed summary."""
+
+    def __init__(self, status: int = 200, body: Any = SUMMARY) -> None:
+        self.status, self.body, self.paths = status, body, []
+        self.release = threading.Event()
+        self.release.set()
+
+    def param_serialize(self, method: str, path: str, **kwargs: Any) -> tuple[Any, ...]:
+        self.paths.append(path)
+        return (method, path, {}, None, [])
+
+    def call_api(self, *request: Any, _request_timeout: float) -> Answer:
+        self.release.wait(5)
+        return Answer(self.status, self.body)
+
+
+@pytest.fixture(autouse=True)
+def fresh() -> Any:
+    queueposition.forget()
+    yield
+    queueposition.forget()
+
+
+def test_positions_count_from_one_and_a_malformed_item_is_skipped() -> None:
+    assert queueposition.parse(SUMMARY) == {"job-a-train-1": Position(1, 5), "job-b-train-2": Position(2, 8)}
+    assert queueposition.parse({"items": None}) == {} and queueposition.parse("<html>") == {}
+
+
+def test_one_read_per_local_queue_per_ttl_whoever_asks() -> None:
+    api, now = VisibilityApi(), [100.0]
+    ask = lambda workload, queue="gpus": queueposition.position_of(api, "team-a", queue, workload, 1, lambda: now[0])  # noqa: E731
+    assert ask("job-a-train-1") == Position(1, 5)
+    assert ask("job-b-train-2") == Position(2, 8)
+    assert ask("job-c-train-3") is None  # not pending (admitted, or not seen by Kueue yet)
+    assert api.paths == ["/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/gpus/pendingworkloads"]
+    ask("job-a-train-1", queue="cpus")  # another LocalQueue: its own read
+    now[0] += queueposition.TTL_SECONDS
+    ask("job-a-train-1")
+    assert len(api.paths) == 3
+
+
+def test_passes_that_ask_while_it_is_read_wait_for_that_read() -> None:
+    api = VisibilityApi()
+    api.release.clear()
+    found: list[Position | None] = []
+
+    def ask() -> None:
+        found.append(queueposition.position_of(api, "ns", "q", "job-a-train-1", 5))
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    api.release.set()
+    for thread in threads:
+        thread.join(10)
+    assert found == [Position(1, 5)] * 4 and len(api.paths) == 1
+
+
+@pytest.mark.parametrize(("status", "body"), [(404, {"kind": "Status"}), (403, {"kind": "Status"}), (200, "text")])
+def test_a_kueue_that_cannot_say_gives_no_position_and_no_error(status: int, body: Any) -> None:
+    api, now = VisibilityApi(status, body), [0.0]
+    assert queueposition.position_of(api, "ns", "q", "job-a-train-1", 1, lambda: now[0]) is None
+    assert queueposition.position_of(api, "ns", "q", "job-a-train-1", 1, lambda: now[0]) is None
+    assert len(api.paths) == 1  # not asked again before the TTL
+
+
+def test_names_that_need_escaping_stay_in_their_path_segment() -> None:
+    api = VisibilityApi()
+    queueposition.position_of(api, "ns", "a/../../b", "w", 1)
+    assert api.paths[0].endswith("/localqueues/a%2F..%2F..%2Fb/pendingworkloads")
+
+
+def test_the_position_is_shown_while_queued_and_dropped_once_admitted() -> None:
+    queued = kueue.QueueView("job-a-train-1", None, False, None, False, "insufficient quota", None, 0, 3, 9)
+    reason, message = kueue.queued("gpus", queued)
+    assert reason == "Queued" and "(LocalQueue gpus, position 3): insufficient quota" in message
+    assert kueue.queue_status("gpus", queued)["position"] == 3
+    assert kueue.queue_status("gpus", queued)["positionInClusterQueue"] == 9
+    admitted = kueue.QueueView("job-a-train-1", "cq", True, "2026-12-03T10:00:00Z", True, None, None, 0, 3, 9)
+    assert "position" not in kueue.queue_status("gpus", admitted)
+    unknown = kueue.QueueView("job-a-train-1", None, False, None, False, None, None, 0)
+    assert "position" not in kueue.queued("gpus", unknown)[1]
