@@ -174,8 +174,12 @@ def _method(kube: Kube, kind: str, verb: str) -> Callable[..., Any]:
     return getattr(getattr(kube, group), f"{verb}_{suffix}")  # type: ignore[no-any-return]
 
 
-def _plain(kube: Kube, obj: Any) -> dict[str, Any]:
-    return kube.api.sanitize_for_serialization(obj)  # type: ignore[no-any-return]
+def _typed(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A call of the typed API (Jobs, pods ...) whose answer is the API server's JSON as it came
+    (camelCase, what a pass works with): the client is asked not to build its typed models from
+    it, which it would then have to turn back into plain dicts. Errors are raised as by ``call``."""
+    answer = call(what, fn, *args, _preload_content=False, **kwargs)
+    return json.loads(answer.data)
 
 
 def _custom_call(kube: Kube, kind: str, verb: str, what: str, namespace: str, *args: Any, **kw: Any) -> dict[str, Any]:
@@ -190,7 +194,7 @@ def get(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any] | No
     try:
         if kind in CUSTOM:
             return _custom_call(kube, kind, "get", what, namespace, name)
-        return _plain(kube, call(what, _method(kube, kind, "read"), name, namespace))
+        return dict(_typed(what, _method(kube, kind, "read"), name, namespace))
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -199,8 +203,8 @@ def get(kube: Kube, kind: str, namespace: str, name: str) -> dict[str, Any] | No
 
 def list_objects(kube: Kube, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
     """Objects of a kind in a namespace matching a label selector."""
-    answer = call(f"list {kind} in {namespace}", _method(kube, kind, "list"), namespace, label_selector=selector)
-    return [_plain(kube, item) for item in answer.items]
+    answer = _typed(f"list {kind} in {namespace}", _method(kube, kind, "list"), namespace, label_selector=selector)
+    return list(answer.get("items") or [])
 
 
 def creation_failure(kube: Kube, obj: dict[str, Any]) -> str | None:
@@ -221,9 +225,7 @@ def create(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
     try:
         if kind in CUSTOM:
             return _custom_call(kube, kind, "create", what, meta["namespace"], body, field_manager=FIELD_MANAGER)
-        return _plain(
-            kube, call(what, _method(kube, kind, "create"), meta["namespace"], body, field_manager=FIELD_MANAGER)
-        )
+        return dict(_typed(what, _method(kube, kind, "create"), meta["namespace"], body, field_manager=FIELD_MANAGER))
     except Conflict as exc:
         raise AlreadyExists(kind, meta["namespace"], meta["name"]) from exc
 
@@ -244,7 +246,7 @@ def replace(kube: Kube, body: dict[str, Any]) -> dict[str, Any]:
     if kind in CUSTOM:
         return _custom_call(kube, kind, "replace", what, meta["namespace"], meta["name"], body)
     fn = _method(kube, kind, "replace")
-    return _plain(kube, call(what, fn, meta["name"], meta["namespace"], body, field_manager=FIELD_MANAGER))
+    return dict(_typed(what, fn, meta["name"], meta["namespace"], body, field_manager=FIELD_MANAGER))
 
 
 def patch(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -253,7 +255,7 @@ def patch(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]
     if kind in CUSTOM:
         return _custom_call(kube, kind, "patch", what, namespace, name, body, _content_type=MERGE_PATCH)
     fn = _method(kube, kind, "patch")
-    return _plain(kube, call(what, fn, name, namespace, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH))
+    return dict(_typed(what, fn, name, namespace, body, field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH))
 
 
 def patch_status(kube: Kube, kind: str, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +285,7 @@ def delete(kube: Kube, kind: str, namespace: str, name: str, uid: str | None = N
 
 
 def list_nodes(kube: Kube) -> list[dict[str, Any]]:
-    return [_plain(kube, n) for n in call("list nodes", kube.core.list_node).items]
+    return list(_typed("list nodes", kube.core.list_node).get("items") or [])
 
 
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -96,7 +96,7 @@ def _register_children() -> None:
     for index_id, (group, version, plural) in CHILDREN.items():
         resource = resource_of(group, version, plural)
 
-        def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+        async def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
             return _keys(body)
 
         async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
@@ -118,7 +118,7 @@ WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 
 
 @kopf.index(*WORKLOADS, id="workloads")
-def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Workloads by their Job: ``("owner", job uid)``."""
     return _keys(body)
 
@@ -137,7 +137,7 @@ async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, *
 
 
 @kopf.index("v1", "pods", id="pods", labels={RUN_LABEL: kopf.PRESENT})
-def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Training pods by run: ``("run", namespace, trainingrun)``."""
     meta = body["metadata"]
     return {("run", meta["namespace"], run_of_pod(meta)): cached(body)}
@@ -151,7 +151,7 @@ async def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: A
 
 
 @kopf.index("v1", "pods", id="servingpods", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
-def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Serving pods by track: ``("track", namespace, inferencedeployment, track)`` (crash loops,
     the scheduler's reasons)."""
     meta = body["metadata"]
@@ -167,7 +167,7 @@ async def serving_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo
 
 
 @kopf.index("v1", "namespaces", id="namespaces")
-def namespaces(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def namespaces(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     """Namespaces, for their slipway.dev/allowed-models annotation: ``("name", "", namespace)``."""
     return {("name", "", body["metadata"]["name"]): cached(body)}
 
@@ -190,17 +190,17 @@ async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.index(GROUP, VERSION, "trainingruns", id="trainingruns")
-def trainingruns(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def trainingruns(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     return _keys(body)
 
 
 @kopf.index(GROUP, VERSION, "modelartifacts", id="modelartifacts")
-def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     return _keys(body, [_ref(body, "source", "trainingRunRef", "name")])
 
 
 @kopf.index(GROUP, VERSION, "inferencedeployments", id="inferencedeployments")
-def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     keys = _keys(body, [_ref(body, "model", "artifactRef", "name")])
     model = _ref(body, "model", "name")
     if model:  # follows an alias of this model: ("model", namespace, model)

@@ -61,3 +61,26 @@ def test_the_patch_is_refused_on_a_kopf_it_was_not_tested_with(monkeypatch) -> N
     assert message is not None and "kopf 1.99.0" in message and "constraints.txt" in message
     monkeypatch.setattr(operator, "kopf_version", lambda: "1.99.0")
     assert operator.wake_index_waiters_only_on_change() is False
+
+
+def test_no_kopf_handler_needs_the_diff_base_the_operator_does_not_keep() -> None:
+    """slipway.operator.NoDiffBase keeps no last-handled configuration: right only while no handler
+    detects changes (on.create/update/delete/resume/field) or spawns daemons and timers. Every
+    handler of a watched resource is an index or an on.event one, and both are async (a sync one
+    costs a hop to kopf's thread pool on every event)."""
+    import inspect
+
+    import kopf
+
+    import slipway.operator
+    import slipway.watches  # noqa: F401 - registers the handlers
+
+    registry = kopf.get_default_registry()
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
+    watched = [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
+    assert len(watched) >= 20
+    assert all(inspect.iscoroutinefunction(h.fn) for h in watched), [h.id for h in watched
+                                                                     if not inspect.iscoroutinefunction(h.fn)]  # fmt: skip
+    settings = kopf.OperatorSettings()
+    slipway.operator.apply_settings(settings)
+    assert isinstance(settings.persistence.diffbase_storage, slipway.operator.NoDiffBase)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from slipway import watches
@@ -29,11 +30,11 @@ def test_cached_drops_managed_fields_and_leaves_the_event_body_alone() -> None:
 
 def test_every_index_keeps_the_slim_body() -> None:
     pod = _body(labels={"slipway.dev/trainingrun": "train-0"})
-    (kept,) = watches.pods(body=pod).values()
+    (kept,) = asyncio.run(watches.pods(body=pod)).values()
     assert "managedFields" not in kept["metadata"]
     deployment = {**_body(), "apiVersion": f"{watches.GROUP}/{watches.VERSION}", "kind": "InferenceDeployment",
                   "spec": {"model": {"name": "digits", "alias": "candidate"}}}  # fmt: skip
-    keys = watches.inferencedeployments(body=deployment)
+    keys = asyncio.run(watches.inferencedeployments(body=deployment))
     assert keys[("model", "n", "digits")] is keys[("name", "n", "train-0-abc")]
     assert all("managedFields" not in obj["metadata"] for obj in keys.values())
 
