@@ -79,8 +79,8 @@ def test_no_kopf_handler_needs_the_diff_base_the_operator_does_not_keep() -> Non
     assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
     watched = [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
     assert len(watched) >= 20
-    assert all(inspect.iscoroutinefunction(h.fn) for h in watched), [h.id for h in watched
-                                                                     if not inspect.iscoroutinefunction(h.fn)]  # fmt: skip
+    sync = [h.id for h in watched if not inspect.iscoroutinefunction(h.fn)]
+    assert not sync, sync
     settings = kopf.OperatorSettings()
     slipway.operator.apply_settings(settings)
     assert isinstance(settings.persistence.diffbase_storage, slipway.operator.NoDiffBase)
