@@ -45,16 +45,22 @@ class Kube:
     custom: client.CustomObjectsApi
 
     @classmethod
-    def connect(cls, kubeconfig: str | None = None) -> Kube:
-        """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    def connect(cls, kubeconfig: str | None = None, connections: int | None = None) -> Kube:
+        """In-cluster config inside a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
+        ``connections``: connections kept open to the API server, one per pass that may call it at
+        once (the client's default is 5 per core: passes beyond it would each open a new TLS
+        connection and drop it)."""
+        settings = client.Configuration()
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config()
-            api = client.ApiClient()
+            config.load_incluster_config(client_configuration=settings)
         else:
             # KUBECONFIG read now: the client's own default is fixed when it is first imported.
-            api = config.new_client_from_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"))
+            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                                    client_configuration=settings)  # fmt: skip
+        if connections:
+            settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, connections)
         # The client's connection pool sets TCP keep-alive itself: a peer that vanished is noticed.
-        return cls.from_api_client(api)
+        return cls.from_api_client(client.ApiClient(settings))
 
     @classmethod
     def from_api_client(cls, api: client.ApiClient) -> Kube:

@@ -214,7 +214,7 @@ async def startup(
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
     memo.seen = {}
     config: OperatorConfig = memo.get("config") or OperatorConfig()
-    memo.scheduler = Scheduler(make_pass(memo), workers=config.workers, for_new=config.workers // 3)
+    memo.scheduler = Scheduler(make_pass(memo), workers=config.workers, for_new=config.workers // 2)
     memo.config = config
     prices = cost.prices_of(config.prices_file)  # a bad price file stops the start, naming the field
     if prices.configured or prices.open_cost:
@@ -224,7 +224,7 @@ async def startup(
         logger.warning("the price file says openCost: true but the operator has no --prometheus-url: "
                        "OpenCost's node prices cannot be read, the price table alone is used")  # fmt: skip
     if memo.get("kube") is None:
-        memo.kube = Kube.connect()
+        memo.kube = Kube.connect(connections=config.workers + 4)  # passes, and the leader's renewals
     if memo.get("mlflow") is None and config.mlflow_url:
         memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
     if memo.get("prometheus") is None and config.prometheus_url:
