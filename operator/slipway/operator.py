@@ -214,7 +214,7 @@ async def startup(
     memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
     memo.seen = {}
     config: OperatorConfig = memo.get("config") or OperatorConfig()
-    memo.scheduler = Scheduler(make_pass(memo), workers=config.workers, for_new=config.workers // 2)
+    memo.scheduler = Scheduler(make_pass(memo), workers=config.workers, for_new=config.workers // 3)
     memo.config = config
     prices = cost.prices_of(config.prices_file)  # a bad price file stops the start, naming the field
     if prices.configured or prices.open_cost:
