@@ -98,7 +98,7 @@ class OperatorConfig:
     # Reconciliation passes at once, each in a thread of its own: one slot is kept for canary
     # decisions and a third of them for new objects' first passes (controller.Slots). A pass mostly
     # waits on the API server and MLflow, so many more than the cores; but not too many: scenario C
-    # made Jobs at ~27/s with 12 and at ~20/s with 24 (one run each, bench/RESULTS.md), threads
+    # made Jobs at ~25/s with 12 and at ~20/s with 24 (one run each, bench/RESULTS.md), threads
     # sharing the GIL with the event loop that reads the watches.
     workers: int = field(default_factory=lambda: max(3, _env_int("SLIPWAY_WORKERS", 12)))
     # The price table (slipway.cost): a YAML or JSON file, e.g. mounted from a ConfigMap; none: no prices.
