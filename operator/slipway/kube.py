@@ -184,8 +184,15 @@ def _typed(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """A call of the typed API (Jobs, pods ...) whose answer is the API server's JSON as it came
     (camelCase, what a pass works with): the client is asked not to build its typed models from
     it, which it would then have to turn back into plain dicts. Errors are raised as by ``call``."""
-    answer = call(what, fn, *args, _preload_content=False, **kwargs)
-    return json.loads(answer.data)
+
+    def read(*a: Any, **kw: Any) -> Any:  # the body is read within ``call``: a timeout meanwhile is Unavailable
+        answer = fn(*a, _preload_content=False, **kw)
+        try:
+            return json.loads(answer.data)
+        except ValueError as exc:
+            raise Unavailable(f"{what}: the API server's answer is not JSON ({exc})") from exc
+
+    return call(what, read, *args, **kwargs)
 
 
 def _custom_call(kube: Kube, kind: str, verb: str, what: str, namespace: str, *args: Any, **kw: Any) -> dict[str, Any]:

@@ -6,10 +6,11 @@ Workload whenever the queue moves); it answers them on demand instead, through a
 lists the LocalQueue's pending Workloads with their positions in it and in its ClusterQueue.
 
 A sweep of 1,000 queued runs would make that list quadratic if each pass read it. It is read once
-per LocalQueue per :data:`TTL_SECONDS` (a monotonic clock), whichever pass asks first; passes that
-ask while it is read wait for that answer (within the operator's HTTP timeout), never send it twice.
-A cluster whose Kueue serves no visibility API (an older Kueue, the API not registered, RBAC) costs
-one request per LocalQueue per TTL and shows no position; a pass never fails on it.
+per LocalQueue per :data:`TTL_SECONDS` after the last answer (a monotonic clock), whichever pass
+asks first; passes that ask while it is read wait for that answer (at most :data:`TIMEOUT_SECONDS`),
+never send it twice. A cluster whose Kueue serves no visibility API (an older Kueue, the API not
+registered or not answering, RBAC) costs one request per LocalQueue per :data:`FAILED_TTL_SECONDS`
+and shows no position; a pass never fails on it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from urllib.parse import quote
 
 log = logging.getLogger(__name__)
 
-TTL_SECONDS = 10.0
+TTL_SECONDS = 10.0  # an answer is used this long after it came
+FAILED_TTL_SECONDS = 60.0  # a failed read (no visibility API, an outage) is not tried again sooner
+TIMEOUT_SECONDS = 3.0  # the read, and a pass's wait for it: a position is worth no more
 GROUP_VERSION = "visibility.kueue.x-k8s.io/v1beta2"
 PAGE = 1000  # Kueue's own default and largest useful page: a run further back reads as "over 1000"
 
@@ -43,65 +46,82 @@ class Position:
 Positions = dict[str, Position]  # Workload name -> its position
 
 
+@dataclass(frozen=True)
+class Place:
+    """What the visibility API says of one Workload: ``served`` whether it answered for its
+    LocalQueue; ``position`` None when the Workload is not pending there (admitted, not seen by
+    Kueue yet, further back than :data:`PAGE`)."""
+
+    served: bool
+    position: Position | None = None
+
+
 @dataclass
 class _Read:
-    started: float
-    answer: Future[Positions | None] = field(default_factory=Future)  # None: no visibility API
+    answer: Future[Positions | None] = field(default_factory=Future)  # None: no answer
+    finished: float | None = None  # when the answer came (clock)
 
 
 _READS: dict[tuple[str, str], _Read] = {}
+_FAILING: set[tuple[str, str]] = set()  # LocalQueues whose last read failed (logged once per outage)
 _LOCK = threading.Lock()
 
 
-def position_of(
-    api: Any, namespace: str, queue: str, workload: str, timeout: float, clock: Callable[[], float] = time.monotonic
-) -> Position | None:
-    """``workload``'s position in LocalQueue ``namespace/queue``; None when it is not pending there
-    (admitted, not yet seen by Kueue, further back than :data:`PAGE`) or Kueue could not say."""
+def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callable[[], float] = time.monotonic) -> Place:
+    """``workload``'s place in LocalQueue ``namespace/queue``, from an answer at most
+    :data:`TTL_SECONDS` old; a pass waits at most :data:`TIMEOUT_SECONDS` for it."""
     key = (namespace, queue)
     with _LOCK:
         read = _READS.get(key)
         now = clock()
-        mine = read is None or (read.answer.done() and now - read.started >= TTL_SECONDS)
-        if mine:
-            read = _READS[key] = _Read(now)
-    assert read is not None
+        if read is None or (read.finished is not None and now - read.finished >= _ttl(read)):
+            read, mine = _Read(), True
+            _READS[key] = read
+        else:
+            mine = False
     if mine:
-        _ask(api, namespace, queue, timeout, read)
+        _ask(api, namespace, queue, read, clock)
     try:
-        positions = read.answer.result(timeout=timeout)
+        positions = read.answer.result(timeout=TIMEOUT_SECONDS)
     except FutureTimeout:
-        return None
-    return None if positions is None else positions.get(workload)
+        return Place(served=False)
+    return Place(served=False) if positions is None else Place(served=True, position=positions.get(workload))
 
 
-def _ask(api: Any, namespace: str, queue: str, timeout: float, read: _Read) -> None:
+def _ttl(read: _Read) -> float:
+    return TTL_SECONDS if read.answer.result() is not None else FAILED_TTL_SECONDS
+
+
+def _ask(api: Any, namespace: str, queue: str, read: _Read, clock: Callable[[], float]) -> None:
     path = (f"/apis/{GROUP_VERSION}/namespaces/{quote(namespace, safe='')}/localqueues/"
             f"{quote(queue, safe='')}/pendingworkloads")  # fmt: skip
+    key = (namespace, queue)
+    positions: Positions | None = None
     try:
         accept = {"Accept": "application/json"}
         request = api.param_serialize("GET", path, query_params=[("limit", PAGE)], header_params=accept,
                                       auth_settings=["BearerToken"])  # fmt: skip
-        response = api.call_api(*request, _request_timeout=timeout)
+        response = api.call_api(*request, _request_timeout=TIMEOUT_SECONDS)
         response.read()
         if response.status != 200:
             raise LookupError(f"HTTP {response.status}")
-        read.answer.set_result(parse(json.loads(response.data)))
+        answer = json.loads(response.data)
+        if not isinstance(answer, dict) or not isinstance(answer.get("items", []), list):
+            raise LookupError("not a PendingWorkloadsSummary")
+        positions = parse(answer)
     except Exception as exc:  # noqa: BLE001 - no position is shown; the pass goes on
-        if not _warned_before(namespace, queue):
+        with _LOCK:
+            new = key not in _FAILING
+            _FAILING.add(key)
+        if new:
             log.info("no queue positions for LocalQueue %s/%s from Kueue's visibility API (%s): status shows "
-                     "none; asked again every %gs", namespace, queue, exc, TTL_SECONDS)  # fmt: skip
-        read.answer.set_result(None)
-
-
-_WARNED: set[tuple[str, str]] = set()
-
-
-def _warned_before(namespace: str, queue: str) -> bool:
-    with _LOCK:
-        seen = (namespace, queue) in _WARNED
-        _WARNED.add((namespace, queue))
-        return seen
+                     "none; asked again every %gs", namespace, queue, exc, FAILED_TTL_SECONDS)  # fmt: skip
+    else:
+        with _LOCK:
+            _FAILING.discard(key)
+    finally:
+        read.answer.set_result(positions)
+        read.finished = clock()  # after the answer: a finished read always has one
 
 
 def parse(answer: Any) -> Positions:
@@ -121,4 +141,4 @@ def forget() -> None:
     """Drop every read (tests)."""
     with _LOCK:
         _READS.clear()
-        _WARNED.clear()
+        _FAILING.clear()

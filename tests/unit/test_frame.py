@@ -460,3 +460,22 @@ def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> 
         return dict(slots.busy)
 
     assert asyncio.run(scenario()) == {"critical": 0, "new": 0, "urgent": 0, "timed": 0}  # none lost or doubled
+
+
+def test_a_typed_answer_cut_while_its_body_is_read_is_an_outage_not_a_crash() -> None:
+    class Cut:
+        @property
+        def data(self) -> bytes:
+            raise urllib3.exceptions.ReadTimeoutError(None, "/apis/batch/v1", "read timed out")
+
+    class Garbled:
+        data = b"<html>proxy error</html>"
+
+    for answer in (Cut(), Garbled()):
+        with pytest.raises(kube.Unavailable, match="create Job team-a/x"):
+            kube._typed("create Job team-a/x", lambda *a, answer=answer, **kw: answer)
+
+    class Whole:
+        data = b'{"kind": "Job"}'
+
+    assert kube._typed("read Job team-a/x", lambda *a, **kw: Whole()) == {"kind": "Job"}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slipway import queueposition
-from slipway.queueposition import Position
+from slipway.queueposition import Place, Position
 from slipway.status import kueue
 
 SUMMARY = {
@@ -36,15 +36,16 @@ class VisibilityApi:
 
     def __init__(self, status: int = 200, body: Any = SUMMARY) -> None:
         self.status, self.body, self.paths = status, body, []
-        self.release = threading.Event()
+        self.release, self.started = threading.Event(), threading.Event()
         self.release.set()
 
     def param_serialize(self, method: str, path: str, **kwargs: Any) -> tuple[Any, ...]:
         self.paths.append(path)
+        self.started.set()
         return (method, path, {}, None, [])
 
     def call_api(self, *request: Any, _request_timeout: float) -> Answer:
-        self.release.wait(5)
+        self.release.wait(5)  # a read that hangs until the test lets it answer
         return Answer(self.status, self.body)
 
 
@@ -62,13 +63,19 @@ def test_positions_count_from_one_and_a_malformed_item_is_skipped() -> None:
 
 def test_one_read_per_local_queue_per_ttl_whoever_asks() -> None:
     api, now = VisibilityApi(), [100.0]
-    ask = lambda workload, queue="gpus": queueposition.position_of(api, "team-a", queue, workload, 1, lambda: now[0])  # noqa: E731
-    assert ask("job-a-train-1") == Position(1, 5)
-    assert ask("job-b-train-2") == Position(2, 8)
-    assert ask("job-c-train-3") is None  # not pending (admitted, or not seen by Kueue yet)
+
+    def ask(workload: str, queue: str = "gpus") -> Place:
+        return queueposition.place_of(api, "team-a", queue, workload, lambda: now[0])
+
+    assert ask("job-a-train-1") == Place(True, Position(1, 5))
+    assert ask("job-b-train-2") == Place(True, Position(2, 8))
+    assert ask("job-c-train-3") == Place(True, None)  # not pending (admitted, or not seen by Kueue yet)
     assert api.paths == ["/apis/visibility.kueue.x-k8s.io/v1beta2/namespaces/team-a/localqueues/gpus/pendingworkloads"]
     ask("job-a-train-1", queue="cpus")  # another LocalQueue: its own read
-    now[0] += queueposition.TTL_SECONDS
+    now[0] += queueposition.TTL_SECONDS - 1
+    ask("job-a-train-1")
+    assert len(api.paths) == 2
+    now[0] += 1  # counted from when the answer came
     ask("job-a-train-1")
     assert len(api.paths) == 3
 
@@ -76,10 +83,10 @@ def test_one_read_per_local_queue_per_ttl_whoever_asks() -> None:
 def test_passes_that_ask_while_it_is_read_wait_for_that_read() -> None:
     api = VisibilityApi()
     api.release.clear()
-    found: list[Position | None] = []
+    found: list[Place] = []
 
     def ask() -> None:
-        found.append(queueposition.position_of(api, "ns", "q", "job-a-train-1", 5))
+        found.append(queueposition.place_of(api, "ns", "q", "job-a-train-1"))
 
     threads = [threading.Thread(target=ask) for _ in range(4)]
     for thread in threads:
@@ -87,20 +94,40 @@ def test_passes_that_ask_while_it_is_read_wait_for_that_read() -> None:
     api.release.set()
     for thread in threads:
         thread.join(10)
-    assert found == [Position(1, 5)] * 4 and len(api.paths) == 1
+    assert found == [Place(True, Position(1, 5))] * 4 and len(api.paths) == 1
+
+
+def test_a_visibility_api_that_does_not_answer_holds_a_pass_at_most_the_short_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(queueposition, "TIMEOUT_SECONDS", 0.2)
+    api = VisibilityApi()
+    api.release.clear()  # the first asker's read hangs (in its own thread here)
+    asker = threading.Thread(target=lambda: queueposition.place_of(api, "ns", "q", "w"))
+    asker.start()
+    assert api.started.wait(5)  # the read is under way
+    assert queueposition.place_of(api, "ns", "q", "w") == Place(False)  # waited 0.2 s, no position
+    api.release.set()
+    asker.join(10)
 
 
 @pytest.mark.parametrize(("status", "body"), [(404, {"kind": "Status"}), (403, {"kind": "Status"}), (200, "text")])
-def test_a_kueue_that_cannot_say_gives_no_position_and_no_error(status: int, body: Any) -> None:
+def test_a_kueue_that_cannot_say_gives_no_position_and_is_asked_again_only_after_a_minute(
+    status: int, body: Any
+) -> None:
     api, now = VisibilityApi(status, body), [0.0]
-    assert queueposition.position_of(api, "ns", "q", "job-a-train-1", 1, lambda: now[0]) is None
-    assert queueposition.position_of(api, "ns", "q", "job-a-train-1", 1, lambda: now[0]) is None
-    assert len(api.paths) == 1  # not asked again before the TTL
+    assert queueposition.place_of(api, "ns", "q", "job-a-train-1", lambda: now[0]) == Place(False)
+    now[0] += queueposition.TTL_SECONDS
+    assert queueposition.place_of(api, "ns", "q", "job-a-train-1", lambda: now[0]) == Place(False)
+    assert len(api.paths) == 1  # a failure is kept longer than an answer
+    now[0] += queueposition.FAILED_TTL_SECONDS
+    queueposition.place_of(api, "ns", "q", "job-a-train-1", lambda: now[0])
+    assert len(api.paths) == 2
 
 
 def test_names_that_need_escaping_stay_in_their_path_segment() -> None:
     api = VisibilityApi()
-    queueposition.position_of(api, "ns", "a/../../b", "w", 1)
+    queueposition.place_of(api, "ns", "a/../../b", "w")
     assert api.paths[0].endswith("/localqueues/a%2F..%2F..%2Fb/pendingworkloads")
 
 

@@ -94,8 +94,9 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         if podless else None  # fmt: skip
     queue_name = queue_of(spec, job)
     queue = kueue.workload_of(job, ctx.cache.owned_by("workloads", job["metadata"]["uid"])) if queue_name else None
+    placed = False  # a queued run whose LocalQueue's positions Kueue answers: looked at again in a while
     if queue_name and queue is not None and not queue.admitted and job["spec"].get("suspend"):
-        queue = _with_position(ctx, queue_name, queue)
+        queue, placed = _with_position(ctx, queue_name, queue)
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
                            create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
@@ -119,7 +120,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
     # so it is for a stuck pod's grace period.
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
-                          ctx.config.queue_position_seconds if queue is not None and queue.position else None,
+                          ctx.config.queue_position_seconds if placed else None,
                           state.recheck_seconds) if d is not None]  # fmt: skip
     return max(1.0, min(delays)) if delays else None
 
@@ -128,16 +129,16 @@ JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 JOB_MADE_RECHECK_SECONDS = 1.0
 
 
-def _with_position(ctx: Context, queue_name: str, queue: kueue.QueueView) -> kueue.QueueView:
-    """``queue`` with its place in the LocalQueue, as Kueue's visibility API says (read at most
-    every queueposition.TTL_SECONDS per LocalQueue); unchanged when Kueue cannot say."""
+def _with_position(ctx: Context, queue_name: str, queue: kueue.QueueView) -> tuple[kueue.QueueView, bool]:
+    """``queue`` with its place in the LocalQueue as Kueue's visibility API says (read at most every
+    queueposition.TTL_SECONDS per LocalQueue), and whether that API answered for it."""
     if not ctx.config.queue_position_seconds:
-        return queue
-    found = queueposition.position_of(ctx.kube.api, ctx.namespace, queue_name, queue.workload,
-                                      ctx.config.http_timeout_seconds)  # fmt: skip
-    if found is None:
-        return queue
-    return dataclasses.replace(queue, position=found.in_local_queue, position_in_cluster_queue=found.in_cluster_queue)
+        return queue, False
+    place = queueposition.place_of(ctx.kube.api, ctx.namespace, queue_name, queue.workload)
+    if place.position is None:
+        return queue, place.served
+    local, cluster = place.position.in_local_queue, place.position.in_cluster_queue
+    return dataclasses.replace(queue, position=local, position_in_cluster_queue=cluster), True
 
 
 def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
