@@ -147,8 +147,15 @@ def _error_ratio(preset: Preset, selector: str, window: str) -> str:
     failed = counted_in_window(f"{preset.requests}{{{selector}, {preset.failed_requests}}}", window)
     total = counted_in_window(requests, window)
     # No 5xx series at all is 0 errors; no request at all is no data (0/0): Inconclusive. Nor is a track
-    # judged before two scrapes have seen it serve: the first may come before its first failure.
-    return f"(({failed} or vector(0)) / {total}) and on() ({served_before_last_scrape(requests, window)} > 0)"
+    # judged before two scrapes have seen it serve, the first may come before its first failure, unless
+    # it has already failed MIN_FAILURES requests: errors are evidence from one scrape, their absence is not.
+    judged = f"({served_before_last_scrape(requests, window)} > 0) or ({failed} >= {MIN_FAILURES})"
+    return f"(({failed} or vector(0)) / {total}) and on() ({judged})"
+
+
+# A track that has failed this many requests in the window is judged from one scrape. A healthy track with
+# 1% errors reaches it by chance in a sample of 50 requests 1.4% of the time, in one of 20 in 0.1%.
+MIN_FAILURES = 3
 
 
 def served_before_last_scrape(series: str, window: str) -> str:

@@ -314,5 +314,44 @@ def test_a_fresh_failing_canary_never_passes_before_its_first_failure_is_seen(pr
            f"{sum(passes_before_fail.values())}")  # fmt: skip
     assert len(failed_after) == TRIALS, verdicts
     assert passes_before_fail == {}, verdicts
-    # Two scrapes that saw it serve, then the next analysis: about 2 s here, with room for a busy machine.
-    assert times[int(0.9 * (len(times) - 1))] <= 4.0, times
+    # Its first scrape holding 3 failures (else its second), then the next analysis: about 1 s here (1 s
+    # scrapes), with room for a busy machine.
+    assert times[int(0.9 * (len(times) - 1))] <= 3.0, times
+
+
+def test_the_error_ratio_judges_one_scrape_only_once_it_holds_failures(tmp_path: Path) -> None:
+    """The built-in errorRate on exact series, evaluated by promtool (Prometheus' own engine), 10 s after
+    the canary's pod started, scraped every 5 s. Its first scrape that saw it serve is judged when it
+    already counts ``MIN_FAILURES`` failures, all of them (a 5xx series first seen at 3 is 3 failures);
+    with fewer, it waits for a second scrape, since that first scrape may have come before the failures.
+    A second scrape judges it whatever it saw."""
+    from slipway.analysis import MIN_FAILURES, resolve_query
+    from slipway_e2e.monitoring import PROMTOOL
+
+    def series(deployment: str, code: str, values: str) -> dict[str, str]:
+        labels = f'namespace="{NAMESPACE}", slipway_dev_deployment="{deployment}", slipway_dev_track="canary"'
+        return {"series": f'slipway_requests_total{{{labels}, code="{code}"}}', "values": values}
+
+    def query(deployment: str) -> str:
+        return resolve_query(metric(name="errorRate", max=0.05), "slipway", "canary", NAMESPACE, deployment, "20s")
+
+    assert MIN_FAILURES == 3
+    cases = {
+        # deployment: its series (one value per 5 s scrape, "_" not exported), the ratio at 10 s (None: no data)
+        "failed-3": ([("200", "_ _ 7"), ("500", "_ _ 3")], 0.3),
+        "failed-2": ([("200", "_ _ 8"), ("500", "_ _ 2")], None),
+        "failed-0": ([("200", "_ _ 10")], None),
+        "zeroed-3": ([("200", "0 0 7"), ("500", "0 0 3")], 0.3),  # counters exported at 0 before the 1st request
+        "zeroed-2": ([("200", "0 0 8"), ("500", "0 0 2")], None),
+        "two-scrapes": ([("200", "_ 4 10")], 0.0),
+    }
+    tests = [{"expr": query(name), "eval_time": "10s",
+              "exp_samples": [] if ratio is None else [{"labels": "{}", "value": ratio}]}
+             for name, (_, ratio) in cases.items()]  # fmt: skip
+    inputs = [series(name, code, values) for name, (codes, _) in cases.items() for code, values in codes]
+    spec = {"rule_files": [], "evaluation_interval": "5s",
+            "tests": [{"interval": "5s", "input_series": inputs, "promql_expr_test": tests}]}  # fmt: skip
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    done = subprocess.run([str(PROMTOOL), "test", "rules", "tests.yml"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -50,12 +50,13 @@ def error_ratio(counter: str, failed: str) -> str:
         return (f"((sum(increase({series}[30s])) or vector(0)) + (sum(min_over_time({series}[30s]) unless "
                 f"last_over_time({series}[30s] offset 30s)) or vector(0)))")  # fmt: skip
 
-    ratio = f"({counted(f'{counter}{{{SELECTOR}, {failed}}}')} or vector(0)) / {counted(f'{counter}{{{SELECTOR}}}')}"
+    failures = counted(f"{counter}{{{SELECTOR}, {failed}}}")
+    ratio = f"({failures} or vector(0)) / {counted(f'{counter}{{{SELECTOR}}}')}"
     series = f"{counter}{{{SELECTOR}}}"
     last = f"last_over_time({series}[30s])"
     served = (f"sum(clamp_min({last} - (idelta({series}[30s]) or {last}) - (last_over_time({series}[30s] offset 30s) "
               f"or {last} * 0), 0))")  # fmt: skip
-    return f"({ratio}) and on() ({served} > 0)"
+    return f"({ratio}) and on() (({served} > 0) or ({failures} >= 3))"
 
 
 def test_every_builtin_metric_of_the_api_has_a_query():

@@ -34,7 +34,7 @@ from slipway.status.conditions import Cond, Status, get_condition, held, parse_t
 from slipway.traffic import Sizing, replica_weight
 
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
-# scraped twice) is tried again this soon, not a whole interval later.
+# scraped twice, nor seen fail 3 requests) is tried again this soon, not a whole interval later.
 INCONCLUSIVE_RETRY = timedelta(seconds=2)
 # How long into a step an inconclusive analysis is retried after INCONCLUSIVE_RETRY (at least the
 # analysis interval): two scrapes of a pod that just became ready come up to two scrape intervals
