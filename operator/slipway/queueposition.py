@@ -74,7 +74,9 @@ def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callabl
     with _LOCK:
         read = _READS.get(key)
         now = clock()
-        if read is None or (read.finished is not None and now - read.finished >= _ttl(read)):
+        if read is None or _expired(read, now):
+            for stale in [k for k, r in _READS.items() if _expired(r, now)]:  # queues no pass asks for any more
+                del _READS[stale]
             read, mine = _Read(), True
             _READS[key] = read
         else:
@@ -88,8 +90,10 @@ def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callabl
     return Place(served=False) if positions is None else Place(served=True, position=positions.get(workload))
 
 
-def _ttl(read: _Read) -> float:
-    return TTL_SECONDS if read.answer.result() is not None else FAILED_TTL_SECONDS
+def _expired(read: _Read, now: float) -> bool:
+    if read.finished is None:  # still being read
+        return False
+    return now - read.finished >= (TTL_SECONDS if read.answer.result() is not None else FAILED_TTL_SECONDS)
 
 
 def _ask(api: Any, namespace: str, queue: str, read: _Read, clock: Callable[[], float]) -> None:
@@ -125,10 +129,9 @@ def _ask(api: Any, namespace: str, queue: str, read: _Read, clock: Callable[[], 
 
 
 def parse(answer: Any) -> Positions:
-    """The positions in a PendingWorkloadsSummary (anything else: none)."""
-    items = answer.get("items") if isinstance(answer, dict) else None
+    """The positions in a PendingWorkloadsSummary (checked by the caller to be one)."""
     positions: Positions = {}
-    for item in items if isinstance(items, list) else []:
+    for item in answer.get("items", []):
         try:
             name = str(item["metadata"]["name"])
             positions[name] = Position(int(item["positionInLocalQueue"]) + 1, int(item["positionInClusterQueue"]) + 1)

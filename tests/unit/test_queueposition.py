@@ -58,7 +58,6 @@ def fresh() -> Any:
 
 def test_positions_count_from_one_and_a_malformed_item_is_skipped() -> None:
     assert queueposition.parse(SUMMARY) == {"job-a-train-1": Position(1, 5), "job-b-train-2": Position(2, 8)}
-    assert queueposition.parse({"items": None}) == {} and queueposition.parse("<html>") == {}
 
 
 def test_one_read_per_local_queue_per_ttl_whoever_asks() -> None:
@@ -111,7 +110,10 @@ def test_a_visibility_api_that_does_not_answer_holds_a_pass_at_most_the_short_ti
     asker.join(10)
 
 
-@pytest.mark.parametrize(("status", "body"), [(404, {"kind": "Status"}), (403, {"kind": "Status"}), (200, "text")])
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [(404, {"kind": "Status"}), (403, {"kind": "Status"}), (200, "text"), (200, {"items": None})],
+)
 def test_a_kueue_that_cannot_say_gives_no_position_and_is_asked_again_only_after_a_minute(
     status: int, body: Any
 ) -> None:
@@ -123,6 +125,17 @@ def test_a_kueue_that_cannot_say_gives_no_position_and_is_asked_again_only_after
     now[0] += queueposition.FAILED_TTL_SECONDS
     queueposition.place_of(api, "ns", "q", "job-a-train-1", lambda: now[0])
     assert len(api.paths) == 2
+
+
+def test_the_answers_of_queues_no_pass_asks_for_any_more_are_dropped() -> None:
+    """A tenant may name any queue: what is kept is bounded by the queues asked for in the last minute."""
+    api, now = VisibilityApi(), [0.0]
+    for i in range(50):
+        queueposition.place_of(api, "ns", f"q-{i}", "w", lambda: now[0])
+    assert len(queueposition._READS) == 50
+    now[0] += queueposition.TTL_SECONDS
+    queueposition.place_of(api, "ns", "q-0", "w", lambda: now[0])  # read again: the 49 others are stale
+    assert set(queueposition._READS) == {("ns", "q-0")} and len(api.paths) == 51
 
 
 def test_names_that_need_escaping_stay_in_their_path_segment() -> None:
