@@ -75,8 +75,9 @@ def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callabl
         read = _READS.get(key)
         now = clock()
         if read is None or _expired(read, now):
-            for stale in [k for k, r in _READS.items() if _expired(r, now)]:  # queues no pass asks for any more
+            for stale in [k for k, r in _READS.items() if k != key and _expired(r, now)]:  # no pass asks any more
                 del _READS[stale]
+                _FAILING.discard(stale)
             read, mine = _Read(), True
             _READS[key] = read
         else:
