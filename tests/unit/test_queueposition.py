@@ -138,7 +138,9 @@ def test_the_answers_of_queues_no_pass_asks_for_any_more_are_dropped() -> None:
     assert set(queueposition._READS) == {("ns", "q-0")} and len(api.paths) == 51
 
 
-def test_a_failing_queue_is_logged_once_per_outage_and_forgotten_with_its_read(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_queue_is_logged_once_per_outage_and_forgotten_with_its_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     api, now = VisibilityApi(404, {"kind": "Status"}), [0.0]
     with caplog.at_level("INFO", logger=queueposition.__name__):
         for _ in range(3):  # still failing a minute later, and a minute after that: one line
@@ -150,7 +152,8 @@ def test_a_failing_queue_is_logged_once_per_outage_and_forgotten_with_its_read(c
         "no queue positions for LocalQueue ns/q from Kueue's visibility API",
         "no queue positions for LocalQueue ns/other from Kueue's visibility API",
     ]
-    assert set(queueposition._READS) == {("ns", "other")} and queueposition._FAILING == {("ns", "other")}
+    assert set(queueposition._READS) == {("ns", "other")}
+    assert set(queueposition._FAILING) == {("ns", "other")}
 
 
 def test_names_that_need_escaping_stay_in_their_path_segment() -> None:
