@@ -41,7 +41,7 @@ CRITICAL, NEW, URGENT, TIMED = "critical", "new", "urgent", "timed"
 AGEING_SECONDS = 30.0  # a timed pass that has waited this long goes before passes a change woke
 
 
-@dataclass
+@dataclass(eq=False)  # a waiter is itself: removed from its lane by identity
 class Waiter:
     key: Key
     lane: str
@@ -57,7 +57,9 @@ class Slots:
       answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
     - *new*: the first pass of an object (in this process): it makes the first children, so a sweep
       of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
-      slots are theirs alone: a first pass never waits behind passes that wait on MLflow.
+      slots are theirs alone: a first pass never waits behind passes that wait on MLflow. While
+      objects of another kind wait, one kind's first passes hold at most half the slots (``share``):
+      InferenceDeployments' first passes, which wait on MLflow, never hold back a sweep's Jobs.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -73,6 +75,8 @@ class Slots:
         self.busy = {CRITICAL: 0, NEW: 0, URGENT: 0, TIMED: 0}
         self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
+        self.share = max(1, (size - self.reserved) // 2)
+        self.new_by_kind: dict[str, int] = {}  # first passes running, by plural
 
     @property
     def urgent(self) -> deque[Waiter]:
@@ -101,13 +105,21 @@ class Slots:
         if self.lanes[CRITICAL] and self._fits(CRITICAL):
             return self.lanes[CRITICAL][0]
         if self.lanes[NEW] and self._fits(NEW):
-            return self.lanes[NEW][0]
+            return self._first_of_new()
         if not self._fits(URGENT):
             return None
         timed = self.lanes[TIMED]
         if timed and now - timed[0].since >= self.ageing:
             return timed[0]
         return (self.lanes[URGENT] or timed or [None])[0]
+
+    def _first_of_new(self) -> Waiter:
+        """The oldest waiter for a first pass, unless its kind already holds its ``share`` of the
+        slots: then the oldest of a kind that does not, if one waits."""
+        waiters = self.lanes[NEW]
+        if self.new_by_kind.get(waiters[0].key[0], 0) < self.share:
+            return waiters[0]
+        return next((w for w in waiters if self.new_by_kind.get(w.key[0], 0) < self.share), waiters[0])
 
     async def acquire(self, key: Key, lane: str) -> str:
         """Wait for a slot; returns the lane it was granted in (a timed waiter a change promoted is
@@ -123,7 +135,7 @@ class Slots:
             return waiter.lane
         except asyncio.CancelledError:
             if waiter.future.done() and not waiter.future.cancelled():
-                self.release(waiter.lane)  # the slot was handed over as the task was cancelled: pass it on
+                self.release(waiter.lane, key)  # the slot was handed over as the task was cancelled: pass it on
             else:
                 with contextlib.suppress(ValueError):
                     self.lanes[waiter.lane].remove(waiter)
@@ -145,17 +157,22 @@ class Slots:
                 waiter.lane = URGENT
                 self.lanes[URGENT].append(waiter)
 
-    def release(self, lane: str) -> None:
+    def release(self, lane: str, key: Key | None = None) -> None:
+        """The pass of ``key`` granted in ``lane`` is done (a first pass's key is needed: its kind is counted)."""
         self.busy[lane] -= 1
+        if lane == NEW and key is not None:
+            self.new_by_kind[key[0]] -= 1
         self._dispatch()
 
     def _dispatch(self) -> None:
         now = asyncio.get_running_loop().time()
         while (waiter := self._next(now)) is not None:
-            self.lanes[waiter.lane].popleft()
+            self.lanes[waiter.lane].remove(waiter)  # the first (or the first of its kind) of its lane
             if waiter.future.done():
                 continue  # cancelled while it waited
             self.busy[waiter.lane] += 1
+            if waiter.lane == NEW:
+                self.new_by_kind[waiter.key[0]] = self.new_by_kind.get(waiter.key[0], 0) + 1
             waiter.future.set_result(None)
 
 
@@ -251,7 +268,7 @@ class Scheduler:
                 finally:
                     self.started.pop(key, None)
             finally:
-                self.slots.release(lane)
+                self.slots.release(lane, key)
             self.failures.pop(key, None)
         except kopf.TemporaryError as exc:  # outside a pass's own frame (reading its object): back off too
             count = self.failures.get(key, 0)

@@ -160,8 +160,14 @@ def drop_legacy_finalizer(ctx: Context) -> None:
 
 def announce_generation(ctx: Context) -> None:
     """A new generation reads Reconciling (Ready=False) at that generation before the pass does
-    any I/O: kstatus, Flux and ``helm --wait`` never take the last generation's Ready for this one."""
+    any I/O: kstatus, Flux and ``helm --wait`` never take the last generation's Ready for this one.
+
+    Not for an object without any status while others wait for their first pass (a sweep being
+    applied): it has no earlier Ready to be mistaken for, and its pass makes its first child
+    without this extra write and Event; the status that pass writes is its first one."""
     if not new_generation(ctx.body):
+        return
+    if not ctx.body.get("status") and ctx.backlog():
         return
     generation = ctx.body["metadata"].get("generation")
     ctx.write(

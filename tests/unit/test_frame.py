@@ -13,7 +13,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from slipway import children, kube
-from slipway.controller import CRITICAL, TIMED, URGENT, PassFn, Scheduler, Slots
+from slipway.controller import CRITICAL, NEW, TIMED, URGENT, PassFn, Scheduler, Slots
 from slipway.mlflow import MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import InferenceDeploymentStatus
@@ -288,6 +288,31 @@ def test_a_pass_at_the_generation_already_observed_announces_nothing_and_writes_
     assert ctx.patch == {} and ctx.events == []  # ctx.kube is None: any write would have failed
 
 
+def test_during_a_sweep_a_new_object_s_first_pass_writes_no_announcement_but_a_changed_one_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sweep of a thousand new objects: a first pass that makes only the Job must not cost a
+    # status write and an Event more each (an object without status has no Ready to mistake).
+    flushed: list[dict[str, Any]] = []
+    monkeypatch.setattr("slipway.reconcile.flush", lambda ctx: flushed.append(dict(ctx.patch)))
+    seen: list[dict[str, Any]] = []
+
+    def step(ctx: Context, spec: Any) -> None:
+        seen.append(dict(ctx.patch))
+
+    for status, generation, backlog, announced in (({}, 1, 5, False), ({}, 1, 0, True),
+                                                   ({"observedGeneration": 1, "phase": "Pending"}, 2, 5, True)):
+        flushed.clear()
+        ctx = context(status=status, generation=generation)
+        ctx.mlflow = object()  # type: ignore[assignment]
+        ctx.backlog = lambda n=backlog: n  # type: ignore[misc]
+        attempt(ctx, InferenceDeploymentSpec, step)
+        assert bool(flushed) is announced, (status, backlog)
+        if announced:
+            assert flushed[0]["observedGeneration"] == generation
+            assert {c["type"]: c["reason"] for c in flushed[0]["conditions"]}["Reconciling"] == "NewGeneration"
+
+
 async def until(condition: Any, timeout: float = 5.0) -> None:
     """Yield to the event loop until ``condition()`` holds; fail after ``timeout`` seconds."""
 
@@ -426,6 +451,37 @@ def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
         return order
 
     assert asyncio.run(scenario()) == ["change-1", "poll", "change-2"]
+
+
+def test_while_a_sweep_waits_one_kind_s_slow_first_passes_hold_no_more_than_their_share() -> None:
+    # InferenceDeployments' first passes wait on MLflow; a sweep's TrainingRuns only make their Job.
+    async def scenario() -> tuple[list[str], dict[str, int]]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(4, reserved=1)  # 3 slots for first passes: one kind holds at most 1 while others wait
+        held = [("inferencedeployments", "n", f"id-{i}") for i in range(3)]
+        for key in held:  # arrived first, nobody else waiting: they took every slot
+            await slots.acquire(key, NEW)
+
+        async def first_pass(key: tuple[str, str, str], hold: bool) -> None:
+            await slots.acquire(key, NEW)
+            order.append(key[2])
+            if not hold:
+                slots.release(NEW, key)
+
+        tasks = [loop.create_task(first_pass(("inferencedeployments", "n", "id-3"), True))]
+        tasks += [loop.create_task(first_pass(("trainingruns", "n", f"tr-{i}"), False)) for i in range(4)]
+        await until(lambda: len(slots.lanes[NEW]) == 5)
+        slots.release(NEW, held[0])  # one deployment's pass is done: the sweep goes first, older or not
+        await until(lambda: len(order) == 5 or (bool(order) and order[0] == "id-3"))
+        for key in (*held[1:], ("inferencedeployments", "n", "id-3")):
+            slots.release(NEW, key)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order, dict(slots.new_by_kind)
+
+    order, counted = asyncio.run(scenario())
+    assert order == ["tr-0", "tr-1", "tr-2", "tr-3", "id-3"]
+    assert counted == {"inferencedeployments": 0, "trainingruns": 0}
 
 
 def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -> None:
