@@ -295,18 +295,16 @@ def test_during_a_sweep_a_new_object_s_first_pass_writes_no_announcement_but_a_c
     # status write and an Event more each (an object without status has no Ready to mistake).
     flushed: list[dict[str, Any]] = []
     monkeypatch.setattr("slipway.reconcile.flush", lambda ctx: flushed.append(dict(ctx.patch)))
-    seen: list[dict[str, Any]] = []
-
-    def step(ctx: Context, spec: Any) -> None:
-        seen.append(dict(ctx.patch))
-
-    for status, generation, backlog, announced in (({}, 1, 5, False), ({}, 1, 0, True),
-                                                   ({"observedGeneration": 1, "phase": "Pending"}, 2, 5, True)):
+    for status, generation, backlog, announced in (
+        ({}, 1, 5, False),
+        ({}, 1, 0, True),
+        ({"observedGeneration": 1, "phase": "Pending"}, 2, 5, True),
+    ):
         flushed.clear()
         ctx = context(status=status, generation=generation)
         ctx.mlflow = object()  # type: ignore[assignment]
         ctx.backlog = lambda n=backlog: n  # type: ignore[misc]
-        attempt(ctx, InferenceDeploymentSpec, step)
+        attempt(ctx, InferenceDeploymentSpec, lambda c, s: None)
         assert bool(flushed) is announced, (status, backlog)
         if announced:
             assert flushed[0]["observedGeneration"] == generation
