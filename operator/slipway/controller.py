@@ -58,8 +58,9 @@ class Slots:
     - *new*: the first pass of an object (in this process): it makes the first children, so a sweep
       of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
       slots are theirs alone: a first pass never waits behind passes that wait on MLflow. While
-      objects of another kind wait, one kind's first passes hold at most half the slots (``share``):
-      InferenceDeployments' first passes, which wait on MLflow, never hold back a sweep's Jobs.
+      objects of another kind wait, one kind's first passes hold at most half the slots first
+      passes may use: InferenceDeployments' first passes, which wait on MLflow, never hold back a
+      sweep's Jobs.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -75,7 +76,6 @@ class Slots:
         self.busy = {CRITICAL: 0, NEW: 0, URGENT: 0, TIMED: 0}
         self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
-        self.share = max(1, (size - self.reserved) // 2)
         self.new_by_kind: dict[str, int] = {}  # first passes running, by plural
 
     @property
@@ -114,12 +114,15 @@ class Slots:
         return (self.lanes[URGENT] or timed or [None])[0]
 
     def _first_of_new(self) -> Waiter:
-        """The oldest waiter for a first pass, unless its kind already holds its ``share`` of the
-        slots: then the oldest of a kind that does not, if one waits."""
+        """The oldest waiter for a first pass, unless its kind already holds half the slots first
+        passes may use now (those the other passes leave them): then the oldest of a kind that
+        does not, if one waits."""
+        room = self.size - self.reserved - self.busy[URGENT] - self.busy[TIMED]
+        share = max(1, room // 2)
         waiters = self.lanes[NEW]
-        if self.new_by_kind.get(waiters[0].key[0], 0) < self.share:
+        if self.new_by_kind.get(waiters[0].key[0], 0) < share:
             return waiters[0]
-        return next((w for w in waiters if self.new_by_kind.get(w.key[0], 0) < self.share), waiters[0])
+        return next((w for w in waiters if self.new_by_kind.get(w.key[0], 0) < share), waiters[0])
 
     async def acquire(self, key: Key, lane: str) -> str:
         """Wait for a slot; returns the lane it was granted in (a timed waiter a change promoted is

@@ -162,12 +162,14 @@ def announce_generation(ctx: Context) -> None:
     """A new generation reads Reconciling (Ready=False) at that generation before the pass does
     any I/O: kstatus, Flux and ``helm --wait`` never take the last generation's Ready for this one.
 
-    Not for an object without any status while others wait for their first pass (a sweep being
-    applied): it has no earlier Ready to be mistaken for, and its pass makes its first child
-    without this extra write and Event; the status that pass writes is its first one."""
+    Not on the first pass of an object without any status while others wait for their first
+    pass (a sweep being applied): it has no earlier Ready to be mistaken for, and that pass makes
+    its first child without this extra write and Event. Once per object: its next pass announces
+    before any I/O, unless the first one wrote a status."""
     if not new_generation(ctx.body):
         return
-    if not ctx.body.get("status") and ctx.backlog():
+    if not ctx.body.get("status") and ctx.backlog() and not ctx.memory.get(UNANNOUNCED):
+        ctx.memory[UNANNOUNCED] = True
         return
     generation = ctx.body["metadata"].get("generation")
     ctx.write(
@@ -201,6 +203,7 @@ def run_pass(
     return requeue
 
 
+UNANNOUNCED = "unannounced"  # ctx.memory: a sweep's first pass made its first child unannounced
 RETRIES = "retries"  # ctx.memory: consecutive passes the API server failed (backoff)
 RETRYING = "retrying"  # ctx.memory: this pass ends in a retry (counted as result="retry")
 REREAD = "reread"  # ctx.memory: the next pass reads its object from the API server, not the cache

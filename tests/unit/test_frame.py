@@ -309,6 +309,17 @@ def test_during_a_sweep_a_new_object_s_first_pass_writes_no_announcement_but_a_c
         if announced:
             assert flushed[0]["observedGeneration"] == generation
             assert {c["type"]: c["reason"] for c in flushed[0]["conditions"]}["Reconciling"] == "NewGeneration"
+    # Once per object: its next pass (the sweep still arriving, no status written yet) announces
+    # before its I/O (a TrainingRun's MLflow run).
+    flushed.clear()
+    first = context(status={}, generation=1)
+    first.mlflow = object()  # type: ignore[assignment]
+    first.backlog = lambda: 5  # type: ignore[method-assign]
+    attempt(first, InferenceDeploymentSpec, lambda c, s: None)
+    again = context(status={}, generation=1)
+    again.mlflow, again.memory, again.backlog = first.mlflow, first.memory, first.backlog  # type: ignore[method-assign]
+    attempt(again, InferenceDeploymentSpec, lambda c, s: None)
+    assert len(flushed) == 1 and flushed[0]["observedGeneration"] == 1
 
 
 async def until(condition: Any, timeout: float = 5.0) -> None:
@@ -480,6 +491,35 @@ def test_while_a_sweep_waits_one_kind_s_slow_first_passes_hold_no_more_than_thei
     order, counted = asyncio.run(scenario())
     assert order == ["tr-0", "tr-1", "tr-2", "tr-3", "id-3"]
     assert counted == {"inferencedeployments": 0, "trainingruns": 0}
+
+
+def test_the_share_of_first_passes_is_half_of_what_the_other_passes_leave_them() -> None:
+    # 7 of 12 slots busy with passes a change woke: 4 are left for first passes, so a kind holds 2
+    # while another waits, however many it could hold with every slot free.
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(12, reserved=1, for_new=4)
+        for i in range(7):
+            await slots.acquire(("trainingruns", "n", f"busy-{i}"), URGENT)
+        held = [("inferencedeployments", "n", f"id-{i}") for i in range(4)]
+        for key in held:
+            await slots.acquire(key, NEW)
+
+        async def first_pass(key: tuple[str, str, str]) -> None:
+            await slots.acquire(key, NEW)
+            order.append(key[2])
+
+        waiting = [("inferencedeployments", "n", "id-4"), ("trainingruns", "n", "tr-0"), ("trainingruns", "n", "tr-1")]
+        tasks = [loop.create_task(first_pass(key)) for key in waiting]
+        await until(lambda: len(slots.lanes[NEW]) == 3)
+        slots.release(NEW, held[0])
+        slots.release(NEW, held[1])
+        slots.release(NEW, held[2])
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order
+
+    assert asyncio.run(scenario()) == ["tr-0", "tr-1", "id-4"]
 
 
 def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -> None:
