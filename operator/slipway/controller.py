@@ -39,6 +39,9 @@ ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 CRITICAL, NEW, URGENT, TIMED = "critical", "new", "urgent", "timed"
 AGEING_SECONDS = 30.0  # a timed pass that has waited this long goes before passes a change woke
+# A first pass of a slower kind that has waited this long goes before faster kinds' first passes.
+NEW_AGEING_SECONDS = 10.0
+FIRST_PASS_WEIGHT = 0.2  # weight of the latest first pass in its kind's moving average of durations
 
 
 @dataclass(eq=False)  # a waiter is itself: removed from its lane by identity
@@ -57,26 +60,35 @@ class Slots:
       answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
     - *new*: the first pass of an object (in this process): it makes the first children, so a sweep
       of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
-      slots are theirs alone: a first pass never waits behind passes that wait on MLflow. While
-      objects of another kind wait, one kind's first passes hold at most half the slots first
-      passes may use: InferenceDeployments' first passes, which wait on MLflow, never hold back a
-      sweep's Jobs.
+      slots are theirs alone: a first pass never waits behind passes that wait on MLflow. Among
+      them the kind whose first passes have been quickest (a moving average of their durations in
+      this process; a kind not yet measured counts as quickest) goes first, unless the oldest
+      waiter has waited ``new_ageing`` seconds: InferenceDeployments' first passes, which wait on
+      MLflow, never hold back a sweep's Jobs, and are never held back for long themselves.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
-    A freed slot goes to the oldest critical waiter, then to the oldest new one, then to a timed one
-    that has waited ``ageing`` seconds (so a stream of changes never starves a poll for ever), then
-    to the oldest urgent one, then to the oldest timed one."""
+    A freed slot goes to the oldest critical waiter, then to a new one, then to a timed one that has
+    waited ``ageing`` seconds (so a stream of changes never starves a poll for ever), then to the
+    oldest urgent one, then to the oldest timed one."""
 
-    def __init__(self, size: int, reserved: int = 1, ageing: float = AGEING_SECONDS, for_new: int = 0) -> None:
+    def __init__(
+        self,
+        size: int,
+        reserved: int = 1,
+        ageing: float = AGEING_SECONDS,
+        for_new: int = 0,
+        new_ageing: float = NEW_AGEING_SECONDS,
+    ) -> None:
         self.size = size
         self.reserved = max(0, min(reserved, size - 1))
         self.for_new = max(0, min(for_new, size - self.reserved - 1))
         self.ageing = ageing
+        self.new_ageing = new_ageing
         self.busy = {CRITICAL: 0, NEW: 0, URGENT: 0, TIMED: 0}
         self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
-        self.new_by_kind: dict[str, int] = {}  # first passes running, by plural
+        self.first_pass_seconds: dict[str, float] = {}  # moving average of first passes' durations, by plural
 
     @property
     def urgent(self) -> deque[Waiter]:
@@ -105,7 +117,7 @@ class Slots:
         if self.lanes[CRITICAL] and self._fits(CRITICAL):
             return self.lanes[CRITICAL][0]
         if self.lanes[NEW] and self._fits(NEW):
-            return self._first_of_new()
+            return self._first_of_new(now)
         if not self._fits(URGENT):
             return None
         timed = self.lanes[TIMED]
@@ -113,16 +125,17 @@ class Slots:
             return timed[0]
         return (self.lanes[URGENT] or timed or [None])[0]
 
-    def _first_of_new(self) -> Waiter:
-        """The oldest waiter for a first pass, unless its kind already holds half the slots first
-        passes may use now (those the other passes leave them): then the oldest of a kind that
-        does not, if one waits."""
-        room = self.size - self.reserved - self.busy[URGENT] - self.busy[TIMED]
-        share = max(1, room // 2)
+    def _first_of_new(self, now: float) -> Waiter:
+        """The oldest waiter for a first pass if it has waited ``new_ageing`` seconds, else the oldest
+        of the kind whose first passes have been quickest (kinds not measured yet first, then the
+        oldest kind)."""
         waiters = self.lanes[NEW]
-        if self.new_by_kind.get(waiters[0].key[0], 0) < share:
+        if now - waiters[0].since >= self.new_ageing:
             return waiters[0]
-        return next((w for w in waiters if self.new_by_kind.get(w.key[0], 0) < share), waiters[0])
+        first: dict[str, Waiter] = {}
+        for waiter in waiters:
+            first.setdefault(waiter.key[0], waiter)
+        return min(first.values(), key=lambda w: (self.first_pass_seconds.get(w.key[0], 0.0), w.since))
 
     async def acquire(self, key: Key, lane: str) -> str:
         """Wait for a slot; returns the lane it was granted in (a timed waiter a change promoted is
@@ -160,11 +173,15 @@ class Slots:
                 waiter.lane = URGENT
                 self.lanes[URGENT].append(waiter)
 
-    def release(self, lane: str, key: Key | None = None) -> None:
-        """The pass of ``key`` granted in ``lane`` is done (a first pass's key is needed: its kind is counted)."""
+    def release(self, lane: str, key: Key | None = None, seconds: float | None = None) -> None:
+        """The pass of ``key`` granted in ``lane`` is done; a first pass's duration, ``seconds``,
+        goes into its kind's moving average."""
         self.busy[lane] -= 1
-        if lane == NEW and key is not None:
-            self.new_by_kind[key[0]] -= 1
+        if lane == NEW and key is not None and seconds is not None:
+            average = self.first_pass_seconds.get(key[0])
+            self.first_pass_seconds[key[0]] = (
+                seconds if average is None else (average + FIRST_PASS_WEIGHT * (seconds - average))
+            )
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -174,8 +191,6 @@ class Slots:
             if waiter.future.done():
                 continue  # cancelled while it waited
             self.busy[waiter.lane] += 1
-            if waiter.lane == NEW:
-                self.new_by_kind[waiter.key[0]] = self.new_by_kind.get(waiter.key[0], 0) + 1
             waiter.future.set_result(None)
 
 
@@ -257,6 +272,7 @@ class Scheduler:
         lane = CRITICAL if key in self.critical else TIMED if not urgent else URGENT if key in self.passed else NEW
         try:
             lane = await self.slots.acquire(key, lane)
+            seconds = None  # how long the pass took (none ran: leadership was lost)
             try:
                 if not self.active:  # leadership lost while this pass waited for a slot
                     self.pending.add(key)
@@ -269,9 +285,9 @@ class Scheduler:
                     call = functools.partial(contextvars.copy_context().run, self.run, key)
                     requeue = await self.loop.run_in_executor(self.executor, call)
                 finally:
-                    self.started.pop(key, None)
+                    seconds = self.loop.time() - self.started.pop(key)
             finally:
-                self.slots.release(lane, key)
+                self.slots.release(lane, key, seconds)
             self.failures.pop(key, None)
         except kopf.TemporaryError as exc:  # outside a pass's own frame (reading its object): back off too
             count = self.failures.get(key, 0)

@@ -4,6 +4,7 @@ transitions, API errors in kopf's vocabulary, failures as conditions, and the sc
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -462,64 +463,103 @@ def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
     assert asyncio.run(scenario()) == ["change-1", "poll", "change-2"]
 
 
-def test_while_a_sweep_waits_one_kind_s_slow_first_passes_hold_no_more_than_their_share() -> None:
-    # InferenceDeployments' first passes wait on MLflow; a sweep's TrainingRuns only make their Job.
-    async def scenario() -> tuple[list[str], dict[str, int]]:
-        loop = asyncio.get_running_loop()
-        order: list[str] = []
-        slots = Slots(4, reserved=1)  # 3 slots for first passes: one kind holds at most 1 while others wait
-        held = [("inferencedeployments", "n", f"id-{i}") for i in range(3)]
-        for key in held:  # arrived first, nobody else waiting: they took every slot
-            await slots.acquire(key, NEW)
-
-        async def first_pass(key: tuple[str, str, str], hold: bool) -> None:
-            await slots.acquire(key, NEW)
-            order.append(key[2])
-            if not hold:
-                slots.release(NEW, key)
-
-        tasks = [loop.create_task(first_pass(("inferencedeployments", "n", "id-3"), True))]
-        tasks += [loop.create_task(first_pass(("trainingruns", "n", f"tr-{i}"), False)) for i in range(4)]
-        await until(lambda: len(slots.lanes[NEW]) == 5)
-        slots.release(NEW, held[0])  # one deployment's pass is done: the sweep goes first, older or not
-        await until(lambda: len(order) == 5 or (bool(order) and order[0] == "id-3"))
-        for key in (*held[1:], ("inferencedeployments", "n", "id-3")):
-            slots.release(NEW, key)
-        await asyncio.wait_for(asyncio.gather(*tasks), 5)
-        return order, dict(slots.new_by_kind)
-
-    order, counted = asyncio.run(scenario())
-    assert order == ["tr-0", "tr-1", "tr-2", "tr-3", "id-3"]
-    assert counted == {"inferencedeployments": 0, "trainingruns": 0}
+def measured(slots: Slots, seconds: dict[str, float]) -> None:
+    """One first pass of each kind, done in ``seconds[kind]``: the slots' averages start there."""
+    for kind, took in seconds.items():
+        slots.busy[NEW] += 1
+        slots.release(NEW, (kind, "n", "measured"), took)
 
 
-def test_the_share_of_first_passes_is_half_of_what_the_other_passes_leave_them() -> None:
-    # 7 of 12 slots busy with passes a change woke: 4 are left for first passes, so a kind holds 2
-    # while another waits, however many it could hold with every slot free.
+def test_while_a_sweep_waits_the_kind_with_the_quickest_first_passes_goes_first() -> None:
+    # InferenceDeployments' first passes wait on MLflow (1.2 s); a sweep's TrainingRuns only make
+    # their Job (0.12 s). With every slot for first passes busy, the sweep goes first, older or not.
     async def scenario() -> list[str]:
         loop = asyncio.get_running_loop()
         order: list[str] = []
-        slots = Slots(12, reserved=1, for_new=4)
-        for i in range(7):
-            await slots.acquire(("trainingruns", "n", f"busy-{i}"), URGENT)
-        held = [("inferencedeployments", "n", f"id-{i}") for i in range(4)]
-        for key in held:
+        slots = Slots(4, reserved=1)  # 3 slots for first passes
+        measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
+        held = [("inferencedeployments", "n", f"id-{i}") for i in range(3)]
+        for key in held:  # arrived first, nobody else waiting: they took every slot
             await slots.acquire(key, NEW)
 
         async def first_pass(key: tuple[str, str, str]) -> None:
             await slots.acquire(key, NEW)
             order.append(key[2])
+            slots.release(NEW, key, 0.1)
 
-        waiting = [("inferencedeployments", "n", "id-4"), ("trainingruns", "n", "tr-0"), ("trainingruns", "n", "tr-1")]
-        tasks = [loop.create_task(first_pass(key)) for key in waiting]
-        await until(lambda: len(slots.lanes[NEW]) == 3)
-        slots.release(NEW, held[0])
-        slots.release(NEW, held[1])
-        slots.release(NEW, held[2])
+        tasks = [loop.create_task(first_pass(("inferencedeployments", "n", "id-3")))]
+        tasks += [loop.create_task(first_pass(("trainingruns", "n", f"tr-{i}"))) for i in range(4)]
+        await until(lambda: len(slots.lanes[NEW]) == 5)
+        slots.release(NEW, held[0], 1.2)  # one slot: the four runs, one after the other, then id-3
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
         return order
 
-    assert asyncio.run(scenario()) == ["tr-0", "tr-1", "id-4"]
+    assert asyncio.run(scenario()) == ["tr-0", "tr-1", "tr-2", "tr-3", "id-3"]
+
+
+def test_a_slower_kind_s_first_pass_that_waited_long_enough_goes_before_a_stream_of_quicker_ones() -> None:
+    async def scenario() -> tuple[list[str], list[str]]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(2, reserved=1, new_ageing=0.2)  # one slot for first passes
+        await slots.acquire(("modelartifacts", "n", "busy"), NEW)
+        id0 = loop.create_task(slots.acquire(("inferencedeployments", "n", "id-0"), NEW))
+        await until(lambda: len(slots.lanes[NEW]) == 1)
+        tr0 = loop.create_task(slots.acquire(("trainingruns", "n", "tr-0"), NEW))
+        await until(lambda: len(slots.lanes[NEW]) == 2)
+        slots.release(NEW, ("modelartifacts", "n", "busy"))  # no kind measured yet: the oldest goes first
+        await asyncio.wait_for(id0, 5)
+        first = [name for name, task in (("id-0", id0), ("tr-0", tr0)) if task.done()]
+        slots.release(NEW, ("inferencedeployments", "n", "id-0"), 1.2)
+        await asyncio.wait_for(tr0, 5)
+        slots.release(NEW, ("trainingruns", "n", "tr-0"), 0.12)
+
+        await slots.acquire(("trainingruns", "n", "busy"), NEW)
+
+        async def first_pass(kind: str, name: str) -> None:
+            await slots.acquire((kind, "n", name), NEW)
+            order.append(name)
+
+        tasks = [loop.create_task(first_pass("inferencedeployments", "id-1"))]
+        await until(lambda: len(slots.lanes[NEW]) == 1)
+        tasks.append(loop.create_task(first_pass("trainingruns", "tr-1")))
+        await until(lambda: len(slots.lanes[NEW]) == 2)
+        slots.release(NEW, ("trainingruns", "n", "busy"), 0.12)  # tr-1 first: id-1 has not waited 0.2 s
+        await until(lambda: order == ["tr-1"])
+        tasks.append(loop.create_task(first_pass("trainingruns", "tr-2")))  # the sweep goes on
+        await asyncio.sleep(0.3)
+        slots.release(NEW, ("trainingruns", "n", "tr-1"), 0.12)  # id-1 has aged: it goes before tr-2
+        await until(lambda: len(order) == 2)
+        slots.release(NEW, ("inferencedeployments", "n", order[1]), 1.2)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return first, order
+
+    first, order = asyncio.run(scenario())
+    assert first == ["id-0"]
+    assert order == ["tr-1", "id-1", "tr-2"]
+
+
+def test_a_scheduler_measures_each_kind_s_first_passes_and_only_first_passes() -> None:
+    async def scenario() -> dict[str, float]:
+        passes: list[str] = []
+
+        def run(key: tuple[str, str, str]) -> float | None:
+            time.sleep(0.2 if key[0] == "inferencedeployments" or key[2] in passes else 0.0)
+            passes.append(key[2])
+            return None
+
+        scheduler = Scheduler(run, workers=4, for_new=1)
+        for key in (("inferencedeployments", "n", "a"), ("trainingruns", "n", "b")):
+            scheduler.wake(key)
+        assert await scheduler.idle(5)
+        measured = dict(scheduler.slots.first_pass_seconds)
+        scheduler.wake(("trainingruns", "n", "b"))  # its second pass (urgent lane) is slow: not counted
+        assert await scheduler.idle(5)
+        assert scheduler.slots.first_pass_seconds == measured
+        return measured
+
+    seconds = asyncio.run(scenario())
+    assert seconds["inferencedeployments"] >= 0.2 > seconds["trainingruns"]
 
 
 def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -> None:
