@@ -39,7 +39,8 @@ ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 CRITICAL, NEW, URGENT, TIMED = "critical", "new", "urgent", "timed"
 AGEING_SECONDS = 30.0  # a timed pass that has waited this long goes before passes a change woke
-# A first pass of a slower kind that has waited this long goes before faster kinds' first passes.
+# The oldest waiter of a kind none of whose first passes runs, once it has waited this long, goes
+# before quicker kinds' first passes.
 NEW_AGEING_SECONDS = 10.0
 FIRST_PASS_WEIGHT = 0.2  # weight of the latest first pass in its kind's moving average of durations
 
@@ -62,9 +63,10 @@ class Slots:
       of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
       slots are theirs alone: a first pass never waits behind passes that wait on MLflow. Among
       them the kind whose first passes have been quickest (a moving average of their durations in
-      this process; a kind not yet measured counts as quickest) goes first, unless the oldest
-      waiter has waited ``new_ageing`` seconds: InferenceDeployments' first passes, which wait on
-      MLflow, never hold back a sweep's Jobs, and are never held back for long themselves.
+      this process; a kind not yet measured counts as quickest) goes first; but a kind none of
+      whose first passes runs gets the next slot once its oldest waiter has waited ``new_ageing``
+      seconds. InferenceDeployments' first passes, which wait on MLflow, never hold back a sweep's
+      Jobs, and always one of them goes on.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -89,6 +91,7 @@ class Slots:
         self.lanes: dict[str, deque[Waiter]] = {CRITICAL: deque(), NEW: deque(), URGENT: deque(), TIMED: deque()}
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
         self.first_pass_seconds: dict[str, float] = {}  # moving average of first passes' durations, by plural
+        self.new_by_kind: dict[str, int] = {}  # first passes running, by plural
 
     @property
     def urgent(self) -> deque[Waiter]:
@@ -126,15 +129,15 @@ class Slots:
         return (self.lanes[URGENT] or timed or [None])[0]
 
     def _first_of_new(self, now: float) -> Waiter:
-        """The oldest waiter for a first pass if it has waited ``new_ageing`` seconds, else the oldest
-        of the kind whose first passes have been quickest (kinds not measured yet first, then the
-        oldest kind)."""
-        waiters = self.lanes[NEW]
-        if now - waiters[0].since >= self.new_ageing:
-            return waiters[0]
-        first: dict[str, Waiter] = {}
-        for waiter in waiters:
+        """The oldest waiter of a kind none of whose first passes runs, if it has waited
+        ``new_ageing`` seconds; else the oldest of the kind whose first passes have been quickest
+        (kinds not measured yet first, then the oldest)."""
+        first: dict[str, Waiter] = {}  # the oldest waiter of each kind, oldest first
+        for waiter in self.lanes[NEW]:
             first.setdefault(waiter.key[0], waiter)
+        for kind, waiter in first.items():
+            if now - waiter.since >= self.new_ageing and not self.new_by_kind.get(kind):
+                return waiter
         return min(first.values(), key=lambda w: (self.first_pass_seconds.get(w.key[0], 0.0), w.since))
 
     async def acquire(self, key: Key, lane: str) -> str:
@@ -177,11 +180,13 @@ class Slots:
         """The pass of ``key`` granted in ``lane`` is done; a first pass's duration, ``seconds``,
         goes into its kind's moving average."""
         self.busy[lane] -= 1
-        if lane == NEW and key is not None and seconds is not None:
+        if lane == NEW and key is not None:
+            self.new_by_kind[key[0]] -= 1
             average = self.first_pass_seconds.get(key[0])
-            self.first_pass_seconds[key[0]] = (
-                seconds if average is None else (average + FIRST_PASS_WEIGHT * (seconds - average))
-            )
+            if seconds is not None:
+                self.first_pass_seconds[key[0]] = (
+                    seconds if average is None else average + FIRST_PASS_WEIGHT * (seconds - average)
+                )
         self._dispatch()
 
     def _dispatch(self) -> None:
@@ -191,6 +196,8 @@ class Slots:
             if waiter.future.done():
                 continue  # cancelled while it waited
             self.busy[waiter.lane] += 1
+            if waiter.lane == NEW:
+                self.new_by_kind[waiter.key[0]] = self.new_by_kind.get(waiter.key[0], 0) + 1
             waiter.future.set_result(None)
 
 

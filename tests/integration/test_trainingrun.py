@@ -178,6 +178,37 @@ def test_sizing_that_cannot_fit_is_refused_before_any_pod(kube_api, namespace, o
     assert jobs_of(kube_api, namespace, "huge") == []
 
 
+def test_a_job_a_resourcequota_forbids_reads_stalled_and_is_made_once_the_quota_is_lifted(
+    kube_api, namespace, operator
+):
+    # README: a 403 is no outage; the object reads Stalled/Forbidden and the call is tried again
+    # every 60 s, so a policy lifted meanwhile takes effect without a restart. Lifting a quota wakes
+    # nothing: only the retry can make the Job.
+    core = client.CoreV1Api(kube_api)
+    quota = {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
+    core.create_namespaced_resource_quota(namespace, quota)
+    operator()
+    apply_object(kube_api, namespace, training_run("quota"))
+    tr = wait_status(
+        kube_api,
+        namespace,
+        "TrainingRun",
+        "quota",
+        lambda o: condition(o, "Stalled").get("reason") == "Forbidden",
+        60,
+        "Stalled Forbidden",
+    )
+    stalled = condition(tr, "Stalled")
+    assert stalled["status"] == "True"
+    assert "no-jobs" in stalled["message"] and "tried again every 60s" in stalled["message"], stalled
+    assert jobs_of(kube_api, namespace, "quota") == []
+    core.delete_namespaced_resource_quota("no-jobs", namespace)
+    tr = wait_status(kube_api, namespace, "TrainingRun", "quota", phase_is("Succeeded", "Failed"), 240, "finish")
+    assert tr["status"]["phase"] == "Succeeded", tr["status"]
+    assert condition(tr, "Stalled").get("status") != "True", condition(tr, "Stalled")
+    assert len(jobs_of(kube_api, namespace, "quota")) == 1
+
+
 def test_two_nodes_make_an_indexed_job_with_torchrun_env_and_headless_service(kube_api, namespace, operator):
     operator()
     apply_object(kube_api, namespace, training_run("multi", nodes=2, runtime="Job"))

@@ -463,10 +463,10 @@ def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
     assert asyncio.run(scenario()) == ["change-1", "poll", "change-2"]
 
 
-def measured(slots: Slots, seconds: dict[str, float]) -> None:
+async def measured(slots: Slots, seconds: dict[str, float]) -> None:
     """One first pass of each kind, done in ``seconds[kind]``: the slots' averages start there."""
     for kind, took in seconds.items():
-        slots.busy[NEW] += 1
+        await slots.acquire((kind, "n", "measured"), NEW)
         slots.release(NEW, (kind, "n", "measured"), took)
 
 
@@ -477,7 +477,7 @@ def test_while_a_sweep_waits_the_kind_with_the_quickest_first_passes_goes_first(
         loop = asyncio.get_running_loop()
         order: list[str] = []
         slots = Slots(4, reserved=1)  # 3 slots for first passes
-        measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
+        await measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
         held = [("inferencedeployments", "n", f"id-{i}") for i in range(3)]
         for key in held:  # arrived first, nobody else waiting: they took every slot
             await slots.acquire(key, NEW)
@@ -497,46 +497,70 @@ def test_while_a_sweep_waits_the_kind_with_the_quickest_first_passes_goes_first(
     assert asyncio.run(scenario()) == ["tr-0", "tr-1", "tr-2", "tr-3", "id-3"]
 
 
-def test_a_slower_kind_s_first_pass_that_waited_long_enough_goes_before_a_stream_of_quicker_ones() -> None:
-    async def scenario() -> tuple[list[str], list[str]]:
+def test_kinds_not_measured_yet_take_their_first_passes_oldest_first() -> None:
+    async def scenario() -> list[str]:
         loop = asyncio.get_running_loop()
         order: list[str] = []
-        slots = Slots(2, reserved=1, new_ageing=0.2)  # one slot for first passes
+        slots = Slots(2, reserved=1)  # one slot for first passes
+        await measured(slots, {"modelartifacts": 0.5})
         await slots.acquire(("modelartifacts", "n", "busy"), NEW)
-        id0 = loop.create_task(slots.acquire(("inferencedeployments", "n", "id-0"), NEW))
-        await until(lambda: len(slots.lanes[NEW]) == 1)
-        tr0 = loop.create_task(slots.acquire(("trainingruns", "n", "tr-0"), NEW))
-        await until(lambda: len(slots.lanes[NEW]) == 2)
-        slots.release(NEW, ("modelartifacts", "n", "busy"))  # no kind measured yet: the oldest goes first
-        await asyncio.wait_for(id0, 5)
-        first = [name for name, task in (("id-0", id0), ("tr-0", tr0)) if task.done()]
-        slots.release(NEW, ("inferencedeployments", "n", "id-0"), 1.2)
-        await asyncio.wait_for(tr0, 5)
-        slots.release(NEW, ("trainingruns", "n", "tr-0"), 0.12)
 
-        await slots.acquire(("trainingruns", "n", "busy"), NEW)
+        async def first_pass(key: tuple[str, str, str]) -> None:
+            await slots.acquire(key, NEW)
+            order.append(key[2])
+            slots.release(NEW, key, 1.0)
+
+        tasks = []
+        for key in (("modelartifacts", "n", "ma"), ("inferencedeployments", "n", "id"), ("trainingruns", "n", "tr")):
+            tasks.append(loop.create_task(first_pass(key)))
+            await until(lambda: len(slots.lanes[NEW]) == len(tasks))
+        slots.release(NEW, ("modelartifacts", "n", "busy"), 0.5)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order
+
+    # The unmeasured kinds, oldest first (the first of them measured 1 s, slower than the others
+    # then), and the measured one last.
+    assert asyncio.run(scenario()) == ["id", "tr", "ma"]
+
+
+def test_a_slower_kind_none_of_whose_first_passes_runs_goes_first_once_it_waited_long_enough() -> None:
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(3, reserved=1, new_ageing=0.2)  # two slots for first passes
+        await measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
+        busy = [("trainingruns", "n", f"busy-{i}") for i in range(2)]
+        for key in busy:
+            await slots.acquire(key, NEW)
 
         async def first_pass(kind: str, name: str) -> None:
             await slots.acquire((kind, "n", name), NEW)
             order.append(name)
 
-        tasks = [loop.create_task(first_pass("inferencedeployments", "id-1"))]
-        await until(lambda: len(slots.lanes[NEW]) == 1)
-        tasks.append(loop.create_task(first_pass("trainingruns", "tr-1")))
-        await until(lambda: len(slots.lanes[NEW]) == 2)
-        slots.release(NEW, ("trainingruns", "n", "busy"), 0.12)  # tr-1 first: id-1 has not waited 0.2 s
+        tasks = []
+        for kind, name in (
+            ("inferencedeployments", "id-1"),
+            ("inferencedeployments", "id-2"),
+            ("trainingruns", "tr-1"),
+        ):
+            tasks.append(loop.create_task(first_pass(kind, name)))
+            await until(lambda: len(slots.lanes[NEW]) == len(tasks))
+        slots.release(NEW, busy[0], 0.12)  # tr-1 first: id-1 has not waited 0.2 s
         await until(lambda: order == ["tr-1"])
-        tasks.append(loop.create_task(first_pass("trainingruns", "tr-2")))  # the sweep goes on
+        for name in ("tr-2", "tr-3"):  # the sweep goes on
+            tasks.append(loop.create_task(first_pass("trainingruns", name)))
         await asyncio.sleep(0.3)
-        slots.release(NEW, ("trainingruns", "n", "tr-1"), 0.12)  # id-1 has aged: it goes before tr-2
+        slots.release(NEW, busy[1], 0.12)  # id-1 has aged, and no deployment's first pass runs
         await until(lambda: len(order) == 2)
-        slots.release(NEW, ("inferencedeployments", "n", order[1]), 1.2)
+        slots.release(NEW, ("trainingruns", "n", "tr-1"), 0.12)  # id-2 has aged too, but id-1 runs
+        await until(lambda: len(order) == 3)
+        slots.release(NEW, ("trainingruns", "n", order[2]), 0.12)
+        await until(lambda: len(order) == 4)
+        slots.release(NEW, ("inferencedeployments", "n", "id-1"), 1.2)
         await asyncio.wait_for(asyncio.gather(*tasks), 5)
-        return first, order
+        return order
 
-    first, order = asyncio.run(scenario())
-    assert first == ["id-0"]
-    assert order == ["tr-1", "id-1", "tr-2"]
+    assert asyncio.run(scenario()) == ["tr-1", "id-1", "tr-2", "tr-3", "id-2"]
 
 
 def test_a_scheduler_measures_each_kind_s_first_passes_and_only_first_passes() -> None:
