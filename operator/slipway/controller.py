@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import functools
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -61,12 +62,15 @@ class Slots:
       answers each call only at its 10 s timeout) or waiting, a canary's decision is never held back.
     - *new*: the first pass of an object (in this process): it makes the first children, so a sweep
       of a thousand TrainingRuns gets its Jobs while the pods of the first ones change. ``for_new``
-      slots are theirs alone: a first pass never waits behind passes that wait on MLflow. Among
-      them the kind whose first passes have been quickest (a moving average of their durations in
-      this process; a kind not yet measured counts as quickest) goes first; but a kind none of
-      whose first passes runs gets the next slot once its oldest waiter has waited ``new_ageing``
-      seconds. InferenceDeployments' first passes, which wait on MLflow, never hold back a sweep's
-      Jobs, and always one of them goes on.
+      slots are theirs alone: a first pass never waits behind passes that wait on MLflow. While
+      several kinds wait, a freed slot goes to the kind whose first passes have been quickest (a
+      moving average of the durations of those that ran while others waited, as in a sweep, and
+      ended without an error), except that a kind none of whose first passes runs gets it once
+      its oldest waiter has waited ``new_ageing`` seconds. A kind not yet measured counts as
+      quickest while none of its first passes runs, as slowest while one does. So while a sweep's
+      TrainingRuns wait, InferenceDeployments' first passes, which wait on MLflow, get a slot one
+      at a time, and only after 10 s; slots they took while nothing else waited are theirs until
+      their passes end.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -92,6 +96,7 @@ class Slots:
         self.waiting: dict[Key, Waiter] = {}  # keys waiting in the timed lane
         self.first_pass_seconds: dict[str, float] = {}  # moving average of first passes' durations, by plural
         self.new_by_kind: dict[str, int] = {}  # first passes running, by plural
+        self.contended: set[Key] = set()  # first passes running that got their slot while others waited
 
     @property
     def urgent(self) -> deque[Waiter]:
@@ -131,14 +136,23 @@ class Slots:
     def _first_of_new(self, now: float) -> Waiter:
         """The oldest waiter of a kind none of whose first passes runs, if it has waited
         ``new_ageing`` seconds; else the oldest of the kind whose first passes have been quickest
-        (kinds not measured yet first, then the oldest)."""
+        (a kind not measured yet first while none of its first passes runs, last while one does;
+        then the oldest)."""
         first: dict[str, Waiter] = {}  # the oldest waiter of each kind, oldest first
         for waiter in self.lanes[NEW]:
             first.setdefault(waiter.key[0], waiter)
         for kind, waiter in first.items():
             if now - waiter.since >= self.new_ageing and not self.new_by_kind.get(kind):
                 return waiter
-        return min(first.values(), key=lambda w: (self.first_pass_seconds.get(w.key[0], 0.0), w.since))
+        return min(first.values(), key=lambda w: (self._cost(w.key[0]), w.since))
+
+    def _cost(self, kind: str) -> float:
+        """How long ``kind``'s first passes take: unknown is 0 for the first one, then infinite (one
+        unmeasured pass at a time, so a new kind does not fill the slots before its first ends)."""
+        measured = self.first_pass_seconds.get(kind)
+        if measured is not None:
+            return measured
+        return math.inf if self.new_by_kind.get(kind) else 0.0
 
     async def acquire(self, key: Key, lane: str) -> str:
         """Wait for a slot; returns the lane it was granted in (a timed waiter a change promoted is
@@ -177,13 +191,18 @@ class Slots:
                 self.lanes[URGENT].append(waiter)
 
     def release(self, lane: str, key: Key | None = None, seconds: float | None = None) -> None:
-        """The pass of ``key`` granted in ``lane`` is done; a first pass's duration, ``seconds``,
-        goes into its kind's moving average."""
+        """The pass of ``key`` granted in ``lane`` is done; a first pass's duration, ``seconds`` (None
+        for a pass that failed or did not run), goes into its kind's moving average if others
+        waited when it got its slot. A first pass's ``key`` is needed: its kind is counted."""
         self.busy[lane] -= 1
-        if lane == NEW and key is not None:
+        if lane == NEW:
+            if key is None:
+                raise ValueError("a first pass is released with its key")
             self.new_by_kind[key[0]] -= 1
+            contended = key in self.contended
+            self.contended.discard(key)
             average = self.first_pass_seconds.get(key[0])
-            if seconds is not None:
+            if contended and seconds is not None:
                 self.first_pass_seconds[key[0]] = (
                     seconds if average is None else average + FIRST_PASS_WEIGHT * (seconds - average)
                 )
@@ -198,6 +217,8 @@ class Slots:
             self.busy[waiter.lane] += 1
             if waiter.lane == NEW:
                 self.new_by_kind[waiter.key[0]] = self.new_by_kind.get(waiter.key[0], 0) + 1
+                if self.lanes[NEW]:
+                    self.contended.add(waiter.key)
             waiter.future.set_result(None)
 
 
@@ -279,7 +300,7 @@ class Scheduler:
         lane = CRITICAL if key in self.critical else TIMED if not urgent else URGENT if key in self.passed else NEW
         try:
             lane = await self.slots.acquire(key, lane)
-            seconds = None  # how long the pass took (none ran: leadership was lost)
+            seconds = None  # how long the pass took (None: it did not run, or it failed)
             try:
                 if not self.active:  # leadership lost while this pass waited for a slot
                     self.pending.add(key)
@@ -291,8 +312,9 @@ class Scheduler:
                 try:
                     call = functools.partial(contextvars.copy_context().run, self.run, key)
                     requeue = await self.loop.run_in_executor(self.executor, call)
+                    seconds = self.loop.time() - self.started[key]
                 finally:
-                    seconds = self.loop.time() - self.started.pop(key)
+                    self.started.pop(key, None)
             finally:
                 self.slots.release(lane, key, seconds)
             self.failures.pop(key, None)

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from localkube.wait import wait_for
 from slipway.mlflow import tag_filter
 from slipway_testing import apply_object, condition, get_object, training_run, wait_status
 
@@ -187,6 +188,14 @@ def test_a_job_a_resourcequota_forbids_reads_stalled_and_is_made_once_the_quota_
     core = client.CoreV1Api(kube_api)
     quota = {"metadata": {"name": "no-jobs"}, "spec": {"hard": {"count/jobs.batch": "0"}}}
     core.create_namespaced_resource_quota(namespace, quota)
+    # The API server enforces what the quota's status holds: wait for the controller to fill it.
+    wait_for(
+        lambda: (
+            (core.read_namespaced_resource_quota("no-jobs", namespace).status.used or {}).get("count/jobs.batch") == "0"
+        ),
+        30,
+        "the quota's usage to be counted",
+    )
     operator()
     apply_object(kube_api, namespace, training_run("quota"))
     tr = wait_status(

@@ -463,13 +463,6 @@ def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
     assert asyncio.run(scenario()) == ["change-1", "poll", "change-2"]
 
 
-async def measured(slots: Slots, seconds: dict[str, float]) -> None:
-    """One first pass of each kind, done in ``seconds[kind]``: the slots' averages start there."""
-    for kind, took in seconds.items():
-        await slots.acquire((kind, "n", "measured"), NEW)
-        slots.release(NEW, (kind, "n", "measured"), took)
-
-
 def test_while_a_sweep_waits_the_kind_with_the_quickest_first_passes_goes_first() -> None:
     # InferenceDeployments' first passes wait on MLflow (1.2 s); a sweep's TrainingRuns only make
     # their Job (0.12 s). With every slot for first passes busy, the sweep goes first, older or not.
@@ -477,7 +470,7 @@ def test_while_a_sweep_waits_the_kind_with_the_quickest_first_passes_goes_first(
         loop = asyncio.get_running_loop()
         order: list[str] = []
         slots = Slots(4, reserved=1)  # 3 slots for first passes
-        await measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
+        slots.first_pass_seconds.update({"inferencedeployments": 1.2, "trainingruns": 0.12})
         held = [("inferencedeployments", "n", f"id-{i}") for i in range(3)]
         for key in held:  # arrived first, nobody else waiting: they took every slot
             await slots.acquire(key, NEW)
@@ -502,7 +495,7 @@ def test_kinds_not_measured_yet_take_their_first_passes_oldest_first() -> None:
         loop = asyncio.get_running_loop()
         order: list[str] = []
         slots = Slots(2, reserved=1)  # one slot for first passes
-        await measured(slots, {"modelartifacts": 0.5})
+        slots.first_pass_seconds["modelartifacts"] = 0.5
         await slots.acquire(("modelartifacts", "n", "busy"), NEW)
 
         async def first_pass(key: tuple[str, str, str]) -> None:
@@ -523,12 +516,14 @@ def test_kinds_not_measured_yet_take_their_first_passes_oldest_first() -> None:
     assert asyncio.run(scenario()) == ["id", "tr", "ma"]
 
 
-def test_a_slower_kind_none_of_whose_first_passes_runs_goes_first_once_it_waited_long_enough() -> None:
-    async def scenario() -> list[str]:
+def test_a_kind_not_measured_yet_takes_one_slot_until_its_first_pass_is_measured() -> None:
+    # The first deployments arrive in the middle of a sweep: one of them goes (it may be quick),
+    # the next waits behind the sweep until that one's duration is known.
+    async def scenario() -> tuple[list[str], dict[str, float]]:
         loop = asyncio.get_running_loop()
         order: list[str] = []
-        slots = Slots(3, reserved=1, new_ageing=0.2)  # two slots for first passes
-        await measured(slots, {"inferencedeployments": 1.2, "trainingruns": 0.12})
+        slots = Slots(3, reserved=1)  # two slots for first passes
+        slots.first_pass_seconds["trainingruns"] = 0.12
         busy = [("trainingruns", "n", f"busy-{i}") for i in range(2)]
         for key in busy:
             await slots.acquire(key, NEW)
@@ -545,11 +540,55 @@ def test_a_slower_kind_none_of_whose_first_passes_runs_goes_first_once_it_waited
         ):
             tasks.append(loop.create_task(first_pass(kind, name)))
             await until(lambda: len(slots.lanes[NEW]) == len(tasks))
-        slots.release(NEW, busy[0], 0.12)  # tr-1 first: id-1 has not waited 0.2 s
+        slots.release(NEW, busy[0], 0.12)  # id-1: its kind is not measured, and none of it runs
+        await until(lambda: order == ["id-1"])
+        slots.release(NEW, busy[1], 0.12)  # tr-1: id-1 runs unmeasured, so id-2 waits
+        await until(lambda: order == ["id-1", "tr-1"])
+        slots.release(NEW, ("inferencedeployments", "n", "id-1"), 1.2)  # measured (others waited)
+        await until(lambda: len(order) == 3)
+        for name in ("tr-1", "id-2"):
+            slots.release(NEW, ("trainingruns" if name.startswith("tr") else "inferencedeployments", "n", name), None)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order, dict(slots.first_pass_seconds)
+
+    order, seconds = asyncio.run(scenario())
+    assert order == ["id-1", "tr-1", "id-2"]
+    assert seconds == {"trainingruns": pytest.approx(0.12), "inferencedeployments": pytest.approx(1.2)}
+
+
+def test_a_slower_kind_none_of_whose_first_passes_runs_goes_first_once_it_waited_long_enough() -> None:
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(3, reserved=1, new_ageing=5.0)  # two slots for first passes
+        slots.first_pass_seconds.update({"inferencedeployments": 1.2, "trainingruns": 0.12})
+        busy = [("trainingruns", "n", f"busy-{i}") for i in range(2)]
+        for key in busy:
+            await slots.acquire(key, NEW)
+
+        async def first_pass(kind: str, name: str) -> None:
+            await slots.acquire((kind, "n", name), NEW)
+            order.append(name)
+
+        def age_deployments() -> None:  # as if they had waited 5 s
+            for waiter in slots.lanes[NEW]:
+                if waiter.key[0] == "inferencedeployments":
+                    waiter.since -= 5.0
+
+        tasks = []
+        for kind, name in (
+            ("inferencedeployments", "id-1"),
+            ("inferencedeployments", "id-2"),
+            ("trainingruns", "tr-1"),
+        ):
+            tasks.append(loop.create_task(first_pass(kind, name)))
+            await until(lambda: len(slots.lanes[NEW]) == len(tasks))
+        slots.release(NEW, busy[0], 0.12)  # tr-1 first: id-1 has not waited 5 s
         await until(lambda: order == ["tr-1"])
         for name in ("tr-2", "tr-3"):  # the sweep goes on
             tasks.append(loop.create_task(first_pass("trainingruns", name)))
-        await asyncio.sleep(0.3)
+        await until(lambda: len(slots.lanes[NEW]) == 4)
+        age_deployments()
         slots.release(NEW, busy[1], 0.12)  # id-1 has aged, and no deployment's first pass runs
         await until(lambda: len(order) == 2)
         slots.release(NEW, ("trainingruns", "n", "tr-1"), 0.12)  # id-2 has aged too, but id-1 runs
@@ -563,27 +602,55 @@ def test_a_slower_kind_none_of_whose_first_passes_runs_goes_first_once_it_waited
     assert asyncio.run(scenario()) == ["tr-1", "id-1", "tr-2", "tr-3", "id-2"]
 
 
-def test_a_scheduler_measures_each_kind_s_first_passes_and_only_first_passes() -> None:
+def test_only_first_passes_that_ran_while_others_waited_and_ended_well_are_averaged() -> None:
+    # A first pass alone does more than one in a sweep (a TrainingRun's makes its MLflow run too):
+    # the order matters only while several wait, so only such passes are measured.
     async def scenario() -> dict[str, float]:
-        passes: list[str] = []
+        loop = asyncio.get_running_loop()
+        slots = Slots(2, reserved=1)  # one slot for first passes
+        alone = ("trainingruns", "n", "alone")
+        await slots.acquire(alone, NEW)  # nobody waited
+        waiting = [loop.create_task(slots.acquire(("trainingruns", "n", f"tr-{i}"), NEW)) for i in range(3)]
+        await until(lambda: len(slots.lanes[NEW]) == 3)
+        slots.release(NEW, alone, 5.0)  # not measured: tr-0 gets the slot, tr-1 and tr-2 wait
+        await waiting[0]
+        slots.release(NEW, ("trainingruns", "n", "tr-0"), 0.1)  # measured
+        await waiting[1]
+        slots.release(NEW, ("trainingruns", "n", "tr-1"), None)  # it failed: not measured
+        await waiting[2]
+        slots.release(NEW, ("trainingruns", "n", "tr-2"), 7.0)  # nobody waited when it began
+        return dict(slots.first_pass_seconds)
 
+    assert asyncio.run(scenario()) == {"trainingruns": pytest.approx(0.1)}
+
+
+def test_a_scheduler_hands_each_pass_s_duration_to_its_slot_and_none_for_a_failed_one() -> None:
+    async def scenario() -> dict[str, float | None]:
         def run(key: tuple[str, str, str]) -> float | None:
-            time.sleep(0.2 if key[0] == "inferencedeployments" or key[2] in passes else 0.0)
-            passes.append(key[2])
+            if key[2] == "bad":
+                raise RuntimeError("a bug")
+            time.sleep(0.2 if key[2] == "slow" else 0.0)
             return None
 
         scheduler = Scheduler(run, workers=4, for_new=1)
-        for key in (("inferencedeployments", "n", "a"), ("trainingruns", "n", "b")):
-            scheduler.wake(key)
-        assert await scheduler.idle(5)
-        measured = dict(scheduler.slots.first_pass_seconds)
-        scheduler.wake(("trainingruns", "n", "b"))  # its second pass (urgent lane) is slow: not counted
-        assert await scheduler.idle(5)
-        assert scheduler.slots.first_pass_seconds == measured
-        return measured
+        released: dict[str, float | None] = {}
+        release = scheduler.slots.release
 
-    seconds = asyncio.run(scenario())
-    assert seconds["inferencedeployments"] >= 0.2 > seconds["trainingruns"]
+        def spy(lane: str, key: tuple[str, str, str] | None = None, seconds: float | None = None) -> None:
+            assert key is not None
+            released[key[2]] = seconds
+            release(lane, key, seconds)
+
+        scheduler.slots.release = spy  # type: ignore[method-assign]
+        for name in ("slow", "bad"):
+            scheduler.wake(("inferencedeployments", "n", name))
+        await until(lambda: len(released) == 2)
+        scheduler.forget(("inferencedeployments", "n", "bad"))  # no retry
+        return released
+
+    released = asyncio.run(scenario())
+    assert released["bad"] is None
+    assert released["slow"] is not None and released["slow"] >= 0.2
 
 
 def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -> None:
@@ -602,6 +669,39 @@ def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -
         return dict(slots.busy)
 
     assert asyncio.run(scenario()) == {"critical": 1, "new": 0, "urgent": 1, "timed": 0}
+
+
+def test_a_first_pass_cancelled_waiting_or_as_its_slot_is_handed_over_leaves_no_count_behind() -> None:
+    # A kind's count of running first passes decides whether it may age ahead: one left behind
+    # would keep that kind behind every sweep.
+    async def scenario() -> tuple[dict[str, int], dict[str, int], set[Any]]:
+        loop = asyncio.get_running_loop()
+        slots = Slots(2, reserved=1)  # one slot for first passes
+        held = ("trainingruns", "n", "a")
+        await slots.acquire(held, NEW)
+        handed = loop.create_task(slots.acquire(("trainingruns", "n", "handed"), NEW))
+        dropped = loop.create_task(slots.acquire(("inferencedeployments", "n", "dropped"), NEW))
+        await until(lambda: len(slots.lanes[NEW]) == 2)
+        dropped.cancel()  # while it waits
+        await asyncio.gather(dropped, return_exceptions=True)
+        slots.release(NEW, held, None)  # the slot goes to "handed"...
+        handed.cancel()  # ...which is cancelled before it runs
+        await asyncio.gather(handed, return_exceptions=True)
+        return dict(slots.busy), dict(slots.new_by_kind), slots.contended
+
+    busy, counted, contended = asyncio.run(scenario())
+    assert busy == {"critical": 0, "new": 0, "urgent": 0, "timed": 0}
+    assert counted == {"trainingruns": 0} and contended == set()
+
+
+def test_a_first_pass_released_without_its_key_is_an_error() -> None:
+    async def scenario() -> None:
+        slots = Slots(2, reserved=1)
+        await slots.acquire(("trainingruns", "n", "a"), NEW)
+        slots.release(NEW)
+
+    with pytest.raises(ValueError, match="its key"):
+        asyncio.run(scenario())
 
 
 def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> None:
