@@ -133,22 +133,27 @@ KUEUE = ("kueue.x-k8s.io", "v1beta2")
 def kueue_quota(kueue, kube_api, namespace):
     """``kueue_quota(gpus)``: a ResourceFlavor and a ClusterQueue of ``gpus`` GPUs open to the test's
     namespace alone (a lower priority preempted within it), and the LocalQueue ``gpus`` in the
-    namespace (``localkube.batch.gpu_quota``); returns the ClusterQueue's name. Removed after the test."""
+    namespace (``localkube.batch.gpu_quota``); returns the ClusterQueue's name.
+    ``kueue_quota(gpus, serving_first=True)``: instead the cohort of README's serving-first setup,
+    LocalQueues ``serving`` and ``training`` (``localkube.batch.serving_first_cohort``); returns the
+    serving ClusterQueue's name. Removed after the test."""
     from kubernetes import client
 
-    from localkube.batch import gpu_quota
+    from localkube.batch import gpu_quota, serving_first_cohort
 
     custom = client.CustomObjectsApi(kube_api)
     made: list[tuple[str, str]] = []
 
-    def make(gpus: int) -> str:
-        for plural, obj in gpu_quota(namespace, gpus):
+    def make(gpus: int, serving_first: bool = False) -> str:
+        queues = []
+        for plural, obj in (serving_first_cohort if serving_first else gpu_quota)(namespace, gpus):
             if plural == "localqueues":
                 custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
             else:
                 custom.create_cluster_custom_object(*KUEUE, plural, obj)
                 made.insert(0, (plural, obj["metadata"]["name"]))
-        return f"cq-{namespace}"
+                queues += [obj["metadata"]["name"]] if plural == "clusterqueues" else []
+        return queues[0]
 
     yield make
     for plural, name in made:

@@ -8,7 +8,12 @@ webhook configurations and CRDs of their releases, with each ``clientConfig`` po
 ``https://127.0.0.1:<port>`` (the process, not a Service: nothing here routes a Service's IP)
 and a serving certificate issued by the cluster's CA. Webhooks of integrations that are not
 enabled are left out (Kueue would not serve them, and with ``failurePolicy: Fail`` every pod or
-Deployment create would fail). Each runs as its own user with the ClusterRole of its release.
+Deployment create would fail). Kueue's plain-pod integration is on, for serving pods that a
+quota accounts (``kueue.x-k8s.io/queue-name`` in an InferenceDeployment's
+``spec.podTemplate.labels``); its pod webhooks are sent only pods with that label (an
+``objectSelector`` added here), so every other pod is created without a call to Kueue, and a
+LocalQueue named ``default`` does not take a namespace's unlabelled pods. Each runs as its own user with the
+ClusterRole of its release.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Component:
     config: Callable[[Path, Ports], list[str]]  # (cert dir, ports) -> the process's arguments
     cert_mounts: tuple[str, ...] = ()  # where the release mounts its certificate Secrets
     aggregated_api: tuple[str, tuple[str, ...]] | None = None  # (group, versions) it serves
+    object_selectors: tuple[tuple[str, dict[str, Any]], ...] = ()  # (webhook name, objectSelector) added
 
     @property
     def user(self) -> str:
@@ -76,7 +82,7 @@ def _kueue_args(directory: Path, ports: Ports) -> list[str]:
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 50, "burst": 100},
         # Kueue's default: a preempted (evicted) Workload waits, then is admitted again.
-        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset"]},
+        "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
     }
     path = directory / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -98,16 +104,19 @@ def _jobset_args(directory: Path, ports: Ports) -> list[str]:
     return [f"--config={path}"]
 
 
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUED_PODS = {"matchExpressions": [{"key": QUEUE_LABEL, "operator": "Exists"}]}
 KUEUE = Component(
     "kueue",
     ROOT / ".cache" / "kueue" / "kueue",
-    ("kueue-x-k8s-io", "batch-v1-job", "jobset-x-k8s-io"),
+    ("kueue-x-k8s-io", "batch-v1-job", "jobset-x-k8s-io", "--v1-pod"),
     "kueue-system",
     _kueue_args,
     # Without internal cert management Kueue reads its metrics and visibility server's
     # certificates from these fixed paths.
     ("/etc/kueue/metrics/certs", "/visibility"),
     ("visibility.kueue.x-k8s.io", ("v1beta1", "v1beta2")),
+    (("mpod.kb.io", QUEUED_PODS), ("vpod.kb.io", QUEUED_PODS)),
 )
 JOBSET = Component(
     "jobset", ROOT / ".cache" / "jobset" / "jobset", ("jobset-x-k8s-io", "--v1-pod"), "jobset-system", _jobset_args
@@ -155,6 +164,9 @@ def webhook_configurations(component: Component, port: int, ca_bundle: str) -> l
         kept = []
         for hook in doc.get("webhooks") or []:
             hook = {**hook, **patches.get(hook["name"], {})}
+            for name, selector in component.object_selectors:
+                if name == hook["name"]:
+                    hook["objectSelector"] = selector
             path = (hook["clientConfig"].get("service") or {}).get("path", "")
             if any(p in path for p in component.webhook_paths):
                 hook["clientConfig"] = _point_at(hook["clientConfig"], port, ca_bundle)
@@ -296,6 +308,33 @@ def ensure_jobset(directory: Path, timeout: float = 90) -> ClusterInfo:
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
 
 
+def _cluster_queue(name: str, namespace: str, flavor: str, gpus: int, cpu: int, memory: str,
+                   **spec: Any) -> dict[str, Any]:  # fmt: skip
+    resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory},
+                 {"name": "nvidia.com/gpu", "nominalQuota": gpus}]  # fmt: skip
+    return {
+        "apiVersion": KUEUE_API,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                "flavors": [{"name": flavor, "resources": resources}]}],
+            **spec,
+        },
+    }  # fmt: skip
+
+
+def _flavor(name: str) -> tuple[str, dict[str, Any]]:
+    return ("resourceflavors", {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": name}})
+
+
+def _local_queue(name: str, namespace: str, cluster_queue: str) -> tuple[str, dict[str, Any]]:
+    meta = {"name": name, "namespace": namespace}
+    return ("localqueues", {"apiVersion": KUEUE_API, "kind": "LocalQueue", "metadata": meta,
+                            "spec": {"clusterQueue": cluster_queue}})  # fmt: skip
+
+
 def gpu_quota(
     namespace: str, gpus: int, cpu: int = 64, memory: str = "256Gi", queue: str = "gpus"
 ) -> list[tuple[str, dict[str, Any]]]:
@@ -303,21 +342,27 @@ def gpu_quota(
     of ``gpus`` GPUs (with ``cpu`` and ``memory``: Kueue admits only what its quota covers) open to
     ``namespace`` alone, a lower priority preempted within it, and the LocalQueue ``queue`` there."""
     flavor, name = f"gpu-{namespace}", f"cq-{namespace}"
-    resources = [{"name": "cpu", "nominalQuota": cpu}, {"name": "memory", "nominalQuota": memory},
-                 {"name": "nvidia.com/gpu", "nominalQuota": gpus}]  # fmt: skip
+    queue_obj = _cluster_queue(
+        name, namespace, flavor, gpus, cpu, memory, preemption={"withinClusterQueue": "LowerPriority"}
+    )
+    return [_flavor(flavor), ("clusterqueues", queue_obj), _local_queue(queue, namespace, name)]
+
+
+def serving_first_cohort(
+    namespace: str, gpus: int, cpu: int = 64, memory: str = "256Gi"
+) -> list[tuple[str, dict[str, Any]]]:
+    """Serving quota-accounted and always first, as README's TrainingRun section sets it up:
+    (plural, object) in the order of creation. A cohort ``cohort-<namespace>`` of two ClusterQueues:
+    ``cq-<namespace>-serving`` holds the ``gpus`` GPUs as nominal quota and takes back what
+    training borrowed (``reclaimWithinCohort: Any``); ``cq-<namespace>-training`` has none of its
+    own and borrows what serving does not use. LocalQueues ``serving`` and ``training``."""
+    flavor, cohort = f"gpu-{namespace}", f"cohort-{namespace}"
+    serving, training = f"cq-{namespace}-serving", f"cq-{namespace}-training"
     return [
-        ("resourceflavors", {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": flavor}}),
-        ("clusterqueues", {
-            "apiVersion": KUEUE_API,
-            "kind": "ClusterQueue",
-            "metadata": {"name": name},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
-                "preemption": {"withinClusterQueue": "LowerPriority"},
-                "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                                    "flavors": [{"name": flavor, "resources": resources}]}],
-            },
-        }),
-        ("localqueues", {"apiVersion": KUEUE_API, "kind": "LocalQueue",
-                         "metadata": {"name": queue, "namespace": namespace}, "spec": {"clusterQueue": name}}),
+        _flavor(flavor),
+        ("clusterqueues", _cluster_queue(serving, namespace, flavor, gpus, cpu, memory, cohortName=cohort,
+                                         preemption={"reclaimWithinCohort": "Any"})),
+        ("clusterqueues", _cluster_queue(training, namespace, flavor, 0, cpu, memory, cohortName=cohort)),
+        _local_queue("serving", namespace, serving),
+        _local_queue("training", namespace, training),
     ]  # fmt: skip

@@ -5,7 +5,12 @@ pod (slipway-inference outranks slipway-training). The trainer checkpoints on SI
 GPUs, and once serving gives its GPU back training resumes from the checkpoint and finishes.
 
 The same holds when Kueue admitted the training (its quota accounts for training alone, serving
-outside Kueue with the PriorityClass): Kueue keeps the run admitted, the scheduler still preempts."""
+outside Kueue with the PriorityClass): Kueue keeps the run admitted, the scheduler still preempts.
+
+And when serving is quota-accounted too (README's cohort: serving's ClusterQueue holds the GPUs,
+training's borrows them): Kueue admits the serving pod (its plain-pod integration) by taking back
+what training borrowed. It evicts the run, whose Job is suspended and whose pod checkpoints on
+SIGTERM; the eviction counts as no restart, and Kueue admits the run again once serving is gone."""
 
 from __future__ import annotations
 
@@ -24,15 +29,23 @@ STEPS = 30
 CHECKPOINT_EVERY = 2
 
 
-@pytest.mark.parametrize("queued", [False, True], ids=["scheduler", "kueue-admitted"])
+@pytest.mark.parametrize(
+    "accounting", [None, "training", "both"], ids=["scheduler", "kueue-admitted", "kueue-serving-first"]
+)
 def test_serving_preempts_training_which_resumes_from_its_checkpoint(
-    kube_api, namespace, operator, cluster, trained, node_gpus, queued, request
+    kube_api, namespace, operator, cluster, trained, node_gpus, accounting, request
 ):
+    """``accounting``: what Kueue's quota accounts, if anything: None, training alone, or both
+    (serving's pods queued in the cohort that README's TrainingRun section describes)."""
     operator()
-    queue = {}
-    if queued:
+    queue, pod_template = {}, {}
+    if accounting == "training":
         request.getfixturevalue("kueue_quota")(gpus=4)
         queue = {"queueName": "gpus"}
+    elif accounting == "both":
+        serving_queue = request.getfixturevalue("kueue_quota")(gpus=4, serving_first=True)
+        queue = {"queueName": "training"}
+        pod_template = {"podTemplate": {"labels": {"kueue.x-k8s.io/queue-name": "serving"}}}
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
     clock = time.monotonic()
@@ -57,7 +70,8 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
                 "env": [{"name": "SLIPWAY_STEP_SECONDS", "value": "0.5"}],
                 "resources": {"gpus": 4},
                 "checkpoint": {"size": "1Gi"},
-                "failurePolicy": {"retryableExitCodes": [143], "maxRestarts": 1},
+                # maxRestarts 0 when Kueue evicts the run: were its eviction counted, the run would fail.
+                "failurePolicy": {"retryableExitCodes": [143], "maxRestarts": 0 if accounting == "both" else 1},
                 **queue,
             },
         },
@@ -94,6 +108,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
                 "command": ["python", "-m", "slipway.workloads.serve"],
                 "resources": {"gpus": 1},
                 "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
+                **pod_template,
             },
         },
     )
@@ -108,10 +123,15 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
                 return victim  # gone already: its condition was seen by the Job controller
             raise
         conditions = {c.type: c for c in pod.status.conditions or []}
-        return pod if "DisruptionTarget" in conditions else None
+        # The scheduler marks its victim; Kueue suspends the Job, whose controller deletes the pod.
+        return pod if "DisruptionTarget" in conditions or pod.metadata.deletion_timestamp else None
 
     wait_for(preempted, 60, "the training pod preempted", interval=0.3)
-    mark("training pod preempted (DisruptionTarget)")
+    mark(
+        "training pod preempted ("
+        + ("deleted: Kueue suspended the Job" if accounting == "both" else "DisruptionTarget")
+        + ")"
+    )
 
     def serving(obj) -> bool:
         return (obj.get("status") or {}).get("phase") == "Promoted"
@@ -125,13 +145,31 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     mark("serving pod Running on the freed GPU")
     stopped_at = progress()
 
-    def pending_replacement() -> bool:
-        return any(p.metadata.name != victim.metadata.name and p.status.phase == "Pending" for p in training_pods())
+    if accounting == "both":
+        workloads = custom.list_namespaced_custom_object("kueue.x-k8s.io", "v1beta2", namespace, "workloads")["items"]
+        pod = server.metadata.name
+        (workload,) = [
+            w for w in workloads if any(o["name"] == pod for o in w["metadata"].get("ownerReferences") or [])
+        ]
+        admission = (workload.get("status") or {}).get("admission") or {}
+        assert admission.get("clusterQueue") == serving_queue, workload.get("status")  # Kueue accounted serving
 
-    wait_for(pending_replacement, 60, "a replacement training pod waiting for GPUs")
+        def evicted(obj) -> bool:
+            conditions = (obj.get("status") or {}).get("conditions") or []
+            return any(c.get("reason") == "PreemptedByKueue" for c in conditions)
+
+        wait_status(kube_api, namespace, "TrainingRun", "hog", evicted, 60, "the run reads PreemptedByKueue")
+        assert not training_pods("Running"), "a training pod runs while Kueue holds the run back"
+        mark("run PreemptedByKueue: its Job suspended, waiting for quota (3 GPUs unused, 4 asked)")
+    else:
+
+        def pending_replacement() -> bool:
+            return any(p.metadata.name != victim.metadata.name and p.status.phase == "Pending" for p in training_pods())
+
+        wait_for(pending_replacement, 60, "a replacement training pod waiting for GPUs")
+        mark("replacement training pod Pending (3 GPUs free, 4 asked)")
     tr = custom.get_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "trainingruns", "hog")
     assert tr["status"]["phase"] != "Failed", tr["status"]
-    mark("replacement training pod Pending (3 GPUs free, 4 asked)")
 
     custom.delete_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "inferencedeployments", "server")
     mark("InferenceDeployment deleted: its GPU freed")
@@ -144,7 +182,9 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     mark("training Succeeded")
     status = tr["status"]
     assert status["phase"] == "Succeeded", status
-    assert status["restarts"] >= 1, status
+    assert status["restarts"] >= 1, status  # the training code's starts: it did start again
+    if accounting == "both":
+        assert status["queue"]["evictions"] >= 1, status["queue"]
     assert int(status["lastCheckpoint"]["step"]) >= STEPS - CHECKPOINT_EVERY, status
     with MlflowClient(cluster.mlflow_url) as mlflow:
         run = mlflow.get_run(status["mlflow"]["runId"])
@@ -155,9 +195,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     assert resumed >= stopped_at - CHECKPOINT_EVERY, f"progress {stopped_at} when preempted, resumed from {resumed}"
     assert 0 <= lost <= CHECKPOINT_EVERY, f"{lost} steps done twice: {steps}"
     lines = "\n".join(f"  {t:6.1f}s  {what}" for t, what in timeline)
-    if queued:
+    if accounting:
         assert status["queue"]["admitted"] is True and status["queue"]["clusterQueue"], status["queue"]
-    report(
-        f"\npreemption timeline ({'Kueue-admitted' if queued else 'no Kueue'}; steps lost {lost}, checkpoint "
-        f"every {CHECKPOINT_EVERY}):\n{lines}"
-    )
+    setup = {None: "no Kueue", "training": "Kueue-admitted training", "both": "Kueue accounts serving too"}[accounting]
+    report(f"\npreemption timeline ({setup}; steps lost {lost}, checkpoint every {CHECKPOINT_EVERY}):\n{lines}")
