@@ -145,15 +145,13 @@ def kueue_quota(kueue, kube_api, namespace):
     made: list[tuple[str, str]] = []
 
     def make(gpus: int, serving_first: bool = False) -> str:
-        queues = []
         for plural, obj in (serving_first_cohort if serving_first else gpu_quota)(namespace, gpus):
             if plural == "localqueues":
                 custom.create_namespaced_custom_object(*KUEUE, namespace, plural, obj)
             else:
                 custom.create_cluster_custom_object(*KUEUE, plural, obj)
                 made.insert(0, (plural, obj["metadata"]["name"]))
-                queues += [obj["metadata"]["name"]] if plural == "clusterqueues" else []
-        return queues[0]
+        return f"cq-{namespace}-serving" if serving_first else f"cq-{namespace}"
 
     yield make
     for plural, name in made:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import hashlib
 import json
 import os
 import sys
@@ -56,10 +57,22 @@ class Component:
     binary: Path
     webhook_paths: tuple[str, ...]  # webhooks kept: those whose path contains one of these
     namespace: str  # where the controller keeps its own objects (leases, secrets)
-    config: Callable[[Path, Ports], list[str]]  # (cert dir, ports) -> the process's arguments
+    settings: Callable[[Path, Ports], dict[str, Any]]  # (cert dir, ports) -> its configuration file
     cert_mounts: tuple[str, ...] = ()  # where the release mounts its certificate Secrets
     aggregated_api: tuple[str, tuple[str, ...]] | None = None  # (group, versions) it serves
-    object_selectors: tuple[tuple[str, dict[str, Any]], ...] = ()  # (webhook name, objectSelector) added
+    webhook_overrides: tuple[tuple[str, dict[str, Any]], ...] = ()  # (webhook name, fields set on it)
+
+    def args(self, directory: Path, ports: Ports) -> list[str]:
+        """The process's arguments, its configuration file written into ``directory``."""
+        path = directory / f"{self.name}-config.yaml"
+        path.write_text(yaml.safe_dump(self.settings(directory, ports)))
+        return [f"--config={path}"] + ([f"--visibility-server-port={ports.api}"] if self.aggregated_api else [])
+
+    def digest(self) -> str:
+        """What a running process was started with, but its ports and paths: a change (a new
+        integration, a webhook's selector) starts it again."""
+        what = [self.settings(Path("/"), Ports(0, 0, 0, 0)), self.webhook_paths, self.webhook_overrides]
+        return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
 
     @property
     def user(self) -> str:
@@ -70,8 +83,8 @@ class Component:
         return self.binary.parent / "config"
 
 
-def _kueue_args(directory: Path, ports: Ports) -> list[str]:
-    cfg = {
+def _kueue_settings(directory: Path, ports: Ports) -> dict[str, Any]:
+    return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE.namespace,
@@ -84,13 +97,10 @@ def _kueue_args(directory: Path, ports: Ports) -> list[str]:
         # Kueue's default: a preempted (evicted) Workload waits, then is admitted again.
         "integrations": {"frameworks": ["batch/job", "jobset.x-k8s.io/jobset", "pod"]},
     }
-    path = directory / "kueue-config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return [f"--config={path}", f"--visibility-server-port={ports.api}"]
 
 
-def _jobset_args(directory: Path, ports: Ports) -> list[str]:
-    cfg = {
+def _jobset_settings(directory: Path, ports: Ports) -> dict[str, Any]:
+    return {
         "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
         "kind": "Configuration",
         "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.health}"},
@@ -99,9 +109,6 @@ def _jobset_args(directory: Path, ports: Ports) -> list[str]:
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
     }
-    path = directory / "jobset-config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return [f"--config={path}"]
 
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -111,15 +118,15 @@ KUEUE = Component(
     ROOT / ".cache" / "kueue" / "kueue",
     ("kueue-x-k8s-io", "batch-v1-job", "jobset-x-k8s-io", "--v1-pod"),
     "kueue-system",
-    _kueue_args,
+    _kueue_settings,
     # Without internal cert management Kueue reads its metrics and visibility server's
     # certificates from these fixed paths.
     ("/etc/kueue/metrics/certs", "/visibility"),
     ("visibility.kueue.x-k8s.io", ("v1beta1", "v1beta2")),
-    (("mpod.kb.io", QUEUED_PODS), ("vpod.kb.io", QUEUED_PODS)),
+    (("mpod.kb.io", {"objectSelector": QUEUED_PODS}), ("vpod.kb.io", {"objectSelector": QUEUED_PODS})),
 )
 JOBSET = Component(
-    "jobset", ROOT / ".cache" / "jobset" / "jobset", ("jobset-x-k8s-io", "--v1-pod"), "jobset-system", _jobset_args
+    "jobset", ROOT / ".cache" / "jobset" / "jobset", ("jobset-x-k8s-io", "--v1-pod"), "jobset-system", _jobset_settings
 )
 
 
@@ -163,10 +170,7 @@ def webhook_configurations(component: Component, port: int, ca_bundle: str) -> l
         doc["metadata"] = {"name": f"{component.name}-{doc['metadata']['name']}"}
         kept = []
         for hook in doc.get("webhooks") or []:
-            hook = {**hook, **patches.get(hook["name"], {})}
-            for name, selector in component.object_selectors:
-                if name == hook["name"]:
-                    hook["objectSelector"] = selector
+            hook = {**hook, **patches.get(hook["name"], {}), **dict(component.webhook_overrides).get(hook["name"], {})}
             path = (hook["clientConfig"].get("service") or {}).get("path", "")
             if any(p in path for p in component.webhook_paths):
                 hook["clientConfig"] = _point_at(hook["clientConfig"], port, ca_bundle)
@@ -232,8 +236,13 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     info = ClusterInfo.load(directory)
     if info is None:
         raise FileNotFoundError(f"no cluster recorded in {directory}")
-    if _running(info, component.name) is not None:
-        return info
+    digest = component.digest()
+    stamp = directory / component.name / "digest"
+    running = _running(info, component.name)
+    if running is not None:
+        if stamp.exists() and stamp.read_text() == digest:
+            return info
+        running.stop()  # started with other settings (an earlier checkout): start it again with these
     if not component.binary.exists():
         raise FileNotFoundError(f"{component.binary} is missing: run `make {component.name}` first")
     kube = Kube(info.kubeconfig)
@@ -256,7 +265,7 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     kubeconfig = directory / "kubeconfigs" / f"{component.name}.kubeconfig"
     write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, client_pair.cert, client_pair.key,
                      user=component.name)  # fmt: skip
-    args = component.config(certs, ports)
+    args = component.args(certs, ports)
     env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": "",
            "POD_NAMESPACE": component.namespace}  # fmt: skip
     argv = [str(component.binary), f"--kubeconfig={kubeconfig}", *args]
@@ -271,6 +280,7 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     proc = spawn(component.name, cmd, log, env=env, cwd=directory)
     info.processes = [p for p in info.processes if p.name != component.name] + [proc]
     info.save()
+    stamp.write_text(digest)
 
     wait_answers(f"http://127.0.0.1:{ports.health}/readyz", proc.alive, log, timeout, component.name)
     # Webhook configurations only once the process serves them: with failurePolicy Fail they

@@ -68,9 +68,9 @@ class Slots:
       ended without an error), except that a kind none of whose first passes runs gets it once
       its oldest waiter has waited ``new_ageing`` seconds. A kind not yet measured counts as
       quickest while none of its first passes runs, as slowest while one does. So while a sweep's
-      TrainingRuns wait, InferenceDeployments' first passes, which wait on MLflow, get a slot one
-      at a time, and only after 10 s; slots they took while nothing else waited are theirs until
-      their passes end.
+      TrainingRuns wait, InferenceDeployments' first passes, which wait on MLflow and once measured
+      are slower, get a slot one at a time, and only once their oldest has waited 10 s; slots they
+      took while nothing else waited are theirs until their passes end.
     - *urgent*: passes a change woke (a spec change, a child's event).
     - *timed*: passes only their own timer asked for (training progress, the alias poll, a retry).
 
@@ -194,10 +194,11 @@ class Slots:
         """The pass of ``key`` granted in ``lane`` is done; a first pass's duration, ``seconds`` (None
         for a pass that failed or did not run), goes into its kind's moving average if others
         waited when it got its slot. A first pass's ``key`` is needed: its kind is counted."""
+        if lane == NEW and key is None:
+            raise ValueError("a first pass is released with its key")
         self.busy[lane] -= 1
         if lane == NEW:
-            if key is None:
-                raise ValueError("a first pass is released with its key")
+            assert key is not None
             self.new_by_kind[key[0]] -= 1
             contended = key in self.contended
             self.contended.discard(key)

@@ -123,8 +123,9 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
                 return victim  # gone already: its condition was seen by the Job controller
             raise
         conditions = {c.type: c for c in pod.status.conditions or []}
-        # The scheduler marks its victim; Kueue suspends the Job, whose controller deletes the pod.
-        return pod if "DisruptionTarget" in conditions or pod.metadata.deletion_timestamp else None
+        if accounting == "both":  # Kueue suspends the Job, whose controller deletes the pod
+            return pod if pod.metadata.deletion_timestamp else None
+        return pod if "DisruptionTarget" in conditions else None  # the scheduler marks its victim
 
     wait_for(preempted, 60, "the training pod preempted", interval=0.3)
     mark(

@@ -674,34 +674,41 @@ def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -
 def test_a_first_pass_cancelled_waiting_or_as_its_slot_is_handed_over_leaves_no_count_behind() -> None:
     # A kind's count of running first passes decides whether it may age ahead: one left behind
     # would keep that kind behind every sweep.
-    async def scenario() -> tuple[dict[str, int], dict[str, int], set[Any]]:
+    async def scenario() -> tuple[bool, dict[str, int], dict[str, int], set[Any]]:
         loop = asyncio.get_running_loop()
         slots = Slots(2, reserved=1)  # one slot for first passes
-        held = ("trainingruns", "n", "a")
+        held, handed, behind = (("trainingruns", "n", name) for name in ("held", "handed", "behind"))
         await slots.acquire(held, NEW)
-        handed = loop.create_task(slots.acquire(("trainingruns", "n", "handed"), NEW))
+        handing = loop.create_task(slots.acquire(handed, NEW))
         dropped = loop.create_task(slots.acquire(("inferencedeployments", "n", "dropped"), NEW))
-        await until(lambda: len(slots.lanes[NEW]) == 2)
+        last = loop.create_task(slots.acquire(behind, NEW))
+        await until(lambda: len(slots.lanes[NEW]) == 3)
         dropped.cancel()  # while it waits
         await asyncio.gather(dropped, return_exceptions=True)
-        slots.release(NEW, held, None)  # the slot goes to "handed"...
-        handed.cancel()  # ...which is cancelled before it runs
-        await asyncio.gather(handed, return_exceptions=True)
-        return dict(slots.busy), dict(slots.new_by_kind), slots.contended
+        slots.release(NEW, held, None)  # the slot goes to "handed", granted while "behind" waits...
+        was_contended = handed in slots.contended
+        handing.cancel()  # ...which is cancelled before it runs: the slot passes on to "behind"
+        await asyncio.gather(handing, return_exceptions=True)
+        await last
+        slots.release(NEW, behind, None)
+        return was_contended, dict(slots.busy), dict(slots.new_by_kind), slots.contended
 
-    busy, counted, contended = asyncio.run(scenario())
+    was_contended, busy, counted, contended = asyncio.run(scenario())
+    assert was_contended  # so that its cancellation had a mark to clear
     assert busy == {"critical": 0, "new": 0, "urgent": 0, "timed": 0}
     assert counted == {"trainingruns": 0} and contended == set()
 
 
-def test_a_first_pass_released_without_its_key_is_an_error() -> None:
-    async def scenario() -> None:
+def test_a_first_pass_released_without_its_key_is_an_error_that_changes_no_count() -> None:
+    async def scenario() -> tuple[dict[str, int], dict[str, int]]:
         slots = Slots(2, reserved=1)
         await slots.acquire(("trainingruns", "n", "a"), NEW)
-        slots.release(NEW)
+        with pytest.raises(ValueError, match="its key"):
+            slots.release(NEW)
+        return dict(slots.busy), dict(slots.new_by_kind)
 
-    with pytest.raises(ValueError, match="its key"):
-        asyncio.run(scenario())
+    busy, counted = asyncio.run(scenario())
+    assert busy["new"] == 1 and counted == {"trainingruns": 1}  # the slot is still held, and counted once
 
 
 def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> None:
