@@ -12,20 +12,55 @@ import pytest
 DEFAULT_SECONDS = 20  # a cluster test not yet in the durations file
 
 
+ROOT = Path(__file__).resolve().parent.parent
+GPU_SCOPE = "the node's GPUs"
+
+
+def gpu_modules() -> frozenset[str]:
+    """The test modules (as node ids name them) whose tests take the node's GPUs (``node_gpus``)."""
+    files = [*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "e2e" / "tests").rglob("test_*.py")]
+    return frozenset(str(f.relative_to(ROOT)) for f in files if "node_gpus" in f.read_text())
+
+
+def scope(nodeid: str, gpus: frozenset[str]) -> str:
+    """What the shared phase hands a worker at once: a module, or every module that takes the
+    node's GPUs. Those take turns on the GPUs (a file lock) whatever worker runs them; on separate
+    workers each would sit idle waiting for the lock (a module's first test waited 320 s for
+    another's in one run) while the other workers' queues ran out."""
+    module = nodeid.split("::")[0]
+    return GPU_SCOPE if module in gpus else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """xdist's ``loadscope`` with :func:`scope` as its scope."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    gpus = gpu_modules()
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope(nodeid, gpus)
+
+    return Scheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """With SLIPWAY_LONGEST_FIRST naming a durations file (tests/suite.py's shared phase), run the
-    longest modules first, each module's tests together and in their order: with xdist's
-    `loadscope` distribution a module (and its module-scoped fixtures) stays on one worker, and no
-    long module is left to start last."""
+    longest scopes (:func:`scope`) first, each scope's tests together and in their order: with
+    xdist's `loadscope` distribution a scope (and its modules' fixtures) stays on one worker, and
+    no long scope is left to start last."""
     source = os.environ.get("SLIPWAY_LONGEST_FIRST")
     if not source:
         return
     seconds = json.loads(Path(source).read_text())
-    modules: dict[str, float] = {}
+    gpus = gpu_modules()
+    scopes: dict[str, float] = {}
     for item in items:
-        module = item.nodeid.split("::")[0]
-        modules[module] = modules.get(module, 0.0) + seconds.get(item.nodeid, DEFAULT_SECONDS)
-    items.sort(key=lambda item: -modules[item.nodeid.split("::")[0]])  # stable: a module keeps its order
+        key = scope(item.nodeid, gpus)
+        scopes[key] = scopes.get(key, 0.0) + seconds.get(item.nodeid, DEFAULT_SECONDS)
+    items.sort(key=lambda item: -scopes[scope(item.nodeid, gpus)])  # stable: a scope keeps its order
 
 
 @pytest.fixture(scope="session")

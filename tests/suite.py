@@ -43,7 +43,8 @@ FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl
 WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "3"))
 # Each cluster test's seconds in a recent run: the shared phase starts the longest modules first
 # and hands out the rest, a module at a time, as workers free up (xdist's `loadscope`), so no long
-# module starts last and a module's fixtures are made once. `--save-durations`
+# module starts last and a module's fixtures are made once. The modules whose tests take the
+# node's GPUs go to one worker together (tests/conftest.py, `scope`): they take turns anyway. `--save-durations`
 # rewrites it from the run's reports; a test not in it counts as DEFAULT_SECONDS.
 DURATIONS = ROOT / "tests" / "durations.json"
 
@@ -226,7 +227,9 @@ def main() -> int:
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
         else:
-            parallel = ["-n", str(a.workers), "--dist", "loadscope"] if a.workers > 1 else []
+            # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
+            # first, not the longest first as tests/conftest.py orders them.
+            parallel = ["-n", str(a.workers), "--dist", "loadscope", "--no-loadscope-reorder"] if a.workers > 1 else []
             longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
             phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                           *a.pytest_args], longest_first))  # fmt: skip
