@@ -379,6 +379,45 @@ def test_deadline_counts_time_without_progress_not_the_steps_age(kube_api, names
     serving(kube_api, namespace, v2, timeout=120)
 
 
+def test_a_promotion_longer_than_the_deadline_whose_pods_each_come_within_it_is_promoted(
+    kube_api, namespace, operator, mlflow, trained
+):
+    """progressDeadlineSeconds counts time without progress while the stable rolls too. Version 2's
+    pods each load 8 s more; the stable rolls its 3 pods one at a time (maxSurge 1) for longer than
+    the 15-s deadline, and the promotion completes. A pass can miss each step of that roll (a new pod
+    ready and an old one gone leave the ready count as it was): the Deployment controller's
+    Progressing condition says when it went on."""
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    versions.publish()
+    body = deployment(versions.model, steps=[{"weight": 34}], progressDeadlineSeconds=15)
+    body["spec"]["rollout"].pop("analysis")
+    body["spec"]["autoscaling"] = {"minReplicas": 3, "maxReplicas": 3}
+    body["spec"]["probes"] = {"startup": {"periodSeconds": 1}}  # ready as soon as loaded
+    apply_object(kube_api, namespace, body)
+    serving(kube_api, namespace, "1")
+    v2 = versions.publish(loadSeconds="8")
+    wait_phase(kube_api, namespace, ["Promoting"], 120, "version 2 promoting")
+    began = time.monotonic()
+    seen: list[int] = []  # the stable's ready count as status showed it while the promotion went on
+
+    def promoted() -> dict[str, Any] | None:
+        status = status_of(kube_api, namespace)
+        ready = (status.get("stable") or {}).get("readyReplicas")
+        if ready is not None and (not seen or seen[-1] != ready):
+            seen.append(ready)
+        done = status.get("phase") == "Promoted" and (status.get("stable") or {}).get("modelVersion") == v2
+        return status if done or status.get("lastRollback") else None
+
+    status = wait_for(promoted, 180, "version 2 promoted or rolled back", interval=0.5)
+    took = time.monotonic() - began
+    report(f"promotion of 3 pods loading 8 s each: {took:.1f} s against progressDeadlineSeconds 15; "
+           f"stable ready as status showed it: {seen}")  # fmt: skip
+    assert not status.get("lastRollback"), status
+    assert took > 15, took  # the roll outlasted the deadline: only progress kept it going
+    assert status["stable"]["readyReplicas"] == 3, status
+
+
 def test_an_image_change_is_canaried_and_a_faulty_template_rolled_back(kube_api, namespace, operator, mlflow, trained):
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)

@@ -25,6 +25,7 @@ from slipway.status.rollout import (
     plan,
     replica_weight,
     step_weights,
+    track_of,
     track_statuses,
 )
 
@@ -480,6 +481,34 @@ def test_a_promotion_without_spare_gpus_takes_one_pod_out_at_a_time():
     assert (rolling.stable_replicas, rolling.canary_replicas) == (1, 0)  # the canary's pod goes first (2 - 1 ready)
     after = plan(observe(s, stable=track(V2, 1), canary=track(V2, 0, 0, pods=0), status=promoting()))
     assert (after.phase, after.stable_replicas) == ("Promoting", 2)
+
+
+def test_a_surge_roll_whose_ready_count_never_rises_progresses_by_the_deployment_controllers_word():
+    # Mid-roll: a new pod ready and an old one gone leave 2 ready, as the last pass saw; only the
+    # Deployment's Progressing condition says the roll went a step on, 5 s ago.
+    old = promoting(lastProgressTime=iso(NOW - timedelta(seconds=601)), stable={"readyReplicas": 2})
+    for progressed, phase, at in ((NOW - timedelta(seconds=5), "Promoting", NOW - timedelta(seconds=5)),
+                                  (NOW + timedelta(seconds=3), "Promoting", NOW),  # a controller clock ahead
+                                  (NOW - timedelta(seconds=700), "RolledBack", None),  # before the last progress
+                                  (None, "RolledBack", None)):  # fmt: skip
+        rolling = track(V2, 2, 2, updated=1, pods=3, progressed=progressed)
+        p = plan(observe(spec(), stable=rolling, status=old))
+        assert p.phase == phase, (progressed, p.phase)
+        if at is not None:
+            assert p.status["lastProgressTime"] == iso(at)
+        else:
+            assert p.status["lastRollback"]["reason"] == "PromotionFailed"
+
+
+def test_a_deployments_progressing_condition_is_read_only_while_true():
+    body = {"metadata": {"generation": 2, "labels": {}}, "spec": {"replicas": 2, "template": {"metadata": {}}},
+            "status": {"observedGeneration": 2, "conditions": [
+                {"type": "Progressing", "status": "True", "lastUpdateTime": "2026-12-04T13:38:01Z"}]}}  # fmt: skip
+    assert track_of(body).progressed == datetime(2026, 12, 4, 13, 38, 1, tzinfo=UTC)
+    body["status"]["conditions"][0]["status"] = "False"  # ProgressDeadlineExceeded: no progress to count
+    assert track_of(body).progressed is None
+    del body["status"]["conditions"]
+    assert track_of(body).progressed is None
 
 
 def test_a_promotion_whose_new_stable_pods_crash_loop_is_reverted_and_no_alias_moves():

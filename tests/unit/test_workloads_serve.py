@@ -244,3 +244,11 @@ def test_errors_after_seconds_holds_the_error_rate_back_until_the_model_has_serv
     assert not faults.fails(0.5, serving_for=59.9)
     assert faults.fails(0.5, serving_for=60.0)
     assert "errorsAfterSeconds=60.0 (model version tag slipway.fault.errorsAfterSeconds)" in faults.describe()
+
+
+def test_load_seconds_delays_readiness_and_says_where_it_came_from() -> None:
+    faults = serve.resolve_faults({"SLIPWAY_FAULT_LOAD_SECONDS": "12"}, {"slipway.fault.loadSeconds": "3"})
+    assert faults.load_seconds == 12 and faults.active()
+    assert faults.describe() == "loadSeconds=12.0 (env SLIPWAY_FAULT_LOAD_SECONDS)"
+    with pytest.raises(ConfigError, match="slipway.fault.loadSeconds"):
+        serve.resolve_faults({}, {"slipway.fault.loadSeconds": "-1"})

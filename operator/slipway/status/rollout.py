@@ -74,6 +74,11 @@ class Track:
     model: str | None = None
     available: int | None = None
     problem: tuple[str, str] | None = None  # (reason, message) of a pod that cannot run: the scheduler's words
+    # When the Deployment controller last saw its roll progress (its Progressing condition's
+    # lastUpdateTime: a pod of the new template made or ready, an old one gone). It sees every step
+    # of a surge roll, which a pass may not: a new pod ready and an old one removed leave the
+    # ready count where it was.
+    progressed: datetime | None = None
 
     @property
     def current_ready(self) -> int:
@@ -691,6 +696,8 @@ class Promotion:
             before = int((self.obs.status.get("stable") or {}).get("readyReplicas") or 0)
             if stable.ready > before:
                 self.progress = self.now  # new pods becoming ready is progress
+            elif stable.progressed is not None and stable.progressed > self.progress:
+                self.progress = min(stable.progressed, self.now)  # the controller's roll went a step on
             step = f"waiting for the stable track ({stable.ready}/{stable.replicas} ready)"
             hold["stable_target"] = stable.replicas
         elif canary_pods > 0 or canary_replicas > 0 or stable.replicas < total:
@@ -830,6 +837,7 @@ def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | No
     meta = deployment["metadata"]
     labels = deployment["spec"]["template"]["metadata"].get("labels") or {}
     failure = get_condition(status.get("conditions"), "ReplicaFailure") or {}
+    progressing = get_condition(status.get("conditions"), "Progressing") or {}
     if problem is None and failure.get("status") == "True":
         # No pod to report anything: the API server refused to create them (the namespace's Pod
         # Security level, a ResourceQuota, a missing ServiceAccount); the controller's words say which.
@@ -847,6 +855,7 @@ def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | No
         model=annotations.get(MODEL_ANNOTATION),
         available=int(status.get("availableReplicas") or 0),
         problem=problem,
+        progressed=parse_time(progressing.get("lastUpdateTime")) if progressing.get("status") == "True" else None,
     )
 
 

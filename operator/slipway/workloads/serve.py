@@ -47,6 +47,8 @@ Fault switches, for rollback tests and demos:
   SLIPWAY_FAULT_CRASH_ON_START=1   exit with code 1 at start (a crash-looping version)
   SLIPWAY_FAULT_ERRORS_AFTER_SECONDS=S  the error rate applies only once the model has served
                                    S seconds (a version that turns faulty after its promotion)
+  SLIPWAY_FAULT_LOAD_SECONDS=S     the model takes S seconds more to load (not ready meanwhile):
+                                   a large model's slow start
 
 In a canary rollout the stable and the canary pods get the same environment, so a bad version
 must carry its faults itself. Each switch is taken from the first of these that sets it:
@@ -135,6 +137,7 @@ FAULT_ENV = {
     "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
     "crashOnStart": "SLIPWAY_FAULT_CRASH_ON_START",
     "errorsAfterSeconds": "SLIPWAY_FAULT_ERRORS_AFTER_SECONDS",
+    "loadSeconds": "SLIPWAY_FAULT_LOAD_SECONDS",
     # --api openai: a slower prefill, slower decoding (see openai_api.py)
     "firstTokenDelaySeconds": "SLIPWAY_FAULT_FIRST_TOKEN_DELAY_SECONDS",
     "tokenDelaySeconds": "SLIPWAY_FAULT_TOKEN_DELAY_SECONDS",
@@ -155,6 +158,7 @@ class Faults:
     first_token_delay_seconds: float = 0.0
     token_delay_seconds: float = 0.0
     errors_after_seconds: float = 0.0
+    load_seconds: float = 0.0
     # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -175,6 +179,7 @@ class Faults:
             or self.crash_on_start
             or self.first_token_delay_seconds
             or self.token_delay_seconds
+            or self.load_seconds
         )
 
     def source(self, switch: str) -> str:
@@ -189,6 +194,7 @@ class Faults:
             "firstTokenDelaySeconds": self.first_token_delay_seconds,
             "tokenDelaySeconds": self.token_delay_seconds,
             "errorsAfterSeconds": self.errors_after_seconds,
+            "loadSeconds": self.load_seconds,
         }
         return ", ".join(f"{switch}={values[switch]} ({where})" for switch, where in self.sources.items()) or "none set"
 
@@ -232,6 +238,7 @@ def resolve_faults(
         first_token_delay_seconds=values.get("firstTokenDelaySeconds", 0.0),
         token_delay_seconds=values.get("tokenDelaySeconds", 0.0),
         errors_after_seconds=values.get("errorsAfterSeconds", 0.0),
+        load_seconds=values.get("loadSeconds", 0.0),
         sources=sources,
     )
 
@@ -597,6 +604,9 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
             model = LoadedModel(
                 model_file, model_version_label(args.model_uri, version), args.model_uri, args.threads, named_model
             )
+            if faults.load_seconds:
+                log.info("fault switch loadSeconds: loading %.0f s more", faults.load_seconds)
+                time.sleep(faults.load_seconds)
             server.faults = faults  # before the model: no request is served without them
             server.serve_model(model)
             log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
