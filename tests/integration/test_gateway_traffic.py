@@ -137,10 +137,18 @@ def abort_and_hold_out(kube_api, namespace, custom, gateway_port, v2: str) -> No
         aborted = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
                               lambda o: (o["status"].get("lastRollback") or {}).get("reason") == "Aborted", 60,
                               "the abort carried out")  # fmt: skip
-        route = custom.get_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes",
-                                                    "digits")  # fmt: skip
-        weights = {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
-        assert weights == {"digits-stable": 100, "digits-canary": 0}, weights
+        recorded = time.monotonic()
+
+        def weights() -> dict[str, int]:
+            route = custom.get_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "httproutes",
+                                                        "digits")  # fmt: skip
+            return {b["name"]: b["weight"] for b in route["spec"]["rules"][0]["backendRefs"]}
+
+        # The rollback is on record before the pass acts on it (a restart carries it out); the same
+        # pass moves the route right after.
+        wait_for(lambda: weights() == {"digits-stable": 100, "digits-canary": 0}, 5,
+                 "the route at 100/0 in the pass that recorded the rollback", interval=0.1)  # fmt: skip
+        route_lag = time.monotonic() - recorded
         selector = core.read_namespaced_service("digits", namespace).spec.selector
         assert selector == {"slipway.dev/deployment": "digits", "slipway.dev/track": "stable"}, selector
         # Traefik reloads: wait until 60 answers in a row came from the stable.
@@ -164,7 +172,8 @@ def abort_and_hold_out(kube_api, namespace, custom, gateway_port, v2: str) -> No
         stats = load.stop()
     rolled_back = datetime.fromisoformat(aborted["status"]["lastRollback"]["time"].replace("Z", "+00:00"))
     waited = gone_at - rolled_back.timestamp()
-    report(f"abort through the gateway: route 100/0 at once, the canary's pod kept ready with no traffic "
+    report(f"abort through the gateway: route 100/0 {route_lag:.2f} s after the rollback was seen, "
+           f"the canary's pod kept ready with no traffic "
            f"({held} replica, {len(ready)} ready) and scaled to 0 {waited:.1f} s after the rollback "
            f"(scaleDownDelaySeconds {DELAY}); codes {stats.by_code}, canary answers after the route moved: "
            f"{stats.by_version.get(v2, 0) - silent_from}")  # fmt: skip
