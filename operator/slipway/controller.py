@@ -252,7 +252,10 @@ class Scheduler:
     def wake(self, key: Key, delay: float = 0.0, *, requeue: bool = False) -> None:
         """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). ``requeue``:
         the pass asked for it itself (time is the input), which waits behind passes woken by a
-        change. Event loop only."""
+        change. Event loop only; nothing once the loop is closed (a pass that ends as the operator
+        stops has nothing to come back to)."""
+        if self.loop.is_closed():
+            return
         when = self.loop.time() + max(0.0, delay)
         scheduled = self.timers.get(key)
         if not requeue:

@@ -254,6 +254,17 @@ def test_scheduler_runs_one_pass_per_key_dedups_and_reruns_after_a_wake_during_a
     assert asyncio.run(scenario()) == ["a", "a"]
 
 
+def test_a_pass_that_ends_after_its_loop_closed_asks_for_no_timer() -> None:
+    async def make() -> Scheduler:
+        return Scheduler(lambda key: None)
+
+    loop = asyncio.new_event_loop()
+    scheduler = loop.run_until_complete(make())
+    loop.close()
+    scheduler.wake(("x", "n", "late"), 1.0, requeue=True)  # raised "Event loop is closed" before
+    assert not scheduler.timers
+
+
 def test_scheduler_requeues_when_a_pass_asks_and_backs_off_on_errors() -> None:
     async def scenario() -> tuple[int, int]:
         calls = {"time": 0, "error": 0}
