@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,10 +17,13 @@ ROOT = Path(__file__).resolve().parent.parent
 GPU_SCOPE = "the node's GPUs"
 
 
+TAKES_GPUS = re.compile(r"def \w+\([^)]*\bnode_gpus\b")  # a test (or fixture) with node_gpus among its parameters
+
+
 def gpu_modules() -> frozenset[str]:
     """The test modules (as node ids name them) whose tests take the node's GPUs (``node_gpus``)."""
     files = [*(ROOT / "tests").rglob("test_*.py"), *(ROOT / "e2e" / "tests").rglob("test_*.py")]
-    return frozenset(str(f.relative_to(ROOT)) for f in files if "node_gpus" in f.read_text())
+    return frozenset(str(f.relative_to(ROOT)) for f in files if TAKES_GPUS.search(f.read_text()))
 
 
 def scope(nodeid: str, gpus: frozenset[str]) -> str:
@@ -31,6 +35,7 @@ def scope(nodeid: str, gpus: frozenset[str]) -> str:
     return GPU_SCOPE if module in gpus else module
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) knows no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """xdist's ``loadscope`` with :func:`scope` as its scope."""
     if config.getoption("dist", None) != "loadscope":

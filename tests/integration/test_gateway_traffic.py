@@ -146,8 +146,12 @@ def abort_and_hold_out(kube_api, namespace, custom, gateway_port, v2: str) -> No
 
         # The rollback is on record before the pass acts on it (a restart carries it out); the same
         # pass moves the route right after.
-        wait_for(lambda: weights() == {"digits-stable": 100, "digits-canary": 0}, 5,
-                 "the route at 100/0 in the pass that recorded the rollback", interval=0.1)  # fmt: skip
+        seen: list[dict[str, int]] = []
+        try:
+            wait_for(lambda: seen.append(weights()) or seen[-1] == {"digits-stable": 100, "digits-canary": 0}, 5,
+                     "the route at 100/0 in the pass that recorded the rollback", interval=0.1)  # fmt: skip
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; the route's weights last read: {seen[-1:]}") from e
         route_lag = time.monotonic() - recorded
         selector = core.read_namespaced_service("digits", namespace).spec.selector
         assert selector == {"slipway.dev/deployment": "digits", "slipway.dev/track": "stable"}, selector

@@ -148,24 +148,30 @@ def test_queued_runs_show_their_place_in_the_local_queue_as_it_moves(
                             queueName="gpus", resources={"gpus": 2})  # fmt: skip
 
     try:
-        # It holds the quota for about 25 s: a place shown is up to 12 s old (the LocalQueue read every 10 s,
+        # It holds the quota for about 35 s: a place shown is up to 12 s old (the LocalQueue read every 10 s,
         # each run looking every 2 s), and the queued runs must show 1, 2 and 3 before it ends.
-        apply_object(kube_api, namespace, run("ahead", 50))
+        apply_object(kube_api, namespace, run("ahead", 70))
         wait_status(kube_api, namespace, "TrainingRun", "ahead", lambda o: (o.get("status") or {}).get("phase")
                     == "Running", 120, "the first run admitted and training")  # fmt: skip
         names = [f"behind-{i}" for i in range(3)]
         for name in names:
             apply_object(kube_api, namespace, run(name, 8))
 
+        last: dict[str, dict] = {}
+
         def placed() -> dict[str, dict] | None:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns")["items"]
             queues = {i["metadata"]["name"]: (i.get("status") or {}).get("queue") or {} for i in items}
             shown = {n: queues.get(n, {}) for n in names}
+            last.update(shown)
             # Each run's place is read on its own pass, so while the queue fills one may still show the place
             # it had before the run behind it came: wait for a set that agrees, places 1, 2 and 3.
             return shown if sorted(q.get("position") or 0 for q in shown.values()) == [1, 2, 3] else None
 
-        queued = wait_for(placed, 90, "places 1, 2 and 3 in status.queue of the queued runs", interval=0.5)
+        try:
+            queued = wait_for(placed, 90, "places 1, 2 and 3 in status.queue of the queued runs", interval=0.5)
+        except TimeoutError as e:
+            raise AssertionError(f"{e}; status.queue last shown: {last}") from e
         for queue in queued.values():  # one LocalQueue: the same place in the ClusterQueue
             assert queue["positionInClusterQueue"] == queue["position"], queued
             assert queue["admitted"] is False
