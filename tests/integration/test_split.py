@@ -14,7 +14,7 @@ from kubernetes import client
 from integration.test_inferencedeployment import Versions, deployment, serving
 from localkube.wait import wait_for
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, report
+from slipway_testing import apply_object, get_object, report, wait_status
 
 pytestmark = [pytest.mark.cluster]
 
@@ -160,7 +160,11 @@ def test_when_the_hpa_scales_mid_canary_the_total_follows_and_the_split_holds(
     assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["spec"]["replicas"] == 2
     with load:  # now the load that makes the HPA scale
         wait_for(split(2, 2), 300, "the HPA's 4 replicas split 2 + 2", interval=1)
-        obj = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+        # Status follows on the operator's pass after the last pod turned ready (it showed 33% while
+        # one canary pod of 2 was ready, 1 s after both were, in one CI run).
+        obj = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                          lambda o: ((o.get("status") or {}).get("canary") or {}).get("weight") == 50, 30,
+                          "status at the 50% step on 2 + 2 ready pods")  # fmt: skip
         status = obj["status"]
         assert obj["spec"]["replicas"] == 4 and status["phase"] == "Paused", status
         assert status["canary"]["modelVersion"] == v2 and status["canary"]["weight"] == 50
