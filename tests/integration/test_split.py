@@ -157,7 +157,10 @@ def test_when_the_hpa_scales_mid_canary_the_total_follows_and_the_split_holds(
 
     v2 = versions.publish(**slow)
     wait_for(split(1, 1), 180, "the paused 50% step on 2 replicas: 1 stable + 1 canary", interval=1)
-    assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["spec"]["replicas"] == 2
+    # The HPA raises the count to its minReplicas on its first sync (every 15 s), which on a fresh
+    # cluster can come after both pods are ready.
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
+                lambda o: o["spec"].get("replicas") == 2, 60, "spec.replicas 2, the HPA's minReplicas")  # fmt: skip
     with load:  # now the load that makes the HPA scale
         wait_for(split(2, 2), 300, "the HPA's 4 replicas split 2 + 2", interval=1)
         # Status follows on the operator's pass after the last pod turned ready (it showed 33% while
