@@ -606,7 +606,8 @@ def load_in_background(server: PredictionServer, args: argparse.Namespace, workd
             )
             if faults.load_seconds:
                 log.info("fault switch loadSeconds: loading %.0f s more", faults.load_seconds)
-                time.sleep(faults.load_seconds)
+                if server.stopping.wait(faults.load_seconds):  # told to stop while "loading": no model
+                    return
             server.faults = faults  # before the model: no request is served without them
             server.serve_model(model)
             log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
