@@ -456,18 +456,18 @@ def test_a_timed_pass_that_waited_long_enough_goes_before_new_changes() -> None:
         async def wait_for_slot(name: str, lane: str) -> None:
             await slots.acquire(("x", "n", name), lane)
             order.append(name)
-            slots.release(lane)
+            slots.release(lane, ("x", "n", name))
 
         tasks = [loop.create_task(wait_for_slot("poll", TIMED))]
         await asyncio.sleep(0.01)
         tasks.append(loop.create_task(wait_for_slot("change-1", URGENT)))
         await asyncio.sleep(0.01)
-        slots.release(URGENT)  # change-1 goes first: the poll has not waited 0.2 s yet
+        slots.release(URGENT, ("x", "n", "busy"))  # change-1 goes first: the poll has not waited 0.2 s yet
         await asyncio.sleep(0.01)
         await slots.acquire(("x", "n", "busy-2"), URGENT)  # a stream of changes keeps the slot busy
         tasks.append(loop.create_task(wait_for_slot("change-2", URGENT)))
         await asyncio.sleep(0.3)
-        slots.release(URGENT)  # now the poll has aged: it goes before change-2
+        slots.release(URGENT, ("x", "n", "busy-2"))  # now the poll has aged: it goes before change-2
         await asyncio.gather(*tasks)
         return order
 
@@ -674,7 +674,7 @@ def test_a_waiter_cancelled_in_any_lane_hands_nothing_over_and_loses_no_slot() -
         for task in waiting:
             task.cancel()
         await asyncio.gather(*waiting, return_exceptions=True)
-        slots.release(URGENT)
+        slots.release(URGENT, ("x", "n", "a"))
         await slots.acquire(("x", "n", "c"), CRITICAL)
         await slots.acquire(("x", "n", "d"), URGENT)
         return dict(slots.busy)
@@ -730,9 +730,9 @@ def test_a_timed_waiter_a_change_promotes_releases_the_lane_it_was_granted() -> 
         waiting = loop.create_task(slots.acquire(("x", "n", "poll"), TIMED))
         await asyncio.sleep(0.01)
         slots.promote(("x", "n", "poll"))  # a change woke it while it waited
-        slots.release(URGENT)
+        slots.release(URGENT, ("x", "n", "busy"))
         granted = await waiting
-        slots.release(granted)
+        slots.release(granted, ("x", "n", "poll"))
         return dict(slots.busy)
 
     assert asyncio.run(scenario()) == {"critical": 0, "new": 0, "urgent": 0, "timed": 0}  # none lost or doubled
@@ -755,3 +755,111 @@ def test_a_typed_answer_cut_while_its_body_is_read_is_an_outage_not_a_crash() ->
         data = b'{"kind": "Job"}'
 
     assert kube._typed("read Job team-a/x", lambda *a, **kw: Whole()) == {"kind": "Job"}
+
+
+# -- Namespaces take turns (Slots: the namespace with the fewest passes running first, a cap) ------
+
+
+def test_a_namespace_s_burst_of_first_passes_does_not_hold_back_another_namespace_s_first_pass() -> None:
+    # Namespace "burst" applied 50 TrainingRuns (the quickest kind) and holds every slot for first
+    # passes; "other" applies one InferenceDeployment (a slower kind) after them: it takes the
+    # next slot freed, not the 51st.
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(4, reserved=1)  # 3 slots for first passes
+        slots.first_pass_seconds.update({"inferencedeployments": 1.2, "trainingruns": 0.12})
+        held = [("trainingruns", "burst", f"held-{i}") for i in range(3)]
+        for key in held:
+            await slots.acquire(key, NEW)
+
+        async def first_pass(key: tuple[str, str, str]) -> None:
+            await slots.acquire(key, NEW)
+            order.append(f"{key[1]}/{key[2]}")
+
+        tasks = [loop.create_task(first_pass(("trainingruns", "burst", f"tr-{i}"))) for i in range(50)]
+        await until(lambda: len(slots.lanes[NEW]) == 50)
+        tasks.append(loop.create_task(first_pass(("inferencedeployments", "other", "id"))))
+        await until(lambda: len(slots.lanes[NEW]) == 51)
+        slots.release(NEW, held[0], 0.12)
+        await until(lambda: len(order) == 1)
+        slots.release(NEW, held[1], 0.12)
+        await until(lambda: len(order) == 2)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return order
+
+    assert asyncio.run(scenario()) == ["other/id", "burst/tr-0"]
+
+
+def test_namespaces_waiting_take_turns_the_one_with_fewest_passes_running_first() -> None:
+    async def scenario() -> list[str]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(3, reserved=0)
+        running = [("x", "a", f"held-{i}") for i in range(3)]
+        for key in running:
+            await slots.acquire(key, URGENT)
+
+        async def change(key: tuple[str, str, str]) -> None:
+            await slots.acquire(key, URGENT)
+            order.append(f"{key[1]}/{key[2]}")
+            running.append(key)
+
+        tasks = []
+        for namespace, count in (("a", 5), ("b", 3), ("c", 3)):  # a's waiters oldest, then b's, then c's
+            tasks += [loop.create_task(change(("x", namespace, f"{namespace}{i}"))) for i in range(count)]
+        await until(lambda: len(slots.urgent) == 11)
+        for done in range(1, 7):  # the oldest running pass ends, six times
+            slots.release(URGENT, running.pop(0))
+            await until(lambda done=done: len(order) == done)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return order
+
+    # b and c (none running) before a's older waiters; then a (none running once its three ended), and
+    # so on by the count of passes running, the older namespace first on a tie.
+    assert asyncio.run(scenario()) == ["b/b0", "c/c0", "a/a0", "b/b1", "c/c1", "a/a1"]
+
+
+def test_a_namespace_at_its_share_of_the_slots_gets_none_while_another_namespace_waits() -> None:
+    # 4 slots, a namespace may hold 2 while others wait. "a" holds 2 and its next pass is a first
+    # pass (the lane before changes); "b" waits with a change: b goes first, then a (nobody else waits).
+    async def scenario() -> tuple[list[str], dict[str, int]]:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        slots = Slots(4, reserved=0, namespace_share=0.5)
+        for key in (("x", "a", "1"), ("x", "a", "2"), ("x", "c", "1"), ("x", "c", "2")):
+            await slots.acquire(key, URGENT)
+
+        async def wait(key: tuple[str, str, str], lane: str) -> None:
+            await slots.acquire(key, lane)
+            order.append(f"{key[1]}/{key[2]}")
+
+        tasks = [loop.create_task(wait(("trainingruns", "a", "new"), NEW))]
+        await until(lambda: len(slots.lanes[NEW]) == 1)
+        tasks.append(loop.create_task(wait(("x", "b", "change"), URGENT)))
+        await until(lambda: len(slots.urgent) == 1)
+        slots.release(URGENT, ("x", "c", "1"))
+        await until(lambda: len(order) == 1)
+        slots.release(URGENT, ("x", "c", "2"))
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order, dict(slots.by_namespace)
+
+    order, running = asyncio.run(scenario())
+    assert order == ["b/change", "a/new"]
+    assert running == {"a": 3, "b": 1}  # over its share only once nobody else waited
+
+
+def test_a_pass_released_without_its_key_is_an_error_and_counts_stay() -> None:
+    async def scenario() -> dict[str, int]:
+        slots = Slots(2, reserved=0)
+        await slots.acquire(("x", "n", "a"), URGENT)
+        with pytest.raises(ValueError, match="its key"):
+            slots.release(URGENT)
+        slots.release(URGENT, ("x", "n", "a"))
+        return dict(slots.by_namespace)
+
+    assert asyncio.run(scenario()) == {}
