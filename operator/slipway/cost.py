@@ -8,6 +8,7 @@ from a ConfigMap), YAML or JSON::
     cpuHour: 0.04
     memoryGiBHour: 0.005
     openCost: true   # optional: OpenCost's per-node prices, where it has them (slipway.opencost)
+    openCostSelector: 'job="opencost",namespace="",pod=""'   # optional: OpenCost's own scrape target
 
 With ``openCost: true`` a pod on a node for which OpenCost exports prices (read from the operator's
 Prometheus by :mod:`slipway.opencost` into :attr:`Prices.nodes`) is priced by them, resource by
@@ -37,6 +38,7 @@ from typing import Any
 import yaml
 from kubernetes.utils.quantity import parse_quantity
 
+from slipway import labelmatchers
 from slipway.status.conditions import parse_time
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,11 @@ class PriceError(ValueError):
     """The price file cannot be used; the message names the file and the field."""
 
 
-FIELDS = "currency, gpuHour, cpuHour, memoryGiBHour, openCost"
+FIELDS = "currency, gpuHour, cpuHour, memoryGiBHour, openCost, openCostSelector"
+# Where OpenCost's price series are read from: the series of its own scrape target (the job of
+# OpenCost's documented scrape config), never one that pod discovery labels with a namespace or pod,
+# where any serving pod could export node_gpu_hourly_cost.
+OPENCOST_SELECTOR = 'job="opencost",namespace="",pod=""'
 NO_PRICE = "no price configured: set the operator's price file (--prices-file, Helm value prices)"
 
 
@@ -77,6 +83,7 @@ class Prices:
     open_cost: bool = False  # the price file's openCost: read OpenCost's per-node prices
     nodes: Mapping[str, NodePrices] = field(default_factory=dict)  # node name -> OpenCost's prices
     open_cost_note: str = ""  # why OpenCost's prices are not in ``nodes`` (unreachable, no Prometheus)
+    open_cost_selector: str = OPENCOST_SELECTOR  # label matchers of OpenCost's series (labelmatchers.check)
 
     @classmethod
     def parse(cls, doc: Any, source: str = "prices") -> Prices:
@@ -84,7 +91,7 @@ class Prices:
             return cls(source=source)
         if not isinstance(doc, Mapping):
             raise PriceError(f"{source}: expected a mapping with {FIELDS}")
-        unknown = sorted(set(doc) - {"currency", "gpuHour", "cpuHour", "memoryGiBHour", "openCost"})
+        unknown = sorted(set(doc) - set(FIELDS.split(", ")))
         if unknown:
             raise PriceError(f"{source}: unknown field(s) {', '.join(unknown)}; expected {FIELDS}")
         gpu = doc.get("gpuHour")
@@ -99,7 +106,8 @@ class Prices:
         return cls(currency=currency, gpu_hour=prices, source=source,
                    cpu_hour=_optional_price(doc.get("cpuHour"), f"{source}: cpuHour"),
                    memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"),
-                   open_cost=_flag(doc.get("openCost"), f"{source}: openCost"))  # fmt: skip
+                   open_cost=_flag(doc.get("openCost"), f"{source}: openCost"),
+                   open_cost_selector=_selector(doc.get("openCostSelector", OPENCOST_SELECTOR), source))  # fmt: skip
 
     @classmethod
     def load(cls, path: str | Path | None) -> Prices:
@@ -212,6 +220,15 @@ def prices_of(path: str | None) -> Prices:
         return known[1]
     _LOADED[path] = (mtime, prices)
     return prices
+
+
+def _selector(value: Any, source: str) -> str:
+    if not isinstance(value, str):
+        raise PriceError(f'{source}: openCostSelector must be a string of label matchers such as job="opencost"')
+    try:
+        return labelmatchers.check(value, f"{source}: openCostSelector")
+    except ValueError as exc:
+        raise PriceError(str(exc)) from None
 
 
 def _price(value: Any, where: str) -> float:

@@ -8,6 +8,12 @@ Prometheus that fails or does not answer within the operator's HTTP timeout is l
 it answers again) and the node prices last read from it are kept (the table alone when it never
 answered): a run's cost is not repriced by an outage. A pass never fails and never waits longer than
 the timeout for OpenCost.
+
+Only the series of OpenCost's own scrape target count: the price file's ``openCostSelector``
+(default :data:`slipway.cost.OPENCOST_SELECTOR`, ``job="opencost"`` without the ``namespace`` and
+``pod`` labels pod discovery gives) is in the query. A pod that exports ``node_gpu_hourly_cost``
+itself is scraped under another job (its own ``job`` label is renamed ``exported_job`` unless the
+scrape honours labels) and carries its namespace and pod: it prices nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from slipway.cost import NodePrices, Prices
+from slipway.cost import OPENCOST_SELECTOR, NodePrices, Prices
 from slipway.prometheus import PrometheusError, Sample
 
 log = logging.getLogger(__name__)
@@ -31,8 +37,15 @@ log = logging.getLogger(__name__)
 TTL_SECONDS = 60.0
 SERIES = {"node_gpu_hourly_cost": "gpu_hour", "node_cpu_hourly_cost": "cpu_hour",
           "node_ram_hourly_cost": "memory_gib_hour"}  # fmt: skip
-# One query for the three series; a node may be exported by several OpenCost instances: the dearest.
-QUERY = f'max by (__name__, node) ({{__name__=~"{"|".join(SERIES)}"}})'
+
+
+def query(selector: str = OPENCOST_SELECTOR) -> str:
+    """One query for the three series of OpenCost's scrape target (``selector``, checked label
+    matchers); a node may be exported by several OpenCost instances: the dearest."""
+    return f'max by (__name__, node) ({{__name__=~"{"|".join(SERIES)}",{selector}}})'
+
+
+QUERY = query()
 
 
 class Querier(Protocol):
@@ -53,8 +66,8 @@ class _Read:
     overdue: bool = False  # a pass gave up waiting for it: the others do not wait again
 
 
-_READS: dict[str, _Read] = {}  # Prometheus URL -> its last read
-_LAST_GOOD: dict[str, dict[str, NodePrices]] = {}  # Prometheus URL -> the node prices it last answered
+_READS: dict[tuple[str, str], _Read] = {}  # (Prometheus URL, selector) -> its last read
+_LAST_GOOD: dict[tuple[str, str], dict[str, NodePrices]] = {}  # (URL, selector) -> the node prices last answered
 _LOCK = threading.Lock()
 
 
@@ -67,25 +80,26 @@ def with_node_prices(
         return table
     if client is None:
         return dataclasses.replace(table, open_cost_note="OpenCost not read: the operator has no --prometheus-url")
-    nodes, problem = node_prices(client, timeout, clock)
+    nodes, problem = node_prices(client, timeout, clock, table.open_cost_selector)
     if problem is not None:
         return dataclasses.replace(table, open_cost_note=f"OpenCost not read: {problem}")
     return dataclasses.replace(table, nodes=nodes)
 
 
 def node_prices(
-    client: Querier, timeout: float, clock: Callable[[], float] = time.monotonic
+    client: Querier, timeout: float, clock: Callable[[], float] = time.monotonic, selector: str = OPENCOST_SELECTOR
 ) -> tuple[Mapping[str, NodePrices], str | None]:
     """(node -> OpenCost's prices, None), or ({}, why) when Prometheus failed or did not answer
     within ``timeout`` seconds. Asks at most once per :data:`TTL_SECONDS` per Prometheus; a query
     still running is waited for (within ``timeout``; not again once a pass gave up on it), never
     sent twice."""
+    key = (client.base_url, selector)
     with _LOCK:
-        read = _READS.get(client.base_url)
+        read = _READS.get(key)
         now = clock()
         if read is None or (read.answer.done() and now - read.started >= TTL_SECONDS):
-            read = _READS[client.base_url] = _Read(now, failing=read is not None and read.failing)
-            threading.Thread(target=_ask, args=(client, read), name="opencost", daemon=True).start()
+            read = _READS[key] = _Read(now, failing=read is not None and read.failing)
+            threading.Thread(target=_ask, args=(client, read, selector), name="opencost", daemon=True).start()
     try:
         return read.answer.result(timeout=0 if read.overdue else timeout), None
     except FutureTimeout:
@@ -93,15 +107,15 @@ def node_prices(
         problem = f"{_where(client)} did not answer within {timeout:g}s"
     except PrometheusError as exc:
         problem = str(exc)
-    kept = _LAST_GOOD.get(client.base_url)
+    kept = _LAST_GOOD.get(key)
     _warn_once(read, problem, kept is not None)
     return (kept, None) if kept is not None else ({}, problem)
 
 
-def _ask(client: Querier, read: _Read) -> None:
+def _ask(client: Querier, read: _Read, selector: str) -> None:
     """The query, in a thread of its own (so that a pass waits for it only as long as it wants)."""
     try:
-        nodes = parse(client.query(QUERY))
+        nodes = parse(client.query(query(selector)))
     except PrometheusError as exc:
         read.answer.set_exception(exc)
     except Exception as exc:  # noqa: BLE001 - whatever breaks, the table prices: a pass never fails on it
@@ -109,7 +123,7 @@ def _ask(client: Querier, read: _Read) -> None:
     else:
         with _LOCK:
             recovered, read.failing = read.failing, False
-            _LAST_GOOD[client.base_url] = nodes
+            _LAST_GOOD[(client.base_url, selector)] = nodes
         if recovered:
             log.info("OpenCost's node prices read again from %s (%d nodes)", _where(client), len(nodes))
         read.answer.set_result(nodes)

@@ -9,6 +9,7 @@ the end so that no other test sees OpenCost series."""
 
 from __future__ import annotations
 
+import textwrap
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,9 +21,11 @@ import yaml
 from kubernetes import client
 
 from localkube import prometheus
+from localkube.testing import PYTHON, simple_pod
 from localkube.wait import wait_for
 from slipway import opencost
 from slipway.cost import Prices, reserved_by
+from slipway.prometheus import PrometheusClient
 from slipway.status.conditions import parse_time
 from slipway_testing import apply_object, report, training_run, wait_status
 
@@ -150,3 +153,44 @@ def test_a_runs_cost_is_priced_by_opencosts_node_prices(
     assert spent["total"] == pytest.approx(total, rel=0.01), (spent, total)
     assert abs(at_table - total) > 0.1 * total  # the table's prices would not pass the check above
     assert spent["currency"] == "USD" and "message" not in spent, spent
+
+
+# A tenant's pod that exports OpenCost's series itself, a million an hour for every node, with the
+# labels that would pass for OpenCost's (job, and no namespace or pod).
+FORGER = textwrap.dedent(
+    """
+    import os, sys, threading
+    from prometheus_client import Gauge, start_http_server
+    for name in ("node_gpu_hourly_cost", "node_cpu_hourly_cost", "node_ram_hourly_cost"):
+        gauge = Gauge(name, "forged", ["node", "job", "namespace", "pod", "instance"])
+        for node in sys.argv[1:]:
+            gauge.labels(node, "opencost", "", "", node).set(1e6)
+    start_http_server(9100, addr=os.environ["POD_IP"])
+    threading.Event().wait()
+    """
+)
+
+
+def test_a_pod_exporting_opencosts_series_itself_changes_no_price(cluster, kube_api, namespace, opencost_series):
+    core = client.CoreV1Api(kube_api)
+    pod = simple_pod("pricer", [PYTHON, "-c", FORGER, *opencost_series], restart_policy="Always",
+                     env=[{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}])  # fmt: skip
+    pod["metadata"]["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": "9100"}
+    core.create_namespaced_pod(namespace, pod)
+    forged = f'node_gpu_hourly_cost{{namespace="{namespace}", pod="pricer"}}'
+    wait_for(lambda: query(cluster.prometheus_url, forged), 60, f"Prometheus has {forged}", interval=0.5)
+    # The attack is live: selected by name alone, as before, the forged price wins for the pod's node.
+    by_name = 'max by (__name__, node) ({__name__=~"node_gpu_hourly_cost|node_cpu_hourly_cost|node_ram_hourly_cost"})'
+    dearest = {float(r["value"][1]) for r in query(cluster.prometheus_url, by_name)}
+    assert 1e6 in dearest, dearest
+    opencost.forget()
+    prices = opencost.with_node_prices(
+        Prices.parse(yaml.safe_load(PRICE_FILE)), PrometheusClient(cluster.prometheus_url), 10
+    )
+    nodes = prices.nodes
+    report(f"\nOpenCost prices with a forging pod in {namespace}: by name alone {sorted(dearest)}; Slipway reads "
+           f"{ {n: p.gpu_hour for n, p in nodes.items()} }")  # fmt: skip
+    assert not prices.open_cost_note, prices.open_cost_note
+    assert set(nodes) == set(opencost_series)
+    for node, price in nodes.items():  # OpenCost's prices, every one: none changed
+        assert (price.gpu_hour, price.cpu_hour, price.memory_gib_hour) == (7.5, 0.3, 0.07), (node, price)

@@ -443,3 +443,39 @@ def test_an_opencost_price_of_zero_does_not_beat_the_tables():
         )[0]
         == 0.0
     )  # no table price: OpenCost's 0 stands
+
+
+def test_opencosts_query_selects_only_its_scrape_target_and_the_price_file_may_name_it():
+    # By default: OpenCost's job, and no series that pod discovery labels with a namespace or a pod
+    # (a serving pod exporting node_gpu_hourly_cost itself).
+    default = Prices.parse({"openCost": True})
+    assert default.open_cost_selector == 'job="opencost",namespace="",pod=""'
+    client = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02))
+    opencost.with_node_prices(default, client, timeout=5)
+    assert client.queries == [
+        'max by (__name__, node) ({__name__=~"node_gpu_hourly_cost|node_cpu_hourly_cost|node_ram_hourly_cost",'
+        'job="opencost",namespace="",pod=""})'
+    ]
+    # OpenCost scraped by a ServiceMonitor: its series carry its own namespace, which the admin names.
+    named = Prices.parse({"openCost": True, "openCostSelector": ' job = "opencost" , namespace="opencost"'})
+    other = FakePrometheus(opencost_series("n1", 5.0, 0.1, 0.02), "http://other:9090")
+    opencost.with_node_prices(named, other, timeout=5)
+    assert other.queries[0].endswith(',job="opencost",namespace="opencost"})')
+
+
+@pytest.mark.parametrize(
+    ("selector", "said"),
+    [
+        ("", "empty; name the scrape target"),
+        ("opencost", "is not a list of label matchers"),
+        ('job="opencost"} or vector(1e6', "separated by commas"),
+        ('job="a" pod=""', "separated by commas"),
+        ('__name__="node_gpu_hourly_cost"', "names __name__"),
+        ('job="a\nb"', "is not a list of label matchers"),
+        (5, "must be a string of label matchers"),
+    ],
+)
+def test_a_price_file_whose_opencost_selector_is_not_label_matchers_is_refused_naming_the_field(selector, said):
+    with pytest.raises(PriceError, match=r"^price file p.yaml: openCostSelector") as refused:
+        Prices.parse({"openCost": True, "openCostSelector": selector}, "price file p.yaml")
+    assert said in str(refused.value)
