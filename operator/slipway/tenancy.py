@@ -19,7 +19,8 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from slipway.config import parse_list
-from slipway.mlflow.uris import parse_model_uri, parse_run_uri
+from slipway.mlflow.uris import decoded, parse_model_uri, parse_run_uri, path_hazard
+from slipway.redact import redact_url
 
 ALLOWED_MODELS = "slipway.dev/allowed-models"
 # Admin knobs of a shared cluster, on the Namespace (tenants cannot set them):
@@ -165,11 +166,23 @@ class Policy:
 
 def uri_target(uri: str, field: str) -> UriTarget:
     """What a model URI reaches, for the allow-list; NotAllowed (naming ``field``) for a URI whose
-    owner cannot be told: another scheme, a logged model, a path that climbs out with ``..``."""
-    parts = uri.split("?", 1)[0].split("#", 1)[0].split("/")
-    if ".." in parts:
-        raise NotAllowed(f"{field}: {uri!r} climbs out of its directory (..); name the artifact directly",
-                         "SourceNotAllowed")  # fmt: skip
+    owner cannot be told: another scheme, a logged model, a path that does not mean what it reads
+    as once percent-decoded (``..``, ``%2e%2e``, ``.``, ``//``, a backslash, a control character),
+    a name that reads otherwise decoded."""
+    shown = redact_url(uri)
+    hazard = path_hazard(uri)
+    if hazard is not None:
+        raise NotAllowed(f"{field}: {shown!r} is refused: {hazard}; name the artifact directly, with no '.', '..', "
+                         "'//' or backslash, encoded or not", "SourceNotAllowed")  # fmt: skip
+    target = _target(uri, field)
+    plain = decoded(uri)
+    if plain is not None and plain != uri and _target(plain, field) != target:
+        raise NotAllowed(f"{field}: {shown!r} names its model, run or experiment percent-encoded, which MLflow may "
+                         "read as another; write the name as it is", "SourceNotAllowed")  # fmt: skip
+    return target
+
+
+def _target(uri: str, field: str) -> UriTarget:
     model = parse_model_uri(uri)
     if model is not None:
         if model.version is None and model.alias is None:
@@ -199,6 +212,19 @@ def uri_target(uri: str, field: str) -> UriTarget:
         "and mlflow-artifacts:/, whose owner MLflow tells); register the model in MLflow and name that version",
         "SourceNotAllowed",
     )
+
+
+def inside_run(uri: str, run_id: str, artifact_root: str) -> bool:
+    """``uri`` is in run ``run_id``'s own artifacts: ``runs:/<run_id>[/<path>]``, or the run's
+    artifact location (``mlflow-artifacts:/<experiment>/<run>/artifacts``, as MLflow gives it) or a
+    path under it; written plainly (nothing percent-encoded, no path hazard)."""
+    if path_hazard(uri) is not None or decoded(uri) != uri:
+        return False
+    run = parse_run_uri(uri)
+    if run is not None:
+        return run.run_id == run_id
+    root = artifact_root.rstrip("/")
+    return bool(root) and (uri.rstrip("/") == root or uri.startswith(root + "/"))
 
 
 def refusal(

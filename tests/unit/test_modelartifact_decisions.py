@@ -59,6 +59,21 @@ def test_quantized_output_needs_the_uri_tag_and_carries_digest_and_size() -> Non
                     "slipway.digest": "ab"}  # fmt: skip
 
 
+def test_a_quantizer_output_outside_its_run_is_refused_naming_the_tag_the_run_and_what_was_expected() -> None:
+    state = states.foreign_output("run1", "models:/team-b-llm@production", "mlflow-artifacts:/4/run1/artifacts")
+    assert state.phase == "Failed"
+    stalled = next(c for c in state.conditions if c.type == "Stalled")
+    assert stalled.status == "True" and stalled.reason == "SourceNotAllowed"
+    assert stalled.message.startswith("MLflow tag slipway.quantize.uri of the quantize run run1 is "
+                                      "'models:/team-b-llm@production', outside that run's own artifacts")  # fmt: skip
+    assert "runs:/run1/<path> or mlflow-artifacts:/4/run1/artifacts/<path>" in stalled.message
+    assert "nothing was registered" in stalled.message
+    quantized = next(c for c in state.conditions if c.type == "Quantized")
+    assert quantized.status == "False" and quantized.reason == "SourceNotAllowed"
+    leaky = states.foreign_output("run1", "https://u:s3cr3t@host/m", "")
+    assert "s3cr3t" not in str(leaky.conditions) and "set the tag to runs:/run1/<path>;" in str(leaky.conditions)
+
+
 def test_a_decision_recorded_on_the_version_is_read_back_as_it_was() -> None:
     outcomes = [GateOutcome("accuracy", 0.93, ">= 0.9", None, True, "ok"),
                 GateOutcome("latencyP95Seconds", 0.7, "<= 0.5", None, False, "too slow")]  # fmt: skip

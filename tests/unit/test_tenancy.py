@@ -13,6 +13,7 @@ from slipway.tenancy import (
     UriTarget,
     Use,
     allowed_patterns,
+    inside_run,
     refusal,
     uri_target,
 )
@@ -100,6 +101,65 @@ def test_a_uri_whose_owner_cannot_be_told_is_refused_naming_the_field(uri, words
         uri_target(uri, "spec.source.uri")
     assert str(refused.value).startswith("spec.source.uri: ") and words in str(refused.value)
     assert refused.value.reason == "SourceNotAllowed"
+
+
+@pytest.mark.parametrize(
+    ("uri", "words"),
+    [
+        ("runs:/abc/%2e%2e/%2e%2e/def/artifacts/model", "climbs out"),  # read as run abc, served as def
+        ("runs:/abc/%2E%2E/def/artifacts/model", "climbs out"),
+        ("runs:/abc/%252e%252e/def/artifacts/model", "climbs out"),  # decoded twice
+        ("runs:/abc/%25252e%25252e/def", "climbs out"),  # three times
+        ("runs:/abc/model/..%2f..%2fdef", "climbs out"),
+        ("runs:/abc/%2e./def", "climbs out"),
+        ("mlflow-artifacts:/7/%2e%2e/8/abc/artifacts", "climbs out"),
+        ("models:/mine/1/%2e%2e/%2e%2e/theirs/1", "climbs out"),
+        ("runs:/abc/model\\..\\..\\def", "backslash"),
+        ("runs:/abc/model%5c..%5cdef", "backslash"),
+        ("runs:/abc/./model", "'.' segment"),
+        ("runs:/abc/%2e/model", "'.' segment"),
+        ("runs:/abc//model", "empty segment"),
+        ("runs:/abc/%2f/model", "empty segment"),
+        ("runs:/abc/model%00.onnx", "control character"),
+        ("runs:/abc/model%0a", "control character"),
+        ("runs:/abc/m%" + "25" * 9 + "2e", "percent-encoded more than"),  # %2525...2e, 9 times over
+        ("runs:/ab%63/model", "percent-encoded"),  # read as run ab%63, MLflow may read abc
+        ("models:/mine%40production/1", "percent-encoded"),
+    ],
+)
+def test_a_uri_that_reads_otherwise_decoded_is_refused(uri, words):
+    with pytest.raises(NotAllowed) as refused:
+        uri_target(uri, "spec.source.uri")
+    assert str(refused.value).startswith("spec.source.uri: ") and words in str(refused.value)
+    assert refused.value.reason == "SourceNotAllowed"
+
+
+@pytest.mark.parametrize(
+    ("uri", "inside"),
+    [
+        ("runs:/r1/model-int8", True),
+        ("runs://r1/model-int8/", True),
+        ("mlflow-artifacts:/4/r1/artifacts/model-int8", True),
+        ("mlflow-artifacts:/4/r1/artifacts", True),
+        ("runs:/r2/model", False),  # another run
+        ("RUNS:/r1/model", False),
+        ("models:/team-b-llm@production", False),
+        ("models:/mine/1", False),
+        ("s3://bucket/4/r1/artifacts/model", False),
+        ("mlflow-artifacts:/4/r1/artifacts-x/model", False),  # a sibling, not under the root
+        ("mlflow-artifacts:/4/r2/artifacts/model", False),
+        ("mlflow-artifacts:/4/r1/artifacts/../../r2/artifacts/model", False),
+        ("mlflow-artifacts:/4/r1/artifacts/%2e%2e/%2e%2e/r2/artifacts/model", False),
+        ("runs:/r1/%2e%2e/%2e%2e/r2/artifacts/model", False),
+        ("runs:/r1/model%2fx", False),  # own outputs need no encoding
+    ],
+)
+def test_a_quantizers_output_must_be_inside_its_own_run(uri, inside):
+    assert inside_run(uri, "r1", "mlflow-artifacts:/4/r1/artifacts/") is inside
+
+
+def test_a_run_without_an_artifact_location_has_only_its_runs_uris():
+    assert inside_run("runs:/r1/m", "r1", "") and not inside_run("mlflow-artifacts:/4/r1/artifacts/m", "r1", "")
 
 
 def admin(**annotations: str) -> dict:

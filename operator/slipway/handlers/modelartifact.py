@@ -193,6 +193,9 @@ class Lifecycle:
         output = states.quantized_output(run.run_id, run.tags, parent.version, method)
         if isinstance(output, states.ArtifactState):
             raise Waiting(output)
+        # The tag is the tenant's pod's word: what it names must be that run's own (as a source is checked).
+        if self.ctx.tenancy.active and not tenancy.inside_run(output[0], run.run_id, run.artifact_uri):
+            raise Waiting(states.foreign_output(run.run_id, output[0], run.artifact_uri))
         return self.version("quantized", states.Source(output[0], run.run_id), output[1])
 
     def validate(self, candidate: ModelVersion) -> list[GateOutcome]:

@@ -9,10 +9,12 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass
 
 MODELS_SCHEME = "models:"
 RUNS_SCHEME = "runs:"
+MAX_DECODINGS = 8  # %25252e... deeper than this is refused, not decoded further
 
 
 @dataclass(frozen=True)
@@ -69,3 +71,39 @@ def run_artifact_uri(run_id: str, artifact_path: str = "") -> str:
 def model_version_uri(name: str, version: str | int) -> str:
     """The registry URI of one version, ``models:/<name>/<version>``."""
     return f"models:/{name}/{version}"
+
+
+def decoded(uri: str) -> str | None:
+    """``uri`` percent-decoded again and again until it no longer changes (``%252e`` -> ``%2e`` ->
+    ``.``), as a server that decodes a path more than once would read it; None if it is still
+    changing after MAX_DECODINGS rounds."""
+    for _ in range(MAX_DECODINGS):
+        plain = urllib.parse.unquote(uri)
+        if plain == uri:
+            return plain
+        uri = plain
+    return None
+
+
+def path_hazard(uri: str) -> str | None:
+    """Why ``uri`` may not mean what it reads as, once decoded (:func:`decoded`), or None: a ``..``
+    or ``.`` segment, a backslash, a control character, an empty segment inside the path (a
+    ``//`` right after the scheme is the authority's and allowed, as is one trailing ``/``)."""
+    plain = decoded(uri)
+    if plain is None:
+        return f"it is percent-encoded more than {MAX_DECODINGS} times over"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in plain):
+        return "it holds a control character"
+    if "\\" in plain:
+        return "it holds a backslash"
+    _, colon, rest = plain.partition(":")
+    rest = rest if colon else plain
+    rest = rest[2:] if rest.startswith("//") else rest  # scheme://authority/...
+    segments = rest.strip("/").split("/") if rest.strip("/") else []
+    if ".." in segments:
+        return "it climbs out of its directory (..)"
+    if "." in segments:
+        return "it has a '.' segment"
+    if "" in segments or rest.startswith("//"):
+        return "it has an empty segment (//)"
+    return None

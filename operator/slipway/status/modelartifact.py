@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.mlflow.http import MlflowError
+from slipway.redact import redact_url
 from slipway.status import jobs
 from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
 from slipway.status.gates import GateOutcome
@@ -99,6 +100,7 @@ DECISION_TAG = "slipway.dev/validation"
 GATES_TAG = "slipway.dev/gates"
 ALIASES_TAG = "slipway.dev/aliases-set"
 METRIC_TAG = "slipway.metric."
+QUANTIZE_URI_TAG = "slipway.quantize.uri"  # set by the quantize pod: the model it made
 
 
 def needs_quantization(method: str, image: str | None, command: list[str] | None) -> bool:
@@ -146,10 +148,10 @@ def quantized_output(
     run_id: str, tags: Mapping[str, str], parent: str, method: str
 ) -> tuple[str, dict[str, str]] | ArtifactState:
     """(URI, version tags) of what the quantizer made, from its run's tags; Failed if it set none."""
-    uri = tags.get("slipway.quantize.uri")
+    uri = tags.get(QUANTIZE_URI_TAG)
     if not uri:
         return step_failed(
-            "quantize", f"the quantizer finished without setting tag slipway.quantize.uri on MLflow run {run_id}"
+            "quantize", f"the quantizer finished without setting tag {QUANTIZE_URI_TAG} on MLflow run {run_id}"
         )
     out = {"slipway.dev/parent-version": parent, "slipway.dev/quantization-method": method}
     out |= {
@@ -158,6 +160,17 @@ def quantized_output(
         if tags.get(f"slipway.quantize.{k}")
     }
     return uri, out
+
+
+def foreign_output(run_id: str, uri: str, artifact_root: str) -> ArtifactState:
+    """The quantizer's tag names a model outside its own run's artifacts: refused, nothing registered."""
+    shown = redact_url(uri if len(uri) <= 200 else uri[:197] + "...")
+    root = redact_url(artifact_root.rstrip("/")) if artifact_root else ""
+    expected = f"runs:/{run_id}/<path>" + (f" or {root}/<path>" if root else "")
+    message = (f"MLflow tag {QUANTIZE_URI_TAG} of the quantize run {run_id} is {shown!r}, outside that run's own "
+               f"artifacts; the quantizer must log its model in its own run and set the tag to {expected}; "
+               "nothing was registered and no alias moved")  # fmt: skip
+    return _state("Failed", stalled, "SourceNotAllowed", message, (True, False, False))
 
 
 def recorded_outcomes(tags: Mapping[str, str]) -> list[GateOutcome] | None:
