@@ -97,24 +97,29 @@ def main(argv: list[str] | None = None) -> int:
 
     import slipway.operator  # noqa: F401 - registers the handlers
     from slipway.config import OperatorConfig, parse_list
+    from slipway.redact import redact_log_records
 
+    redact_log_records()  # before any record: kopf's own, its tracebacks, the HTTP clients'
     kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat.FULL)
-    config = OperatorConfig(
-        mlflow_url=args.mlflow_url,
-        mlflow_public_url=args.mlflow_public_url,
-        prometheus_url=args.prometheus_url,
-        allowed_prometheus_urls=args.allowed_prometheus_urls,
-        require_model_allowlist=args.require_model_allowlist,
-        allowed_gateways=parse_list(args.allowed_gateways),
-        metrics_port=args.metrics_port,
-        leader_election_namespace=args.leader_election_namespace,
-        namespaces=tuple(args.namespace),
-        lease_duration_seconds=args.lease_duration,
-        lease_renew_deadline_seconds=args.lease_renew_deadline,
-        lease_retry_seconds=args.lease_retry_period,
-        stuck_pass_seconds=args.stuck_pass_seconds,
-        prices_file=args.prices_file or None,
-    )
+    try:
+        config = OperatorConfig(
+            mlflow_url=args.mlflow_url,
+            mlflow_public_url=args.mlflow_public_url,
+            prometheus_url=args.prometheus_url,
+            allowed_prometheus_urls=args.allowed_prometheus_urls,
+            require_model_allowlist=args.require_model_allowlist,
+            allowed_gateways=parse_list(args.allowed_gateways),
+            metrics_port=args.metrics_port,
+            leader_election_namespace=args.leader_election_namespace,
+            namespaces=tuple(args.namespace),
+            lease_duration_seconds=args.lease_duration,
+            lease_renew_deadline_seconds=args.lease_renew_deadline,
+            lease_retry_seconds=args.lease_retry_period,
+            stuck_pass_seconds=args.stuck_pass_seconds,
+            prices_file=args.prices_file or None,
+        )
+    except ValueError as exc:  # a bad address: its message names the flag, never the credentials
+        parser.error(str(exc))
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,

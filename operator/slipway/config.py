@@ -7,7 +7,7 @@ import socket
 import urllib.parse
 from dataclasses import dataclass, field
 
-from slipway.redact import redact_url, without_credentials
+from slipway.redact import ambiguous_userinfo, redact_url, without_credentials
 
 
 def _env_int(name: str, default: int) -> int:
@@ -129,6 +129,14 @@ class OperatorConfig:
         return without_credentials(self.mlflow_url) if self.mlflow_url else None
 
     def __post_init__(self) -> None:
+        for flag, url in (("--mlflow-url", self.mlflow_url), ("--mlflow-public-url", self.mlflow_public_url),
+                          ("--prometheus-url", self.prometheus_url)):  # fmt: skip
+            if url and ambiguous_userinfo(url):
+                raise ValueError(
+                    f"{flag} {redact_url(url)!r}: its user info holds '/', '?' or '#', which would be read as the "
+                    "host or path; percent-encode them (%2F, %3F, %23), or give MLflow's credentials as "
+                    "MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD"
+                )
         own = (self.prometheus_url,) if self.prometheus_url else ()
         allowed = tuple(dict.fromkeys(own + tuple(self.allowed_prometheus_urls)))
         object.__setattr__(self, "allowed_prometheus_urls", allowed)

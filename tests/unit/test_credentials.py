@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from slipway.builders import trainingrun
 from slipway.builders.common import with_credentials
 from slipway.config import OperatorConfig
@@ -26,3 +28,13 @@ def test_no_secret_configured_adds_nothing():
     spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i"})
     job = trainingrun.job("r", "ns", spec, None)
     assert "envFrom" not in with_credentials(job, "")["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_a_password_holding_a_slash_is_refused_at_start_without_being_quoted():
+    with pytest.raises(ValueError) as refused:
+        OperatorConfig(mlflow_url="http://slipway:s3cr/et#1?x@mlflow:5000", prometheus_url=None)
+    message = str(refused.value)
+    assert message.startswith("--mlflow-url 'http://***@mlflow:5000': its user info holds '/'")
+    assert "percent-encode" in message and "s3cr" not in message and "et#1" not in message
+    encoded = OperatorConfig(mlflow_url="http://slipway:s3cr%2Fet%231%3Fx@mlflow:5000", prometheus_url=None)
+    assert encoded.pod_mlflow_url == "http://mlflow:5000"

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import socket
 import threading
 
 import httpx
 import pytest
 
-from slipway.redact import redact_log_records, redact_text, redact_url, transport_failure, without_credentials
+from slipway.redact import (
+    ambiguous_userinfo,
+    redact_log_records,
+    redact_text,
+    redact_url,
+    transport_failure,
+    without_credentials,
+)
 
 
 @pytest.mark.parametrize(
@@ -28,6 +37,13 @@ from slipway.redact import redact_log_records, redact_text, redact_url, transpor
         ("http://h/#access_token=x&state=1", "http://h/#access_token=***&state=1"),
         ("http://u:p@[::1:5000/?token=x&a=1", "http://***@[::1:5000/?token=***&a=1"),  # unparseable: all the same
         ("not a url", "not a url"),
+        # A password holding / # ? as people type it: everything to the last @ is user info.
+        ("https://u:p/a#b?c@host/", "https://***@host/"),
+        ("http://slipway:s3cr/et?x#y@mlflow:5000/api/2.0", "http://***@mlflow:5000/api/2.0"),
+        ("http://u:pa?ss@[::1]:5000/", "http://***@[::1]:5000/"),
+        ("http://h/?pw=s3cr3t&pwd=a&passwd=b&db_pw=c", "http://h/?pw=***&pwd=***&passwd=***&db_pw=***"),
+        ("http://h/?a=1;pwd=s3cr3t;b=2", "http://h/?a=1;pwd=***;b=2"),  # ; separates parameters too
+        ("http://h/?pwm=1&pweek=2", "http://h/?pwm=1&pweek=2"),  # pw only as a word
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
@@ -40,6 +56,8 @@ def test_redact_url(url: str, shown: str) -> None:
         ("http://ops:s3cr3t@mlflow:5000", "http://mlflow:5000"),
         ("https://mlflow.example.com/?token=x&o=1", "https://mlflow.example.com/?o=1"),
         ("http://mlflow:5000/#/experiments/1", "http://mlflow:5000/#/experiments/1"),
+        ("https://u:p/a#b?c@host/", "https://host/"),
+        ("http://h/?a=1;pw=x;b=2", "http://h/?a=1;b=2"),
     ],
 )
 def test_without_credentials(url: str, plain: str) -> None:
@@ -49,6 +67,31 @@ def test_without_credentials(url: str, plain: str) -> None:
 def test_redact_text_redacts_every_url_in_it() -> None:
     text = "MLflow at http://ops:pw@mlflow:5000 failed; see 'https://x/?token=t' or https://ok/"
     assert redact_text(text) == "MLflow at http://***@mlflow:5000 failed; see 'https://x/?token=***' or https://ok/"
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("connecting to slipway:s3cret@mlflow:5000 failed", "connecting to ***@mlflow:5000 failed"),
+        ("dsn='ops:pa/ss#w@db.internal'", "dsn='***@db.internal'"),
+        ("url=slipway:s3cret@mlflow", "url=***@mlflow"),
+        ("login pw=s3cret, pwd=a; passwd=b password=c", "login pw=***, pwd=***; passwd=*** password=***"),
+        ("api_key=k1 client_secret=k2 token=k3", "api_key=*** client_secret=*** token=***"),
+        # not credentials: an alias URI, an address, a ratio, a label
+        ("models:/team-a-llm@production", "models:/team-a-llm@production"),
+        ("ask ops@example.com at 3:30", "ask ops@example.com at 3:30"),
+        ("replicas=3 step=2 reason=GateFailed", "replicas=3 step=2 reason=GateFailed"),
+    ],
+)
+def test_redact_text_outside_urls(text: str, shown: str) -> None:
+    assert redact_text(text) == shown
+
+
+def test_a_password_with_a_slash_is_ambiguous_until_percent_encoded() -> None:
+    assert ambiguous_userinfo("http://slipway:s3cr/et@mlflow:5000")
+    assert ambiguous_userinfo("https://u:p#x@host/")
+    assert not ambiguous_userinfo("http://slipway:s3cr%2Fet@mlflow:5000/")
+    assert not ambiguous_userinfo("http://mlflow:5000/x")
 
 
 def _listening(reply: bytes) -> tuple[socket.socket, str]:
@@ -145,3 +188,55 @@ def test_log_records_of_any_logger_carry_no_credentials():
         logger.setLevel(level)
     text = [r.getMessage() for r in records]
     assert text == ['HTTP Request: GET http://***@mlflow:5000/api/2.0/x?token=*** "200"', "plain 3"]
+
+
+def _captured(logger: logging.Logger, formatter: logging.Formatter) -> io.StringIO:
+    """What a real stream handler with ``formatter`` writes for ``logger`` (its records kept to it)."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    logger.addHandler(handler)
+    logger.propagate = False
+    return out
+
+
+def _fail(url: str) -> None:
+    raise RuntimeError(f"MLflow at {url} failed")
+
+
+def test_a_traceback_logged_by_log_exception_carries_no_credentials():
+    redact_log_records()
+    log = logging.getLogger("slipway.test.traceback")
+    out = _captured(log, logging.Formatter("%(levelname)s %(message)s"))
+    try:
+        try:
+            _fail("http://slipway:s3cr/et?x#y@mlflow:5000/api")
+        except RuntimeError as exc:
+            raise ValueError("again: login slipway:hunter2@db pw=s3cr3t2") from exc
+    except ValueError:
+        log.exception("a pass failed")
+    log.error("with a stack", stack_info=True, extra={})
+    text = out.getvalue()
+    assert "Traceback (most recent call last)" in text and "in _fail" in text  # the traceback is there
+    assert "RuntimeError: MLflow at http://***@mlflow:5000/api failed" in text
+    assert "ValueError: again: login ***@db pw=***" in text
+    for secret in ("s3cr", "et?x#y", "hunter2", "s3cr3t2"):
+        assert secret not in text, secret
+
+
+@pytest.mark.parametrize("log_format", ["FULL", "JSON"])
+def test_kopfs_own_formatters_print_the_redacted_traceback(log_format: str):
+    import kopf
+    from kopf._core.actions.loggers import make_formatter
+
+    redact_log_records()
+    log = logging.getLogger(f"slipway.test.kopf.{log_format}")
+    out = _captured(log, make_formatter(log_format=kopf.LogFormat[log_format]))
+    try:
+        _fail("https://u:p/a#b?c@host/")
+    except RuntimeError as exc:
+        # as kopf reports a handler's failure: the exception in the message and its traceback
+        log.exception(f"Handler 'x' failed with an exception. Will retry: {exc}")
+    text = out.getvalue()
+    assert "_fail" in text and "https://***@host/" in text
+    assert "u:p" not in text and "a#b?c" not in text
