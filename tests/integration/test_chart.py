@@ -228,6 +228,8 @@ def test_watched_namespaces_become_flags_and_narrow_the_rbac():
         "nodes",
         "namespaces",
         "customresourcedefinitions",
+        "clusterqueues",
+        "cohorts",
     }
     namespaced = only(objs, "ClusterRole", "slipway-operator-namespaced")
     assert {"jobs", "deployments", "trainingruns/status", "events"} <= resources_granted(namespaced)

@@ -68,6 +68,10 @@ app.kubernetes.io/component: operator
 - apiGroups: [""]
   resources: ["namespaces"]
   verbs: ["list", "watch"]
+# A queued run's quota: its ClusterQueue and that one's cohort (ExceedsQueueQuota).
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["clusterqueues", "cohorts"]
+  verbs: ["get", "list"]
 {{- end -}}
 
 {{/* Rules on namespaced resources, as manifests/clusterrole.yaml has them. Each names its user. */}}
@@ -120,6 +124,10 @@ app.kubernetes.io/component: operator
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
   verbs: ["list", "watch"]
+# A queued run's LocalQueue: which ClusterQueue holds its quota.
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["localqueues"]
+  verbs: ["get", "list"]
 # A queued run's place in its LocalQueue (Kueue's visibility API, an aggregated API).
 - apiGroups: ["visibility.kueue.x-k8s.io"]
   resources: ["localqueues/pendingworkloads"]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import API_VERSION, cost, kube, opencost, queueposition, sizing
+from slipway import API_VERSION, cost, kube, opencost, queueposition, queuequota, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, Run
@@ -97,6 +98,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     placed = False  # a queued run whose LocalQueue's positions Kueue answers: looked at again in a while
     if queue_name and queue is not None and not queue.admitted and job["spec"].get("suspend"):
         queue, placed = _with_position(ctx, queue_name, queue)
+        queue = _with_quota(ctx, spec, queue_name, queue)
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
                            create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
@@ -139,6 +141,18 @@ def _with_position(ctx: Context, queue_name: str, queue: kueue.QueueView) -> tup
         return queue, place.served
     local, cluster = place.position.in_local_queue, place.position.in_cluster_queue
     return dataclasses.replace(queue, position=local, position_in_cluster_queue=cluster), True
+
+
+def _with_quota(ctx: Context, spec: TrainingRunSpec, queue_name: str, queue: kueue.QueueView) -> kueue.QueueView:
+    """``queue`` saying why its ClusterQueue can never admit the run's GPUs, if it cannot."""
+    resources = spec.resources
+    if not resources.gpus:
+        return queue
+    quota = queuequota.quota_of(ctx.kube.api, ctx.namespace, queue_name, resources.gpu_resource_name)
+    field = f"spec.resources.gpus ({resources.gpus} per pod x {spec.nodes} pods)" if spec.nodes > 1 \
+        else "spec.resources.gpus"  # fmt: skip
+    exceeds = quota.refusal(Decimal(resources.gpus * spec.nodes), field) if quota is not None else None
+    return dataclasses.replace(queue, exceeds=exceeds) if exceeds else queue
 
 
 def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:

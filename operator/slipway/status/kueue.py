@@ -40,6 +40,8 @@ class QueueView:
     # Its place among the pending Workloads (Kueue's visibility API, 1 = admitted next), if known.
     position: int | None = None
     position_in_cluster_queue: int | None = None
+    # Why its ClusterQueue can never admit it (queuequota.Quota.refusal), numbers included.
+    exceeds: str | None = None
 
 
 def _condition(workload: Obj, kind: str) -> Obj | None:

@@ -117,6 +117,7 @@ def _state(phase: str, summary: str, reason: str, message: str, trained: bool = 
 # watch event); a refused one, in case the namespace's quota or policy changes.
 NO_PODS_RECHECK_SECONDS = 5.0
 FAILED_CREATE_RECHECK_SECONDS = 30.0
+QUOTA_RECHECK_SECONDS = 30.0  # a run its queue's quota can never hold: in case an admin raises it
 
 
 def training_state(
@@ -172,6 +173,9 @@ def training_state(
         if mlflow_pending and queue_of(spec, job) is None:
             message = "the training Job is created; its pods start once its MLflow run is created"
             return _state("Pending", "reconciling", "CreatingMlflowRun", message, **kw)
+        if queue is not None and queue.exceeds and not queue.admitted:
+            return _state("Pending", "stalled", "ExceedsQueueQuota", queue.exceeds,
+                          recheck_seconds=QUOTA_RECHECK_SECONDS, **kw)  # fmt: skip
         reason, message = kueue.queued(queue_of(spec, job) or "", queue)
         return _state("Pending", "reconciling", reason, message, **kw)
     if not pods:
