@@ -259,6 +259,14 @@ class LeaderElector:
         ``grace``) ago."""
         return self.leading and self.clock() - self.renewed_at >= self.timing.renew_deadline + grace
 
+    def time_left(self) -> float:
+        """Seconds before this replica's renew deadline (0 when it does not lead): what a side effect
+        outside the API server (an MLflow write) may still take. After it this replica stops, and a
+        standby leads ``duration - renew_deadline`` seconds later at the earliest."""
+        if not self.leading or self.lost is not None:
+            return 0.0
+        return max(0.0, self.renewed_at + self.timing.renew_deadline - self.clock())
+
     # ------------------------------------------------------------------ blocking (the lease thread)
 
     def attempt(self) -> bool:

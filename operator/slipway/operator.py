@@ -239,6 +239,8 @@ async def startup(
         memo.leader = None
     else:
         memo.leader = elect(memo, config)
+        if isinstance(memo.get("mlflow"), MlflowClient):  # no MLflow write past the renew deadline
+            memo.mlflow.lease_left = memo.leader.time_left
 
 
 def known_keys(cache: Cache) -> list[Key]:

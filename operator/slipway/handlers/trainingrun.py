@@ -15,17 +15,17 @@ from kubernetes.client.exceptions import ApiException
 from slipway import API_VERSION, cost, kube, opencost, queueposition, queuequota, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
-from slipway.mlflow import MlflowClient, Run
+from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
 from slipway.redact import without_credentials
-from slipway.status import jobs, kueue
+from slipway.status import jobs, kueue, mlflowrun
 from slipway.status.conditions import parse_time, stalled
+from slipway.status.mlflowrun import RunSeen
 from slipway.status.trainingrun import (
     TrainingState,
     finished,
-    progress_from_run,
     queue_of,
     suspend_patch,
     training_state,
@@ -75,7 +75,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     members = [m for m in ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet"
                and m["metadata"].get("namespace") == ctx.namespace]  # fmt: skip
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
-    run: Run | None = None
+    run: RunSeen | None = None
     cached = False
     if not made_now or (ctx.status.get("mlflow") or {}).get("runId"):
         run, cached = _mlflow_run(ctx, spec, ctx.mlflow)
@@ -106,12 +106,14 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     recorded: dict[str, Any] = {}
     if run is not None:
         if cached and (state.succeeded or state.failed):
-            run = ctx.mlflow.get_run(run.run_id)  # the last word: what MLflow has now, not a poll's copy
+            run = _read_run(ctx, ctx.mlflow, run.run_id)  # the last word: what MLflow has now, not a poll's copy
         if state.succeeded or state.failed:
             _log_cost(ctx.mlflow, run, spent, state.completion_time)
         run = _finish_mlflow_run(ctx.mlflow, run, state)
-        recorded["progress"], recorded["last_checkpoint"] = progress_from_run(run)
+        recorded["progress"], recorded["last_checkpoint"] = run.progress, run.checkpoint
         state = with_attempts(state, run)
+        readable = mlflowrun.read_condition(run, ctx.status.get("conditions"))
+        state = dataclasses.replace(state, conditions=[*state.conditions, *readable])
         url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
         recorded["mlflow"] = {"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url}
     _write(ctx, state, sizing=sizing_status, artifact_ref={"name": artifact_name} if artifact_name else None,
@@ -208,27 +210,39 @@ def _sizing(ctx: Context, spec: TrainingRunSpec, before_start: bool) -> tuple[di
     return sizing.sizing_status(spec, f"{ctx.namespace}/{ctx.name}", memory)
 
 
-def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tuple[Run, bool]:
+def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tuple[RunSeen, bool]:
     """The run of this TrainingRun: the one in status, else the one tagged with its uid, else a new
     one; and whether it is the copy read less than a progress poll ago. A running TrainingRun is
     woken by its pods and Job far more often than its progress needs reading: MLflow is read at
-    most once per progress poll (SLIPWAY_PROGRESS_POLL_SECONDS), whatever woke the pass."""
+    most once per progress poll (SLIPWAY_PROGRESS_POLL_SECONDS), whatever woke the pass. What is
+    kept between passes is what a pass needs (mlflowrun.RunSeen), never the parsed run."""
     known = (ctx.status.get("mlflow") or {}).get("runId")
     memory, now = ctx.memory, time.monotonic()
     if known:
         copy = memory.get(RUN_READ)
         if copy is not None and copy[0].run_id == known and now - copy[1] < ctx.config.progress_poll_seconds:
             return copy[0], True
-        run = client.get_run(known)
+        run = _read_run(ctx, client, known)
     else:
         tags = {"slipway.dev/trainingrun": f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
-        run = client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None, f"{ctx.namespace}-{ctx.name}",
-                            tags)  # fmt: skip
+        run = mlflowrun.seen(client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None,
+                                           f"{ctx.namespace}-{ctx.name}", tags), COST_METRICS)  # fmt: skip
     memory[RUN_READ] = (run, now)
     return run, False
 
 
-RUN_READ = "mlflow_run"  # ctx.memory: (the run as last read, time.monotonic() then)
+RUN_READ = "mlflow_run"  # ctx.memory: (mlflowrun.RunSeen as last read, time.monotonic() then)
+
+
+def _read_run(ctx: Context, client: MlflowClient, run_id: str) -> RunSeen:
+    """What a pass needs of the run ``run_id`` (recorded in status), read now; an unreadable one (its
+    answer over the HTTP layer's limit) with the ids status recorded and the words for the condition."""
+    try:
+        return mlflowrun.seen(client.get_run(run_id), COST_METRICS)
+    except MlflowAnswerTooLarge:
+        experiment = str((ctx.status.get("mlflow") or {}).get("experimentId", ""))
+        why = f"MLflow answers over {http.MAX_ANSWER_BYTES // 2**20} MiB for it"
+        return mlflowrun.unreadable(run_id, experiment, why, f"{ctx.namespace}/{ctx.name}")
 
 
 def _release(ctx: Context, spec: TrainingRunSpec, runtime: str, name: str, child: dict[str, Any],
@@ -301,7 +315,7 @@ COST_METRICS = {"slipway.cost.total": "total", "slipway.cost.gpuHours": "gpuHour
                 "slipway.cost.wastedShare": "wastedShare"}  # fmt: skip
 
 
-def _log_cost(client: MlflowClient, run: Run, spent: dict[str, Any], completion: str | None) -> None:
+def _log_cost(client: MlflowClient, run: RunSeen, spent: dict[str, Any], completion: str | None) -> None:
     """A finished run's cost on its MLflow run, as metrics (and the currency as a tag), once: at
     the completion time as timestamp, so a pass that runs again logs the same sample (MLflow keeps
     one per key, step, timestamp and value) and one whose values MLflow already has logs nothing."""
@@ -315,7 +329,7 @@ def _log_cost(client: MlflowClient, run: Run, spent: dict[str, Any], completion:
     client.log_batch(run.run_id, metrics=[(k, v, 0, stamp) for k, v in values.items()], tags=tags)
 
 
-def _finish_mlflow_run(client: MlflowClient, run: Run, state: TrainingState) -> Run:
+def _finish_mlflow_run(client: MlflowClient, run: RunSeen, state: TrainingState) -> RunSeen:
     """Close the run when the Job is done and the training code did not (the operator has the last word)."""
     if run.status == "RUNNING" and (state.succeeded or state.failed):
         status = "FINISHED" if state.succeeded else "FAILED"

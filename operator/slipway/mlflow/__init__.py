@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from slipway.mlflow.artifacts import ARTIFACT_PROXY, ArtifactFile, Artifacts
 from slipway.mlflow.filters import model_version_filter, tag_filter
-from slipway.mlflow.http import API, MlflowError, MlflowNotFound, MlflowUnavailable
+from slipway.mlflow.http import (
+    API,
+    LeaseDeadlinePassed,
+    MlflowAnswerTooLarge,
+    MlflowError,
+    MlflowNotFound,
+    MlflowUnavailable,
+)
 from slipway.mlflow.records import ROLE_TAG, UID_TAG, Records
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
 from slipway.mlflow.tracking import RUN_STATUSES, TERMINAL_RUN_STATUSES, Metric, Run, Tracking, now_millis
@@ -34,7 +41,9 @@ __all__ = [
     "TERMINAL_RUN_STATUSES",
     "UID_TAG",
     "ArtifactFile",
+    "LeaseDeadlinePassed",
     "Metric",
+    "MlflowAnswerTooLarge",
     "MlflowClient",
     "MlflowError",
     "MlflowNotFound",

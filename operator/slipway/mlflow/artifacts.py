@@ -8,12 +8,14 @@ run (tracking) and the registered version (registry): hence this part builds on 
 
 from __future__ import annotations
 
+import time
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import httpx
 
+from slipway.mlflow import bounds
 from slipway.mlflow.http import MlflowError, MlflowNotFound
 from slipway.mlflow.registry import Registry
 from slipway.mlflow.tracking import Tracking
@@ -117,11 +119,12 @@ class Artifacts(Tracking, Registry):
         proxy_path = _join(self.resolve_artifact_path(root_uri), artifact_path)
         url = f"{ARTIFACT_PROXY}/{urllib.parse.quote(proxy_path)}"
 
-        def send() -> httpx.Response:
+        def send(until: float | None) -> httpx.Response:
+            timeout = self.timeout if until is None else bounds.write_timeout(until - time.monotonic(), self.timeout)
             with local_path.open("rb") as body:
-                return self._http.put(url, content=body)
+                return self._http.put(url, content=body, timeout=timeout)
 
-        self._send(send, f"upload {local_path} to {root_uri}/{artifact_path}", idempotent=True)
+        self._send(send, f"upload {local_path} to {root_uri}/{artifact_path}", idempotent=True, writes=True)
         return _join_uri(root_uri, artifact_path)
 
     def _list_proxy(self, proxy_path: str) -> list[ArtifactFile]:
@@ -149,7 +152,7 @@ class Artifacts(Tracking, Registry):
         partial = target.with_name(target.name + ".partial")
         target.parent.mkdir(parents=True, exist_ok=True)
 
-        def fetch() -> httpx.Response:
+        def fetch(_: float | None) -> httpx.Response:
             with self._http.stream("GET", url) as response:
                 if response.is_success:
                     with partial.open("wb") as out:

@@ -17,10 +17,17 @@ Authentication comes from the environment, as in MLflow's own client:
 ``MLFLOW_TRACKING_PASSWORD`` (basic). Secret values are never logged or shown in ``repr``.
 
 Every request sent (each retry too) counts in ``slipway_external_requests_total{service="mlflow"}``.
+
+Bounds, whatever a server (or a tenant's trainer writing to it) does: an answer is read to at most
+:data:`MAX_ANSWER_BYTES` (:class:`MlflowAnswerTooLarge` past it), a paginated answer to at most
+:data:`MAX_PAGES` pages and never past a page token seen before. Given ``lease_left`` (the leader's
+time before its renew deadline, :meth:`slipway.leader.LeaderElector.time_left`), a write starts
+only while that time is left and ends within it (:class:`LeaseDeadlinePassed` otherwise).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -32,12 +39,16 @@ from typing import Any, Self
 import httpx
 
 from slipway import metrics
+from slipway.mlflow import bounds
 from slipway.redact import redact_url, transport_failure
 
 log = logging.getLogger(__name__)
 
 API = "/api/2.0"
-MAX_ANSWER_BYTES = 32 * 2**20  # a search page of 1,000 runs with their metrics and tags fits many times over
+# A run with 50,000 metric keys, a page of 1,000 model versions or 25,000 metric samples fits; a run
+# parsed from it holds about 3 times as much, once per pass reading it (12 at a time by default).
+MAX_ANSWER_BYTES = 4 * 2**20
+MAX_PAGES = 100  # of a paginated answer: 100,000 runs or versions, 2.5 million metric samples
 _ENCODING_HEADERS = ("content-encoding", "content-length", "transfer-encoding")  # of the bytes as sent
 _RETRY_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
@@ -92,6 +103,14 @@ class MlflowUnavailable(MlflowError):
     """MLflow could not answer now (connection error, timeout, 5xx, 429); retrying may help."""
 
 
+class MlflowAnswerTooLarge(MlflowError):
+    """An answer went past :data:`MAX_ANSWER_BYTES`; what was read of it is dropped."""
+
+
+class LeaseDeadlinePassed(MlflowUnavailable):
+    """A write not started (or cut) because this replica's Lease is past its renew deadline."""
+
+
 def _auth_from_env() -> httpx.Auth | None:
     token = os.environ.get("MLFLOW_TRACKING_TOKEN")
     if token:
@@ -131,6 +150,7 @@ class MlflowHttp:
         retries: int = 0,
         auth: httpx.Auth | None = None,
         transport: httpx.BaseTransport | None = None,
+        lease_left: Callable[[], float] | None = None,
     ) -> None:
         parsed = urllib.parse.urlparse(tracking_uri)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -141,6 +161,9 @@ class MlflowHttp:
         self.tracking_uri = tracking_uri.rstrip("/")
         self.shown_uri = redact_url(self.tracking_uri)  # how messages and logs name the server
         self.retries = retries
+        self.timeout = timeout
+        # Seconds before this replica's renew deadline (None: it writes at any time, e.g. --standalone).
+        self.lease_left = lease_left
         self._http = httpx.Client(
             base_url=self.tracking_uri,
             timeout=timeout,
@@ -177,24 +200,32 @@ class MlflowHttp:
         params: Mapping[str, Any] | None = None,
         json: Mapping[str, Any] | None = None,
         idempotent: bool | None = None,
+        writes: bool | None = None,
     ) -> dict[str, Any]:
-        """One request to ``/api/2.0<path>``; returns the decoded JSON answer."""
-        return self._call_raw(method, API + path, params=params, json=json, idempotent=idempotent)
+        """One request to ``/api/2.0<path>``; returns the decoded JSON answer. ``writes`` (default:
+        any method but GET) says whether it changes anything, bounded by the lease if so."""
+        return self._call_raw(method, API + path, params=params, json=json, idempotent=idempotent, writes=writes)
 
     def _pages(
         self, method: str, path: str, request: Mapping[str, Any], items: str, *, idempotent: bool | None = None
     ) -> Iterator[Any]:
         """The ``items`` of each page of a paginated answer, asking for the next page (following
-        ``next_page_token``) only when the caller wants more."""
-        page_token = ""
-        while True:
+        ``next_page_token``) only when the caller wants more: at most :data:`MAX_PAGES` pages, and
+        never a token answered before (a server paging in a circle is an :class:`MlflowError`)."""
+        page_token, seen, what = "", set(), f"{method} {API}{path}{_subject(request)}"
+        for number in range(1, MAX_PAGES + 1):
             page = {**request, "page_token": page_token} if page_token else request
             as_body = {"params": page} if method == "GET" else {"json": page}
-            answer = self._call(method, path, **as_body, idempotent=idempotent)
+            answer = self._call(method, path, **as_body, idempotent=idempotent, writes=False)
             yield from answer.get(items, [])
             page_token = answer.get("next_page_token", "")
             if not page_token:
                 return
+            token = hashlib.sha256(str(page_token).encode()).digest()
+            if token in seen:
+                raise MlflowError(bounds.paging_loop(what, number), error_code="PAGING_LOOP")
+            seen.add(token)
+        raise MlflowError(bounds.too_many_pages(what, MAX_PAGES), error_code="TOO_MANY_PAGES")
 
     def _call_raw(
         self,
@@ -204,11 +235,17 @@ class MlflowHttp:
         params: Mapping[str, Any] | None = None,
         json: Mapping[str, Any] | None = None,
         idempotent: bool | None = None,
+        writes: bool | None = None,
     ) -> dict[str, Any]:
         if idempotent is None:
             idempotent = method in ("GET", "PUT", "DELETE")
         what = f"{method} {url}{_subject(params or json or {})}"
-        response = self._send(lambda: self._bounded(method, url, params, json, what), what, idempotent=idempotent)
+        response = self._send(
+            lambda until: self._bounded(method, url, params, json, what, until),
+            what,
+            idempotent=idempotent,
+            writes=method != "GET" if writes is None else writes,
+        )
         if not response.content:
             return {}
         try:
@@ -223,34 +260,50 @@ class MlflowHttp:
         return answer if isinstance(answer, dict) else {}
 
     def _bounded(
-        self, method: str, url: str, params: Mapping[str, Any] | None, json: Mapping[str, Any] | None, what: str
+        self,
+        method: str,
+        url: str,
+        params: Mapping[str, Any] | None,
+        json: Mapping[str, Any] | None,
+        what: str,
+        until: float | None = None,
     ) -> httpx.Response:
-        """One exchange whose answer is read to at most :data:`MAX_ANSWER_BYTES` (a run with 100k
-        metric keys must not take the operator's memory): more is an :class:`MlflowError`."""
-        request = self._http.build_request(method, url, params=params, json=json)
+        """One exchange whose answer is read to at most :data:`MAX_ANSWER_BYTES` (a run with 300k
+        metric keys must not take the operator's memory): more is an :class:`MlflowAnswerTooLarge`.
+        ``until``: the ``time.monotonic()`` by which a write ends (:meth:`_write_window`)."""
+        timeout = self.timeout if until is None else bounds.write_timeout(until - time.monotonic(), self.timeout)
+        request = self._http.build_request(method, url, params=params, json=json, timeout=timeout)
         streamed = self._http.send(request, stream=True)
         try:
             chunks, size = [], 0
             for chunk in streamed.iter_bytes():
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
-                    raise MlflowError(
-                        f"MLflow {what} answered more than {MAX_ANSWER_BYTES // 2**20} MiB; Slipway reads no more",
+                    raise MlflowAnswerTooLarge(
+                        f"MLflow {what} answered more than {MAX_ANSWER_BYTES // 2**20} MiB; Slipway reads no more"
+                        f"{bounds.too_large_hint(url)}",
                         status=streamed.status_code,
+                        error_code="ANSWER_TOO_LARGE",
                     )
+                if until is not None and time.monotonic() > until:
+                    raise LeaseDeadlinePassed(f"MLflow {what}: cut at this replica's lease deadline")
                 chunks.append(chunk)
         finally:
             streamed.close()
         decoded = {k: v for k, v in streamed.headers.items() if k.lower() not in _ENCODING_HEADERS}
         return httpx.Response(streamed.status_code, headers=decoded, content=b"".join(chunks), request=request)
 
-    def _send(self, request: Callable[[], httpx.Response], what: str, *, idempotent: bool) -> httpx.Response:
-        """Run ``request`` (one HTTP exchange), map failures, retry if allowed."""
+    def _send(
+        self, request: Callable[[float | None], httpx.Response], what: str, *, idempotent: bool, writes: bool = False
+    ) -> httpx.Response:
+        """Run ``request(until)`` (one HTTP exchange, a write ending by ``until``), map failures,
+        retry if allowed."""
         attempts = 1 + (self.retries if idempotent else 0)
         for attempt in range(attempts):
+            until = self._write_window(what) if writes else None
             try:
                 with metrics.external_request("mlflow"):
-                    response = request()
+                    response = request(until)
                     _raise_for_answer(response, what, self.shown_uri)
                 return response
             except httpx.TimeoutException:
@@ -268,6 +321,20 @@ class MlflowHttp:
                 log.warning("%s; retrying in %.1fs (%d/%d)", error, delay, attempt + 1, attempts - 1)
                 time.sleep(delay)
         raise error
+
+    def _write_window(self, what: str) -> float | None:
+        """The ``time.monotonic()`` by which a write must end: this replica's renew deadline, after
+        which it stops leading and ``duration - renewDeadline`` seconds before a standby may lead
+        (None without a lease). Past it the write is not sent: :class:`LeaseDeadlinePassed`."""
+        if self.lease_left is None:
+            return None
+        now, left = time.monotonic(), self.lease_left()
+        if left <= 0:
+            raise LeaseDeadlinePassed(
+                f"MLflow {what} not sent: this replica's Lease is past its renew deadline (or it does not "
+                "lead); the leader sends it on its next pass"
+            )
+        return now + left
 
 
 def _kind_of_content(response: httpx.Response) -> str:
