@@ -302,3 +302,52 @@ def test_no_pod_runs_before_its_mlflow_run_even_when_kueue_admits_the_job_first(
     report(f"job before MLflow run: Job {job_after:.1f}s after apply with MLflow away, admitted by Kueue and its "
            f"pod made after {admitted_after:.1f}s, held gated on no node for 15s; Succeeded "
            f"{time.monotonic() - healed:.1f}s after MLflow answered, logging into the run in status")  # fmt: skip
+
+
+def test_a_run_its_cluster_queue_can_never_admit_is_stalled_with_the_numbers_until_the_quota_grows(
+    kube_api, namespace, operator, kueue_quota, node_gpus
+):
+    """4 GPUs asked of a ClusterQueue of 3, no cohort: kstatus, Argo CD and Flux read Stalled (not
+    in progress for ever), with the quota's numbers; the admin raises the quota to 4 and the run is
+    Queued again, admitted, and trains."""
+    operator()
+    cluster_queue = kueue_quota(gpus=3)
+    recorder = Recorder(kube_api, namespace)
+    body = training_run("greedy", steps=2, env={"SLIPWAY_STEP_SECONDS": "0.5"}, model=f"greedy-{namespace}",
+                        queueName="gpus", resources={"gpus": 4})  # fmt: skip
+    try:
+        apply_object(kube_api, namespace, body)
+
+        def conditions(obj) -> dict[str, dict]:
+            return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+        def stalled(obj) -> bool:
+            found = conditions(obj)
+            flags = ((found.get("Stalled") or {}).get("status"), (found.get("Reconciling") or {}).get("status"))
+            return flags == ("True", "False")
+
+        run = wait_status(kube_api, namespace, "TrainingRun", "greedy", stalled, 90, "Stalled: over the quota")
+        said = conditions(run)["Stalled"]
+        assert said["reason"] == "ExceedsQueueQuota", said
+        wanted = f"asks for 4 nvidia.com/gpu in all, more than Kueue can ever admit (ClusterQueue {cluster_queue}, "
+        assert wanted in said["message"], said
+        assert "nominal quota 3, 3 at most" in said["message"], said
+        raised = time.monotonic()
+        custom = client.CustomObjectsApi(kube_api)
+        queue = custom.get_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cluster_queue)
+        for entry in queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"]:
+            if entry["name"] == "nvidia.com/gpu":
+                entry["nominalQuota"] = 4
+        custom.replace_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "clusterqueues", cluster_queue, queue)
+
+        def done(obj) -> bool:
+            return (obj.get("status") or {}).get("phase") == "Succeeded"
+
+        wait_status(kube_api, namespace, "TrainingRun", "greedy", done, 180, "the run trained once the quota grew")
+        took = time.monotonic() - raised
+    finally:
+        recorder.stop.set()
+    reasons = [reason for _, reason in recorder.seen["greedy"]]
+    assert subsequence(["ExceedsQueueQuota", "Training", "Succeeded"], reasons), recorder.seen["greedy"]
+    report(f"kueue: 4 GPUs asked of a 3-GPU ClusterQueue: Stalled ({said['message']}); quota raised to 4: "
+           f"Succeeded {took:.0f}s later; reasons seen {reasons}")  # fmt: skip
