@@ -362,6 +362,8 @@ ROLLBACK = CANARY_STATUS["lastRollback"]
         ("abort", deployment_in("Analyzing"), None),
         ("abort", deployment_in("Paused"), None),
         ("abort", deployment_in("Promoting"), None),
+        ("abort", deployment_in("Baking", canary=False), None),  # reverts the baking version
+        ("promote", deployment_in("Baking", canary=False), "has no canary in flight to promote (phase Baking)"),
         ("abort", deployment_in("Promoted", canary=False), "has no canary to abort"),
         ("abort", deployment_in("RolledBack", canary=False, rollback=ROLLBACK), "has no canary to abort"),
         ("retry", deployment_in("RolledBack", canary=False, rollback=ROLLBACK), None),

@@ -3,6 +3,7 @@ against prometheus_client's own registry)."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import REGISTRY
 
 from slipway import metrics
@@ -90,3 +91,49 @@ def test_costs_are_gauges_a_dashboard_can_plot():
     assert value("slipway_inferencedeployment_serving_cost", **who, unit="per_million_tokens") is None
     gauges.clear()
     assert value("slipway_trainingrun_cost", namespace="team-a", name="run", currency="USD") is None
+
+
+def test_every_rollback_reason_the_rollout_records_starts_at_0_and_leaves_with_the_deployment():
+    from slipway.status.rollbacks import ROLLBACK_REASONS
+
+    assert metrics.ROLLBACK_REASONS is ROLLBACK_REASONS and "BakeFailed" in ROLLBACK_REASONS
+    gauges = metrics.ObjectGauges()
+    who = {"namespace": "team-a", "name": "baked"}
+    gauges.start("InferenceDeployment", "team-a", "baked")
+    # A first bake revert is an increase from 0 that increase() sees.
+    assert {r: value("slipway_rollbacks_total", **who, reason=r) for r in ROLLBACK_REASONS} == dict.fromkeys(
+        ROLLBACK_REASONS, 0.0
+    )
+    metrics.ROLLBACKS.labels("team-a", "baked", "BakeFailed").inc()
+    assert value("slipway_rollbacks_total", **who, reason="BakeFailed") == 1
+    gauges.forget("InferenceDeployment", "team-a", "baked")
+    assert all(value("slipway_rollbacks_total", **who, reason=r) is None for r in ROLLBACK_REASONS)
+
+
+def test_a_rollback_is_counted_once_its_status_write_landed_not_when_a_409_refused_it(monkeypatch):
+    """The handler writes the decision, then counts: a conflict on that write ends the pass uncounted,
+    and the next pass, deciding again, counts it once."""
+    from slipway import kube
+    from slipway.handlers import inferencedeployment as handler
+
+    writes: list[str] = []
+
+    def flush(_ctx) -> None:
+        if not writes:
+            writes.append("409")
+            raise kube.Conflict("patch InferenceDeployment team-a/twice: API server answered 409 Conflict", delay=0)
+        writes.append("ok")
+
+    monkeypatch.setattr(handler, "flush", flush)
+    reconciler = object.__new__(handler.Reconciler)
+    reconciler.ctx, reconciler.namespace, reconciler.name = None, "team-a", "twice"  # type: ignore[assignment]
+    monkeypatch.setattr(reconciler, "write", lambda *_: None)
+    record = {"reason": "BakeFailed", "revision": "rev2", "time": "2026-01-01T00:00:10Z"}
+    who = {"namespace": "team-a", "name": "twice", "reason": "BakeFailed"}
+    before = value("slipway_rollbacks_total", **who) or 0.0
+    with pytest.raises(kube.Conflict):
+        reconciler.put_on_record(None, {}, [], [], record)  # type: ignore[arg-type]
+    assert (value("slipway_rollbacks_total", **who) or 0.0) == before
+    reconciler.put_on_record(None, {}, [], [], record)  # type: ignore[arg-type]
+    assert value("slipway_rollbacks_total", **who) == before + 1 and writes == ["409", "ok"]
+    metrics.ROLLBACKS.remove("team-a", "twice", "BakeFailed")

@@ -63,3 +63,48 @@ def test_a_refused_update_round_trips_through_the_status_schema() -> None:
                                 {"refused_registry_updates": [entry]})  # fmt: skip
     assert after["refusedRegistryUpdates"] == [entry]
     assert [c["type"] for c in after["conditions"]] == ["RegistrySynced"]
+
+
+# -- a refused alias move never lands after the decisions that followed it ------------------------
+
+BACK = {**ALIAS, "version": "2"}  # production moved back to version 2 (a bake of version 3 reverted)
+
+
+def test_a_newer_decision_for_the_same_alias_drops_the_parked_and_pending_moves():
+    parked = [registry.refused(ALIAS, "permission denied (HTTP 403)", 4, NOW), registry.refused(TAG, "no", 4, NOW)]
+    other = {**ALIAS, "alias": "staging"}
+    stored, still, dropped = registry.sift([ALIAS, other], parked, [BACK], "production", ("digits", "2"))
+    assert dropped == [ALIAS, other, parked[0]]  # staging is no alias of this deployment's spec: not written either
+    assert (stored, [registry.update_of(p) for p in still]) == ([], [TAG])
+    assert registry.superseded(ALIAS, [BACK]) and not registry.superseded(ALIAS, [{**BACK, "model": "other"}])
+    assert not registry.superseded(TAG, [BACK])
+
+
+def test_a_stored_move_is_written_only_while_status_still_holds_it():
+    assert registry.sift([ALIAS], [], [], "production", ("digits", "3")) == ([ALIAS], [], [])
+    assert registry.sift([ALIAS], [], [], "production", None) == ([ALIAS], [], [])  # nothing known: kept
+    assert registry.sift([ALIAS], [], [], "production", ("digits", "2")) == ([], [], [ALIAS])
+    assert registry.sift([ALIAS], [], [], "", ("digits", "3")) == ([], [], [ALIAS])  # promoteAlias emptied
+    assert registry.wanted(TAG, "", None)
+
+
+def test_a_move_refused_while_its_version_baked_is_not_replayed_after_the_revert():
+    """The finding: production -> 3 refused (403) at the promotion and parked; version 3's bake fails
+    and is reverted to version 2. Ten minutes (or a spec change) later the parked move is due again:
+    status holds version 2 for the alias, so it is dropped, never written."""
+    from slipway.status.rollout import alias_target
+    from unit.test_rollout import ABORT, V1, V2, baked_spec, baking, observe, plan, track
+
+    parked = [registry.refused({**ALIAS, "model": "m", "version": "2"}, "permission denied (HTTP 403)", 1, NOW)]
+    s = baked_spec()
+    # The newer decision: the bake of version 2 aborted, production back to version 1.
+    revert = plan(observe(s, stable=track(V2), annotations=ABORT, status=baking(canary={"revision": "rev2"})))
+    target = alias_target(observe(s, stable=track(V2)), revert)
+    stored, still, dropped = registry.sift([], parked, revert.registry, "production", target)
+    assert (stored, still, [registry.update_of(d) for d in dropped]) == ([], [], [registry.update_of(parked[0])])
+    # Without that decision (no alias move back), the retry re-checks status: version 1 serves.
+    later = observe(s, desired=V2, stable=track(V1), status={"phase": "RolledBack", "lastRollback": revert.status[
+        "lastRollback"]})  # fmt: skip
+    _, retried = registry.due_again({"refusedRegistryUpdates": parked}, 2, NOW + timedelta(minutes=10))
+    stored, _, dropped = registry.sift(retried, [], [], "production", alias_target(later, plan(later)))
+    assert (stored, len(dropped)) == ([], 1)

@@ -19,8 +19,10 @@ from slipway.status.rollout import (
     Observed,
     Sizing,
     Track,
+    alias_target,
     canary_sizing,
     desired_from_artifact,
+    new_rollback,
     next_replicas,
     plan,
     replica_weight,
@@ -710,6 +712,79 @@ def test_a_healthy_bake_ends_promoted_and_ready_without_moving_the_alias_again()
     assert early.phase == "Baking" and "30s of spec.rollout.bake.duration left" in cond(early, "Ready").message
 
 
+V3 = Desired("3", "models:/m/3", "m", "rev3")
+ABORT = {"slipway.dev/abort": "true"}
+
+
+def test_a_new_revision_during_a_bake_waits_for_the_bake_to_be_concluded():
+    s = baked_spec()
+    mid = baking(NOW - timedelta(seconds=30), canary={"revision": "rev2"})
+    p = plan(observe(s, desired=V3, stable=track(V2), status=mid))
+    # The bake goes on judging version 2 on the stable's pods; version 3 gets no canary yet.
+    assert (p.phase, p.canary, p.stable, p.rollout) == ("Baking", None, V2, V2)
+    assert (p.analyze, p.analyze_track) == (True, "stable")
+    assert "m version 3 (revision rev3) waits until the bake is over" in cond(p, "Ready").message
+    assert "slipway.dev/abort=true" in cond(p, "Ready").message
+    # A failure past failureLimit still reverts version 2 to the previous stable, alias included.
+    failing = baking(NOW - timedelta(seconds=30), canary={"revision": "rev2"}, failedAnalyses=1)
+    reverted = plan(observe(s, desired=V3, stable=track(V2), status=failing, analysis=outcome("Failed", 0.3)))
+    assert (reverted.phase, reverted.revert_stable, reverted.status["lastRollback"]["revision"]) == (
+        "RolledBack", True, "rev2")  # fmt: skip
+    assert {"action": "SetAlias", "model": "m", "version": "1", "alias": "production"} in reverted.registry
+    assert reverted.wake_in == 0.0  # the waiting revision is rolled out on the next pass
+    # Then version 3 is canaried against version 1, the stable the revert restored.
+    after = {"phase": "RolledBack", "lastRollback": reverted.status["lastRollback"]}
+    canary = plan(observe(s, desired=V3, stable=track(V1), status=after))
+    assert (canary.canary, canary.phase) == (V3, "Progressing")
+
+
+def test_a_bake_that_passes_with_a_new_revision_waiting_ends_promoted_then_canaries_it():
+    s = baked_spec()
+    passed = [{"metric": "errorRate", "result": "Passed", "time": iso(NOW - timedelta(seconds=5))}]
+    over = baking(NOW - timedelta(seconds=61), canary={"revision": "rev2"}, analysis=passed)
+    p = plan(observe(s, desired=V3, stable=track(V2), status=over))
+    assert (p.phase, p.stable, p.canary, p.registry, p.wake_in) == ("Promoted", V2, None, [], 0.0)
+    nxt = plan(observe(s, desired=V3, stable=track(V2), status={"phase": "Promoted", "stable": {"revision": "rev2"}}))
+    assert (nxt.canary, nxt.phase) == (V3, "Progressing")
+
+
+def test_abort_during_a_bake_reverts_to_the_previous_stable_and_moves_the_alias_back():
+    s = baked_spec()
+    for desired in (V2, V3):  # the spec still asks for the baked revision, or a newer one waits
+        p = plan(observe(s, desired=desired, stable=track(V2), annotations=ABORT,
+                         status=baking(NOW - timedelta(seconds=10), canary={"revision": "rev2"})))  # fmt: skip
+        assert (p.phase, p.revert_stable, p.durable, p.consumed_annotation) == (
+            "RolledBack", True, True, "slipway.dev/abort")  # fmt: skip
+        assert (cond(p, "Ready").reason, p.status["lastRollback"]["reason"]) == ("Aborted", "Aborted")
+        assert p.status["lastRollback"]["revision"] == "rev2" and p.status["bakeStartTime"] is None
+        assert {"action": "SetAlias", "model": "m", "version": "1", "alias": "production"} in p.registry
+        assert any(u["action"] == "SetTag" and "reason=Aborted" in u["value"] for u in p.registry)
+        assert not p.analyze and "aborted by the slipway.dev/abort annotation" in cond(p, "Ready").message
+
+
+def test_the_promote_alias_target_follows_what_status_holds():
+    s = baked_spec()
+    bake = plan(observe(s, stable=track(V2), canary=track(V2, 0, 0, pods=0), status=promoting()))
+    assert alias_target(observe(s, stable=track(V2), status=promoting()), bake) == ("m", "2")
+    mid = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status()))
+    assert alias_target(observe(s, stable=track(V1)), mid) == ("m", "1")  # a canary: the stable's
+    promotion = observe(s, stable=track(V2, 1, 2, updated=1), status=promoting())
+    assert alias_target(promotion, plan(promotion)) == ("m", "1")  # mid-promotion: the alias has not moved yet
+    aborted = observe(s, stable=track(V2), annotations=ABORT, status=baking(canary={"revision": "rev2"}))
+    assert alias_target(aborted, plan(aborted)) == ("m", "1")  # reverted: back to previousStable
+    nothing = observe(s, desired=None)
+    assert alias_target(nothing, plan(nothing)) is None
+
+
+def test_a_rollback_is_new_once_its_retry_mark_or_the_stored_record_is_not():
+    rollback = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status(), annotations=ABORT))
+    record = new_rollback(canary_status(), rollback)
+    assert record is not None and record["reason"] == "Aborted"
+    assert new_rollback({"lastRollback": record}, rollback) is None  # the same decision, planned again
+    retried = plan(observe(spec(), stable=track(V1), status=rolled_back(), annotations={"slipway.dev/retry": "1"}))
+    assert "lastRollback" in retried.status and new_rollback(rolled_back(), retried) is None
+
+
 # -- what a second read of the split found ----------------------------------------------------------
 
 
@@ -822,3 +897,16 @@ def test_a_gateway_rollback_after_a_100_percent_step_routes_to_the_canary_until_
     services = traffic.router("GatewayAPI").objects("digits", "team", s, p.route_weight, p.held_out).services
     assert {svc["metadata"]["name"]: svc["spec"]["selector"] for svc in services}["digits"] == {
         "slipway.dev/deployment": "digits"}  # fmt: skip
+
+
+def test_a_revert_on_record_whose_deployment_write_failed_is_carried_out_again_not_promoted():
+    s = baked_spec()
+    reverted = plan(observe(s, stable=track(V2), annotations=ABORT, status=baking(canary={"revision": "rev2"})))
+    on_record = {**baking(canary={"revision": "rev2"}), **reverted.status, "phase": "RolledBack"}
+    # The next pass still finds the stable serving version 2 (the revert's write to it failed).
+    again = plan(observe(s, stable=track(V2), status=on_record))
+    assert (again.phase, again.revert_stable, again.registry, again.stable) == ("RolledBack", True, [], None)
+    assert alias_target(observe(s, stable=track(V2), status=on_record), again) == ("m", "1")
+    # Once it serves version 1, version 2 stays rolled back.
+    done = plan(observe(s, stable=track(V1), status=on_record))
+    assert (done.phase, done.revert_stable, done.canary) == ("RolledBack", False, None)

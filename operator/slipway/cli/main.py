@@ -112,8 +112,8 @@ def parser() -> argparse.ArgumentParser:
     for action, what in (
         ("promote", "skip the remaining canary steps and promote now (annotation slipway.dev/promote=true). "
                     "Applies while a canary is in flight: Progressing, Analyzing or Paused."),
-        ("abort", "roll the canary back now, or revert a promotion in progress (annotation "
-                  "slipway.dev/abort=true). Applies while a canary is in flight or Promoting."),
+        ("abort", "roll the canary back now, or revert a promotion or a bake in progress (annotation "
+                  "slipway.dev/abort=true). Applies while a canary is in flight, Promoting or Baking."),
         ("retry", "roll out again the revision that was rolled back (annotation slipway.dev/retry=true). "
                   "Applies when the phase is RolledBack and that rollback was not retried yet."),
     ):  # fmt: skip

@@ -428,7 +428,7 @@ def action_refusal(action: str, obj: Obj) -> str | None:
     """Why ``promote``, ``abort`` or ``retry`` means nothing in the object's current phase (None: it applies).
 
     As the operator reads the annotations (status/rollout.py): promote skips the remaining steps of
-    a canary in flight; abort rolls a canary back, or reverts a promotion; retry re-rolls the
+    a canary in flight; abort rolls a canary back, or reverts a promotion or a bake; retry re-rolls the
     revision that was rolled back, while the spec still asks for it."""
     status = obj.get("status") or {}
     phase = status.get("phase")
@@ -450,7 +450,7 @@ def action_refusal(action: str, obj: Obj) -> str | None:
                 "so there is nothing to retry"
             )
         return None
-    if action == "abort" and phase == "Promoting":
+    if action == "abort" and phase in ("Promoting", "Baking"):
         return None
     if in_flight:
         return None

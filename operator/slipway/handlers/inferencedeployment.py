@@ -27,8 +27,10 @@ from slipway.status.rollout import (
     Observed,
     Plan,
     Track,
+    alias_target,
     bake_analysis,
     desired_from_artifact,
+    new_rollback,
     plan,
     total_replicas,
     track_of,
@@ -96,18 +98,13 @@ class Reconciler:
                 observed.analysis = self.analyse(observed.now, tracks_ids)
             self.costs = dict(observed.analysis.costs)
             decision = plan(observed)
-        parked, retried = registry.due_again(self.ctx.status, self.ctx.body["metadata"].get("generation"),
-                                             datetime.now(UTC))  # fmt: skip
-        stored = list(self.ctx.status.get("pendingRegistryUpdates") or []) + retried
-        pending = stored + [u for u in decision.registry if u not in stored]
-        if "lastRollback" in decision.status:
-            metrics.ROLLBACKS.labels(self.namespace, self.name, decision.status["lastRollback"]["reason"]).inc()
+        pending, parked = self.registry_updates(observed, decision)
+        rollback = new_rollback(self.ctx.status, decision)
         kept = decision.status.get("previousStable")
         if kept:  # a promotion decided: status keeps what its revert restores, from the stable as it is now
             decision.status["previousStable"] = {**kept, **build.kept_for_revert(deployments["stable"])}
-        if decision.durable:  # the decision is on record before anything acts on it
-            self.write(decision, tracks, pending, parked)
-            flush(self.ctx)
+        if decision.durable or rollback is not None:  # the decision is on record before anything acts on it
+            self.put_on_record(decision, tracks, pending, parked, rollback)
         # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
         routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight, decision.held_out)
         self.ensure_services(routed)
@@ -116,6 +113,31 @@ class Reconciler:
         tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
         self.write(decision, tracks, pending, parked)
         return self.next_pass(decision, pending, parked)
+
+    def put_on_record(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
+                      parked: list[dict[str, Any]], rollback: dict[str, Any] | None) -> None:  # fmt: skip
+        """Write the decision to status now; a rollback it records is counted once that write landed
+        (a conflict, 409, ends the pass here and the next one decides again: never counted twice)."""
+        self.write(decision, tracks, pending, parked)
+        flush(self.ctx)
+        if rollback is not None:
+            metrics.ROLLBACKS.labels(self.namespace, self.name, rollback["reason"]).inc()
+
+    def registry_updates(self, observed: Observed, decision: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(the MLflow updates to write, in order, refused ones still parked): stored ones (pending,
+        and parked ones due again) that status still wants, then this pass's decisions. An alias move
+        a newer decision replaces, or that no longer names what status holds for the alias, is dropped
+        (a move refused once never lands after the decisions that followed it)."""
+        generation = self.ctx.body["metadata"].get("generation")
+        parked, retried = registry.due_again(self.ctx.status, generation, datetime.now(UTC))
+        stored = list(self.ctx.status.get("pendingRegistryUpdates") or []) + retried
+        target = alias_target(observed, decision)
+        stored, parked, dropped = registry.sift(stored, parked, decision.registry, self.spec.rollout.promote_alias,
+                                                target)  # fmt: skip
+        for update in dropped:
+            self.ctx.event("Normal", "RegistryUpdateDropped", f"{registry.describe(update)} is no longer written: "
+                           "a newer decision replaced it or status no longer holds it")  # fmt: skip
+        return stored + [u for u in decision.registry if u not in stored], parked
 
     def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
               parked: list[dict[str, Any]]) -> None:  # fmt: skip

@@ -3,7 +3,10 @@ pending while MLflow cannot answer (retried every few seconds), refused when MLf
 (4xx: a reserved alias, a deleted version, a permission MLflow's auth denies). A refused update is
 parked in ``status.refusedRegistryUpdates`` with MLflow's answer, and the condition RegistrySynced
 names it; it is tried again when the spec changes (a new generation) or after
-``RETRY_REFUSED_SECONDS``. Nothing here blocks a rollout. Pure functions over status dicts."""
+``RETRY_REFUSED_SECONDS``. Nothing here blocks a rollout. An alias move is written only while it is
+the latest decision for its alias and what status still holds for it: a newer decision for the same
+alias drops the older ones, pending or parked, and a stored move is checked again before each try
+(:func:`sift`). Pure functions over status dicts."""
 
 from __future__ import annotations
 
@@ -40,6 +43,42 @@ def due_again(
         else:
             parked.append(dict(entry))
     return parked, retried
+
+
+def superseded(entry: Mapping[str, Any], decided: list[dict[str, Any]]) -> bool:
+    """An alias move that a newer decision (in ``decided``) for the same alias of the same model replaces."""
+    newer = {(u.get("model"), u.get("alias")) for u in decided if u.get("action") == "SetAlias"}
+    return entry.get("action") == "SetAlias" and (entry.get("model"), entry.get("alias")) in newer
+
+
+def wanted(entry: Mapping[str, Any], alias: str, target: tuple[str, str] | None) -> bool:
+    """A stored update status still wants written: any tag; an alias move only of spec.rollout.promoteAlias
+    to the (model, version) status holds for it now (``target``; None: not known, kept)."""
+    if entry.get("action") != "SetAlias":
+        return True
+    if entry.get("alias") != alias:
+        return False
+    return target is None or (str(entry.get("model")), str(entry.get("version"))) == target
+
+
+def sift(
+    stored: list[dict[str, Any]],
+    parked: list[dict[str, Any]],
+    decided: list[dict[str, Any]],
+    alias: str,
+    target: tuple[str, str] | None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(stored updates still to write, parked ones still kept, the dropped ones): an alias move leaves
+    when this pass decides a newer one for its alias, or when status no longer wants it, so that a
+    move refused or delayed once never lands after the decisions that followed it."""
+    kept: list[dict[str, Any]] = []
+    still_parked: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    for entries, into in ((stored, kept), (parked, still_parked)):
+        for entry in entries:
+            gone = superseded(entry, decided) or not wanted(entry, alias, target)
+            (dropped if gone else into).append(entry)
+    return kept, still_parked, dropped
 
 
 def refused(update: Mapping[str, Any], answer: str, generation: int | None, now: datetime) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from slipway.builders.inferencedeployment import MODEL_ANNOTATION, REVISION_LABE
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Analysis, InferenceDeploymentSpec, Rollout, TrackStatus
 from slipway.status.conditions import Cond, Status, get_condition, held, parse_time, ready, reconciling, stalled
+from slipway.status.rollbacks import RollbackReason
 from slipway.traffic import Sizing, replica_weight
 
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
@@ -227,6 +228,32 @@ def plan(obs: Observed) -> Plan:
     return result
 
 
+def alias_target(obs: Observed, result: Plan) -> tuple[str, str] | None:
+    """(model, version) the promote alias names once ``result`` is carried out: the promoted version
+    while it bakes or serves; status.previousStable while a promotion is in flight or once one (or
+    a bake) is reverted; else what the stable track serves. None: nothing known (no stable yet)."""
+    previous = result.status.get("previousStable") or obs.status.get("previousStable") or {}
+    if result.revert_stable or result.phase == "Promoting":
+        model, version = previous.get("modelName"), previous.get("modelVersion")
+    elif result.phase in ("Promoted", "Baking", "Failed") and result.stable is not None:
+        model, version = result.stable.model, result.stable.version
+    elif obs.stable is not None:
+        model, version = obs.stable.model, obs.stable.version
+    else:
+        return None
+    return (str(model), str(version)) if model and version else None
+
+
+def new_rollback(before: Mapping[str, Any], result: Plan) -> dict[str, Any] | None:
+    """The rollback ``result`` records, if it is a new one (not the stored record, nor its retry mark)."""
+    record = result.status.get("lastRollback")
+    if not record or record.get("retried"):
+        return None
+    stored = before.get("lastRollback") or {}
+    same = all(record.get(k) == stored.get(k) for k in ("revision", "reason", "time"))
+    return None if same else dict(record)
+
+
 def _size(obs: Observed, result: Plan) -> None:
     """The tracks' replica counts for this pass: one move toward the plan's split of spec.replicas
     (see :func:`next_replicas`). Without a canary in the plan, the canary leaves and the stable
@@ -298,6 +325,9 @@ def _serving(track: Track) -> Desired:
 
 def _plan_for(obs: Observed) -> Plan:
     desired, stable, status = obs.desired, obs.stable, obs.status
+    baking = _bake_in_progress(obs) or _revert_unfinished(obs)
+    if baking is not None:
+        return baking
     if desired is None:
         message = obs.desired_problem or "the model to serve cannot be resolved"
         if stable is None or stable.revision is None:
@@ -308,9 +338,6 @@ def _plan_for(obs: Observed) -> Plan:
                      degraded=("ModelUnavailable", message))  # fmt: skip
     if status.get("phase") == "Promoting" and (status.get("canary") or {}).get("revision") == desired.revision:
         return Promotion(obs, desired).plan()
-    if (status.get("phase") == "Baking" and obs.spec.rollout.bake is not None and stable is not None
-            and stable.serves(desired)):  # fmt: skip
-        return Baking(obs, desired, stable).plan()
     if stable is None or stable.revision is None:
         return _first(obs, desired)
     if stable.serves(desired):
@@ -332,6 +359,40 @@ def _plan_for(obs: Observed) -> Plan:
         return _plan("RolledBack", stalled, "RolledBack", message, progressing="False",
                      degraded=("RolledBack", message), status=_health_status(obs))  # fmt: skip
     return Canary(obs, desired, stable).plan()
+
+
+def _bake_in_progress(obs: Observed) -> Plan | None:
+    """A bake in progress is concluded (passed, or reverted: failed or aborted) before anything else
+    rolls out. A new revision waits for it (its canary would be judged against a stable not yet
+    judged, and promoting it would drop the revert the bake may still need), and the bake is never
+    cut short. None: no bake in progress."""
+    stable, status = obs.stable, obs.status
+    if status.get("phase") != "Baking" or obs.spec.rollout.bake is None or stable is None:
+        return None
+    desired = obs.desired
+    baked = (status.get("canary") or {}).get("revision") or (desired.revision if desired else None)
+    if not baked or stable.revision != baked:
+        return None  # the stable no longer serves the baked revision (it was replaced by hand): nothing to judge
+    served = desired if desired is not None and stable.serves(desired) else _serving(stable)
+    waiting = desired if desired is not None and desired.revision != baked else None
+    return Baking(obs, served, stable, waiting).plan()
+
+
+def _revert_unfinished(obs: Observed) -> Plan | None:
+    """A revert on record (a promotion or a bake) whose stable still serves the reverted revision (the
+    Deployment's write failed after the status's): it is carried out again, never taken for a
+    promotion of that revision. None: nothing left to revert."""
+    stable, status = obs.stable, obs.status
+    record, previous = status.get("lastRollback") or {}, status.get("previousStable") or {}
+    if status.get("phase") != "RolledBack" or stable is None or not previous.get("revision"):
+        return None
+    if record.get("revision") != stable.revision or previous["revision"] == stable.revision:
+        return None
+    reason = str(record.get("reason"))
+    message = (f"reverting the stable track to {previous.get('modelName')} version {previous.get('modelVersion')} "
+               f"(revision {previous['revision']}) after {reason}: it still serves {_name_of(stable)}")  # fmt: skip
+    return _plan("RolledBack", stalled, reason, message, progressing="False", degraded=(reason, message),
+                 revert_stable=True)  # fmt: skip
 
 
 def _name(desired: Desired) -> str:
@@ -408,7 +469,7 @@ def _set_alias(desired: Desired, alias: str) -> dict[str, Any]:
 
 
 def _rollback_record(
-    desired: Desired, reason: str, now: datetime, metric: str | None, value: float | None
+    desired: Desired, reason: RollbackReason, now: datetime, metric: str | None, value: float | None
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"reason": reason, "modelName": desired.model, "modelVersion": desired.version,
                               "revision": desired.revision, "time": _iso(now)}  # fmt: skip
@@ -652,8 +713,9 @@ class Canary:
                      status=self.status(previousStable=previous, **changes), **hold)  # fmt: skip
 
     def rollback(
-        self, reason: str, message: str, metric: str | None = None, value: float | None = None, **changes: Any
-    ) -> Plan:
+        self, reason: RollbackReason, message: str, metric: str | None = None, value: float | None = None,
+        **changes: Any,
+    ) -> Plan:  # fmt: skip
         record = _rollback_record(self.desired, reason, self.now, metric, value)
         text = f"rolled back {_name(self.desired)}: {message}; stable keeps serving {_name_of(self.stable)}"
         return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
@@ -719,7 +781,7 @@ class Promotion:
         return _plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, stable=self.desired,
                      status={"lastProgressTime": _iso(self.progress)}, **hold)  # fmt: skip
 
-    def revert(self, reason: str, message: str) -> Plan:
+    def revert(self, reason: RollbackReason, message: str) -> Plan:
         record = _rollback_record(self.desired, reason, self.now, None, None)
         text = f"reverted the promotion of {_name(self.desired)}: {message}; the stable track is restored to " \
                f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')} " \
@@ -752,11 +814,13 @@ def bake_analysis(spec: InferenceDeploymentSpec) -> Analysis | None:
 
 class Baking:
     """After a promotion (spec.rollout.bake): the new stable is analysed on its own pods every
-    interval for ``duration``; more failed analyses than failureLimit revert it to
-    status.previousStable, move the promote alias back and tag the version. Ready once it is over."""
+    interval for ``duration``; more failed analyses than failureLimit (reason BakeFailed), or
+    slipway.dev/abort (Aborted), revert it to status.previousStable, move the promote alias back and
+    tag the version. Ready once it is over; a newer revision (``waiting``) is rolled out after."""
 
-    def __init__(self, obs: Observed, desired: Desired, stable: Track) -> None:
+    def __init__(self, obs: Observed, desired: Desired, stable: Track, waiting: Desired | None = None) -> None:
         self.obs, self.desired, self.stable, self.now = obs, desired, stable, obs.now
+        self.waiting = waiting  # a newer revision the spec asks for: rolled out once the bake is concluded
         status = obs.status
         bake = obs.spec.rollout.bake
         assert bake is not None
@@ -768,29 +832,46 @@ class Baking:
         self.results = [
             r for r in (status.get("analysis") or []) if (parse_time(r.get("time")) or self.now) >= self.started
         ]
+        self.changes: dict[str, Any] = {}  # this pass's analysis, for status
 
     def plan(self) -> Plan:
-        changes: dict[str, Any] = {}
-        elapsed = self.now - self.started
+        concluded = self.judge()
+        if concluded is not None and self.waiting is not None:
+            concluded.wake_in = 0.0  # the waiting revision's canary starts on the next pass, not on a change
+        return concluded or self.hold()
+
+    def judge(self) -> Plan | None:
+        """The bake concluded this pass: aborted, failed or passed (None: it goes on)."""
+        if self.obs.annotations.get(ABORT_ANNOTATION):
+            aborted = self.revert("Aborted", f"aborted by the {ABORT_ANNOTATION} annotation", None, None, {})
+            aborted.consumed_annotation = ABORT_ANNOTATION
+            return aborted
         if self.settings is not None and self.obs.analysis is not None:
             result = self.obs.analysis
-            changes["analysis"] = result.to_status()
+            self.changes["analysis"] = result.to_status()
             if result.verdict == "Failed":
                 self.failed += 1
-                changes["failedAnalyses"] = self.failed
+                self.changes["failedAnalyses"] = self.failed
                 if self.failed > self.settings.failure_limit:
-                    return self.revert(result.reason, result.metric, result.value, changes)
-        latest = changes.get("analysis") or self.results
+                    return self.revert("BakeFailed", str(result.reason), result.metric, result.value, self.changes)
+        latest = self.changes.get("analysis") or self.results
         verdict = _combined([r.get("result") for r in latest]) if self.settings is not None else "Passed"
-        if elapsed >= self.duration and verdict != "Failed":
+        if self.now - self.started >= self.duration and verdict != "Failed":
             finished = _settled(replace(self.obs, status={**self.obs.status, "phase": "Baking"}), self.desired,
                                 self.stable)  # fmt: skip
-            finished.status = {**finished.status, "bakeStartTime": None, **changes, "failedAnalyses": None}
+            finished.status = {**finished.status, "bakeStartTime": None, **self.changes, "failedAnalyses": None}
             return finished
+        return None
+
+    def hold(self) -> Plan:
+        changes = self.changes
         due = self.settings is not None and self.obs.analysis is None and self.next_analysis() <= 0
-        left = max(0, int((self.duration - elapsed).total_seconds()))
+        left = max(0, int((self.duration - (self.now - self.started)).total_seconds()))
         failures = f", {self.failed} failed analyses" if self.failed else ""
         message = f"baking {_name(self.desired)}: {left}s of spec.rollout.bake.duration left{failures}"
+        if self.waiting is not None:
+            message += (f"; {_name(self.waiting)} waits until the bake is over "
+                        f"(annotate {ABORT_ANNOTATION}=true to revert now and roll it out)")  # fmt: skip
         next_analysis = None if self.settings is None else max(0.0, self.next_analysis(changes))
         return _plan("Baking", reconciling, "Baking", message, progressing="True", stable=self.desired,
                      rollout=self.desired, analyze=due, analyze_track="stable", status=changes,
@@ -804,10 +885,13 @@ class Baking:
             return 0.0
         return (max(times) + parse_duration(self.settings.interval) - self.now).total_seconds()
 
-    def revert(self, reason: str | None, metric: str | None, value: float | None, changes: dict[str, Any]) -> Plan:
-        record = _rollback_record(self.desired, "BakeFailed", self.now, metric, value)
+    def revert(
+        self, reason: RollbackReason, cause: str, metric: str | None, value: float | None, changes: dict[str, Any]
+    ) -> Plan:
+        """Back to status.previousStable: its pods, the promote alias moved back, the version tagged."""
+        record = _rollback_record(self.desired, reason, self.now, metric, value)
         before = f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')}"
-        text = (f"reverted {_name(self.desired)} during its bake ({reason}); the stable track is restored to {before} "
+        text = (f"reverted {_name(self.desired)} during its bake ({cause}); the stable track is restored to {before} "
                 f"(revision {self.previous.get('revision')})")  # fmt: skip
         registry = [_rollback_tag(self.desired, record)]
         alias = self.obs.spec.rollout.promote_alias
@@ -815,7 +899,7 @@ class Baking:
             registry.append({"action": "SetAlias", "model": self.desired.model,
                              "version": str(self.previous["modelVersion"]), "alias": alias})  # fmt: skip
         status = {**changes, "lastRollback": record, "bakeStartTime": None, "lastProgressTime": None}
-        return _plan("RolledBack", stalled, "BakeFailed", text, progressing="False", degraded=("BakeFailed", text),
+        return _plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
                      revert_stable=True, rollout=self.desired, registry=registry, durable=True,
                      status=status)  # fmt: skip
 
