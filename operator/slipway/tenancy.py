@@ -24,8 +24,12 @@ from slipway.redact import redact_url
 
 ALLOWED_MODELS = "slipway.dev/allowed-models"
 # Admin knobs of a shared cluster, on the Namespace (tenants cannot set them):
-# the PriorityClasses the namespace's pods may use (globs); absent: any.
+# the PriorityClasses the namespace's pods may use (globs); absent: any in single-team mode, only the
+# operator's default for the kind with --require-model-allowlist.
 ALLOWED_PRIORITY_CLASSES = "slipway.dev/allowed-priority-classes"
+# The hostnames an HTTPRoute of the namespace may claim (globs, e.g. ``*.team-a.example.com``);
+# absent: any in single-team mode, none with --require-model-allowlist.
+ALLOWED_HOSTNAMES = "slipway.dev/allowed-hostnames"
 # Gateways of other namespaces an HTTPRoute of the namespace may attach to (``namespace/name`` globs),
 # beside the operator's --allowed-gateways; a Gateway in the namespace itself is always allowed.
 ALLOWED_GATEWAYS = "slipway.dev/allowed-gateways"
@@ -80,6 +84,7 @@ class Policy:
     required: bool = False
     priority_classes: tuple[str, ...] | None = None  # None: any
     gateways: tuple[str, ...] = ()  # other namespaces' Gateways, namespace/name globs
+    hostnames: tuple[str, ...] | None = None  # globs of the hostnames its routes may claim; None: not set
 
     @classmethod
     def of(
@@ -92,20 +97,27 @@ class Policy:
         patterns = allowed_patterns(namespace)
         classes = allowed_patterns(namespace, ALLOWED_PRIORITY_CLASSES)
         gateways = [*cluster_gateways, *(allowed_patterns(namespace, ALLOWED_GATEWAYS) or [])]
+        hostnames = allowed_patterns(namespace, ALLOWED_HOSTNAMES)
         return cls(namespace_name, tuple(patterns) if patterns is not None else None, required,
-                   tuple(classes) if classes is not None else None, tuple(gateways))  # fmt: skip
+                   tuple(classes) if classes is not None else None, tuple(gateways),
+                   tuple(hostnames) if hostnames is not None else None)  # fmt: skip
 
     def priority_class(self, asked: str | None, field: str, default: str) -> str:
         """The PriorityClass the pods get: the one the spec names (``field``) if the namespace may use
-        it, else NotAllowed; without one, the operator's ``default`` if allowed, else none ("")."""
+        it, else NotAllowed; without one, the operator's ``default`` if allowed, else none (""). In
+        multi-tenant mode a namespace without the annotation may use the ``default`` alone."""
         classes = self.priority_classes
+        if classes is None and self.required:
+            classes = (default,) if default else ()
+            why = (f"it has no {ALLOWED_PRIORITY_CLASSES} annotation and the operator runs with "
+                   f"--require-model-allowlist: only the operator's default, {default or 'none'}")  # fmt: skip
+        else:
+            why = f"its {ALLOWED_PRIORITY_CLASSES} annotation allows {', '.join(classes or ()) or 'none'}"
         if asked:
             if classes is not None and not _matches(asked, classes):
-                allowed = ", ".join(classes) or "none"
                 raise NotAllowed(
-                    f"{field}: PriorityClass {asked!r} is not allowed in namespace {self.namespace} (its "
-                    f"{ALLOWED_PRIORITY_CLASSES} annotation allows {allowed}); name an allowed class or none, or "
-                    "a cluster admin adds it to the annotation",
+                    f"{field}: PriorityClass {asked!r} is not allowed in namespace {self.namespace} ({why}); name "
+                    "an allowed class or none, or a cluster admin adds it to the annotation",
                     "PriorityClassNotAllowed",
                 )
             return asked
@@ -122,6 +134,25 @@ class Policy:
                 f"(--allowed-gateways and namespace {self.namespace}'s {ALLOWED_GATEWAYS} annotation allow "
                 f"{allowed}); use a Gateway of this namespace, or a cluster admin allows that one",
                 "GatewayNotAllowed",
+            )
+
+    def check_hostnames(self, hostnames: Iterable[str], field: str) -> None:
+        """Each hostname of spec.traffic.hostnames matches the namespace's allowed-hostnames globs (a
+        wildcard ``*.x`` only a glob that covers it, e.g. ``*.x`` itself); without the annotation any
+        in single-team mode, none in multi-tenant mode."""
+        allowed = self.hostnames if self.hostnames is not None or not self.required else ()
+        if allowed is None:
+            return
+        for i, hostname in enumerate(hostnames):
+            if _matches(hostname, allowed):
+                continue
+            where = (f"its {ALLOWED_HOSTNAMES} annotation allows {', '.join(allowed) or 'none'}"
+                     if self.hostnames is not None else f"it has no {ALLOWED_HOSTNAMES} annotation and the operator "
+                     "runs with --require-model-allowlist")  # fmt: skip
+            raise NotAllowed(
+                f"{field}[{i}]: hostname {hostname} is not allowed in namespace {self.namespace} ({where}); name "
+                "an allowed hostname, or a cluster admin adds it to the annotation (comma-separated globs)",
+                "HostnameNotAllowed",
             )
 
     @property

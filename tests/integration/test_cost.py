@@ -15,6 +15,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from integration.test_preemption import PREEMPTING
+from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.analysis import REVISION_LABEL, TRACK_LABEL
 from slipway.cost import Prices, record_attempts, reserved_by
@@ -36,10 +38,11 @@ RESTRICTED = {"runAsNonRoot": True, "runAsUser": 65534, "allowPrivilegeEscalatio
 
 
 def blocker(gpus: int) -> dict:
-    """A pod of the serving priority asking for GPUs: the scheduler preempts training for it."""
+    """A pod of a preempting serving class (the admin's opt-in, PREEMPTING) asking for GPUs: the
+    scheduler preempts training for it."""
     return {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "blocker"},
-        "spec": {"priorityClassName": "slipway-inference", "terminationGracePeriodSeconds": 1,
+        "spec": {"priorityClassName": PREEMPTING["metadata"]["name"], "terminationGracePeriodSeconds": 1,
                  "containers": [{"name": "main", "image": "localkube/none", "securityContext": RESTRICTED,
                                  "command": ["python", "-c", "import time; time.sleep(600)"],
                                  "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
@@ -47,7 +50,7 @@ def blocker(gpus: int) -> dict:
 
 
 def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
-    kube_api, namespace, operator, mlflow, tmp_path, monkeypatch, node_gpus
+    cluster, kube_api, namespace, operator, mlflow, tmp_path, monkeypatch, node_gpus
 ):
     prices_path = tmp_path / "prices.yaml"
     prices_path.write_text(PRICE_FILE)
@@ -81,6 +84,7 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
 
     wait_for(running_again, 120, "the first attempt failed (exit 137) and the second runs", interval=0.3)
     wait_for(lambda: look() and time_in_attempt(seen) >= 4, 60, "the second attempt 4 s in", interval=0.3)
+    Kube(cluster.kubeconfig).ensure("/apis/scheduling.k8s.io/v1/priorityclasses", PREEMPTING)
     core.create_namespaced_pod(namespace, blocker(1))
 
     def preempted() -> bool:

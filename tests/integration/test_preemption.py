@@ -1,6 +1,7 @@
 """Training and serving share GPUs, and serving wins: a TrainingRun holds all 4 GPUs of the node;
 an InferenceDeployment asking for one gets it because the real scheduler preempts the training
-pod (slipway-inference outranks slipway-training). The trainer checkpoints on SIGTERM and exits
+pod (the admin opted in to a preempting serving class: slipway-inference itself preempts nothing,
+see manifests/priorityclasses.yaml; this one outranks slipway-training). The trainer checkpoints on SIGTERM and exits
 143, the Job replaces the pod without counting it against maxRestarts, the new pod waits for
 GPUs, and once serving gives its GPU back training resumes from the checkpoint and finishes.
 
@@ -19,6 +20,7 @@ import time
 import pytest
 from kubernetes import client
 
+from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_testing import apply_object, report, wait_status
@@ -26,6 +28,10 @@ from slipway_testing import apply_object, report, wait_status
 pytestmark = pytest.mark.cluster
 
 STEPS = 30
+# The admin's opt-in: a serving class that preempts lower-priority pods (of any team) for GPUs.
+PREEMPTING = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+              "metadata": {"name": "slipway-inference-preempting"}, "value": 1000000,
+              "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}  # fmt: skip
 CHECKPOINT_EVERY = 2
 
 
@@ -33,10 +39,17 @@ CHECKPOINT_EVERY = 2
     "accounting", [None, "training", "both"], ids=["scheduler", "kueue-admitted", "kueue-serving-first"]
 )
 def test_serving_preempts_training_which_resumes_from_its_checkpoint(
-    kube_api, namespace, operator, cluster, trained, node_gpus, accounting, request
+    kube_api, namespace, operator, cluster, trained, node_gpus, accounting, request, monkeypatch
 ):
     """``accounting``: what Kueue's quota accounts, if anything: None, training alone, or both
-    (serving's pods queued in the cohort that README's TrainingRun section describes)."""
+    (serving's pods queued in the cohort that README's TrainingRun section describes). Where the
+    scheduler preempts, serving runs in the admin's opt-in class PREEMPTING; in the cohort, Kueue
+    takes training's GPUs back and serving keeps slipway-inference, which preempts nothing."""
+    serving_class = "slipway-inference"
+    if accounting != "both":
+        Kube(cluster.kubeconfig).ensure("/apis/scheduling.k8s.io/v1/priorityclasses", PREEMPTING)
+        serving_class = PREEMPTING["metadata"]["name"]
+        monkeypatch.setenv("SLIPWAY_INFERENCE_PRIORITY_CLASS", serving_class)
     operator()
     queue, pod_template = {}, {}
     if accounting == "training":
@@ -139,7 +152,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
 
     wait_status(kube_api, namespace, "InferenceDeployment", "server", serving, 120, "serving on the GPU")
     (server,) = core.list_namespaced_pod(namespace, label_selector="slipway.dev/track=stable").items
-    assert server.spec.priority_class_name == "slipway-inference"
+    assert server.spec.priority_class_name == serving_class
     assert server.status.phase == "Running"
     serving_after = time.monotonic() - applied
     assert serving_after <= 30, f"the serving pod ran {serving_after:.1f}s after the InferenceDeployment was applied"

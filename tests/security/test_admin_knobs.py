@@ -74,3 +74,43 @@ def test_priority_classes_and_gateways_are_the_admins_to_allow(
     assert stable.spec.template.spec.priority_class_name is None
     # Nothing written outside the namespace, by the operator, throughout.
     assert_writes_only_in(cluster, "slipway-knobs-operator", since, namespace)
+
+
+def test_in_multi_tenant_mode_a_namespace_the_admin_set_nothing_for_gets_no_other_class_and_no_hostname(
+    cluster, kube_api, namespace, operator, mlflow, tenant, monkeypatch
+):
+    """--require-model-allowlist, the namespace allowed its model and nothing else: a class other than
+    the operator's default (one that may preempt anything) and a hostname (another team's, or any)
+    are refused, naming the field and the annotation; no Deployment or HTTPRoute is written."""
+    model = f"digits-{namespace}"
+    core = client.CoreV1Api(kube_api)
+    core.patch_namespace(namespace, {"metadata": {"annotations": {"slipway.dev/allowed-models": model}}})
+    monkeypatch.setenv("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "true")
+    since = datetime.now(UTC)
+    operator(kubeconfig=audited_kubeconfig(cluster, "slipway-shared-operator"))
+
+    high = deployment(model)
+    high["metadata"]["name"] = "high"
+    high["spec"]["podTemplate"] = {"priorityClassName": "system-cluster-critical"}
+    create_as(tenant, namespace, high)
+    message = refused(kube_api, namespace, "high", "PriorityClassNotAllowed")
+    assert message.startswith("spec.podTemplate.priorityClassName: PriorityClass 'system-cluster-critical' is not "
+                              f"allowed in namespace {namespace} (it has no slipway.dev/allowed-priority-classes "
+                              "annotation and the operator runs with --require-model-allowlist: only the operator's "
+                              "default, slipway-inference)"), message  # fmt: skip
+
+    claimed = deployment(model)
+    claimed["metadata"]["name"] = "claimed"
+    claimed["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}],
+                                  "hostnames": ["api.team-b.example.com"]}  # fmt: skip
+    create_as(tenant, namespace, claimed)
+    message = refused(kube_api, namespace, "claimed", "HostnameNotAllowed")
+    assert message.startswith("spec.traffic.hostnames[0]: hostname api.team-b.example.com is not allowed"), message
+
+    names = {d.metadata.name for d in client.AppsV1Api(kube_api).list_namespaced_deployment(namespace).items}
+    assert not names & {"high-stable", "high-canary", "claimed-stable", "claimed-canary"}
+    routes = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", namespace, "httproutes"
+    )
+    assert routes["items"] == []
+    assert_writes_only_in(cluster, "slipway-shared-operator", since, namespace)

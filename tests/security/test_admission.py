@@ -43,3 +43,21 @@ def test_an_alias_mlflow_reserves_is_refused_as_promote_alias(slipway_crds, name
     body["spec"]["rollout"]["promoteAlias"] = alias
     message = refused_at_admission(tenant, namespace, body)
     assert "spec.rollout.promoteAlias" in message and "latest" in message
+
+
+@pytest.mark.parametrize(
+    "hostname",
+    ["*", "Example.com", "evil.com/../admin", "a..example.com", "a_b.example.com", "api.*.example.com",
+     "x" * 64 + ".io", "example.com:443", "example.com\nHost: internal"],
+)  # fmt: skip
+def test_a_route_hostname_that_is_not_a_dns_name_is_refused(slipway_crds, namespace, tenant, hostname):
+    body = deployment("digits")
+    body["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": [hostname]}
+    assert "spec.traffic.hostnames[0]" in refused_at_admission(tenant, namespace, body)
+
+
+def test_a_route_of_more_than_16_hostnames_is_refused(slipway_crds, namespace, tenant):
+    body = deployment("digits")
+    hostnames = [f"h{i}.example.com" for i in range(17)]
+    body["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": hostnames}
+    assert "spec.traffic.hostnames" in refused_at_admission(tenant, namespace, body)

@@ -190,3 +190,47 @@ def test_gateways_of_other_namespaces_need_the_admin():
     Policy.of("t2", admin(**{ALLOWED_GATEWAYS: "infra/*"}), False).check_gateways([("infra", "x")], "f")
     with pytest.raises(NotAllowed):
         Policy.of("t2", admin(**{ALLOWED_GATEWAYS: "infra/*"}), False).check_gateways([("kube-system", "x")], "f")
+
+
+def test_in_multi_tenant_mode_a_namespace_without_the_annotation_may_name_only_the_operators_default_class():
+    shared = Policy.of("t2", admin(), True)
+    assert shared.priority_class(None, "f", "slipway-inference") == "slipway-inference"
+    assert shared.priority_class("slipway-training", "spec.priorityClassName", "slipway-training") == "slipway-training"
+    for asked in ("system-cluster-critical", "team-b-high", "slipway-inference"):
+        with pytest.raises(NotAllowed) as refused:
+            shared.priority_class(asked, "spec.priorityClassName", "slipway-training")
+        assert refused.value.reason == "PriorityClassNotAllowed"
+        assert str(refused.value) == (
+            f"spec.priorityClassName: PriorityClass {asked!r} is not allowed in namespace t2 (it has no "
+            "slipway.dev/allowed-priority-classes annotation and the operator runs with --require-model-allowlist: "
+            "only the operator's default, slipway-training); name an allowed class or none, or a cluster admin adds "
+            "it to the annotation"
+        )
+    with pytest.raises(NotAllowed):  # an operator without a default: none
+        shared.priority_class("slipway-training", "f", "")
+    # The admin's annotation decides, in either mode.
+    allowed = Policy.of("t2", admin(**{ALLOWED_PRIORITY_CLASSES: "team-*"}), True)
+    assert allowed.priority_class("team-high", "f", "slipway-inference") == "team-high"
+
+
+def test_route_hostnames_are_the_admins_to_allow_in_multi_tenant_mode():
+    single = Policy.of("t2", admin(), False)
+    single.check_hostnames(["anything.example.com", "*.example.org"], "spec.traffic.hostnames")  # single team: any
+    shared = Policy.of("t2", admin(), True)
+    with pytest.raises(NotAllowed) as refused:
+        shared.check_hostnames(["api.team-b.example.com"], "spec.traffic.hostnames")
+    assert refused.value.reason == "HostnameNotAllowed"
+    assert str(refused.value).startswith(
+        "spec.traffic.hostnames[0]: hostname api.team-b.example.com is not allowed in namespace t2 (it has no "
+        "slipway.dev/allowed-hostnames annotation and the operator runs with --require-model-allowlist)"
+    )
+    shared.check_hostnames([], "spec.traffic.hostnames")  # no hostname: nothing to allow
+    mine = Policy.of("t2", admin(**{"slipway.dev/allowed-hostnames": "*.team-a.example.com, team-a.example.com"}), True)
+    mine.check_hostnames(["team-a.example.com", "api.team-a.example.com", "*.team-a.example.com"], "f")
+    for foreign in ("api.team-b.example.com", "*.example.com", "team-a.example.com.evil.org"):
+        with pytest.raises(NotAllowed) as refused:
+            mine.check_hostnames(["team-a.example.com", foreign], "spec.traffic.hostnames")
+        assert str(refused.value).startswith(f"spec.traffic.hostnames[1]: hostname {foreign} is not allowed")
+        assert "its slipway.dev/allowed-hostnames annotation allows *.team-a.example.com, team-a.example.com" in str(
+            refused.value
+        )

@@ -175,7 +175,8 @@ def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
 def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:
     """The training pods' PriorityClass, as the namespace allows (tenancy.Policy.priority_class)."""
     if spec.priority_class_name:
-        return ctx.tenancy.priority_class(spec.priority_class_name, "spec.priorityClassName", "")
+        return ctx.tenancy.priority_class(spec.priority_class_name, "spec.priorityClassName",
+                                          ctx.config.training_priority_class)  # fmt: skip
     asked = spec.pod_template.priority_class_name if spec.pod_template else None
     return ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName", ctx.config.training_priority_class)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -362,6 +362,12 @@ class ParentRef(SlipwayModel):
     section_name: str | None = Field(default=None, description="Listener name.")
 
 
+# An RFC 1123 DNS name in lower case (labels of 63 at most), or one with a leading "*." (a wildcard),
+# as Gateway API's Hostname.
+HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=HOSTNAME_PATTERN)]
+
+
 class Traffic(SlipwayModel):
     """How traffic is split between stable and canary."""
 
@@ -377,7 +383,11 @@ class Traffic(SlipwayModel):
     parent_refs: list[ParentRef] | None = Field(
         default=None, description="GatewayAPI: the Gateways the HTTPRoute attaches to.", max_length=8
     )
-    hostnames: list[str] | None = Field(default=None, description="GatewayAPI: hostnames of the route.")
+    hostnames: list[Hostname] | None = Field(
+        default=None,
+        description="GatewayAPI: hostnames of the route (DNS names; a *. prefix: a wildcard).",
+        max_length=16,
+    )
 
     @model_validator(mode="after")
     def _gateway(self) -> Traffic:

@@ -41,6 +41,7 @@ class GatewayAPI:
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
         refs = [(ref.namespace or namespace, ref.name) for ref in spec.traffic.parent_refs or []]
         tenancy.check_gateways(refs, "spec.traffic.parentRefs")
+        tenancy.check_hostnames(spec.traffic.hostnames or [], "spec.traffic.hostnames")
 
     def split(self, weight: int, total: int, max_surge: int) -> Sizing:
         return split(weight, total, max_surge, _rank, _share_and_note)
