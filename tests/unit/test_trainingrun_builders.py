@@ -253,3 +253,15 @@ def test_a_gang_is_released_whole_and_never_left_half_released():
     assert names(build.pods_to_release(replaced, {"job"}, gang=2)) == ["a-1b"]
     assert names(build.pods_to_release([pod("x", "someone-else")], {"job"}, gang=1)) == []  # not ours
     assert names(build.pods_to_release(one, {"job"}, gang=1)) == ["a-0"]  # an Indexed Job: each pod
+
+
+def test_a_checkpointing_runs_pods_get_the_grace_its_checkpoint_needs_within_a_bound():
+    default = build.job("r1", "ns", spec(checkpoint={"size": "10Gi"}), URI)["spec"]["template"]["spec"]
+    assert default["terminationGracePeriodSeconds"] == 120  # not Kubernetes' 30 s
+    asked = spec(checkpoint={"size": "10Gi", "graceSeconds": 900}, nodes=2)
+    for child in (build.job("r1", "ns", asked, URI), build.jobset("r1", "ns", asked, URI)):
+        assert '"terminationGracePeriodSeconds": 900' in str(child).replace("'", '"')
+    assert "terminationGracePeriodSeconds" not in build.job("r1", "ns", spec(), URI)["spec"]["template"]["spec"]
+    for bad in (0, 3601):
+        with pytest.raises(ValueError, match="graceSeconds"):
+            spec(checkpoint={"size": "10Gi", "graceSeconds": bad})

@@ -217,6 +217,7 @@ def job(
     if spec.checkpoint is not None:
         container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
         volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(name)}})
+        pod["terminationGracePeriodSeconds"] = spec.checkpoint.grace_seconds
     if volumes:
         pod["volumes"] = volumes
     if spec.node_selector:

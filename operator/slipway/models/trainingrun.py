@@ -31,6 +31,12 @@ EXIT_CODE_OVERLAP_MESSAGE = "spec.failurePolicy: an exit code cannot be both ret
 SIZING_GPUS_MESSAGE = "spec.sizing estimates GPU memory: set spec.resources.gpus to 1 or more"
 
 
+# A pod told to stop writes its checkpoint within this (Kubernetes' own default is 30 s); at most
+# an hour, which is as long as a preempting pod or a drained node waits for it.
+CHECKPOINT_GRACE_SECONDS = 120
+MAX_CHECKPOINT_GRACE_SECONDS = 3600
+
+
 class Checkpoint(SlipwayModel):
     """A PersistentVolumeClaim that outlives pods, mounted at /checkpoints."""
 
@@ -39,6 +45,13 @@ class Checkpoint(SlipwayModel):
         default=None,
         description="StorageClass of the claim (default: the cluster's default).",
         max_length=253,
+    )
+    grace_seconds: int = Field(
+        default=CHECKPOINT_GRACE_SECONDS,
+        ge=1,
+        le=MAX_CHECKPOINT_GRACE_SECONDS,
+        description="Seconds a training pod has after SIGTERM (preemption, eviction, suspend) to write its "
+        "checkpoint and exit, before it is killed: the pods' terminationGracePeriodSeconds.",
     )
 
 
