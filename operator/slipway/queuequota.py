@@ -137,27 +137,29 @@ def quota_of(
 
 def _read(api: client.ApiClient, namespace: str, local_queue: str) -> tuple[Obj, list[Obj]] | None:
     """(the ClusterQueue, its cohort's ClusterQueues) or None (not answered, or a hierarchical cohort)."""
-    custom = client.CustomObjectsApi(api)
-    timeout = {"_request_timeout": TIMEOUT_SECONDS}
+    custom: Any = client.CustomObjectsApi(api)
+    timeout = TIMEOUT_SECONDS
     try:
-        queue = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local_queue, **timeout)
+        queue = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local_queue,
+                                                    _request_timeout=timeout)  # fmt: skip
         name = (queue.get("spec") or {}).get("clusterQueue")
         if not name:
             return None
-        cluster_queue = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name, **timeout)
+        cluster_queue: Obj = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name,
+                                                              _request_timeout=timeout)  # fmt: skip
         cohort = _cohort_of(cluster_queue)
         if cohort is None:
             return cluster_queue, []
         if _is_cohort_object(custom, cohort):
             return None
-        queues = custom.list_cluster_custom_object(GROUP, VERSION, "clusterqueues", **timeout)["items"]
+        queues = custom.list_cluster_custom_object(GROUP, VERSION, "clusterqueues", _request_timeout=timeout)["items"]
         return cluster_queue, [q for q in queues if _cohort_of(q) == cohort]
     except Exception as exc:  # noqa: BLE001 - not judged: the run stays Queued, as Kueue says
         log.debug("quota of LocalQueue %s/%s not read: %s", namespace, local_queue, exc)
         return None
 
 
-def _is_cohort_object(custom: client.CustomObjectsApi, cohort: str) -> bool:
+def _is_cohort_object(custom: Any, cohort: str) -> bool:
     """Whether a Cohort object of that name exists (then its parent or own quota may add to what
     the ClusterQueues lend); only a 404 says no."""
     try:
