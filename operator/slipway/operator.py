@@ -239,8 +239,6 @@ async def startup(
         memo.leader = None
     else:
         memo.leader = elect(memo, config)
-        if isinstance(memo.get("mlflow"), MlflowClient):  # no MLflow write past the renew deadline
-            memo.mlflow.lease_left = memo.leader.time_left
 
 
 def known_keys(cache: Cache) -> list[Key]:
@@ -288,6 +286,8 @@ def elect(memo: kopf.Memo, config: OperatorConfig, lost: Callable[[str], None] =
     timing = Timing(config.lease_duration_seconds, config.lease_renew_deadline_seconds, config.lease_retry_seconds)
     store = LeaseStore(memo.kube.api, config.leader_election_namespace, timeout=timing.request_timeout)
     elector = LeaderElector(store, config.leader_election_identity, timing, on_lead=lead, on_lost=lose)
+    if isinstance(memo.get("mlflow"), MlflowClient):  # no MLflow write starts or lasts past the renew deadline
+        memo.mlflow.lease_left = elector.time_left
     memo.fence = Fence(elector, lose).start()
     elector.start()
     return elector

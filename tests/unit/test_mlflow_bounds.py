@@ -288,3 +288,37 @@ def test_without_a_lease_writes_keep_the_configured_timeout(serve) -> None:
     client = MlflowClient(server.url, timeout=10)
     client.set_alias("m", "production", 3)
     assert server.asked == ["POST /api/2.0/mlflow/registered-models/alias"]
+
+
+def test_the_leader_elected_at_start_bounds_the_operators_mlflow_writes(serve) -> None:
+    """operator.elect gives the operator's MLflow client the elector's time left: before this replica
+    leads, a write is not sent."""
+    import asyncio
+
+    import kopf
+    from kubernetes import client as k8s
+
+    from slipway.config import OperatorConfig
+    from slipway.controller import Cache, Scheduler
+    from slipway.operator import elect
+
+    server = serve(lambda h: reply(h, {}))
+
+    async def started() -> LeaderElector:
+        memo = kopf.Memo()
+        memo.cache = Cache({})
+        memo.scheduler = Scheduler(lambda key: None, workers=3)
+        memo.kube = SimpleNamespace(api=k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9")))
+        memo.mlflow = MlflowClient(server.url)
+        elector = elect(memo, OperatorConfig(), lost=lambda why: None)
+        try:
+            assert memo.mlflow.lease_left == elector.time_left
+            with pytest.raises(LeaseDeadlinePassed):  # standing by: not leading yet
+                memo.mlflow.set_alias("m", "production", 3)
+        finally:
+            memo.fence.stop()
+            await elector.resign()
+        return elector
+
+    asyncio.run(started())
+    assert server.asked == []
