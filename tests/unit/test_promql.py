@@ -35,6 +35,22 @@ NS = 'namespace="team-a"'
         ("1 - (errors / requests)", f"1 - (errors{{{NS}}} / requests{{{NS}}})"),
         ('label_replace(up, "namespace", "x", "", "")', f'label_replace(up{{{NS}}}, "namespace", "x", "", "")'),
         ("vector(0) or Inf > NaN", "vector(0) or Inf > NaN"),
+        # Keywords where Prometheus reads a metric name (issue 44, and what the fuzzer found before the fix).
+        ("sum(or)", f"sum(or{{{NS}}})"),
+        ("( And ) + -Unless", f"( And{{{NS}}} ) + -Unless{{{NS}}}"),
+        ("a + on(x) or", f"a{{{NS}}} + on(x) or{{{NS}}}"),
+        ("a + fill(0) or", f"a{{{NS}}} + fill(0) or{{{NS}}}"),
+        ("offset offset 1h30m", f"offset{{{NS}}} offset 1h30m"),
+        ("rate(by[5m]) @ start()", f"rate(by{{{NS}}}[5m]) @ start()"),
+        ("sum by (x) (sum)", f"sum by (x) (sum{{{NS}}})"),
+        ("SUM BY (job) (up)", f"SUM BY (job) (up{{{NS}}})"),
+        ("x smoothed or fill", f"x{{{NS}}} smoothed or fill{{{NS}}}"),
+        ("a * on(x) group_left (b) c", f"a{{{NS}}} * on(x) group_left (b) c{{{NS}}}"),
+        (": == on(job) up", f":{{{NS}}} == on(job) up{{{NS}}}"),
+        ("up offset step() > bool max_of(1m, 2m)", f"up{{{NS}}} offset step() > bool max_of(1m, 2m)"),
+        # Comments never reach Prometheus.
+        ("sum(up) # + count(kube_secret_info)\n", f"sum(up{{{NS}}}) \n"),
+        ('up{job="a#b"} # }\n[5m # ]\n]', f'up{{job="a#b", {NS}}} \n[5m \n]'),
     ],
 )
 def test_every_selector_is_confined_to_the_namespace(query, confined):
@@ -53,8 +69,31 @@ def test_every_selector_is_confined_to_the_namespace(query, confined):
         "rate(x[1m]",
         "up{job}",
         "up $ 1",
+        # Issue 44: Prometheus ends a comment at "\r" too; no control character is sent.
+        'sum(up) #\r+ count(kube_secret_info{namespace="kube-system", secret=~"a.*"})',
+        "up\x0b+ x",
+        "up\x00",
+        "up\x85",
+        'up{job="\r"}',
+        "up\u00a0+ x",
+        # Strings Prometheus would not read (the old code raised UnicodeDecodeError here).
+        '{"names\\x#70ace"=".*"}',
+        '{"namespace\\q"="x"}',
+        '{"\\156amespace"="kube-system"}',
+        # Ranges hold durations only; label lists label names only; info() reads other namespaces.
+        'x[5m{a="b"}]',
+        "x[foo]",
+        "sum by (a {b}) (x)",
+        "info(up)",
     ],
 )
 def test_a_query_that_reads_elsewhere_or_cannot_be_read_is_refused(query):
     with pytest.raises(ConfinementError):
         confine(query, "team-a")
+
+
+def test_a_refusal_names_what_it_refused():
+    with pytest.raises(ConfinementError, match=r"control character '\\r' at 9: write it with spaces"):
+        confine("sum(up) #\r+ count(kube_secret_info)", "team-a")
+    with pytest.raises(ConfinementError, match=r"info\(\) joins info series .* from every namespace"):
+        confine("info(up)", "team-a")
