@@ -9,6 +9,7 @@ PROMETHEUS := $(CACHE)/prometheus/prometheus
 METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 TRAEFIK := $(CACHE)/traefik/traefik
 HEALTH := $(CACHE)/health/health
+PROMQL_ORACLE := $(CACHE)/promqlparse/promqlparse
 HELM := $(CACHE)/helm/helm
 ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
 KWOK := $(CACHE)/kwok/kwok
@@ -18,7 +19,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool helm kueue jobset crds verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -74,6 +75,10 @@ health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) a
 $(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
 
+promql-oracle: $(PROMQL_ORACLE)  ## build Prometheus' PromQL parser as a command: the unit tests fuzz the queries' confinement against it
+$(PROMQL_ORACLE): tests/tools/promqlparse/go.mod tests/tools/promqlparse/go.sum tests/tools/promqlparse/main.go
+	cd tests/tools/promqlparse && CGO_ENABLED=0 go build -trimpath -o $(abspath $(PROMQL_ORACLE)) .
+
 helm: $(HELM)  ## build Helm from the Go module proxy (cached): the chart tests lint, render and install charts/slipway
 $(HELM): e2e/helm/build-helm.sh e2e/go-build.sh
 	bash e2e/helm/build-helm.sh $(HELM)
@@ -95,7 +100,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool helm kueue jobset
+CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
 test: install $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 
@@ -105,7 +110,7 @@ test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
 	$(PY) -m pytest -q tests/faults
 
-test-unit: $(VENV)/.installed
+test-unit: $(VENV)/.installed promql-oracle
 	$(PY) -m pytest -q tests/unit
 
 cluster-up: install controlplane prometheus metrics-server traefik helm  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
