@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 from integration.test_inferencedeployment import Versions, deployment, serving
 from slipway_e2e.lifecycle import condition
 from slipway_testing import get_object, wait_status
+from unit.test_promql_fuzz import escapes, parse
 
 pytestmark = pytest.mark.cluster
 
@@ -40,6 +41,43 @@ def test_a_query_naming_another_namespace_is_never_run(kube_api, namespace, oper
     assert "spec.rollout.analysis.metrics[].query" in result["message"]
     assert idep["status"]["phase"] != "Promoted"
     assert get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["stable"]["modelVersion"] == v1
+
+
+def test_a_comment_ended_by_cr_or_a_keyword_as_a_metric_name_reads_only_the_namespace(
+    kube_api, namespace, operator, mlflow, trained, tenant
+):
+    """Issue 44's numeric oracle: dry-run metrics (their value shown in status.analysis, never deciding)
+    whose query hides a selector from Slipway. Prometheus ends a comment at "\r" too, so the second
+    selector of the first was sent unconfined; the second reads metrics named like PromQL keywords."""
+    operator()
+    versions = Versions(mlflow, f"digits-{namespace}", trained)
+    v1 = versions.publish()
+    hidden = 'sum(slipway_requests_total) #\r+ count({__name__=~".+", namespace!="{{ namespace }}"})'
+    keywords = "sum(or) + sum(by) + sum(offset) + sum(sum) + sum(:) + count(and offset 1m)"
+    metrics = ({"name": "hidden", "max": 1e9, "dryRun": True, "query": hidden},
+               {"name": "keywords", "max": 1e9, "dryRun": True, "query": keywords})  # fmt: skip
+    create_as(tenant, namespace, deployment(versions.model, metrics=metrics))
+    serving(kube_api, namespace, v1)
+    versions.publish()
+    shown: dict[str, dict] = {}
+
+    def both_shown(o: dict) -> bool:
+        shown.update((r["metric"], r) for r in (o.get("status") or {}).get("analysis") or [])
+        return {"hidden", "keywords"} <= shown.keys()
+
+    wait_status(kube_api, namespace, "InferenceDeployment", "digits", both_shown, 120,
+                "both dry-run metrics shown in status.analysis")  # fmt: skip
+    refused = shown["hidden"]
+    assert refused["result"] == "Inconclusive" and refused.get("value") is None and refused["dryRun"] is True
+    assert "control character '\\r'" in refused["message"], refused["message"]
+    assert "spec.rollout.analysis.metrics[].query" in refused["message"]
+    # What was sent, read by Prometheus' own parser: every selector in the namespace (0 unconfined).
+    sent = shown["keywords"]["query"]
+    [answer] = parse([sent])
+    assert "error" not in answer["default"], answer
+    names = {m["value"] for selector in answer["default"]["selectors"] for m in selector if m["name"] == "__name__"}
+    assert names == {"or", "by", "offset", "sum", ":", "and"}, sent
+    assert escapes(answer, namespace) == [], sent
 
 
 def test_an_analysis_every_millisecond_is_refused_at_admission(kube_api, namespace, tenant):
