@@ -30,44 +30,18 @@ from typing import Any, Literal
 
 from kubernetes.utils.quantity import parse_quantity
 
-from slipway import kube
+from slipway import kinds, kube
 
 log = logging.getLogger(__name__)
 APPLIED_HASH = "slipway.dev/applied-hash"
 Action = Literal["Create", "Update", "Keep", "Refuse", "Delete"]
 
 
-@dataclass(frozen=True)
-class KindRule:
-    """How one child kind is updated."""
-
-    create_only: bool = False
-    # Top-level spec keys that Slipway removes when it no longer sets them; any other key that
-    # it does not set (a Deployment's replicas under an HPA, a Service's clusterIP) is left alone.
-    removable: frozenset[str] = frozenset()
-
-
-RULES: dict[str, KindRule] = {
-    "Job": KindRule(create_only=True),
-    "JobSet": KindRule(create_only=True),
-    "PersistentVolumeClaim": KindRule(create_only=True),
-    "ModelArtifact": KindRule(create_only=True),
-    "Service": KindRule(removable=frozenset({"publishNotReadyAddresses"})),
-    "Deployment": KindRule(),
-    "HorizontalPodAutoscaler": KindRule(removable=frozenset({"behavior", "metrics"})),
-    "HTTPRoute": KindRule(removable=frozenset({"hostnames"})),
-}
-
-
+# How each child kind is updated (kinds.py).
+RULES: dict[str, kinds.UpdateRule] = {k.kind: k.rule for k in kinds.ALL if k.rule is not None}
 # What each parent kind may write, by kind and API version: anything else is refused before any
 # request, whatever a spec, an annotation or a cached object says.
-CHILD_KINDS: dict[str, dict[str, str]] = {
-    "TrainingRun": {"Job": "batch/v1", "JobSet": "jobset.x-k8s.io/v1alpha2", "PersistentVolumeClaim": "v1",
-                    "Service": "v1", "ModelArtifact": "slipway.dev/v1alpha1"},
-    "ModelArtifact": {"Job": "batch/v1"},
-    "InferenceDeployment": {"Deployment": "apps/v1", "Service": "v1", "HorizontalPodAutoscaler": "autoscaling/v2",
-                            "HTTPRoute": "gateway.networking.k8s.io/v1"},
-}  # fmt: skip
+CHILD_KINDS: dict[str, dict[str, str]] = {parent.kind: kinds.children_of(parent.kind) for parent in kinds.OWN}
 
 
 class ForeignWrite(Exception):

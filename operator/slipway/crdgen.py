@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from slipway import GROUP, VERSION
+from slipway import GROUP, VERSION, kinds
 from slipway.models import (
     InferenceDeploymentSpec,
     InferenceDeploymentStatus,
@@ -77,8 +77,8 @@ def _age_column() -> dict[str, Any]:
 KINDS = (
     Kind(
         kind="TrainingRun",
-        plural="trainingruns",
-        short_name="tr",
+        plural=kinds.TRAINING_RUN.plural,
+        short_name=kinds.TRAINING_RUN.short,
         spec=TrainingRunSpec,
         status=TrainingRunStatus,
         description="A training run: Jobs on GPU nodes with checkpoint/resume, an MLflow run, "
@@ -109,8 +109,8 @@ KINDS = (
     ),
     Kind(
         kind="ModelArtifact",
-        plural="modelartifacts",
-        short_name="ma",
+        plural=kinds.MODEL_ARTIFACT.plural,
+        short_name=kinds.MODEL_ARTIFACT.short,
         spec=ModelArtifactSpec,
         status=ModelArtifactStatus,
         description="One immutable model version in MLflow: registered, quantized and validated "
@@ -130,8 +130,8 @@ KINDS = (
     ),
     Kind(
         kind="InferenceDeployment",
-        plural="inferencedeployments",
-        short_name="idep",
+        plural=kinds.INFERENCE_DEPLOYMENT.plural,
+        short_name=kinds.INFERENCE_DEPLOYMENT.short,
         spec=InferenceDeploymentSpec,
         status=InferenceDeploymentStatus,
         description="Serves a validated model on autoscaled replicas and moves traffic to new "

@@ -21,7 +21,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from slipway import GROUP, VERSION
+from slipway import kinds
 
 T = TypeVar("T")
 
@@ -157,21 +157,10 @@ class Custom:
 
 
 # kind -> (API attribute on Kube, method suffix) for built-in kinds; e.g. Job -> batch.read_namespaced_job
-KINDS: dict[str, tuple[str, str]] = {
-    "Job": ("batch", "namespaced_job"),
-    "Pod": ("core", "namespaced_pod"),
-    "PersistentVolumeClaim": ("core", "namespaced_persistent_volume_claim"),
-    "Service": ("core", "namespaced_service"),
-    "Event": ("core", "namespaced_event"),
-    "Deployment": ("apps", "namespaced_deployment"),
-    "HorizontalPodAutoscaler": ("autoscaling", "namespaced_horizontal_pod_autoscaler"),
-}
+KINDS: dict[str, tuple[str, str]] = {k.kind: k.typed for k in kinds.ALL if k.typed}
+# Slipway's kinds and its children served through the custom-objects API (any group)
 CUSTOM: dict[str, Custom] = {
-    "HTTPRoute": Custom("gateway.networking.k8s.io", "v1", "httproutes"),
-    "JobSet": Custom("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    "TrainingRun": Custom(GROUP, VERSION, "trainingruns"),
-    "ModelArtifact": Custom(GROUP, VERSION, "modelartifacts"),
-    "InferenceDeployment": Custom(GROUP, VERSION, "inferencedeployments"),
+    k.kind: Custom(k.group, k.version, k.plural) for k in (*kinds.OWN, *kinds.CHILDREN) if not k.typed
 }
 
 

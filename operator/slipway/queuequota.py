@@ -27,9 +27,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
+from slipway import kinds
+
 log = logging.getLogger(__name__)
 
-GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
+GROUP, VERSION = kinds.CLUSTER_QUEUE.group, kinds.CLUSTER_QUEUE.version
 TTL_SECONDS = 10.0
 RECHECK_SECONDS = 30.0
 TIMEOUT_SECONDS = 3.0

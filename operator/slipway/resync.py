@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from slipway import GROUP, VERSION, kube
+from slipway import GROUP, kinds, kube
 from slipway.controller import Cache, Key, Scheduler, owner_keys
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,10 @@ DELAY = 5.0
 Lister = Callable[[kube.Kube, "str | None", str], Any]
 
 
-def _typed(namespaced: str, cluster: str, api: str) -> Lister:
+def _typed(api: str, suffix: str) -> Lister:
+    """The typed client's lists of a kind (``suffix`` as in ``list_<suffix>``, e.g. ``namespaced_job``)."""
+    namespaced, cluster = f"list_{suffix}", f"list_{suffix.removeprefix('namespaced_')}_for_all_namespaces"
+
     def lister(k: kube.Kube, namespace: str | None, selector: str) -> Any:
         client = getattr(k, api)
         if namespace:
@@ -51,37 +54,14 @@ def _custom(group: str, version: str, plural: str) -> Lister:
     return lister
 
 
-# resource -> (how to list it, the indexes that cache it, whether it is listed with the managed-by selector)
+def _lister(k: kinds.Kind) -> Lister:
+    return _typed(*k.typed) if k.typed else _custom(k.group, k.version, k.plural)
+
+
+# Every namespaced kind the cache holds (kinds.py), by its own index: (how to list it, the indexes
+# that cache it, whether it is listed with the managed-by selector). Namespaces are not healed.
 RESOURCES: dict[str, tuple[Lister, tuple[str, ...], bool]] = {
-    "pods": (_typed("list_namespaced_pod", "list_pod_for_all_namespaces", "core"), ("pods", "servingpods"), True),
-    "jobs": (_typed("list_namespaced_job", "list_job_for_all_namespaces", "batch"), ("jobs",), True),
-    "pvcs": (
-        _typed("list_namespaced_persistent_volume_claim", "list_persistent_volume_claim_for_all_namespaces", "core"),
-        ("pvcs",),
-        True,
-    ),  # fmt: skip
-    "services": (_typed("list_namespaced_service", "list_service_for_all_namespaces", "core"), ("services",), True),
-    "deployments": (
-        _typed("list_namespaced_deployment", "list_deployment_for_all_namespaces", "apps"),
-        ("deployments",),
-        True,
-    ),  # fmt: skip
-    "hpas": (
-        _typed(
-            "list_namespaced_horizontal_pod_autoscaler",
-            "list_horizontal_pod_autoscaler_for_all_namespaces",
-            "autoscaling",
-        ),
-        ("hpas",),
-        True,
-    ),  # fmt: skip
-    "httproutes": (_custom("gateway.networking.k8s.io", "v1", "httproutes"), ("httproutes",), True),
-    "jobsets": (_custom("jobset.x-k8s.io", "v1alpha2", "jobsets"), ("jobsets",), True),
-    "workloads": (_custom("kueue.x-k8s.io", "v1beta2", "workloads"), ("workloads",), False),
-    **{
-        plural: (_custom(GROUP, VERSION, plural), (plural,), False)
-        for plural in ("trainingruns", "modelartifacts", "inferencedeployments")
-    },  # fmt: skip
+    k.index: (_lister(k), k.indexes, k.managed) for k in kinds.ALL if k.indexes and k is not kinds.NAMESPACE
 }
 
 

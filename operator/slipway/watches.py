@@ -13,35 +13,16 @@ from typing import Any
 
 import kopf
 
-from slipway import GROUP, VERSION, metrics
+from slipway import GROUP, VERSION, kinds, metrics
 from slipway.builders.common import MANAGED_BY
 from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
 from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
 from slipway.controller import Key, fingerprint, owner_keys
 from slipway.tenancy import ALLOWED_MODELS
 
-PLURALS = {
-    "TrainingRun": "trainingruns",
-    "ModelArtifact": "modelartifacts",
-    "InferenceDeployment": "inferencedeployments",
-}
-# index id -> (group, version, plural) of each child kind
-CHILDREN: dict[str, tuple[str, str, str]] = {
-    "jobs": ("batch", "v1", "jobs"),
-    "pvcs": ("", "v1", "persistentvolumeclaims"),
-    "services": ("", "v1", "services"),
-    "deployments": ("apps", "v1", "deployments"),
-    "hpas": ("autoscaling", "v2", "horizontalpodautoscalers"),
-    "httproutes": ("gateway.networking.k8s.io", "v1", "httproutes"),
-    "jobsets": ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-}
-INDEXES = (*PLURALS.values(), *CHILDREN, "pods", "servingpods", "namespaces", "workloads")
+PLURALS = kinds.PLURALS
+INDEXES = tuple(index for k in kinds.ALL for index in k.indexes)
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
-
-
-def resource_of(group: str, version: str, plural: str) -> tuple[str, ...]:
-    """A resource as kopf's decorators and selector mappings name it (the core group has no name)."""
-    return (group, version, plural) if group else (version, plural)
 
 
 def server_selectors() -> dict[tuple[str, ...], str]:
@@ -49,8 +30,7 @@ def server_selectors() -> dict[tuple[str, ...], str]:
     handler only filters what arrives): every pod and child Slipway makes carries
     ``app.kubernetes.io/managed-by=slipway``, which its own labels win over any template's, so the
     operator lists and watches nothing else, however many Pods, Services or Deployments the cluster has."""
-    resources = [resource_of(*child) for child in CHILDREN.values()] + [resource_of("", "v1", "pods")]
-    return dict.fromkeys(resources, MANAGED_SELECTOR)
+    return {k.resource: MANAGED_SELECTOR for k in kinds.ALL if k.managed}
 
 
 def cached(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,8 +73,8 @@ def listed(event_type: str | None, memo: kopf.Memo) -> None:
 
 
 def _register_children() -> None:
-    for index_id, (group, version, plural) in CHILDREN.items():
-        resource = resource_of(group, version, plural)
+    for child in kinds.CHILDREN:
+        index_id, resource = child.index, child.resource
 
         async def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
             return _keys(body)
@@ -114,7 +94,7 @@ _register_children()
 # Kueue's Workloads: one per queued Job or JobSet, owned by it, holding Kueue's verdicts (Queued, Admitted,
 # Evicted). Kueue does not copy Slipway's labels to them, so they are watched unfiltered (there is
 # one per Job in a Kueue queue); without Kueue installed the resource is absent and nothing is watched.
-WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
+WORKLOADS = kinds.WORKLOAD.resource
 
 
 @kopf.index(*WORKLOADS, id="workloads")
@@ -127,7 +107,7 @@ async def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str
 async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     listed(type, memo)
     meta = body["metadata"]
-    owners = {("Job", "batch/v1"): "jobs", ("JobSet", "jobset.x-k8s.io/v1alpha2"): "jobsets"}
+    owners = {(k.kind, k.api_version): k.index for k in (kinds.JOB, kinds.JOBSET)}
     for ref in meta.get("ownerReferences") or []:
         index = owners.get((str(ref.get("kind")), str(ref.get("apiVersion"))))
         if ref.get("controller") and index:
@@ -189,17 +169,17 @@ async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                 memo.scheduler.wake((plural, name, obj["metadata"]["name"]))
 
 
-@kopf.index(GROUP, VERSION, "trainingruns", id="trainingruns")
+@kopf.index(*kinds.TRAINING_RUN.resource, id=kinds.TRAINING_RUN.index)
 async def trainingruns(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     return _keys(body)
 
 
-@kopf.index(GROUP, VERSION, "modelartifacts", id="modelartifacts")
+@kopf.index(*kinds.MODEL_ARTIFACT.resource, id=kinds.MODEL_ARTIFACT.index)
 async def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     return _keys(body, [_ref(body, "source", "trainingRunRef", "name")])
 
 
-@kopf.index(GROUP, VERSION, "inferencedeployments", id="inferencedeployments")
+@kopf.index(*kinds.INFERENCE_DEPLOYMENT.resource, id=kinds.INFERENCE_DEPLOYMENT.index)
 async def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
     keys = _keys(body, [_ref(body, "model", "artifactRef", "name")])
     model = _ref(body, "model", "name")

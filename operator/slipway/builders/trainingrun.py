@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from slipway import kinds
 from slipway.builders import common
 from slipway.builders.common import (
     MANAGED_BY,
@@ -31,7 +32,7 @@ CONTAINER = "trainer"
 # is a DNS-1035 label.
 WORKERS = "workers"
 MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}-abcde")
-JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+JOBSET_API = kinds.JOBSET.api_version
 
 
 # The Job exists before its MLflow run (a sweep's Jobs are created within seconds of apply, MLflow

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+from slipway import kinds
 from slipway.models.inferencedeployment import DeploymentPhase, Rollout
 from slipway.models.modelartifact import ArtifactPhase
 from slipway.models.trainingrun import TrainingPhase
@@ -44,9 +45,13 @@ class Kind:
         return (self.singular, self.plural, self.short)
 
 
-TRAINING_RUN = Kind("TrainingRun", "trainingruns", "tr", get_args(TrainingPhase))
-MODEL_ARTIFACT = Kind("ModelArtifact", "modelartifacts", "ma", get_args(ArtifactPhase))
-INFERENCE_DEPLOYMENT = Kind("InferenceDeployment", "inferencedeployments", "idep", get_args(DeploymentPhase))
+def _kind(kind: kinds.Kind, phases: tuple[str, ...]) -> Kind:
+    return Kind(kind.kind, kind.plural, kind.short, phases)
+
+
+TRAINING_RUN = _kind(kinds.TRAINING_RUN, get_args(TrainingPhase))
+MODEL_ARTIFACT = _kind(kinds.MODEL_ARTIFACT, get_args(ArtifactPhase))
+INFERENCE_DEPLOYMENT = _kind(kinds.INFERENCE_DEPLOYMENT, get_args(DeploymentPhase))
 KINDS = (TRAINING_RUN, MODEL_ARTIFACT, INFERENCE_DEPLOYMENT)
 KIND_NAMES = ", ".join(f"{k.singular} ({k.short})" for k in KINDS)
 

@@ -12,7 +12,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import API_VERSION, cost, kube, opencost, queueposition, queuequota, sizing
+from slipway import API_VERSION, cost, kinds, kube, opencost, queueposition, queuequota, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, http
@@ -129,7 +129,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     return max(1.0, min(delays)) if delays else None
 
 
-JOBSET = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+JOBSET = (kinds.JOBSET.group, kinds.JOBSET.version, kinds.JOBSET.plural)
 JOB_MADE_RECHECK_SECONDS = 1.0
 
 
