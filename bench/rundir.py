@@ -1,13 +1,14 @@
 """A benchmark run's folder: ``bench/out/run-<time>/`` with ``run.json`` (when, where, which
 versions), one raw JSON file per scenario (``rollback.json``, ``at-rest.json``, ``scale.json``)
-and ``failures.json``. ``bench/out/last`` points at the newest run, which ``python -m bench
-report`` renders by default, so every figure of RESULTS.md traces back to the file it came from.
+and ``failures.json``. ``bench/out/last`` points at the newest run. A run kept in Git is published to
+``bench/runs/<name>/`` with each file gzip'd (``<name>.json.gz``); ``read`` takes either form.
 
 Only the standard library here: the report imports it without the cluster tooling.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -20,6 +21,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 OUT = BENCH / "out"
+KEPT = BENCH / "runs"  # published runs, kept in Git (gzip'd JSON)
 LAST = OUT / "last"
 ARGO_ROLLOUTS_VERSION = "v1.10.1"
 KWOK_VERSION = "v0.8.0"
@@ -90,17 +92,26 @@ def write(run: Path, name: str, data: Any) -> Path:
 
 
 def read(run: Path, name: str) -> Any | None:
+    """``<run>/<name>.json``, or ``<name>.json.gz`` as a kept run holds it; None when neither exists."""
     path = run / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if path.exists():
+        return json.loads(path.read_text())
+    packed = path.with_name(path.name + ".gz")
+    return json.loads(gzip.decompress(packed.read_bytes())) if packed.exists() else None
+
+
+def pack(text: str) -> bytes:
+    """gzip with no time stamp: the same JSON packs to the same bytes, so Git sees no change."""
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)
 
 
 def publish(run: Path, name: str) -> Path:
-    """Copy a run's raw JSON (not its logs) to ``bench/runs/<name>/``, which is kept in Git: the
-    run that RESULTS.md is rendered from stays beside it."""
-    target = BENCH / "runs" / name
+    """Copy a run's raw JSON (not its logs), gzip'd, to ``bench/runs/<name>/``, which is kept in Git
+    and which RESULTS.md is rendered from."""
+    target = KEPT / name
     target.mkdir(parents=True, exist_ok=True)
     for path in sorted(run.glob("*.json")):
-        (target / path.name).write_text(path.read_text())
+        (target / (path.name + ".gz")).write_bytes(pack(path.read_text()))
     return target
 
 

@@ -114,3 +114,18 @@ def test_an_explanation_written_for_another_run_is_marked() -> None:
     goals = report.goals(ROLLBACK, at_rest(300e6, 200e6, slipway_gets=0), None)
     text = report.render_goals(goals, {"rest-rss": {"run": "run-old", "text": "the kopf indexes"}}, "run-new")
     assert "*(written for run run-old)*: the kopf indexes" in text
+
+
+def test_a_published_run_is_gzipped_and_reads_as_the_run_it_came_from(tmp_path: Path, monkeypatch) -> None:
+    run = tmp_path / "run-20261201-000000"
+    run.mkdir()
+    rundir.write(run, "run", {"started": "2026-12-01T00:00:00+00:00"})
+    rundir.write(run, "rollback", ROLLBACK)
+    monkeypatch.setattr(rundir, "KEPT", tmp_path / "runs")
+    kept = rundir.publish(run, "2026-12-01")
+    assert sorted(p.name for p in kept.iterdir()) == ["rollback.json.gz", "run.json.gz"]
+    assert rundir.read(kept, "rollback") == rundir.read(run, "rollback")
+    assert rundir.read(kept, "scale") is None
+    first = (kept / "rollback.json.gz").read_bytes()
+    rundir.publish(run, "2026-12-01")  # no time stamp in the gzip header: published again, the same bytes
+    assert (kept / "rollback.json.gz").read_bytes() == first
