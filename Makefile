@@ -19,7 +19,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -33,12 +33,12 @@ install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workload
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs]'
 	touch $@
 
 lock:  ## pin every Python package again (constraints.txt) from a fresh resolve of pyproject.toml's ranges
 	rm -rf $(CACHE)/lock-venv && $(PYTHON) -m venv $(CACHE)/lock-venv
-	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads]'
+	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads,docs]'
 	{ sed -n '/^#/p' constraints.txt; $(CACHE)/lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf $(CACHE)/lock-venv
 
@@ -87,10 +87,18 @@ prometheus: $(PROMETHEUS)  ## build Prometheus from the Go module proxy (cached)
 $(PROMETHEUS): e2e/controlplane/build-prometheus.sh e2e/go-build.sh
 	bash e2e/controlplane/build-prometheus.sh $(PROMETHEUS)
 
+# The documentation site (docs/, Sphinx with MyST and Furo). Strict: any warning fails the build,
+# a link to a page or heading that does not exist included; external links are never followed.
+DOCS_OUT := docs/_build/html
+docs: $(VENV)/.installed  ## build the documentation site strictly into docs/_build/html (part of make verify and make test)
+	rm -rf $(DOCS_OUT)
+	$(VENV)/bin/sphinx-build -q -E -W --keep-going -n -b html docs $(DOCS_OUT)
+	@echo "docs: $(DOCS_OUT)/index.html"
+
 crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
 
-verify: lint types  ## lint, types, CRD drift
+verify: lint types docs  ## lint, types, CRD drift, the documentation site built strictly
 	$(PY) -m slipway.crdgen --check $(CRD_DIRS)
 
 lint: $(VENV)/.installed
@@ -137,7 +145,7 @@ bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from 
 
 bench-env: $(VENV)/.bench-installed
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,bench]'
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs,bench]'
 	touch $@
 
 argo-rollouts: $(ARGO_ROLLOUTS)  ## build the Argo Rollouts controller (the benchmarks' peer) from the Go module proxy (cached)

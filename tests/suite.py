@@ -1,6 +1,6 @@
 """The whole test suite in the order that gives feedback first (`make test`, `make test-fast`).
 
-1. checks: ruff (lint, format), mypy, CRD drift — a failure stops here;
+1. checks: ruff (lint, format), mypy, CRD drift, the docs site built strictly — a failure stops here;
 2. unit tests — a failure stops here;
 3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here,
    in the background while 1 and 2 run, and stopped at the end): first every test that shares the
@@ -109,7 +109,7 @@ def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None) 
 
 
 def checks() -> int:
-    """The Makefile's own checks (ruff, mypy, CRD drift): one list of what is checked."""
+    """The Makefile's own checks (ruff, mypy, CRD drift, `make docs`): one list of what is checked."""
     return run(["make", "--no-print-directory", "verify"])
 
 
