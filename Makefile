@@ -131,16 +131,17 @@ demo-down: cluster-down  ## stop the demo's cluster
 
 # Benchmarks, run by hand (never by `make test` or CI). `make bench` runs the four scenarios of
 # bench/README.md (Slipway beside Argo Rollouts on one local cluster, then Slipway at scale on kwok
-# nodes), keeps the raw JSON in bench/out/run-<time>/ and renders bench/RESULTS.md and bench/plots/.
+# nodes), keeps the raw JSON in bench/out/run-<time>/ and renders the run's page there; `python -m bench
+# publish` keeps a run in bench/runs/, and bench/RESULTS.md is rendered from the kept runs alone.
 .PHONY: bench bench-env bench-report bench-at-rest bench-rollback argo-rollouts kwok
 BENCH_SOURCE ?= .
 BENCH_SECONDS ?= 120
 BENCH_TRIALS ?= 3
 BENCH_ARGS ?=
-bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/RESULTS.md
+bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/out/last/RESULTS.md
 	$(PY) -m bench all $(BENCH_ARGS)
 
-bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from the last run's raw JSON
+bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from the kept runs' raw JSON (bench/runs/)
 	$(PY) -m bench report
 
 bench-env: $(VENV)/.bench-installed

@@ -33,10 +33,10 @@ def main(argv: list[str] | None = None) -> int:
         one = sub.add_parser(name, help=f"scenario {name} alone, into the last run's folder or --out")
         one.add_argument("--out", type=Path, help="the run's folder (default: a new bench/out/run-<time>)")
         _module(name).add_arguments(one)
-    report = sub.add_parser("report", help="render bench/RESULTS.md and bench/plots/ from a run's raw JSON")
-    report.add_argument("run", nargs="?", type=Path, help="the run's folder (default: the last run)")
-    report.add_argument("--results", type=Path, default=rundir.BENCH / "RESULTS.md")
-    report.add_argument("--plots", type=Path, default=rundir.BENCH / "plots")
+    report = sub.add_parser(
+        "report", help="render bench/RESULTS.md and bench/plots/ from the kept runs (bench/runs/), or RUN's page in RUN"
+    )
+    report.add_argument("run", nargs="?", type=Path, help="an unpublished run's folder: its RESULTS.md and plots/")
     publish = sub.add_parser(
         "publish", help="copy a run's raw JSON to bench/runs/NAME/ (kept in Git) and render from it"
     )
@@ -44,16 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     publish.add_argument("--name", help="the folder under bench/runs/ (default: the run's name)")
     args = parser.parse_args(argv)
 
-    from bench import report as render
+    from bench import page
 
+    if args.command == "report" and args.run:
+        page.render(args.run, args.run / "RESULTS.md", args.run / "plots")
+        return 0
     if args.command == "report":
-        run = args.run or rundir.last_run()
-        render.render(run, args.results, args.plots)
+        page.render_kept()
         return 0
     if args.command == "publish":
         run = args.run or rundir.last_run()
-        kept = rundir.publish(run, args.name or run.resolve().name)
-        render.render(kept, rundir.BENCH / "RESULTS.md", rundir.BENCH / "plots")
+        rundir.publish(run, args.name or run.resolve().name)
+        page.render_kept()
         return 0
     run = rundir.start(args.out.resolve() if args.out else None)  # absolute: kwok and the cluster run elsewhere
     names = (args.only or list(SCENARIOS)) if args.command == "all" else [args.command]
@@ -66,10 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(name)
             if isinstance(e, KeyboardInterrupt):
                 break
-    # `all` renders bench/RESULTS.md; one scenario alone renders into its run's folder and leaves
-    # the published results as they are.
-    results = rundir.BENCH if args.command == "all" else run
-    render.render(run, results / "RESULTS.md", results / "plots")
+    # The run's page goes into its own folder: bench/RESULTS.md is rendered from the kept runs alone,
+    # so it changes only once a run is published (`python -m bench publish`).
+    page.render(run, run / "RESULTS.md", run / "plots")
+    print(f"to keep it in Git and render bench/RESULTS.md with it: python -m bench publish {run} --name NAME")
     if failed:
         print(f"failed: {', '.join(failed)} (see {run}/failures.json)", file=sys.stderr)
     return 1 if failed else 0

@@ -1,9 +1,8 @@
-"""Render ``bench/RESULTS.md`` and ``bench/plots/*.png`` from one run's raw JSON.
-
-``python -m bench report [RUN]`` (default: ``bench/out/last``). Every number in RESULTS.md is
-computed here from the files of the run folder, which RESULTS.md names, so a figure can always
-be traced to its run. The goals of issue #13 are checked here too, each beside the measured
-ratio (Slipway / Argo Rollouts, both from the same run). Why a goal is missed is written by hand
+"""The numbers, tables and goals of RESULTS.md, from one run's raw JSON (``bench/page.py`` makes the
+page, ``python -m bench report``). Every number in RESULTS.md is computed here from the files of a
+run folder, which RESULTS.md names, so a figure can always be traced to its run. The goals of
+issue #13 are checked here too, each beside the measured ratio (Slipway / Argo Rollouts, both from
+the same run). Why a goal is missed is written by hand
 in ``bench/explanations.json`` (``{goal id: {"run": run folder name, "text": ...}}``); a missed
 goal without one, or with one written for another run, says so.
 
@@ -13,14 +12,10 @@ matplotlib (the ``bench`` extra, installed by ``make bench``).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-from bench import rundir
 
 SYSTEMS = ("slipway", "argo")
 NAMES = {"slipway": "Slipway", "argo": "Argo Rollouts"}
@@ -303,97 +298,3 @@ def render_goals(found: list[Goal], explanations: dict[str, Any], run_name: str)
                 stale = "" if why.get("run") == run_name else f" *(written for run {why.get('run')})*"
                 text.append(f"- **{g.text}**{stale}: {why.get('text', '')}")
     return "\n".join(text) + "\n"
-
-
-# --------------------------------------------------------------------------- the page
-
-
-def load_explanations() -> dict[str, Any]:
-    path = rundir.BENCH / "explanations.json"
-    return json.loads(path.read_text()) if path.exists() else {}
-
-
-def results_markdown(run: Path, plots: Path, results: Path, explanations: dict[str, Any]) -> str:
-    meta = rundir.read(run, "run") or {}
-    rollback, at_rest, scale = (rundir.read(run, n) for n in ("rollback", "at-rest", "scale"))
-    failures = rundir.read(run, "failures") or {}
-    m, v = meta.get("machine", {}), meta.get("versions", {})
-    rel = _relative(plots, results.parent)
-    try:
-        shown_run = str(run.resolve().relative_to(rundir.ROOT))
-    except ValueError:
-        shown_run = str(run)
-    parts = [
-        "# Benchmark results: Slipway beside Argo Rollouts\n",
-        "Rendered by `python -m bench report` from the raw JSON of one run; do not edit by hand "
-        "(run `make bench`, or `make bench-report` to render again).\n",
-        table(
-            ["", ""],
-            [
-                ["run", f"`{shown_run}` (started {meta.get('started', '?')})"],
-                [
-                    "machine",
-                    f"{m.get('cpus', '?')} CPUs ({m.get('cpu_model', '?')}), {m.get('memory_gib', '?')} GiB, "
-                    f"kernel {m.get('kernel', '?')}, Python {m.get('python', '?')}",
-                ],
-                [
-                    "versions",
-                    f"Slipway {v.get('slipway', '?')}, Argo Rollouts {v.get('argo_rollouts', '?')}, "
-                    f"kwok {v.get('kwok', '?')}, Kubernetes {v.get('kubernetes', '?')}, {v.get('go', '?')}",
-                ],
-            ],
-        ),  # fmt: skip
-        *_provenance(rollback, at_rest, scale),
-        "\n## Goals\n",
-        render_goals(goals(rollback, at_rest, scale), explanations, run.name),
-        "\n## A. Rollback latency (real pods)\n",
-        render_rollback(rollback),
-        _plot_link(plots / "rollback.png", rel, rollback),
-        "\n## B. Cost at rest (pods on kwok nodes)\n",
-        render_at_rest(at_rest),
-        _plot_link(plots / "at-rest.png", rel, at_rest),
-        "\n## C. Slipway at scale (kwok nodes)\n",
-        render_scale(scale),
-        _plot_link(plots / "scale.png", rel, scale),
-        "\n## D. Operator start\n",
-        render_start(scale),
-        _plot_link(plots / "start.png", rel, (scale or {}).get("start")),
-    ]
-    if failures:
-        parts.append("\n## Scenarios that failed in this run\n")
-        parts += [f"- `{name}`: {f.get('error')}" for name, f in failures.items()]
-    return "\n".join(parts).rstrip() + "\n"
-
-
-def _provenance(*results: dict[str, Any] | None) -> list[str]:
-    """When each scenario's file was written, with which Slipway commit."""
-    rows = []
-    for label, data in zip(("A. rollback", "B. at rest", "C/D. scale"), results, strict=True):
-        p = (data or {}).get("provenance")
-        if p:
-            rows.append([label, p.get("written", "?"), (p.get("versions") or {}).get("slipway", "?")])
-    return ["\n" + table(["scenario", "written", "Slipway"], rows)] if rows else []
-
-
-def _relative(path: Path, base: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(base.resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _plot_link(path: Path, rel: str, data: Any) -> str:
-    return f"\n![{path.stem}]({rel}/{path.name})\n" if data else ""
-
-
-def render(run: Path, results: Path, plots: Path) -> None:
-    """Write RESULTS.md and the plots of ``run``."""
-    plots.mkdir(parents=True, exist_ok=True)
-    try:
-        from bench import figures as draw
-    except ImportError as e:  # matplotlib missing: the tables still render
-        print(f"no plots ({e}); install the bench extra: make bench-env")
-    else:
-        draw.draw_all(run, plots)
-    results.write_text(results_markdown(run, plots, results, load_explanations()))
-    print(f"wrote {results} from {run}")

@@ -1,4 +1,5 @@
-"""bench/report.py: the numbers, goals and tables of RESULTS.md, from a run folder's raw JSON.
+"""bench/report.py, page.py and kept.py: the numbers, goals and tables of RESULTS.md, from a run
+folder's raw JSON, and RESULTS.md itself from the runs kept in bench/runs/.
 
 The plots (matplotlib, the ``bench`` extra) are not drawn here; the report renders its tables
 without them.
@@ -6,6 +7,7 @@ without them.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -15,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))
 
-from bench import report, rundir  # noqa: E402
+from bench import kept, page, report, rundir  # noqa: E402
 
 
 def test_percentile_interpolates_between_ranks() -> None:
@@ -102,12 +104,12 @@ def test_results_page_names_its_run_and_explains_a_missed_goal(tmp_path: Path) -
                               "versions": {"slipway": "abc1234", "argo_rollouts": "v1.10.1"}})  # fmt: skip
     rundir.write(run, "rollback", ROLLBACK)
     rundir.write(run, "at-rest", at_rest(300e6, 200e6, slipway_gets=0))
-    page = report.results_markdown(run, tmp_path / "plots", tmp_path / "RESULTS.md", {})
-    assert "run-20261201-000000" in page and "abc1234" in page and "v1.10.1" in page
-    assert "| Slipway | 3 |" in page  # the rollback table's row: three trials
-    assert "controller RSS at 300 deployments ≤ Argo's | 286 MiB | 191 MiB | 1.50 | **missed** |" in page
-    assert "no explanation written yet" in page
-    assert "## C. Slipway at scale (kwok nodes)\n\nNot run." in page
+    page_ = page.results_markdown(run, tmp_path / "plots", tmp_path / "RESULTS.md", {})
+    assert "run-20261201-000000" in page_ and "abc1234" in page_ and "v1.10.1" in page_
+    assert "| Slipway | 3 |" in page_  # the rollback table's row: three trials
+    assert "controller RSS at 300 deployments ≤ Argo's | 286 MiB | 191 MiB | 1.50 | **missed** |" in page_
+    assert "no explanation written yet" in page_
+    assert "## C. Slipway at scale (kwok nodes)\n\nNot run." in page_
 
 
 def test_an_explanation_written_for_another_run_is_marked() -> None:
@@ -129,3 +131,42 @@ def test_a_published_run_is_gzipped_and_reads_as_the_run_it_came_from(tmp_path: 
     first = (kept / "rollback.json.gz").read_bytes()
     rundir.publish(run, "2026-12-01")  # no time stamp in the gzip header: published again, the same bytes
     assert (kept / "rollback.json.gz").read_bytes() == first
+
+
+def test_results_md_is_what_the_kept_runs_render() -> None:
+    """bench/RESULTS.md holds nothing but what `make bench-report` renders from bench/runs/ (the
+    narrative is bench/ANALYSIS.md's): rendered again, it is the committed page, byte for byte."""
+    rendered = page.kept_markdown(rundir.KEPT, page.PLOTS, page.RESULTS, page.load_explanations())
+    assert rendered == page.RESULTS.read_text()
+
+
+def short_names(name: str) -> set[str]:
+    """A kept run's names in ANALYSIS.md: its folder, or what follows the section's prefix."""
+    parts = name.split("-")
+    return {name, "-".join(parts[3:]), "-".join(parts[4:])} - {""}
+
+
+def test_every_kept_run_is_named_by_a_document_and_every_named_run_is_kept() -> None:
+    found = kept.runs()
+    analysis = (rundir.BENCH / "ANALYSIS.md").read_text()
+    docs = [analysis, (rundir.BENCH / "README.md").read_text(), (ROOT / "README.md").read_text()]
+    cited = {m for m in re.findall(r"`([\w.-]+)`", analysis)} | set(re.findall(r"runs/([\w.-]+)/", analysis))
+    unnamed = [k.name for k in found if k is not kept.main_run(found) and not short_names(k.name) & cited]
+    assert unnamed == []
+    named = {m for doc in docs for m in re.findall(r"bench/runs/(\d{4}-[\w.-]+)/", doc)}
+    assert named and all((rundir.KEPT / name).is_dir() for name in named), named
+
+
+def test_the_main_run_is_the_newest_kept_run_with_all_three_scenarios(tmp_path: Path) -> None:
+    for name, started, scenarios in (("old", "2026-12-01", kept.SCENARIOS), ("new", "2026-12-03", kept.SCENARIOS),
+                                     ("newest", "2026-12-04", ("scale",))):  # fmt: skip
+        run = tmp_path / name
+        run.mkdir()
+        rundir.write(run, "run", {"started": started})
+        for scenario in scenarios:
+            rundir.write(run, scenario, {"scenario": scenario})
+    found = kept.runs(tmp_path)
+    assert [k.name for k in found] == ["old", "new", "newest"]
+    assert kept.main_run(found).name == "new"
+    assert kept.main_run(found).label("scale") == "`new`"
+    assert [stem for stem, _ in found[2].of("scale")] == ["scale"]
