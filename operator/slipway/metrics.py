@@ -14,8 +14,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from slipway.reasons import ROLLBACK_REASONS
 from slipway.status.conditions import parse_time
-from slipway.status.rollbacks import ROLLBACK_REASONS
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
@@ -69,8 +69,8 @@ TRAINING_PROGRESS = Gauge("slipway_trainingrun_progress_ratio", "Step / totalSte
                           ["namespace", "name"])  # fmt: skip
 
 
-# Every reason a rollback (or a reverted promotion or bake) can have (slipway.status.rollbacks, as the
-# rollout records them): each deployment's counters start at 0 for all of them, so increase() sees its
+# Every reason a rollback (or a reverted promotion or bake) can have (slipway.reasons, the rows marked
+# rollback): each deployment's counters start at 0 for all of them, so increase() sees its
 # first rollback (a series born at 1 shows no increase), and all of them are removed when it is deleted.
 
 

@@ -1,14 +1,11 @@
 """Every reason ``status.lastRollback`` of an InferenceDeployment can give: a canary rolled back
 (AnalysisFailed, ProgressDeadlineExceeded, Aborted), a promotion reverted (PromotionFailed,
-PromotionAborted), a bake reverted (BakeFailed, Aborted). One list for the rollout, which makes each
-record with one of them (mypy checks every call), and for the operator's metrics, which pre-create
-a deployment's rollback counters from it and remove them all when it is deleted."""
+PromotionAborted), a bake reverted (BakeFailed, Aborted). They are rows of the reasons registry
+(slipway.reasons, marked ``rollback``); the rollout makes each record with one of them (mypy checks
+every call), and the operator's metrics pre-create a deployment's rollback counters from them."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from slipway.reasons import ROLLBACK_REASONS, RollbackReason
 
-RollbackReason = Literal[
-    "AnalysisFailed", "ProgressDeadlineExceeded", "Aborted", "PromotionFailed", "PromotionAborted", "BakeFailed"
-]
-ROLLBACK_REASONS: tuple[RollbackReason, ...] = get_args(RollbackReason)
+__all__ = ["ROLLBACK_REASONS", "RollbackReason"]
