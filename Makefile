@@ -119,7 +119,7 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 	$(PY) -m pytest -q tests/faults
 
 test-unit: $(VENV)/.installed promql-oracle
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q tests/unit tests/harness
 
 cluster-up: install controlplane prometheus metrics-server traefik helm  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
 	$(PY) -m localkube up $(if $(GATEWAY_API),--gateway-api)
@@ -133,10 +133,7 @@ demo-down: cluster-down  ## stop the demo's cluster
 # bench/README.md (Slipway beside Argo Rollouts on one local cluster, then Slipway at scale on kwok
 # nodes), keeps the raw JSON in bench/out/run-<time>/ and renders the run's page there; `python -m bench
 # publish` keeps a run in bench/runs/, and bench/RESULTS.md is rendered from the kept runs alone.
-.PHONY: bench bench-env bench-report bench-at-rest bench-rollback argo-rollouts kwok
-BENCH_SOURCE ?= .
-BENCH_SECONDS ?= 120
-BENCH_TRIALS ?= 3
+.PHONY: bench bench-env bench-report argo-rollouts kwok
 BENCH_ARGS ?=
 bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/out/last/RESULTS.md
 	$(PY) -m bench all $(BENCH_ARGS)
@@ -156,12 +153,6 @@ $(ARGO_ROLLOUTS): bench/build-argo-rollouts.sh e2e/go-build.sh
 kwok: $(KWOK)  ## build kwok (fake nodes for the scale benchmarks) from the Go module proxy (cached)
 $(KWOK): bench/build-kwok.sh e2e/go-build.sh
 	bash bench/build-kwok.sh $(KWOK)
-
-bench-at-rest: install controlplane prometheus metrics-server  ## API/MLflow/Prometheus cost of settled objects (bench/at_rest.py)
-	$(PY) -m bench.at_rest --source $(BENCH_SOURCE) --seconds $(BENCH_SECONDS)
-
-bench-rollback: install controlplane prometheus metrics-server  ## canary ready -> rollback -> stable, vs its floor (bench/rollback_latency.py)
-	$(PY) -m bench.rollback_latency --source $(BENCH_SOURCE) --trials $(BENCH_TRIALS)
 
 e2e-kind:  ## the lifecycle on kind (needs Docker, kind, kubectl; not available on Slipway's CI machine)
 	bash e2e/kind/run.sh

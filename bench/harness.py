@@ -1,8 +1,7 @@
 """What the benchmarks of ``bench/`` share: a local cluster, the Slipway CRDs, the operator of a
 checkout as a subprocess, and the run's provenance (commit, machine, the operator's log).
 
-Imported by ``bench/at_rest.py`` and ``bench/rollback_latency.py`` (run as scripts, so ``bench/``
-is on ``sys.path``). Nothing here runs under ``make test`` or CI.
+Imported by the scenarios (``bench/scenario_*.py``). Nothing here runs under ``make test`` or CI.
 """
 
 from __future__ import annotations
@@ -218,22 +217,6 @@ def machine() -> dict[str, Any]:
                   if line.startswith("model name")), platform.processor())  # fmt: skip
     return {"cpus": os.cpu_count(), "cpu_model": model, "memory_gib": round(int(mem) / 1024 / 1024, 1),
             "kernel": platform.release(), "python": platform.python_version()}  # fmt: skip
-
-
-def source_of(path: Path) -> Path:
-    """A checkout whose ``operator/slipway`` is the package to run."""
-    source = path.resolve()
-    if not (source / "operator" / "slipway" / "__init__.py").exists():
-        raise SystemExit(f"{source}/operator/slipway is not the slipway package")
-    return source
-
-
-def print_log_findings(findings: dict[str, Any], log_path: Path) -> None:
-    """The operator log's warnings, errors and tracebacks, as a bench prints them."""
-    print(f"operator log: {findings.get('lines', 0)} warning/error lines, {findings.get('tracebacks', 0)} tracebacks "
-          f"({log_path})")  # fmt: skip
-    for item in findings.get("top", [])[:8]:
-        print(f"  {item['count']:>4} x {item['message'][:200]}")
 
 
 class PollingThreads:

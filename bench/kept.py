@@ -47,7 +47,7 @@ def runs(kept: Path = rundir.KEPT) -> list[Kept]:
     found = []
     for path in sorted(p for p in kept.iterdir() if p.is_dir()) if kept.is_dir() else []:
         stems = {f.name.removesuffix(".gz").removesuffix(".json") for f in path.glob("*.json*")}
-        files = {s: rundir.read(path, s) for s in sorted(stems) if scenario_of(s)}
+        files = {s: d for s in sorted(stems) if scenario_of(s) and (d := rundir.read(path, s)) is not None}
         found.append(Kept(path.name, path, rundir.read(path, "run") or {}, files))
     return sorted(found, key=lambda k: (str(k.meta.get("started", "")), k.name))
 
@@ -73,7 +73,7 @@ def _at_rest_row(k: Kept, stem: str, data: dict[str, Any]) -> list[str]:
     rows = at_rest_rows(data)
     biggest = max((r.get("n", 0) for r in rows), default=None)
     at = {r["system"]: r for r in rows if r.get("n") == biggest}
-    sizes = ", ".join(str(n) for n in sorted({r.get("n") for r in rows}))
+    sizes = ", ".join(str(n) for n in sorted({int(r.get("n") or 0) for r in rows}))
     row = [k.label(stem), k.commit(data), fmt(data.get("window_seconds"), 0), sizes or "—"]
     for system in ("slipway", "argo"):
         r = at.get(system)

@@ -47,19 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import argo, rundir
-from bench.harness import (
-    IMAGE,
-    ROOT,
-    Operator,
-    PollingThreads,
-    create_namespace,
-    install_crds,
-    local_cluster,
-    log,
-    log_findings,
-    operator_env,
-)
-from bench.rollback_latency import (
+from bench.canary import (
     ERROR_RATE,
     RATE,
     SCRAPE_SECONDS,
@@ -76,7 +64,19 @@ from bench.rollback_latency import (
     settle_deployments,
     train,
 )
-from bench.rollback_latency import path as slipway_path
+from bench.canary import path as slipway_path
+from bench.harness import (
+    IMAGE,
+    ROOT,
+    Operator,
+    PollingThreads,
+    create_namespace,
+    install_crds,
+    local_cluster,
+    log,
+    log_findings,
+    operator_env,
+)
 from localkube.audit import audited_kubeconfig
 from localkube.kube import Kube, api_client
 from localkube.state import ClusterInfo
@@ -96,7 +96,7 @@ ARGO_WEIGHT = 33
 
 @dataclass(frozen=True)
 class Setup(Config):
-    """One system's namespace, model and server port, with rollback_latency's Config queries."""
+    """One system's namespace, model and server port, with the canary's Config queries (bench/canary.py)."""
 
     system: str = "slipway"
 

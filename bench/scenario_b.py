@@ -6,12 +6,12 @@ kwok nodes, each controller alone for a window.
 
 1. A local cluster (``localkube``), Slipway's and Argo Rollouts' CRDs, ``--at-rest-kwok-nodes``
    fake nodes (``bench.kwok``: loopback addresses, never scraped by Prometheus). A counting proxy
-   in front of MLflow and one in front of Prometheus (``bench.at_rest.CountingProxy``); both
+   in front of MLflow and one in front of Prometheus (``bench.proxy.CountingProxy``); both
    controllers are given the proxies (Slipway through ``SLIPWAY_MLFLOW_URL`` and
    ``SLIPWAY_PROMETHEUS_URL``, Argo through its AnalysisTemplate's address), and a call counts for
    the controller when its connection belongs to the controller's process.
-2. The model is trained once, for real (a TrainingRun with an artifact, as ``bench/at_rest.py``
-   does: its pods run on the node agent), and its ModelArtifact becomes Validated.
+2. The model is trained once, for real (a TrainingRun with an artifact, ``bench.canary.training_run``:
+   its pods run on the node agent), and its ModelArtifact becomes Validated.
 3. For each N (ascending) and each system, one at a time (the other's controller stopped):
    the controller starts; objects are added up to N (namespace ``ar-slipway``:
    InferenceDeployments in Replicas mode, each ``artifactRef`` to the one ModelArtifact, one
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import argo, kwok, rundir
-from bench.at_rest import CountingProxy, training_run
+from bench.canary import THRESHOLD, Config, training_run
 from bench.harness import (
     GROUP,
     IMAGE,
@@ -57,7 +57,7 @@ from bench.harness import (
     operator_env,
     settle,
 )
-from bench.rollback_latency import THRESHOLD, Config
+from bench.proxy import CountingProxy
 from localkube.audit import AuditRecord, audited_kubeconfig, requests_by, summarize
 from localkube.kube import Kube
 from localkube.state import ClusterInfo
@@ -309,7 +309,7 @@ def measure(
 
 
 def train_artifact(admin: Kube, controllers: Controllers, timeout: float = 600) -> dict[str, Any]:
-    """The TrainingRun of bench/at_rest.py (pods on the node agent, for real), until its ModelArtifact is Ready."""
+    """The TrainingRun of bench/canary.py (pods on the node agent, for real), until its ModelArtifact is Ready."""
     controllers.start("slipway")
     base = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACES['slipway']}"
     admin.create(f"{base}/trainingruns", training_run())

@@ -137,7 +137,7 @@ def custom_path(kind: str, name: str | None = None) -> str:
 
 
 def seed_run() -> dict[str, Any]:
-    """The model trained for real (on the node agent), as in bench/at_rest.py."""
+    """The model trained for real (on the node agent), as in scenario B (bench/canary.py's training_run)."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainingRun",
