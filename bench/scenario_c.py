@@ -63,7 +63,7 @@ from typing import Any
 
 import httpx
 
-from bench import kwok, rundir
+from bench import kwok, rundir, two_namespaces
 from bench.harness import (
     GROUP,
     IMAGE,
@@ -89,11 +89,11 @@ NAMESPACE = "scale"
 SEED = "digits"
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 CHILD_KINDS = {"TrainingRun": ("jobs",), "InferenceDeployment": ("services", "hpas", "deployments")}
-CHILD_PATHS = {
-    "jobs": f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs",
-    "services": f"/api/v1/namespaces/{NAMESPACE}/services",
-    "hpas": f"/apis/autoscaling/v2/namespaces/{NAMESPACE}/horizontalpodautoscalers",
-    "deployments": f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments",
+CHILD_PATHS = {  # {ns}: the namespace watched
+    "jobs": "/apis/batch/v1/namespaces/{ns}/jobs",
+    "services": "/api/v1/namespaces/{ns}/services",
+    "hpas": "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
+    "deployments": "/apis/apps/v1/namespaces/{ns}/deployments",
 }
 PLURAL = {
     "TrainingRun": "trainingruns",
@@ -126,13 +126,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--scale-kueue-gpus", type=int, default=0,
                    help="C's Kueue variant: start Kueue (make kueue) and send every TrainingRun through a LocalQueue "
                         "of a ClusterQueue of this many GPUs (default 0: no Kueue)")  # fmt: skip
+    g.add_argument("--scale-other-namespace", default="",
+                   help="a second namespace the operator watches: while C's burst holds the slots, "
+                        "--scale-other-objects TrainingRuns are created there one at a time and their apply -> first "
+                        "child reported apart (bench/two_namespaces.py; default none)")  # fmt: skip
+    g.add_argument("--scale-other-objects", type=int, default=20, help="its TrainingRuns (default 20)")
+    g.add_argument("--scale-other-interval", type=float, default=0.5,
+                   help="seconds between the other namespace's creates, the first one this long after the burst's "
+                        "first (default 0.5)")  # fmt: skip
+    g.add_argument("--scale-source", type=Path, default=ROOT,
+                   help="a checkout whose operator/slipway is the operator run (default this one)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- objects
 
 
-def custom_path(kind: str, name: str | None = None) -> str:
-    path = f"/apis/{GROUP}/{VERSION}/namespaces/{NAMESPACE}/{PLURAL[kind]}"
+def custom_path(kind: str, name: str | None = None, namespace: str = NAMESPACE) -> str:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL[kind]}"
     return f"{path}/{name}" if name else path
 
 
@@ -284,9 +294,10 @@ class Observed:
 class Watches:
     """One thread per watch (the Slipway kinds and the children), each with its own client."""
 
-    def __init__(self, info: ClusterInfo, observed: Observed) -> None:
+    def __init__(self, info: ClusterInfo, observed: Observed, namespace: str = NAMESPACE) -> None:
         self.info = info
         self.observed = observed
+        self.namespace = namespace
         self.stop = threading.Event()
         self.threads: list[threading.Thread] = []
         self.errors: list[str] = []
@@ -312,10 +323,11 @@ class Watches:
 
     def start(self) -> None:
         targets: list[tuple[str, Callable[[dict[str, Any], float], None]]] = []
+        ns = self.namespace
         for resource, path in CHILD_PATHS.items():
-            targets.append((path, lambda obj, now, r=resource: self.observed.child(r, obj, now)))
+            targets.append((path.format(ns=ns), lambda obj, now, r=resource: self.observed.child(r, obj, now)))
         for kind in ("TrainingRun", "InferenceDeployment"):
-            targets.append((custom_path(kind), lambda obj, now, k=kind: self.observed.parent(k, obj, now)))
+            targets.append((custom_path(kind, None, ns), lambda obj, now, k=kind: self.observed.parent(k, obj, now)))
         for path, handle in targets:
             thread = threading.Thread(target=self._run, args=(path, handle), name=f"watch {path}", daemon=True)
             thread.start()
@@ -529,11 +541,13 @@ def operator_counters(metrics_url: str) -> dict[str, float]:
 # --------------------------------------------------------------------------- the run
 
 
-def _start_operator(info: ClusterInfo, out: Path, log_name: str) -> tuple[Operator, str]:
+def _start_operator(info: ClusterInfo, out: Path, log_name: str, args: argparse.Namespace) -> tuple[Operator, str]:
     kubeconfig = audited_kubeconfig(info, USER)
     assert info.mlflow_url and info.prometheus_url
-    env = operator_env(ROOT, kubeconfig, info.mlflow_url, info.prometheus_url, {})
-    operator = Operator(ROOT, env, NAMESPACE, out / log_name)
+    source = two_namespaces.source_of(args.scale_source)
+    env = operator_env(source, kubeconfig, info.mlflow_url, info.prometheus_url, {})
+    namespaces = [NAMESPACE, *([args.scale_other_namespace] if args.scale_other_namespace else [])]
+    operator = Operator(source, env, namespaces, out / log_name)
     operator.check_import()
     operator.start()
     return operator, f"http://127.0.0.1:{env['SLIPWAY_METRICS_PORT']}/metrics"
@@ -583,10 +597,14 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "timeout_seconds": args.scale_timeout,
             "kueue_gpus": args.scale_kueue_gpus,
             "apply_rate": args.scale_apply_rate,
+            "other_namespace": args.scale_other_namespace or None,
+            "other_objects": args.scale_other_objects if args.scale_other_namespace else 0,
+            "other_interval_seconds": args.scale_other_interval,
         },  # fmt: skip
         "source": {
             "commit": git(ROOT, "rev-parse", "HEAD"),
             "dirty": git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "operator", "e2e", "bench"),
+            "operator_source": str(args.scale_source.resolve()),
         },
         "notes": [],
     }
@@ -607,7 +625,9 @@ def _run(run_dir: Path, args: argparse.Namespace, data: dict[str, Any]) -> None:
         admin = Kube(info.kubeconfig)
         install_crds(admin, ROOT / "crds")
         create_namespace(admin, NAMESPACE)
-        operator, metrics_url = _start_operator(info, run_dir, "scale-operator.log")
+        if args.scale_other_namespace:
+            create_namespace(admin, args.scale_other_namespace)
+        operator, metrics_url = _start_operator(info, run_dir, "scale-operator.log", args)
         try:
             admin.create(custom_path("TrainingRun"), seed_run())
             log(f"operator pid {operator.pid}; training the seed model {SEED} on the node agent")
@@ -659,10 +679,13 @@ def scale_c(
 
     sampler = Sampler(operator.pid, t0, counts).start()
     watches.wait_listed()  # an ADDED event is never mistaken for the initial list
+    other = _other_namespace(info, admin, metrics_url, args) if args.scale_other_namespace else None
     log(f"scenario C: creating {len(runs)} TrainingRuns and {len(deps)} InferenceDeployments")
     create_seconds: list[float] = []
     t_apply0 = time.time()
     queue = QUEUE if args.scale_kueue_gpus else None
+    if other is not None:
+        other.start(t_apply0)
 
     def create(i: int, kind: str, name: str) -> None:
         if args.scale_apply_rate:
@@ -689,8 +712,9 @@ def scale_c(
         if args.scale_kueue_gpus:
             admitted_max = max(admitted_max, gpus_admitted(admin))
         c = counts()
+        other_done = other is None or other.done()  # every time: it reads the histogram once they all came
         done = c["succeeded"] >= len(runs) and c["promoted"] >= len(deps) and c["first_child"] >= len(order)
-        if done:
+        if done and other_done:
             break
         if not operator.alive():
             notes.append(f"the operator exited during scenario C (code {operator.proc and operator.proc.returncode})")
@@ -753,6 +777,12 @@ def scale_c(
     data["requests_by_verb"] = by_verb(records)
     data["requests_by_verb_resource"] = by_verb_resource(records)
     data["requests_after_done"] = by_verb_resource([r for r in records if r[0] >= t_done])
+    if other is not None:
+        data["other_namespace"] = result = other.result(observed, t_apply0, operator_slots(operator), summary)
+        data["summary"]["other_namespace_first_child"] = result["summary"]
+        notes.append(f"{args.scale_other_namespace}: apply -> first child {result['summary']}, bound "
+                     f"{result['bound_seconds']} s (2 x D, D <= {result['longest_pass']['seconds_at_most']} s); "
+                     f"{NAMESPACE}: {data['summary']['apply_to_first_child']}")  # fmt: skip
     data["ready_flaps"] = len(flaps)
     data["flaps"] = [
         {**f, "t": round(f["t"] - t0, 2), "back_at": None if f["back_at"] is None else round(f["back_at"] - t0, 2)}
@@ -777,6 +807,30 @@ def scale_c(
     log(f"scenario C summary: {json.dumps(data['summary'])}")
 
 
+def operator_slots(operator: Operator) -> int | None:
+    return two_namespaces.operator_slots(operator.env, operator.log_path.parent)
+
+
+def _other_namespace(
+    info: ClusterInfo, admin: Kube, metrics_url: str, args: argparse.Namespace
+) -> two_namespaces.Other:
+    """The other namespace's watches (listed) and its creates, not started yet (bench/two_namespaces.py)."""
+    namespace = args.scale_other_namespace
+    observed = Observed({})
+    watches = Watches(info, observed, namespace)
+    watches.start()
+    watches.wait_listed()
+
+    def create(name: str) -> None:
+        with observed.lock:
+            observed.applied[("TrainingRun", name)] = time.time()
+        admin.create(custom_path("TrainingRun", namespace=namespace), training_run(name))
+
+    other = two_namespaces.Other(args.scale_other_objects, args.scale_other_interval, observed, create, metrics_url)
+    other.watches = watches
+    return other
+
+
 def scale_d(
     info: ClusterInfo, admin: Kube, operator: Operator, run_dir: Path, args: argparse.Namespace, data: dict[str, Any]
 ) -> Operator:
@@ -792,7 +846,7 @@ def scale_d(
     audit = AuditTail(info.audit_log or info.directory / "logs" / "audit.log", USER).start()
     log(f"scenario D: stopping the operator (pid {operator.pid})")
     operator.stop()
-    fresh, metrics_url = _start_operator(info, run_dir, "scale-operator-restart.log")
+    fresh, metrics_url = _start_operator(info, run_dir, "scale-operator-restart.log", args)
     t0 = time.time()
     assert fresh.pid is not None
     sampler = Sampler(fresh.pid, t0).start()
