@@ -18,7 +18,8 @@ from slipway.cost import NodePrices, PriceError, Prices, Reserved, record_attemp
 from slipway.models.inferencedeployment import AnalysisMetric
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.prometheus import PrometheusUnavailable, Sample
-from slipway.status.rollout import Desired, _cost_tags
+from slipway.rollout.base import Desired
+from slipway.rollout.records import cost_tags
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 PRICES = Prices.parse({"currency": "USD", "gpuHour": {"default": 2.0, "A100": 3.0}, "cpuHour": 0.04,
@@ -201,7 +202,7 @@ def test_each_tracks_serving_cost_and_the_promoted_versions_tags():
     unknown = serving_cost(Throughput(rates), Pricing({"canary": None}, {"canary": "no price"}), "canary", T0)
     assert unknown["message"] == "no price" and "per1kRequests" not in unknown
     assert unknown["requestsPerPodSecond"] == 20
-    tags = {t["key"]: t["value"] for t in _cost_tags(Desired("4", "models:/m/4", "m", "r"), spent)}
+    tags = {t["key"]: t["value"] for t in cost_tags(Desired("4", "models:/m/4", "m", "r"), spent)}
     assert tags == {"slipway.cost.servingPerHour": "7.2", "slipway.cost.per1kRequests": "0.05",
                     "slipway.cost.perMillionTokens": "1.0", "slipway.cost.currency": "USD"}  # fmt: skip
 

@@ -15,7 +15,8 @@ from slipway import traffic
 from slipway.analysis import Measurement, judge
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.inferencedeployment import AnalysisMetric, Traffic
-from slipway.status.rollout import Desired, Observed, Track, plan
+from slipway.rollout.base import Desired, Observed, Track
+from slipway.rollout.planner import plan
 from slipway.tenancy import NotAllowed, Policy
 from slipway.traffic import Objects, Sizing
 

@@ -2,7 +2,7 @@
 
 A pass (woken by the object, its Deployments, Services, HPA and HTTPRoute, its ModelArtifact, and
 timers while a rollout is in flight or an alias is followed) resolves the version the spec asks
-for, lets the pure state machine (``status/rollout.py``) plan from the cached track Deployments,
+for, lets the pure state machine (``slipway.rollout``) plan from the cached track Deployments,
 runs the analysis it asks for, then applies the plan through the child reconcilers.
 """
 
@@ -21,22 +21,13 @@ from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentStatus, ServingCost
 from slipway.prometheus import address_refusal, analyse_canary
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
+from slipway.rollout.bake import bake_analysis
+from slipway.rollout.base import Desired, Observed, Plan, Track
+from slipway.rollout.budget import total_replicas
+from slipway.rollout.planner import plan
+from slipway.rollout.records import alias_target, new_rollback
+from slipway.rollout.tracks import desired_from_artifact, track_of, track_statuses, with_revision
 from slipway.status import registry
-from slipway.status.rollout import (
-    Desired,
-    Observed,
-    Plan,
-    Track,
-    alias_target,
-    bake_analysis,
-    desired_from_artifact,
-    new_rollback,
-    plan,
-    total_replicas,
-    track_of,
-    track_statuses,
-    with_revision,
-)
 from slipway.status.trainingrun import pod_problem
 from slipway.tenancy import Use
 

@@ -2,7 +2,7 @@
 
 A router turns a step's weight into a split of the serving pods between the tracks (:class:`Sizing`),
 says what share of traffic the canary carries as pods become ready, and names the objects that
-carry the split (Services, routes). The rollout planner (``status/rollout.py``) asks the router of
+carry the split (Services, routes). The rollout planner (``slipway.rollout``) asks the router of
 ``spec.traffic.mode`` and never which one it is; the handler ensures the objects it names.
 """
 
