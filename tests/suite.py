@@ -1,7 +1,7 @@
 """The whole test suite in the order that gives feedback first (`make test`, `make test-fast`).
 
 1. checks: ruff (lint, format), mypy, CRD drift, the docs site built strictly — a failure stops here;
-2. unit tests — a failure stops here;
+2. unit tests (tests/unit, the product; tests/harness, the test harness) — a failure stops here;
 3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here,
    in the background while 1 and 2 run, and stopped at the end): first every test that shares the
    cluster with others, on several pytest-xdist workers (each test in its own namespace;
@@ -36,6 +36,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / ".cache" / "test-reports"
 CLUSTER_PATHS = ["tests/integration", "tests/security", "tests/faults", "e2e/tests"]
+# The unit phase: the product's pure logic, and the tests of the test harness itself (the fault
+# proxies, the load driver, the node agent's logs and IPs, the local cluster's settings), no cluster.
+UNIT_PATHS = ["tests/unit", "tests/harness"]
 FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl_plugin.py",
               "tests/integration/test_health.py"]  # fmt: skip
 # The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
@@ -153,8 +156,8 @@ def shared_cluster() -> Iterator[Callable[[], Path]]:
 
 
 def tier(nodeid: str) -> str:
-    for prefix, name in (("tests/unit", "unit"), ("tests/integration", "integration"), ("tests/security", "security"),
-                         ("tests/faults", "faults"), ("e2e/tests", "e2e")):  # fmt: skip
+    for prefix, name in (("tests/unit", "unit"), ("tests/harness", "harness"), ("tests/integration", "integration"),
+                         ("tests/security", "security"), ("tests/faults", "faults"), ("e2e/tests", "e2e")):  # fmt: skip
         if nodeid.startswith(prefix):
             return name
     return "other"
@@ -173,7 +176,7 @@ def summary(phases: list[Phase], total_wall: float, slowest: int = 20) -> str:
             by_tier[tier(r.nodeid)].append(r)
     lines.append("")
     lines.append(f"{'tier':<18}{'tests':>7}{'test seconds':>14}")
-    for name in ("unit", "integration", "security", "faults", "e2e", "other"):
+    for name in ("unit", "harness", "integration", "security", "faults", "e2e", "other"):
         if by_tier.get(name):
             lines.append(f"{name:<18}{len(by_tier[name]):>7}{sum(r.seconds for r in by_tier[name]):>14.0f}")
     everything = sorted((r for p in phases for r in p.results), key=lambda r: -r.seconds)
@@ -215,7 +218,7 @@ def main() -> int:
             return code
         phases.append(Phase("checks", wall=time.monotonic() - check_start))
 
-        unit = pytest_phase("unit", ["tests/unit", *a.pytest_args])
+        unit = pytest_phase("unit", [*UNIT_PATHS, *a.pytest_args])
         phases.append(unit)
         if unit.code:
             return finish(unit.code)
