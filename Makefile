@@ -95,6 +95,10 @@ docs: $(VENV)/.installed  ## build the documentation site strictly into docs/_bu
 	$(VENV)/bin/sphinx-build -q -E -W --keep-going -n -b html docs $(DOCS_OUT)
 	@echo "docs: $(DOCS_OUT)/index.html"
 
+reference: $(VENV)/.installed  ## regenerate docs/reference/ from the code (the API, reasons, metrics, labels, kubectl slipway)
+	$(PY) -m slipway.docgen docs/reference
+	$(PY) -m slipway.reference docs/reference
+
 crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
 

@@ -1,0 +1,24 @@
+"""The generated pages of the documentation's reference (``docs/reference/``), each from the code it
+describes: the API of the three kinds from the pydantic models (through the CRD generator), the
+operator's metrics, the ``slipway.dev/`` labels, annotations and tags, and the kubectl plugin's help.
+
+    python -m slipway.reference docs/reference          # write the pages (make reference)
+    python -m slipway.reference --check docs/reference  # exit 1 if a committed page is stale
+
+The condition reasons and the settings have generators of their own (``slipway.docgen``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def pages() -> dict[str, Callable[[], str]]:
+    """Each page's file name under docs/reference/ and the function that writes it."""
+    from slipway.reference import api, kubectl, labels, metrics
+
+    return {
+        **{f"{kind.kind.lower()}.md": (lambda kind=kind: api.markdown(kind)) for kind in api.KINDS},
+        "metrics.md": metrics.markdown,
+        "labels.md": labels.markdown,
+        "kubectl-slipway.md": kubectl.markdown,
+    }
