@@ -1,6 +1,7 @@
 """Writes the generated reference pages of the documentation (``docs/reference/``) from the code:
-the condition reasons (slipway.reasons). ``--check`` fails when a committed page differs from what
-the code generates (the drift check, as ``slipway.crdgen --check`` for the CRDs).
+the condition reasons (slipway.reasons) and the operator's settings (slipway.settings). ``--check``
+fails when a committed page differs from what the code generates (the drift check, as
+``slipway.crdgen --check`` for the CRDs).
 
     python -m slipway.docgen docs/reference          # write the pages
     python -m slipway.docgen --check docs/reference  # exit 1 if one is stale
@@ -13,13 +14,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from slipway import reasons
+from slipway import reasons, settings
 
 # A generated page is in no toctree until the site links it: orphan keeps the strict build quiet.
 FRONT_MATTER = "---\norphan: true\n---\n\n"
 
 PAGES: dict[str, Callable[[], str]] = {
     "reasons.md": reasons.markdown,
+    "settings.md": settings.markdown,
 }
 
 

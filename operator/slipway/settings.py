@@ -1,0 +1,237 @@
+"""The operator's settings, each declared once: its name (the OperatorConfig field), environment
+variable, flag, default and help. ``OperatorConfig`` takes its defaults from here, ``python -m
+slipway`` builds its flags from here (a flag defaults to its variable), and
+``docs/reference/settings.md`` is generated from here (``python -m slipway.docgen``). The
+environment is read in one function, :func:`read`; an empty variable counts as unset.
+
+Kept light (no kopf, no Kubernetes client): ``python -m slipway --help`` imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slipway.redact import redact_url
+
+
+def parse_list(text: str | None) -> tuple[str, ...]:
+    """The items of a comma-separated list, trimmed, empty ones left out."""
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
+def parse_url_list(text: str | None) -> tuple[str, ...]:
+    """A comma-separated list of http(s) URLs (``--allowed-prometheus-urls``); ValueError names a bad one."""
+    urls = parse_list(text)
+    for url in urls:
+        try:
+            parts = urllib.parse.urlsplit(url)
+            valid = parts.scheme in ("http", "https") and bool(parts.hostname)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError:
+            valid = False
+        if not valid:
+            raise ValueError(f"{redact_url(url)!r} is not an http(s) URL such as http://prometheus.monitoring:9090")
+    return urls
+
+
+def parse_bool(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes")
+
+
+def _host_and_pid() -> str:
+    return f"{socket.gethostname()}_{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # the OperatorConfig field (or, for a flag only the command reads, its own name)
+    env: tuple[str, ...]  # the variables read, first set one wins; () for a flag only
+    default: Any  # when no variable is set (a callable is called)
+    help: str
+    flag: str | None = None  # None: environment only
+    parse: Callable[[str], Any] = str
+    metavar: str | None = None
+    group: str = ""  # a flag's group in --help
+    shown_default: str | None = None  # the default as the docs say it, if not its value
+    empty: bool = False  # an empty variable is a value (a name, an address), not unset
+    short: str | None = None  # the flag's one-letter form
+
+    @property
+    def dest(self) -> str:
+        """The flag's attribute in argparse's namespace."""
+        return (self.flag or self.name).lstrip("-").replace("-", "_")
+
+    @property
+    def bool_flag(self) -> bool:
+        return self.parse is parse_bool
+
+
+LEADER = "leader election"
+LEADER_HELP = (
+    "Replicas share a coordination.k8s.io/v1 Lease named slipway-operator: its holder reconciles, the "
+    "others stand by with warm caches and take over when it is not renewed for the lease duration."
+)
+
+
+def _s(name: str, env: str, default: Any, help: str, flag: str | None = None, **kw: Any) -> Setting:
+    return Setting(name, tuple(env.split()), default, help, flag, **kw)
+
+
+# fmt: off
+SETTINGS: tuple[Setting, ...] = (
+    _s("standalone", "", False, "no leader election: this replica always reconciles (one replica only, tests)",
+       "--standalone", parse=parse_bool),
+    _s("leader_election_namespace", "SLIPWAY_LEADER_ELECTION_NAMESPACE POD_NAMESPACE", "slipway-system",
+       "namespace of the Lease (default: $POD_NAMESPACE, else slipway-system)", "--leader-election-namespace",
+       group=LEADER),
+    _s("lease_duration_seconds", "SLIPWAY_LEASE_DURATION_SECONDS", 15.0,
+       "a Lease not renewed for this long may be taken over (default 15)", "--lease-duration", parse=float,
+       metavar="SECONDS", group=LEADER),
+    _s("lease_renew_deadline_seconds", "SLIPWAY_LEASE_RENEW_DEADLINE_SECONDS", 10.0,
+       "a leader whose last successful renewal was sent this long ago has lost the Lease and exits, before anyone "
+       "may take over (default 10)", "--lease-renew-deadline", parse=float, metavar="SECONDS", group=LEADER),
+    _s("lease_retry_seconds", "SLIPWAY_LEASE_RETRY_SECONDS", 2.0,
+       "how often the leader renews the Lease and a standby reads it (default 2)", "--lease-retry-period",
+       parse=float, metavar="SECONDS", group=LEADER),
+    _s("lease_renew_interval", "", None, argparse.SUPPRESS, "--lease-renew-interval", parse=float, metavar="SECONDS",
+       group=LEADER),  # the flag of earlier versions: deadline = duration - interval
+    _s("leader_election_identity", "POD_NAME", _host_and_pid, "who holds the leader Lease: the pod's name "
+       "(downward API)", shown_default="host_pid"),
+    _s("stuck_pass_seconds", "SLIPWAY_STUCK_PASS_SECONDS", 300.0, "the liveness endpoint fails while a "
+       "reconciliation pass runs for longer (a stuck thread; default 300)", "--stuck-pass-seconds", parse=float,
+       metavar="SECONDS"),
+    _s("mlflow_url", "SLIPWAY_MLFLOW_URL", None, "MLflow tracking server", "--mlflow-url", empty=True),
+    _s("mlflow_public_url", "SLIPWAY_MLFLOW_PUBLIC_URL", None, "MLflow address for links in status (default: "
+       "--mlflow-url)", "--mlflow-public-url", empty=True),
+    _s("prices_file", "SLIPWAY_PRICES_FILE", None, "the price table (YAML or JSON: currency, gpuHour, cpuHour, "
+       "memoryGiBHour), read again when it changes; none: costs say no price is configured", "--prices-file",
+       metavar="FILE"),
+    _s("prometheus_url", "SLIPWAY_PROMETHEUS_URL", None, "default Prometheus for canary analysis",
+       "--prometheus-url", empty=True),
+    _s("require_model_allowlist", "SLIPWAY_REQUIRE_MODEL_ALLOWLIST", False, "multi-tenant mode: a namespace may "
+       "use only the MLflow models its slipway.dev/allowed-models annotation lists (comma-separated globs, set by "
+       "cluster admins); none without it", "--require-model-allowlist", parse=parse_bool),
+    _s("allowed_gateways", "SLIPWAY_ALLOWED_GATEWAYS", (), "comma-separated namespace/name globs of Gateways in "
+       "other namespaces that any spec.traffic.parentRefs may name (a namespace's slipway.dev/allowed-gateways adds "
+       "more; a Gateway of the object's own namespace is always allowed)", "--allowed-gateways", parse=parse_list,
+       shown_default=""),
+    _s("allowed_prometheus_urls", "SLIPWAY_ALLOWED_PROMETHEUS_URLS", (), "comma-separated Prometheus addresses a "
+       "spec may name in spec.rollout.analysis.prometheus.address (default: only --prometheus-url, which is always "
+       "allowed)", "--allowed-prometheus-urls", parse=parse_url_list, shown_default=""),
+    _s("metrics_port", "SLIPWAY_METRICS_PORT", 8080, "port of the operator's own /metrics (0 disables)",
+       "--metrics-port", parse=int),
+    _s("liveness", "SLIPWAY_LIVENESS", "http://0.0.0.0:8081/healthz", "kopf's liveness endpoint URL", "--liveness",
+       empty=True),
+    _s("verbose", "", False, "log more", "--verbose", parse=parse_bool, short="-v"),
+    _s("metrics_address", "SLIPWAY_METRICS_ADDRESS", "0.0.0.0", "where /metrics listens; a pod IP where pods "
+       "share one network (the local test cluster)", empty=True),
+    _s("mlflow_credentials_secret", "SLIPWAY_MLFLOW_CREDENTIALS_SECRET", "slipway-mlflow-credentials", "workload "
+       "pods read MLflow credentials from this Secret of their namespace, if it exists; the MLflow address they get "
+       "carries none", empty=True),
+    _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0", "the image of Slipway's "
+       "own workloads (quantize, validate) when a spec names none", empty=True),
+    _s("training_priority_class", "SLIPWAY_TRAINING_PRIORITY_CLASS", "slipway-training", "PriorityClass of "
+       "training pods when a spec names none (manifests/priorityclasses.yaml); empty: none", empty=True),
+    _s("inference_priority_class", "SLIPWAY_INFERENCE_PRIORITY_CLASS", "slipway-inference", "PriorityClass of "
+       "serving pods when a spec names none; empty: none", empty=True),
+    _s("alias_poll_seconds", "SLIPWAY_ALIAS_POLL_SECONDS", 30.0, "how often a deployment that follows an MLflow "
+       "alias looks it up (0: never)", parse=float),
+    _s("progress_poll_seconds", "SLIPWAY_PROGRESS_POLL_SECONDS", 15.0, "how often a running TrainingRun reads its "
+       "progress from MLflow (0: never)", parse=float),
+    _s("queue_position_seconds", "SLIPWAY_QUEUE_POSITION_SECONDS", 60.0, "how often a run queued in Kueue reads "
+       "its position (0: never)", parse=float),
+    _s("workers", "SLIPWAY_WORKERS", 12, "reconciliation passes at once, each in a thread (at least 3: one slot "
+       "is kept for canary decisions, a third for new objects' first passes)", parse=lambda text: max(3, int(text))),
+    _s("stuck_pod_grace_seconds", "SLIPWAY_STUCK_POD_GRACE_SECONDS", 300.0, "a training pod that cannot run (bad "
+       "image, missing Secret, crash loop) is Stalled after this", parse=float),
+)
+# fmt: on
+BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _text(setting: Setting, environ: Mapping[str, str]) -> str | None:
+    """The first variable of the setting that is set (non-empty, unless empty is a value), else None."""
+    return next((environ[e] for e in setting.env if e in environ and (environ[e] or setting.empty)), None)
+
+
+def _default(setting: Setting) -> Any:
+    return setting.default() if callable(setting.default) else setting.default
+
+
+def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """A setting's value from the environment, else its default; a bad value raises ValueError
+    naming the variable."""
+    setting = BY_NAME[name]
+    text = _text(setting, os.environ if environ is None else environ)
+    if text is None:
+        return _default(setting)
+    try:
+        return setting.parse(text)
+    except ValueError as exc:
+        raise ValueError(f"{'/'.join(setting.env)}: {exc}") from None
+
+
+def _flag_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(parse, "__name__", "value")  # argparse names it in "invalid int value"
+    return convert
+
+
+def add_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None = None) -> None:
+    """Every setting with a flag, its default the variable's text (argparse parses a string default as
+    it parses the flag, so a bad variable is refused naming the flag) or the setting's default."""
+    environ = os.environ if environ is None else environ
+    groups: dict[str, argparse._ActionsContainer] = {"": parser}
+    for s in SETTINGS:
+        if s.flag is None:
+            continue
+        if s.group not in groups:
+            groups[s.group] = parser.add_argument_group(s.group, LEADER_HELP if s.group == LEADER else None)
+        names = [s.short, s.flag] if s.short else [s.flag]
+        text = _text(s, environ)
+        if s.bool_flag:
+            default = parse_bool(text) if text is not None else _default(s)
+            groups[s.group].add_argument(*names, dest=s.dest, action="store_true", default=default, help=s.help)
+            continue
+        kw: dict[str, Any] = {"metavar": s.metavar} if s.metavar else {}
+        if s.parse is not str:  # int and float as they are: argparse says "invalid int value: 'x'"
+            kw["type"] = s.parse if s.parse in (int, float) else _flag_type(s.parse)
+        default = text if text is not None else _default(s)
+        groups[s.group].add_argument(*names, dest=s.dest, default=default, help=s.help, **kw)
+
+
+def markdown() -> str:
+    lines = [
+        "# Operator settings",
+        "",
+        "<!-- Generated from operator/slipway/settings.py by `make reference`: do not edit by hand. -->",
+        "",
+        "`python -m slipway` (the operator's container) takes each setting as a flag or, in its Deployment, as an",
+        "environment variable: a flag wins over its variable. An empty variable counts as unset, except where it is",
+        "marked *empty is a value* (a name or an address): an empty PriorityClass, for one, uses none. Settings",
+        "without a flag are set by their variable alone. `-n NAMESPACE` (repeatable) watches those namespaces,",
+        "`-A` every namespace (the default).",
+        "",
+        "| setting | flag | environment | default | what it does |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        if s.help == argparse.SUPPRESS:
+            continue
+        shown = s.shown_default if s.shown_default is not None else _default(s)
+        default = "" if shown is None or shown == "" else f"`{shown}`"
+        flag = f"`{s.flag}`" if s.flag else ""
+        env = ", ".join(f"`{e}`" for e in s.env) + (" *empty is a value*" if s.empty else "")
+        lines.append(f"| {s.name} | {flag} | {env} | {default} | {s.help} |")
+    return "\n".join(lines) + "\n"
