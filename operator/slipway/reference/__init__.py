@@ -10,6 +10,7 @@ The condition reasons and the settings have generators of their own (``slipway.d
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 
 def pages() -> dict[str, Callable[[], str]]:
@@ -17,7 +18,7 @@ def pages() -> dict[str, Callable[[], str]]:
     from slipway.reference import api, kubectl, labels, metrics
 
     return {
-        **{f"{kind.kind.lower()}.md": (lambda kind=kind: api.markdown(kind)) for kind in api.KINDS},
+        **{f"{kind.kind.lower()}.md": partial(api.markdown, kind) for kind in api.KINDS},
         "metrics.md": metrics.markdown,
         "labels.md": labels.markdown,
         "kubectl-slipway.md": kubectl.markdown,

@@ -23,7 +23,7 @@ def collectors() -> list[MetricWrapperBase]:
 
 
 def _name(metric: MetricWrapperBase) -> str:
-    suffix = SUFFIX[metric._type]
+    suffix = SUFFIX[str(metric._type)]
     if metric._type == "histogram":
         return f"`{metric._name}` (`{suffix.replace(', ', '`, `')}`)".replace("(`_", f"(`{metric._name}_", 1)
     return f"`{metric._name}{suffix}`"
