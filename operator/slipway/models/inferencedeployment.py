@@ -502,7 +502,7 @@ class InferenceDeploymentSpec(SlipwayModel):
 
 
 class ServingCost(StatusModel):
-    """A track's serving cost over the last analysis window (README, What it costs)."""
+    """A track's serving cost over the last analysis window (docs/concepts/cost.md)."""
 
     currency: str | None = Field(default=None, description="The price table's currency.")
     per_hour: float | None = Field(default=None, description="The track's pods' price per hour (its pods now).")

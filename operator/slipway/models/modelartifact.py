@@ -207,7 +207,7 @@ class GateResult(StatusModel):
 
 
 class LineageCost(StatusModel):
-    """What the artifact's version cost to make: training, quantization and validation (README, What it costs)."""
+    """What the artifact's version cost to make: training, quantization and validation (docs/concepts/cost.md)."""
 
     currency: str | None = Field(default=None, description="The price table's currency.")
     training: float | None = Field(default=None, description="The TrainingRun's cost, every attempt.")

@@ -325,7 +325,7 @@ class TrainingRunStatus(StatusModel):
     artifact_ref: LocalObjectReference | None = Field(default=None, description="The ModelArtifact created.")
     start_time: str | None = Field(default=None, description="When the first pod started.")
     completion_time: str | None = Field(default=None, description="When the run finished.")
-    cost: TrainingCost | None = Field(default=None, description="What the run cost (see README, What it costs).")
+    cost: TrainingCost | None = Field(default=None, description="What the run cost (docs/concepts/cost.md).")
     runtime: Literal["Job", "JobSet"] | None = Field(default=None, description="What runs the pods: Job or JobSet.")
     queue: QueueStatus | None = Field(default=None, description="Kueue: the LocalQueue, Workload and admission.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")
