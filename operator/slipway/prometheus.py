@@ -1,8 +1,8 @@
 """Prometheus' HTTP API over httpx: instant queries, and the canary analysis that asks them.
 
-The only module that talks to Prometheus; :mod:`slipway.analysis` builds the queries and judges
-the answers without I/O. Every query sent counts in
-``slipway_external_requests_total{service="prometheus"}``.
+The only module that talks to Prometheus: the analysis' Prometheus source
+(:mod:`slipway.providers.prometheus`) and OpenCost's prices (:mod:`slipway.opencost`) ask through
+it. Every query sent counts in ``slipway_external_requests_total{service="prometheus"}``.
 
 A spec may name its own Prometheus only if the operator allows that address
 (:func:`address_refusal`, ``--allowed-prometheus-urls``), and nothing a server answers is ever
@@ -13,20 +13,18 @@ operator read an internal service and echo it into status, conditions or Events.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 import httpx
 
-from slipway import analysis, metrics
+from slipway import metrics
 from slipway.config import OperatorConfig
-from slipway.models.inferencedeployment import PROMETHEUS_ADDRESS_PATTERN, Analysis, AnalysisMetric
+from slipway.models.inferencedeployment import PROMETHEUS_ADDRESS_PATTERN
 from slipway.redact import redact_url, transport_failure
 
 ADDRESS_FIELD = "spec.rollout.analysis.prometheus.address"
@@ -210,106 +208,3 @@ def _address_key(url: str) -> tuple[str, str, int, str] | None:
         return None
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     return parsed.scheme, parsed.host.rstrip(".").lower(), port, parsed.path.rstrip("/")
-
-
-class PrometheusProvider:
-    """The analysis provider (:class:`slipway.analysis.Provider`) of one Prometheus: a metric's
-    PromQL for one track (built-in per preset, or the user's query with its placeholders filled),
-    narrowed to the track's revision, else its model version. Once Prometheus is found
-    unreachable, it asks no more."""
-
-    def __init__(
-        self,
-        client: PrometheusClient,
-        settings: Analysis,
-        namespace: str,
-        deployment: str,
-        versions: Mapping[str, str] | None = None,
-        revisions: Mapping[str, str] | None = None,
-    ) -> None:
-        self.client, self.settings = client, settings
-        self.namespace, self.deployment = namespace, deployment
-        self.versions, self.revisions = versions or {}, revisions or {}
-        self.window = analysis.analysis_window(settings.interval)
-        self.unavailable: str | None = None
-
-    def measure(self, metric: AnalysisMetric, track: str) -> analysis.Measurement:
-        try:
-            query = analysis.resolve_query(metric, self.settings.preset, track, self.namespace, self.deployment,
-                                           self.window, self.versions.get(track),
-                                           self.revisions.get(track))  # fmt: skip
-        except analysis.QueryError as exc:
-            return analysis.Measurement(metric.query or "", error=str(exc))
-        if self.unavailable is not None:
-            return analysis.Measurement(query, error=self.unavailable)
-        try:
-            return analysis.Measurement(query, value=self.client.query_value(query))
-        except PrometheusUnavailable as exc:
-            self.unavailable = f"{exc} (monitoring down: the step waits, it neither promotes nor rolls back)"
-            return analysis.Measurement(query, error=self.unavailable)
-        except PrometheusError as exc:
-            return analysis.Measurement(query, error=f"{exc}; fix the metric's query in spec.rollout.analysis.metrics")
-
-
-def run_analysis(
-    client: PrometheusClient,
-    settings: Analysis,
-    namespace: str,
-    deployment: str,
-    now: datetime | str,
-    versions: Mapping[str, str] | None = None,
-    revisions: Mapping[str, str] | None = None,
-    subject: str = analysis.CANARY_TRACK,
-    pricing: analysis.Pricing | None = None,
-) -> analysis.AnalysisOutcome:
-    """Query the canary (and the stable where a metric compares with it) and judge every metric.
-    ``subject`` STABLE_TRACK judges the stable's pods alone (a bake: absolute thresholds only).
-
-    ``settings`` is ``spec.rollout.analysis``; ``revisions`` (track -> revision) narrows each track
-    to the pods of that revision, else ``versions`` (track -> model version) to that version.
-    ``pricing``: each track's price per hour, for the cost metrics and each track's serving cost.
-    """
-    metric_rules = list(settings.metrics) or list(analysis.DEFAULT_METRICS)
-    plain = pricing or analysis.Pricing({}, {})
-    deciding, dry = (analysis.Priced(PrometheusProvider(client, settings, namespace, deployment, versions, revisions),
-                                     plain.per_hour, plain.missing) for _ in range(2))  # fmt: skip
-    outcome = analysis.judge(metric_rules, deciding, dry, settings.no_data, now, subject)
-    if pricing is None or deciding.unavailable is not None:
-        return outcome
-    tracks = [subject] + [t for t in (versions or {}) if t != subject and subject == analysis.CANARY_TRACK]
-    costs = {t: analysis.serving_cost(deciding.inner, pricing, t, now) for t in tracks}
-    return dataclasses.replace(outcome, costs=costs)
-
-
-NO_PROMETHEUS = "no Prometheus: set spec.rollout.analysis.prometheus.address or the operator's --prometheus-url"
-
-
-def analyse_canary(
-    default: PrometheusClient | None,
-    settings: Analysis,
-    namespace: str,
-    deployment: str,
-    now: datetime,
-    versions: Mapping[str, str],
-    timeout: float,
-    *,
-    config: OperatorConfig | None = None,
-    revisions: Mapping[str, str] | None = None,
-    subject: str = analysis.CANARY_TRACK,
-    pricing: analysis.Pricing | None = None,
-) -> analysis.AnalysisOutcome:
-    """:func:`run_analysis` against the spec's Prometheus (``analysis.prometheus.address``) or the
-    operator's default; Inconclusive, naming the fix, when there is neither, or when ``config``
-    is given and does not allow the spec's address (:func:`address_refusal`)."""
-    address = settings.prometheus.address if settings.prometheus else None
-    refusal = address_refusal(address, config) if address is not None and config is not None else None
-    if refusal is not None:
-        return analysis.not_measured(settings.metrics, now, refusal)
-    client = PrometheusClient(address, timeout=timeout) if address is not None else default
-    if client is None:
-        return analysis.not_measured(settings.metrics, now, NO_PROMETHEUS)
-    try:
-        return run_analysis(client, settings, namespace, deployment, now, versions, revisions, subject, pricing)
-    finally:
-        if client is not default:
-            client.close()

@@ -18,9 +18,9 @@ from kubernetes import client
 from integration.test_preemption import PREEMPTING
 from localkube.kube import Kube
 from localkube.wait import wait_for
-from slipway.analysis import REVISION_LABEL, TRACK_LABEL
 from slipway.cost import Prices, record_attempts, reserved_by
 from slipway.mlflow import MlflowClient
+from slipway.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.status.conditions import parse_time
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, report, training_run, wait_status

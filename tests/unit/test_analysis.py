@@ -1,5 +1,5 @@
 """Canary analysis: query resolution per preset, evaluation of each rule, verdicts, and
-slipway.prometheus.run_analysis over a Prometheus answering through httpx.MockTransport (the real
+slipway.providers.run_analysis over a Prometheus answering through httpx.MockTransport (the real
 one is in tests/integration; hostile answers from real HTTP servers in test_prometheus_client.py)."""
 
 from __future__ import annotations
@@ -13,22 +13,25 @@ import pytest
 from prometheus_client import REGISTRY
 
 from slipway.analysis import (
-    _BUILTIN_QUERIES,
     DEFAULT_METRICS,
-    MIN_WINDOW_SECONDS,
     AnalysisOutcome,
     Measurement,
     MetricResult,
-    QueryError,
-    analysis_window,
     evaluate,
     evaluate_metric,
-    resolve_query,
     threshold_text,
     timestamp,
 )
 from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric, AnalysisResult
-from slipway.prometheus import PrometheusClient, run_analysis
+from slipway.prometheus import PrometheusClient
+from slipway.providers import run_analysis
+from slipway.providers.prometheus_queries import (
+    _BUILTIN_QUERIES,
+    MIN_WINDOW_SECONDS,
+    QueryError,
+    analysis_window,
+    resolve_query,
+)
 
 NOW = "2025-01-01T00:00:00Z"
 SELECTOR = 'namespace="team-a", slipway_dev_deployment="digits", slipway_dev_track="canary"'
@@ -435,14 +438,14 @@ def test_the_query_help_names_every_placeholder_a_query_may_use():
     from slipway.models.inferencedeployment import AnalysisMetric
 
     description = AnalysisMetric.model_fields["query"].description or ""
-    from slipway.analysis import PLACEHOLDERS
+    from slipway.providers.prometheus_queries import PLACEHOLDERS
 
     for placeholder in PLACEHOLDERS:
         assert "{{ " + placeholder + " }}" in description
 
 
 def test_a_canary_of_the_same_model_version_is_told_apart_by_its_revision():
-    from slipway.analysis import track_selector
+    from slipway.providers.prometheus_queries import track_selector
 
     by_revision = track_selector("ns", "digits", "canary", version="3", revision="ab12")
     assert 'slipway_dev_revision="ab12"' in by_revision and "model_version" not in by_revision

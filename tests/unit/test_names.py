@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from slipway import analysis
 from slipway.builders import inferencedeployment as idep
 from slipway.builders import modelartifact as ma
 from slipway.builders import trainingrun as tr
 from slipway.builders.common import dns1035_name, dns1123_name, label_value
 from slipway.models import InferenceDeploymentSpec, TrainingRunSpec
 from slipway.models.inferencedeployment import AnalysisMetric
+from slipway.providers.prometheus_queries import resolve_query
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # IsDNS1123Label, at most 63
 DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsDNS1035Label, at most 63
@@ -270,8 +270,8 @@ def test_pods_made_before_the_annotation_are_found_by_label():
 def test_analysis_selects_the_label_value_the_pods_carry(name):
     pods = idep.deployment(name, "ns", idep_spec(False), "canary", "3", "models:/m/3", None, None)
     value = pods["spec"]["template"]["metadata"]["labels"][idep.DEPLOYMENT_LABEL]
-    builtin = analysis.resolve_query(AnalysisMetric(name="errorRate", max=0.1), "slipway", "canary", "ns", name, "20s")
+    builtin = resolve_query(AnalysisMetric(name="errorRate", max=0.1), "slipway", "canary", "ns", name, "20s")
     assert f'slipway_dev_deployment="{value}"' in builtin
     own = AnalysisMetric(name="mine", max=1, query='up{slipway_dev_deployment="{{ deployment }}"}')
     confined = f'up{{slipway_dev_deployment="{value}", namespace="ns"}}'
-    assert analysis.resolve_query(own, "slipway", "canary", "ns", name, "20s") == confined
+    assert resolve_query(own, "slipway", "canary", "ns", name, "20s") == confined

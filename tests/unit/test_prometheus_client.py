@@ -18,7 +18,8 @@ from slipway import prometheus
 from slipway.analysis import AnalysisOutcome
 from slipway.config import OperatorConfig, parse_url_list
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
-from slipway.prometheus import PrometheusClient, address_refusal, analyse_canary, run_analysis
+from slipway.prometheus import PrometheusClient, address_refusal
+from slipway.providers import analyse_canary, run_analysis
 
 SECRET = "s3cr3t-internal-value"
 NOW = "2025-01-01T00:00:00Z"

@@ -12,14 +12,13 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import analysis, cost, kube, metrics, opencost, traffic
+from slipway import analysis, cost, kube, metrics, opencost, providers, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import InferenceDeploymentStatus, ServingCost
-from slipway.prometheus import address_refusal, analyse_canary
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
 from slipway.rollout.bake import bake_analysis
 from slipway.rollout.base import Desired, Observed, Plan, Track
@@ -40,10 +39,9 @@ def reconcile(ctx: Context, spec: InferenceDeploymentSpec) -> float | None:
     """Bring the tracks, traffic and MLflow aliases in line with the spec and the canary's health."""
     assert ctx.mlflow is not None
     settings = spec.rollout.analysis
-    if settings is not None and settings.prometheus is not None:
-        refusal = address_refusal(settings.prometheus.address, ctx.config)
-        if refusal:
-            raise InvalidSpec(ctx.kind, f"{ctx.namespace}/{ctx.name}", [refusal])
+    refused = providers.refusals(settings, ctx.config) if settings is not None else []
+    if refused:
+        raise InvalidSpec(ctx.kind, f"{ctx.namespace}/{ctx.name}", refused)
     return Reconciler(ctx, spec, ctx.mlflow).run()
 
 
@@ -256,10 +254,9 @@ class Reconciler:
         assert settings is not None
         versions = {t: v for t, (v, _) in tracks.items()}
         revisions = {t: r for t, (_, r) in tracks.items() if r}
-        outcome = analyse_canary(self.ctx.prometheus, settings, self.namespace, self.name, now, versions,
-                                 self.ctx.config.http_timeout_seconds, config=self.ctx.config,
-                                 revisions=revisions, subject="stable" if bake else "canary",
-                                 pricing=self.pricing(tracks))  # fmt: skip
+        target = providers.Target(settings, self.namespace, self.name, versions, revisions)
+        lent = providers.Services(self.ctx.config, self.ctx.prometheus, self.ctx.config.http_timeout_seconds)
+        outcome = providers.analyse(target, lent, now, "stable" if bake else "canary", self.pricing(tracks))
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
         return outcome

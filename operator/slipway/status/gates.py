@@ -11,9 +11,10 @@ the named outcome ``onMissingBaseline``: pass or fail, never a crash.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from slipway.analysis import bounds_text
 from slipway.cost import DEFAULT_PRODUCT, Prices
 from slipway.models.modelartifact import Gate
 
@@ -48,11 +49,6 @@ class GateOutcome:
 
 def _fmt(value: float) -> str:
     return f"{value:.6g}"
-
-
-def bounds_text(minimum: float | None, maximum: float | None, fmt: Callable[[float], str]) -> list[str]:
-    """Absolute bounds as people read them: ``>= 0.9``, ``<= 0.5``."""
-    return [f"{op} {fmt(v)}" for op, v in ((">=", minimum), ("<=", maximum)) if v is not None]
 
 
 def threshold_text(gate: Gate) -> str:
