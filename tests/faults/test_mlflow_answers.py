@@ -13,11 +13,10 @@ import pytest
 from kubernetes import client
 
 from faults.scenario import faulty_canary_analysed
-from integration.test_inferencedeployment import pods_of
 from localkube.faultproxy import HttpFaultProxy
 from localkube.wait import wait_for
 from slipway_e2e.lifecycle import condition
-from slipway_testing import events_for, get_object, patch_object, wait_status
+from slipway_testing import events_for, get_object, patch_object, pods_of, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -18,11 +18,10 @@ import pytest
 from kubernetes import client
 
 from faults.scenario import promoted, serving
-from integration.test_inferencedeployment import Versions
 from localkube.cluster import ExtraApiServer, compact_etcd
 from localkube.faultproxy import FaultProxy, kubeconfig_through
 from localkube.wait import wait_for
-from slipway_testing import apply_object, custom, get_object, read_or_none, wait_status
+from slipway_testing import Versions, apply_object, custom, get_object, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 

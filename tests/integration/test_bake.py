@@ -12,10 +12,19 @@ from datetime import datetime
 import pytest
 from kubernetes import client
 
-from integration.test_inferencedeployment import Versions, deployment, patch_spec, serving, status_of
 from localkube.wait import wait_for
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, condition, events_for, report
+from slipway_testing import (
+    Versions,
+    apply_object,
+    condition,
+    deployment,
+    events_for,
+    patch_spec,
+    report,
+    serving,
+    status_of,
+)
 
 pytestmark = [pytest.mark.cluster]
 

@@ -15,7 +15,6 @@ import pytest
 import yaml
 from kubernetes import client
 
-from integration.test_preemption import PREEMPTING
 from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.cost import Prices, record_attempts, reserved_by
@@ -23,7 +22,7 @@ from slipway.mlflow import MlflowClient
 from slipway.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.status.conditions import parse_time
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, training_run, wait_status
+from slipway_testing import PREEMPTING, apply_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from integration.test_inferencedeployment import ERRORS, Versions, deployment, patch_spec, serving, status_of
 from localkube.wait import wait_for
 from slipway_e2e.loadgen import LoadDriver, LoadStats
-from slipway_testing import apply_object, report
+from slipway_testing import ERRORS, Versions, apply_object, deployment, patch_spec, pods_of, report, serving, status_of
 
 pytestmark = [pytest.mark.cluster]
 
@@ -64,7 +63,6 @@ def total(stats: list[LoadStats]) -> LoadStats:
 
 
 def pods_gone(kube_api, namespace: str, track: str) -> bool:
-    from integration.test_inferencedeployment import pods_of
 
     return not pods_of(kube_api, namespace, track)
 

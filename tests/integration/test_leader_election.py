@@ -13,10 +13,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from integration.test_trainingrun import training_run
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, tag_filter
-from slipway_testing import OperatorReplica, apply_object, get_object, read_or_none, report, wait_status
+from slipway_testing import OperatorReplica, apply_object, get_object, read_or_none, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -11,9 +11,8 @@ import logging
 import pytest
 from kubernetes import client
 
-from integration.test_trainingrun import training_run
 from slipway_e2e.lifecycle import condition
-from slipway_testing import apply_object, events_for, get_object, wait_status
+from slipway_testing import apply_object, events_for, get_object, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -23,15 +23,12 @@ from kubernetes import client
 from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_testing import apply_object, report, wait_status
+from slipway_testing import PREEMPTING, apply_object, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
 STEPS = 30
 # The admin's opt-in: a serving class that preempts lower-priority pods (of any team) for GPUs.
-PREEMPTING = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-              "metadata": {"name": "slipway-inference-preempting"}, "value": 1000000,
-              "preemptionPolicy": "PreemptLowerPriority", "globalDefault": False}  # fmt: skip
 CHECKPOINT_EVERY = 2
 
 

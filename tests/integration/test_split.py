@@ -11,10 +11,9 @@ from dataclasses import dataclass
 import pytest
 from kubernetes import client
 
-from integration.test_inferencedeployment import Versions, deployment, serving
 from localkube.wait import wait_for
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, report, wait_status
+from slipway_testing import Versions, apply_object, deployment, get_object, report, serving, wait_status
 
 pytestmark = [pytest.mark.cluster]
 

@@ -9,10 +9,9 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes import client
 
-from integration.test_inferencedeployment import Versions, deployment, serving
 from localkube.audit import audited_kubeconfig
 from slipway_e2e.lifecycle import condition
-from slipway_testing import assert_writes_only_in, wait_status
+from slipway_testing import Versions, assert_writes_only_in, deployment, serving, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from integration.test_inferencedeployment import deployment
+from slipway_testing import deployment
 
 pytestmark = pytest.mark.cluster
 

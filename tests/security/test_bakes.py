@@ -14,11 +14,21 @@ import time
 
 import pytest
 
-from integration.test_inferencedeployment import Versions, deployment, pods_of, serving
 from localkube.faultproxy import HttpFaultProxy
 from slipway.status.conditions import parse_time
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, condition, events_for, patch_object, report, wait_status
+from slipway_testing import (
+    Versions,
+    apply_object,
+    condition,
+    deployment,
+    events_for,
+    patch_object,
+    pods_of,
+    report,
+    serving,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
 

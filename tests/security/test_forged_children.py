@@ -10,11 +10,20 @@ from datetime import UTC, datetime
 import pytest
 from kubernetes import client
 
-from integration.test_inferencedeployment import Versions, deployment, patch_spec, serving, wait_phase
 from localkube.audit import audited_kubeconfig
 from localkube.wait import wait_for
 from slipway.builders import inferencedeployment as build
-from slipway_testing import assert_writes_only_in, get_object, read_or_none, wait_status
+from slipway_testing import (
+    Versions,
+    assert_writes_only_in,
+    deployment,
+    get_object,
+    patch_spec,
+    read_or_none,
+    serving,
+    wait_phase,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from security.test_sources import create_as, stalled_with
-from slipway_testing import condition, model_artifact, wait_status
+from slipway_testing import condition, create_as, model_artifact, stalled_with, wait_status
 
 pytestmark = pytest.mark.cluster
 

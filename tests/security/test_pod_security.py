@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from integration.test_inferencedeployment import Versions, deployment, serving
 from slipway_e2e.lifecycle import condition
-from slipway_testing import training_run, wait_status
+from slipway_testing import Versions, deployment, serving, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -8,10 +8,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from integration.test_inferencedeployment import Versions, deployment, serving
 from slipway_e2e.lifecycle import condition
-from slipway_testing import get_object, wait_status
-from unit.test_promql_fuzz import escapes, parse
+from slipway_testing import Versions, deployment, get_object, promql_escapes, promql_parse, serving, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -73,11 +71,11 @@ def test_a_comment_ended_by_cr_or_a_keyword_as_a_metric_name_reads_only_the_name
     assert "spec.rollout.analysis.metrics[].query" in refused["message"]
     # What was sent, read by Prometheus' own parser: every selector in the namespace (0 unconfined).
     sent = shown["keywords"]["query"]
-    [answer] = parse([sent])
+    [answer] = promql_parse([sent])
     assert "error" not in answer["default"], answer
     names = {m["value"] for selector in answer["default"]["selectors"] for m in selector if m["name"] == "__name__"}
     assert names == {"or", "by", "offset", "sum", ":", "and"}, sent
-    assert escapes(answer, namespace) == [], sent
+    assert promql_escapes(answer, namespace) == [], sent
 
 
 def test_an_analysis_every_millisecond_is_refused_at_admission(kube_api, namespace, tenant):

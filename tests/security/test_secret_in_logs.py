@@ -12,8 +12,7 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from security.test_sources import create_as
-from slipway_testing import OperatorReplica, condition, events_for, model_artifact, wait_status
+from slipway_testing import OperatorReplica, condition, create_as, events_for, model_artifact, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -11,20 +11,19 @@ import pytest
 from kubernetes import client
 
 from localkube.audit import audited_kubeconfig
-from slipway_testing import assert_writes_only_in, condition, model_artifact, training_run, wait_status
+from slipway_testing import (
+    assert_writes_only_in,
+    condition,
+    create_as,
+    model_artifact,
+    stalled_with,
+    training_run,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION = "slipway.dev", "v1alpha1"
-
-
-def create_as(tenant, namespace: str, body: dict) -> None:
-    plural = body["kind"].lower() + "s"
-    client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
-
-
-def stalled_with(reason: str):
-    return lambda o: condition(o, "Stalled").get("reason") == reason
 
 
 def test_another_teams_runs_uris_and_experiments_are_refused(

@@ -12,19 +12,14 @@ again with its experimental functions, fill modifiers and unquoted UTF-8 names o
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
-from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from slipway.promql import ConfinementError, confine
+from slipway_testing import promql_escapes, promql_parse, require_promql_oracle
 
-ROOT = Path(__file__).resolve().parents[2]
-ORACLE = ROOT / ".cache" / "promqlparse" / "promqlparse"
 NS = "team-a"
 CASES = 3000
 
@@ -105,40 +100,15 @@ def queries(draw: st.DrawFn) -> str:
     return query
 
 
-def require_oracle() -> None:
-    if not ORACLE.exists():
-        pytest.fail(
-            f"{ORACLE.relative_to(ROOT)} is missing: run `make promql-oracle` (Prometheus' parser, for this fuzzer)"
-        )
-
-
-def parse(texts: list[str]) -> list[dict]:
-    """Prometheus' reading of each query: one oracle process for the whole batch."""
-    require_oracle()
-    stdin = "".join(json.dumps(t) + "\n" for t in texts)
-    done = subprocess.run([str(ORACLE)], input=stdin, capture_output=True, text=True, check=True, timeout=120)
-    answers = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(answers) == len(texts), done.stderr
-    return answers
-
-
 def escapes(answer: dict, namespace: str = NS) -> list[str]:
-    """What a parser's answer reads outside the namespace: each selector without namespace="<ns>", or
-    with another matcher on the namespace label (the same one twice is the same)."""
-    found = []
-    for mode, reading in answer.items():
-        for selector in reading.get("selectors") or []:
-            ns = [m for m in selector if m["name"] == "namespace"]
-            if not ns or any(m != {"name": "namespace", "type": "=", "value": namespace} for m in ns):
-                found.append(f"{mode}: {selector}")
-    return found
+    return promql_escapes(answer, namespace)
 
 
 ISSUE_44 = 'sum(up) #\r+ count(kube_secret_info{namespace="kube-system", secret=~"a.*"})'
 
 
 def test_every_selector_prometheus_reads_in_a_confined_query_is_in_the_namespace():
-    require_oracle()
+    require_promql_oracle()
     started = time.monotonic()
     sent: list[tuple[str, str]] = []
     refused: list[str] = []
@@ -157,7 +127,7 @@ def test_every_selector_prometheus_reads_in_a_confined_query_is_in_the_namespace
             refused.append(query)
 
     read()
-    answers = parse([confined for _, confined in sent] + [query for query, _ in sent])
+    answers = promql_parse([confined for _, confined in sent] + [query for query, _ in sent])
     confined, raw = answers[: len(sent)], answers[len(sent) :]
     found = [(query, text, escapes(a)) for (query, text), a in zip(sent, confined, strict=True) if escapes(a)]
     assert not found, f"{len(found)} confined queries read outside {NS}, the first: {found[:3]}"
@@ -183,6 +153,6 @@ def test_queries_a_team_writes_still_parse_once_confined():
         "max_over_time(sum(rate(x[1m]))[10m:1m]) - quantile(0.5, x offset -5m)",
         'topk(3, count_values("v", build_info)) * on() group_right vector(1)',
     ]
-    answers = parse([confine(q, NS) for q in queries])
+    answers = promql_parse([confine(q, NS) for q in queries])
     assert [a["default"].get("error") for a in answers] == [None] * len(queries)
     assert not [escapes(a) for a in answers if escapes(a)]
