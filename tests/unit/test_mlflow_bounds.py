@@ -177,6 +177,18 @@ def test_an_unreadable_run_is_a_condition_naming_it_and_the_fix_and_the_pass_goe
     assert (condition.type, condition.status, condition.reason) == ("MlflowRunRead", "False", "MlflowRunTooLarge")
     assert "MLflow run r1 of TrainingRun team-a/sweep-3 is too large to read" in condition.message
     assert "over 4 MiB" in condition.message and "not a new key per step" in condition.message
+
+    # Read again only every 10 polls; MLflow too slow to build the answer: still unreadable, the pass goes on.
+    class Slow:
+        def get_run(self, run_id: str) -> Run:
+            raise MlflowUnavailable("MLflow did not answer GET .../runs/get in time")
+
+    client = Slow()
+    assert handler._mlflow_run(ctx, spec, client) == (run, True)
+    ctx.memory[handler.RUN_READ] = (run, ctx.memory[handler.RUN_READ][1] - 10 * 15)
+    assert handler._mlflow_run(ctx, spec, client) == (run, False)
+    with pytest.raises(MlflowUnavailable):  # a run never found unreadable: an outage, as before
+        handler._read_run(ctx, client, "r1", mlflowrun.RunSeen("r1", "9", "RUNNING"))
     # Readable again (the keys deleted): True, once it was False; nothing for a run always readable.
     readable = mlflowrun.RunSeen("r1", "9", "RUNNING")
     assert [c.status for c in mlflowrun.read_condition(readable, [{"type": "MlflowRunRead"}])] == ["True"]

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from slipway import API_VERSION, cost, kinds, kube, opencost, queueposition, queuequota, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
-from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, http
+from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
@@ -106,7 +106,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     recorded: dict[str, Any] = {}
     if run is not None:
         if cached and (state.succeeded or state.failed):
-            run = _read_run(ctx, ctx.mlflow, run.run_id)  # the last word: what MLflow has now, not a poll's copy
+            run = _read_run(ctx, ctx.mlflow, run.run_id, run)  # the last word: what MLflow has now, not a poll's copy
         if state.succeeded or state.failed:
             _log_cost(ctx.mlflow, run, spent, state.completion_time)
         run = _finish_mlflow_run(ctx.mlflow, run, state)
@@ -216,14 +216,18 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
     one; and whether it is the copy read less than a progress poll ago. A running TrainingRun is
     woken by its pods and Job far more often than its progress needs reading: MLflow is read at
     most once per progress poll (SLIPWAY_PROGRESS_POLL_SECONDS), whatever woke the pass. What is
-    kept between passes is what a pass needs (mlflowrun.RunSeen), never the parsed run."""
+    kept between passes is what a pass needs (mlflowrun.RunSeen), never the parsed run; a run too
+    large to read is read again only every UNREADABLE_POLLS progress polls (MLflow builds its whole
+    answer each time)."""
     known = (ctx.status.get("mlflow") or {}).get("runId")
     memory, now = ctx.memory, time.monotonic()
     if known:
         copy = memory.get(RUN_READ)
-        if copy is not None and copy[0].run_id == known and now - copy[1] < ctx.config.progress_poll_seconds:
-            return copy[0], True
-        run = _read_run(ctx, client, known)
+        before, read_at = copy if copy is not None and copy[0].run_id == known else (None, 0.0)
+        poll = ctx.config.progress_poll_seconds * (UNREADABLE_POLLS if before and before.unreadable else 1)
+        if before is not None and now - read_at < poll:
+            return before, True
+        run = _read_run(ctx, client, known, before)
     else:
         tags = {"slipway.dev/trainingrun": f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
         run = mlflowrun.seen(client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None,
@@ -233,13 +237,20 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
 
 
 RUN_READ = "mlflow_run"  # ctx.memory: (mlflowrun.RunSeen as last read, time.monotonic() then)
+UNREADABLE_POLLS = 10
 
 
-def _read_run(ctx: Context, client: MlflowClient, run_id: str) -> RunSeen:
+def _read_run(ctx: Context, client: MlflowClient, run_id: str, before: RunSeen | None = None) -> RunSeen:
     """What a pass needs of the run ``run_id`` (recorded in status), read now; an unreadable one (its
-    answer over the HTTP layer's limit) with the ids status recorded and the words for the condition."""
+    answer over the HTTP layer's limit) with the ids status recorded and the words for the condition.
+    A run already found unreadable (``before``) stays so when MLflow does not answer in time: it
+    takes longest to build the answers of the largest runs."""
     try:
         return mlflowrun.seen(client.get_run(run_id), COST_METRICS)
+    except MlflowUnavailable:
+        if before is not None and before.unreadable is not None:
+            return before
+        raise
     except MlflowAnswerTooLarge:
         experiment = str((ctx.status.get("mlflow") or {}).get("experimentId", ""))
         why = f"MLflow answers over {http.MAX_ANSWER_BYTES // 2**20} MiB for it"
