@@ -10,10 +10,13 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, get_args
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from slipway.models.inferencedeployment import DeploymentPhase
+from slipway.models.modelartifact import ArtifactPhase
+from slipway.models.trainingrun import TrainingPhase
 from slipway.reasons import ROLLBACK_REASONS
 from slipway.status.conditions import parse_time
 
@@ -35,10 +38,11 @@ CHILD_ACTIONS = Counter(
 )
 
 
-PHASES = {
-    "TrainingRun": ("Pending", "Running", "Succeeded", "Failed", "Suspended"),
-    "ModelArtifact": ("Registering", "Quantizing", "Validating", "Validated", "Rejected", "Failed"),
-    "InferenceDeployment": ("Progressing", "Analyzing", "Promoting", "Promoted", "RolledBack", "Paused", "Failed"),
+# Each kind's phases, from its status model (Baking included).
+PHASES: dict[str, tuple[str, ...]] = {
+    "TrainingRun": get_args(TrainingPhase),
+    "ModelArtifact": get_args(ArtifactPhase),
+    "InferenceDeployment": get_args(DeploymentPhase),
 }
 OBJECT = ["kind", "namespace", "name"]
 PHASE = {kind: Gauge(f"slipway_{kind.lower()}_phase", f"1 for the {kind}'s current phase, 0 for its other phases.",

@@ -137,3 +137,14 @@ def test_a_rollback_is_counted_once_its_status_write_landed_not_when_a_409_refus
     reconciler.put_on_record(None, {}, [], [], record)  # type: ignore[arg-type]
     assert value("slipway_rollbacks_total", **who) == before + 1 and writes == ["409", "ok"]
     metrics.ROLLBACKS.remove("team-a", "twice", "BakeFailed")
+
+
+def test_every_phase_of_each_status_model_has_its_gauge_series():
+    """A baking deployment reads Baking, 1, on the phase gauge: the phases come from the status models."""
+    gauges = metrics.ObjectGauges()
+    who = {"namespace": "team-a", "name": "baking-idep"}
+    gauges.start("InferenceDeployment", "team-a", "baking-idep")
+    gauges.observe("InferenceDeployment", "team-a", "baking-idep", {"phase": "Baking"})
+    assert value("slipway_inferencedeployment_phase", **who, phase="Baking") == 1
+    assert value("slipway_inferencedeployment_phase", **who, phase="Promoted") == 0
+    gauges.forget("InferenceDeployment", "team-a", "baking-idep")
