@@ -11,13 +11,18 @@ from slipway import traffic
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, Rollout
 from slipway.rollout.base import Observed, Plan, Track, served_by
 from slipway.status.conditions import parse_time
-from slipway.traffic import Sizing, replica_weight
+from slipway.traffic import Router, Sizing
 
 
 def total_replicas(spec: InferenceDeploymentSpec) -> int:
     """Serving pods of both tracks: spec.replicas (the HPA's, through the scale subresource), kept
     within the autoscaling bounds as the HPA keeps it."""
     return min(spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, spec.replicas))
+
+
+def router_of(spec: InferenceDeploymentSpec) -> Router:
+    """The traffic router of spec.traffic.mode: what a share of traffic means is its to say."""
+    return traffic.router(spec.traffic.mode)
 
 
 def canary_sizing(mode: str, weight: int, total: int, max_surge: int) -> Sizing:
@@ -78,7 +83,7 @@ def size_tracks(obs: Observed, result: Plan) -> None:
         result.canary_replicas = canary_replicas
     elif not out and canary_replicas and result.canary is None and canary is not None:
         result.canary, result.canary_replicas = served_by(canary), canary_replicas  # kept until the stable serves
-        result.weight = result.route_weight = replica_weight(canary.current_ready, stable.ready)  # and it serves
+        result.weight = result.route_weight = router_of(obs.spec).shared(canary.current_ready, stable.ready)
     elif out and canary is not None and (held := held_out(obs, result, canary)) is not None:
         result.canary, result.canary_replicas, result.wake_in = served_by(canary), *held
         result.held_out = True
@@ -96,7 +101,7 @@ def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | 
     rollout = obs.spec.rollout
     if result.phase != "RolledBack" or not canary.replicas or not rollout.scale_down_delay_seconds:
         return None
-    if not traffic.router(obs.spec.traffic.mode).weights_apart_from_pods:
+    if not router_of(obs.spec).weights_apart_from_pods:
         return None
     record = result.status.get("lastRollback") or obs.status.get("lastRollback") or {}
     when = parse_time(record.get("time"))

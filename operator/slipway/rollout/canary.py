@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from slipway import traffic
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Rollout
 from slipway.rollout.base import (
@@ -23,11 +22,11 @@ from slipway.rollout.base import (
     iso,
     make_plan,
 )
-from slipway.rollout.budget import canary_sizing, total_replicas
+from slipway.rollout.budget import canary_sizing, router_of, total_replicas
 from slipway.rollout.records import cost_tags, rollback_record, rollback_tag
 from slipway.status.conditions import held, parse_time, reconciling, stalled
 from slipway.status.rollbacks import RollbackReason
-from slipway.traffic import Sizing, replica_weight
+from slipway.traffic import Sizing
 
 # In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
 # scraped twice, nor seen fail 3 requests) is tried again this soon, not a whole interval later.
@@ -86,7 +85,7 @@ class Canary:
 
     def serve(self, sizing: Sizing, canary_ready: int) -> dict[str, Any]:
         weight = self.weights[self.step]
-        real = traffic.router(self.spec.traffic.mode).carried(sizing, weight, canary_ready, self.stable.ready)
+        real = router_of(self.spec).carried(sizing, weight, canary_ready, self.stable.ready)
         return {"canary": self.desired, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
                 "weight": real, "requested_weight": weight, "route_weight": real, "rollout": self.desired}  # fmt: skip
 
@@ -260,7 +259,7 @@ class Canary:
         hold: dict[str, Any] = {"stable_target": self.stable.replicas}
         if canary is not None and canary.serves(self.desired):
             hold.update(canary=self.desired, canary_replicas=canary.replicas)  # nothing moves until the stable rolls
-            share = replica_weight(canary.current_ready, self.stable.ready)
+            share = router_of(self.spec).shared(canary.current_ready, self.stable.ready)
             hold.update(weight=share, route_weight=share)
         message = f"promoting {describe(self.desired)}: rolling the stable track, then moving the canary's pods to it"
         measured = self.obs.analysis.costs.get("canary") if self.obs.analysis is not None else None

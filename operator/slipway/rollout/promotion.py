@@ -8,11 +8,10 @@ from typing import Any
 
 from slipway.rollout.bake import settled_or_baking
 from slipway.rollout.base import ABORT_ANNOTATION, Desired, Observed, Plan, Track, describe, iso, make_plan
-from slipway.rollout.budget import total_replicas
+from slipway.rollout.budget import router_of, total_replicas
 from slipway.rollout.records import rollback_record, rollback_tag
 from slipway.status.conditions import parse_time, reconciling, stalled
 from slipway.status.rollbacks import RollbackReason
-from slipway.traffic import replica_weight
 
 
 class Promotion:
@@ -40,8 +39,8 @@ class Promotion:
         canary_pods = canary.pods if canary is not None else 0
         hold: dict[str, Any] = {"canary": self.desired, "canary_replicas": canary_replicas} if serving else {}
         canary_ready = canary.current_ready if canary is not None and serving else 0
-        if serving:  # both tracks serve while the stable rolls: traffic in proportion to ready pods
-            share = replica_weight(canary_ready, stable.ready if stable is not None else 0)
+        if serving:  # both tracks serve while the stable rolls: the router says how they share traffic
+            share = router_of(self.obs.spec).shared(canary_ready, stable.ready if stable is not None else 0)
             hold.update(weight=share, route_weight=share)
         if stable is None or not stable.serves(self.desired):
             self.progress, step = self.now, "rolling the stable track"

@@ -56,6 +56,12 @@ class Router(Protocol):
     def carried(self, sizing: Sizing, weight: int, canary_ready: int, stable_ready: int) -> int:
         """The share of traffic the canary carries now, its pods ``canary_ready`` of ``sizing.pods``."""
 
+    def shared(self, canary_ready: int, stable_ready: int) -> int:
+        """The share of traffic the canary carries when both tracks serve with no step to split by (a
+        promotion rolling the stable and moving the canary's pods to it; a canary whose pods are the
+        only ready ones after a rollback): what this router sends to ``canary_ready`` pods beside
+        ``stable_ready`` ones."""
+
     def objects(
         self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
     ) -> Objects:

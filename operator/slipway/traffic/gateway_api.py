@@ -12,7 +12,7 @@ from typing import Any
 from slipway.builders import inferencedeployment as build
 from slipway.models.inferencedeployment import InferenceDeploymentSpec
 from slipway.tenancy import Policy
-from slipway.traffic.base import Objects, Sizing, split
+from slipway.traffic.base import Objects, Sizing, replica_weight, split
 
 
 def route_capacity(canary_pods: int, stable_replicas: int) -> int:
@@ -52,6 +52,10 @@ class GatewayAPI:
         if canary_ready >= sizing.pods:
             return sizing.share
         return min(weight, route_capacity(canary_ready, stable_ready))
+
+    def shared(self, canary_ready: int, stable_ready: int) -> int:
+        # Route weights in proportion to the tracks' ready pods: the same load on every pod.
+        return replica_weight(canary_ready, stable_ready)
 
     def objects(
         self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False

@@ -40,6 +40,9 @@ class Replicas:
     def carried(self, sizing: Sizing, weight: int, canary_ready: int, stable_ready: int) -> int:
         return replica_weight(canary_ready, stable_ready)
 
+    def shared(self, canary_ready: int, stable_ready: int) -> int:
+        return replica_weight(canary_ready, stable_ready)
+
     def objects(
         self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
     ) -> Objects:
