@@ -17,11 +17,11 @@ from slipway.builders.common import (
     resource_requirements,
 )
 from slipway.models.trainingrun import TrainingRunSpec
-from slipway.status.kueue import QUEUE_LABEL
 
 CHECKPOINT_MOUNT = "/checkpoints"
 MASTER_PORT = 29500
 RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed past 63 characters)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue: Kueue queues the Job there
 RUN_NAME_ANNOTATION = "slipway.dev/trainingrun-name"  # on pods: the run's full name
 MAX_NODES = 1024  # spec.nodes' bound in the CRD
 # An Indexed Job's pods are named by the hostname <job>-<index>, a DNS-1123 label: room for the last index.

@@ -13,8 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slipway.builders.trainingrun import QUEUE_LABEL as QUEUE_LABEL  # the builder sets it; read here
+
 Obj = Mapping[str, Any]
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue
 # What status and Events quote of a Workload's words: anyone who may write Workloads in the
 # namespace writes them, and a condition message may be 32 KiB.
 MAX_QUOTE = 500
