@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, Protocol
 
+from slipway.clock import rfc3339
 from slipway.models.inferencedeployment import AnalysisMetric
 
 Verdict = Literal["Passed", "Failed", "Inconclusive"]
@@ -271,7 +272,7 @@ def serving_cost(provider: Provider, pricing: Pricing, track: str, now: datetime
     """status.<track>.cost: the track's price per hour (its pods now), the answered requests and
     generated tokens per second of its busiest pod over the window, and the cost per 1K requests and
     per 1M tokens one pod's price over them makes."""
-    out: dict[str, object] = {"time": timestamp(now)}
+    out: dict[str, object] = {"time": rfc3339(now)}
     hourly = pricing.per_hour.get(track)
     if pricing.currency:
         out["currency"] = pricing.currency
@@ -317,24 +318,15 @@ def judge(
         if metrics[i].max_relative_to_stable is not None and subject == CANARY_TRACK:
             stable_values[i] = measure(metrics[i], STABLE_TRACK)
     measured = [m for m in subject_values if m is not None]
-    results = evaluate(metrics, measured, stable_values, no_data, timestamp(now))
+    results = evaluate(metrics, measured, stable_values, no_data, rfc3339(now))
     return AnalysisOutcome(tuple(results), prometheus_unavailable=deciding.unavailable is not None)
 
 
 def not_measured(metrics: Sequence[AnalysisMetric | str], now: datetime | str, message: str) -> AnalysisOutcome:
     """An Inconclusive analysis: nothing could be measured (e.g. no source can be asked). Metrics in
     dry run stay in dry run: they hold nothing."""
-    when = timestamp(now)
+    when = rfc3339(now)
     results = [MetricResult(m, "", None, "", "Inconclusive", when, message) if isinstance(m, str) else
                MetricResult(m.name, "", None, "", "Inconclusive", when, message, dry_run=m.dry_run)
                for m in metrics]  # fmt: skip
     return AnalysisOutcome(tuple(results) or (MetricResult("analysis", "", None, "", "Inconclusive", when, message),))
-
-
-def timestamp(now: datetime | str) -> str:
-    """``now`` as the status writes times: RFC 3339 in UTC, to the second (naive means UTC)."""
-    if isinstance(now, str):
-        return now
-    if now.tzinfo is not None:
-        now = now.astimezone(UTC)
-    return now.replace(microsecond=0, tzinfo=None).isoformat() + "Z"

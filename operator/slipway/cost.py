@@ -39,6 +39,7 @@ import yaml
 from kubernetes.utils.quantity import parse_quantity
 
 from slipway import labelmatchers
+from slipway.clock import rfc3339
 from slipway.status.conditions import parse_time
 
 log = logging.getLogger(__name__)
@@ -298,10 +299,6 @@ def reserved_by(pod: Mapping[str, Any], gpu_product: str | None = None, node: st
     return Reserved(int(gpus), float(cpus), float(memory / GIB), gpu_product, node)
 
 
-def _iso(value: datetime) -> str:
-    return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def _ended(pod: Mapping[str, Any]) -> str | None:
     """When the pod's last container ended, if every one has."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -358,7 +355,7 @@ def record_attempts(
         by_name[name] = attempt
     for name, attempt in by_name.items():
         if name not in seen and not attempt.get("endTime"):
-            attempt["endTime"] = _iso(now)
+            attempt["endTime"] = rfc3339(now)
             if attempt.get("outcome") not in ("Succeeded", "Failed", "Preempted"):
                 attempt["outcome"] = "Deleted"
     return sorted(by_name.values(), key=lambda a: (str(a.get("startTime")), str(a.get("pod"))))

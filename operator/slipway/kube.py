@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
@@ -22,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from slipway import kinds
+from slipway.clock import rfc3339
 
 T = TypeVar("T")
 
@@ -323,7 +323,7 @@ def controller_uid(obj: dict[str, Any]) -> str | None:
 def post_event(kube: Kube, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
     """A core/v1 Event on ``involved``, as ``kubectl describe`` and ``kubectl get events`` show it."""
     meta = involved["metadata"]
-    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    now = rfc3339()
     body = {
         "apiVersion": "v1",
         "kind": "Event",

@@ -20,8 +20,8 @@ from slipway.analysis import (
     evaluate,
     evaluate_metric,
     threshold_text,
-    timestamp,
 )
+from slipway.clock import rfc3339
 from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric, AnalysisResult
 from slipway.prometheus import PrometheusClient
 from slipway.providers import run_analysis
@@ -420,7 +420,7 @@ def test_run_analysis_healthy_canary_passes():
     ],
 )
 def test_times_are_written_as_the_status_writes_them(now, text):
-    assert timestamp(now) == text
+    assert rfc3339(now) == text
     client, _ = prometheus(lambda q: (200, vector(0.0)))
     o = run_analysis(client, Analysis(metrics=[metric(name="errorRate", max=0.05)]), "a", "b", now)
     assert o.results[0].time == text

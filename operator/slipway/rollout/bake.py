@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from slipway.clock import rfc3339
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Analysis, InferenceDeploymentSpec
 from slipway.rollout.base import (
@@ -17,7 +18,6 @@ from slipway.rollout.base import (
     Track,
     combined_verdict,
     describe,
-    iso,
     make_plan,
 )
 from slipway.rollout.records import rollback_record, rollback_tag
@@ -142,7 +142,7 @@ def settled_or_baking(obs: Observed, desired: Desired, stable: Track) -> Plan:
         return result
     if previous.get("phase") != "Promoting" or not previous.get("previousStable"):
         return result
-    started = {"bakeStartTime": iso(obs.now), "failedAnalyses": 0, "analysis": None, "currentStep": None,
+    started = {"bakeStartTime": rfc3339(obs.now), "failedAnalyses": 0, "analysis": None, "currentStep": None,
                "stepStartTime": None, "canaryStartTime": None, "lastProgressTime": None}  # fmt: skip
     baking = Baking(replace(obs, status={**obs.status, **started}), desired, stable).plan()
     baking.registry, baking.durable = result.registry, True

@@ -110,10 +110,6 @@ class Plan:
     status: dict[str, Any] = field(default_factory=dict)
 
 
-def iso(value: datetime) -> str:
-    return value.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def make_plan(
     phase: str,
     summary: Callable[[str, str], list[Cond]],

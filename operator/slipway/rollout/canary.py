@@ -9,6 +9,7 @@ from typing import Any
 
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Rollout
+from slipway.clock import rfc3339
 from slipway.rollout.base import (
     ABORT_ANNOTATION,
     PROMOTE_ANNOTATION,
@@ -19,7 +20,6 @@ from slipway.rollout.base import (
     combined_verdict,
     describe,
     describe_track,
-    iso,
     make_plan,
 )
 from slipway.rollout.budget import canary_sizing, router_of, total_replicas
@@ -76,9 +76,9 @@ class Canary:
         self.previous_results = [r for r in analyses if (parse_time(r.get("time")) or self.now) >= self.step_started]
 
     def status(self, **changes: Any) -> dict[str, Any]:
-        fields: dict[str, Any] = {"currentStep": self.step, "stepStartTime": iso(self.step_started),
-                                  "canaryStartTime": iso(self.started), "failedAnalyses": self.failed,
-                                  "lastProgressTime": iso(self.progress)}  # fmt: skip
+        fields: dict[str, Any] = {"currentStep": self.step, "stepStartTime": rfc3339(self.step_started),
+                                  "canaryStartTime": rfc3339(self.started), "failedAnalyses": self.failed,
+                                  "lastProgressTime": rfc3339(self.progress)}  # fmt: skip
         if not self.same:
             fields["analysis"] = None  # a new canary starts without the last one's results
         return {**fields, **changes}

@@ -7,7 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from slipway.rollout.bake import settled_or_baking
-from slipway.rollout.base import ABORT_ANNOTATION, Desired, Observed, Plan, Track, describe, iso, make_plan
+from slipway.clock import rfc3339
+from slipway.rollout.base import ABORT_ANNOTATION, Desired, Observed, Plan, Track, describe, make_plan
 from slipway.rollout.budget import router_of, total_replicas
 from slipway.rollout.records import rollback_record, rollback_tag
 from slipway.status.conditions import parse_time, reconciling, stalled
@@ -70,7 +71,7 @@ class Promotion:
                                f"spec.rollout.progressDeadlineSeconds={self.deadline.seconds}{why}")  # fmt: skip
         message = f"promoting {describe(self.desired)}: {step}"
         return make_plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, stable=self.desired,
-                         status={"lastProgressTime": iso(self.progress)}, **hold)  # fmt: skip
+                         status={"lastProgressTime": rfc3339(self.progress)}, **hold)  # fmt: skip
 
     def revert(self, reason: RollbackReason, message: str) -> Plan:
         record = rollback_record(self.desired, reason, self.now, None, None)

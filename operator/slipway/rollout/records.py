@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from slipway.rollout.base import Desired, Observed, Plan, iso
+from slipway.clock import rfc3339
+from slipway.rollout.base import Desired, Observed, Plan
 from slipway.status.rollbacks import RollbackReason
 
 ROLLBACK_TAG = "slipway.dev/rollback"
@@ -49,7 +50,7 @@ def rollback_record(
     desired: Desired, reason: RollbackReason, now: datetime, metric: str | None, value: float | None
 ) -> dict[str, Any]:
     record: dict[str, Any] = {"reason": reason, "modelName": desired.model, "modelVersion": desired.version,
-                              "revision": desired.revision, "time": iso(now)}  # fmt: skip
+                              "revision": desired.revision, "time": rfc3339(now)}  # fmt: skip
     if metric is not None:
         record["metric"] = metric
     if value is not None and math.isfinite(value):

@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from slipway.rollout.base import Desired, Observed, Plan, Track, describe, iso, make_plan
+from slipway.clock import rfc3339
+from slipway.rollout.base import Desired, Observed, Plan, Track, describe, make_plan
 from slipway.rollout.records import set_alias
 from slipway.status.conditions import get_condition, parse_time, ready, reconciling, stalled
 
 
 def health_status(obs: Observed) -> dict[str, Any]:
-    return {"lastProgressTime": obs.status.get("lastProgressTime") or iso(obs.now)}
+    return {"lastProgressTime": obs.status.get("lastProgressTime") or rfc3339(obs.now)}
 
 
 def first_revision(obs: Observed, desired: Desired) -> Plan:
@@ -29,7 +30,7 @@ def first_revision(obs: Observed, desired: Desired) -> Plan:
         return make_plan("Progressing", reconciling, "RestoringStable", message, stable=restored)
     message = f"rolling out {describe(desired)} on the stable track"
     return make_plan("Progressing", reconciling, "RollingOut", message, stable=desired,
-                     status={"lastProgressTime": iso(obs.now)})  # fmt: skip
+                     status={"lastProgressTime": rfc3339(obs.now)})  # fmt: skip
 
 
 def settled(obs: Observed, desired: Desired, stable: Track) -> Plan:

@@ -10,29 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
+
+from slipway.clock import (
+    parse_time,  # noqa: F401 - re-exported: status code reads times from here too
+    rfc3339,
+)
 
 Status = Literal["True", "False", "Unknown"]
 
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(value: Any) -> datetime | None:
-    """An RFC 3339 time as the API server writes it (``2026-12-01T10:00:00Z``, fractions allowed);
-    None when empty or unreadable, so a hand-edited status never breaks a pass."""
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,7 @@ def set_conditions(
     status that is already right produces an identical list (no write churn).
     Conditions not mentioned in ``desired`` are kept as they are.
     """
-    now = now or now_rfc3339()
+    now = now or rfc3339()
     result = [dict(c) for c in (current or [])]
     by_type = {c["type"]: c for c in result}
     for want in desired:

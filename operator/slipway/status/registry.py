@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from slipway.clock import rfc3339
 from slipway.status.conditions import Cond, parse_time
 
 CONDITION = "RegistrySynced"
@@ -84,8 +85,7 @@ def sift(
 def refused(update: Mapping[str, Any], answer: str, generation: int | None, now: datetime) -> dict[str, Any]:
     """The status entry of an update MLflow refused."""
     error = answer if len(answer) <= MAX_ERROR else answer[: MAX_ERROR - 1] + "…"
-    stamp = now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    return {**update_of(update), "error": error, "refusedTime": stamp, "refusedGeneration": generation}
+    return {**update_of(update), "error": error, "refusedTime": rfc3339(now), "refusedGeneration": generation}
 
 
 def park(parked: list[dict[str, Any]], entry: dict[str, Any]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from slipway.clock import rfc3339
 from slipway.models.trainingrun import TrainingRunSpec
 from slipway.status import kueue
 from slipway.status.conditions import Cond, held, parse_time, ready, reconciling, settled, stalled
@@ -277,7 +278,7 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
         checkpoint["path"] = str(run.tags["slipway.checkpoint"])[:MAX_PATH]
     if "checkpointStep" in metrics and metrics["checkpointStep"].timestamp:
         ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
-        checkpoint["time"] = ts.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+        checkpoint["time"] = rfc3339(ts)
     return progress or None, checkpoint or None
 
 
