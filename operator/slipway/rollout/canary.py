@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from slipway.clock import rfc3339
 from slipway.models.base import parse_duration
 from slipway.models.inferencedeployment import Rollout
-from slipway.clock import rfc3339
 from slipway.rollout.base import (
     ABORT_ANNOTATION,
     PROMOTE_ANNOTATION,

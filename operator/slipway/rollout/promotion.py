@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from slipway.rollout.bake import settled_or_baking
 from slipway.clock import rfc3339
+from slipway.rollout.bake import settled_or_baking
 from slipway.rollout.base import ABORT_ANNOTATION, Desired, Observed, Plan, Track, describe, make_plan
 from slipway.rollout.budget import router_of, total_replicas
 from slipway.rollout.records import rollback_record, rollback_tag
