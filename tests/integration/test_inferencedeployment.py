@@ -10,64 +10,31 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import TcpRelay, apply_object, condition, get_object, phase_in, report, wait_status
+from slipway_testing import (
+    ERRORS,
+    TcpRelay,
+    Versions,
+    apply_object,
+    condition,
+    deployment,
+    get_object,
+    patch_spec,
+    phase_in,
+    pods_of,
+    report,
+    serving,
+    status_of,
+    wait_phase,
+    wait_status,
+)
 
 # Shared with other tests: on a CPU shared with two other workers a fresh canary's p95 latency reached
 # 3.2 times the stable's, so only the test of the latency gate judges latency, with a margin (20 times
 # the stable's, against a fault of 200 ms where a prediction takes well under 1 ms).
 pytestmark = [pytest.mark.cluster]
 
-ERRORS = {"name": "errorRate", "max": 0.05}
 LATENCY = {"name": "latencyP95Seconds", "maxRelativeToStable": 20}
-
-
-SERVE = ["python", "-m", "slipway.workloads.serve"]
-
-
-class Versions:
-    def __init__(self, mlflow: MlflowClient, model: str, run_id: str) -> None:
-        self.mlflow, self.model, self.run_id = mlflow, model, run_id
-        mlflow.get_or_create_registered_model(model)
-
-    def publish(self, **faults: str) -> str:
-        """Register a version (with fault tags that travel with it) and move `candidate` to it."""
-        tags = {f"slipway.fault.{k}": v for k, v in faults.items()}
-        version = self.mlflow.create_model_version(self.model, f"runs:/{self.run_id}/model", self.run_id, tags)
-        self.mlflow.set_alias(self.model, "candidate", version.version)
-        return version.version
-
-    def alias(self, name: str) -> str | None:
-        found = self.mlflow.get_version_by_alias(self.model, name)
-        return found.version if found else None
-
-    def alias_becomes(self, name: str, version: str, timeout: float = 30) -> None:
-        """Alias moves follow the decision on record (status first, then MLflow): wait for it."""
-        wait_for(lambda: self.alias(name) == version, timeout, f"alias {name} of {self.model} -> {version}")
-
-
-def deployment(model: str, metrics: tuple[dict[str, Any], ...] = (ERRORS,), **rollout: Any) -> dict[str, Any]:
-    analysis = {"interval": "5s", "failureLimit": 1, "metrics": list(metrics)}
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": "digits"},
-        "spec": {
-            "model": {"name": model, "alias": "candidate"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": SERVE,
-            "autoscaling": {"minReplicas": 2, "maxReplicas": 2},
-            "rollout": {
-                "steps": [{"weight": 25, "pause": "5s"}, {"weight": 50, "pause": "5s"}],
-                "interval": "5s",
-                "progressDeadlineSeconds": 40,
-                "maxSurgeReplicas": 1,
-                "analysis": analysis,
-                **rollout,
-            },
-        },
-    }
 
 
 class CanaryWatch:
@@ -85,36 +52,12 @@ class CanaryWatch:
         self.max_canary_pods = max(self.max_canary_pods, len(running))
 
 
-def wait_phase(kube_api, namespace, phases, timeout, what, watch: CanaryWatch | None = None):
-    def check(obj: dict[str, Any]) -> bool:
-        if watch:
-            watch.sample()
-        return phase_in(*phases)(obj)
-
-    return wait_status(kube_api, namespace, "InferenceDeployment", "digits", check, timeout, what)
-
-
 def rolled_back(kube_api, namespace, version: str, watch: CanaryWatch, timeout: float = 120):
     def check(obj: dict[str, Any]) -> bool:
         watch.sample()
         return ((obj.get("status") or {}).get("lastRollback") or {}).get("modelVersion") == version
 
     return wait_status(kube_api, namespace, "InferenceDeployment", "digits", check, timeout, f"{version} rolled back")
-
-
-def serving(kube_api, namespace, version: str, timeout: float = 120):
-    return wait_status(
-        kube_api,
-        namespace,
-        "InferenceDeployment",
-        "digits",
-        lambda o: (
-            (o.get("status") or {}).get("phase") == "Promoted"
-            and ((o["status"].get("stable") or {}).get("modelVersion") == version)
-        ),
-        timeout,
-        f"version {version} promoted",
-    )
 
 
 def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, operator, mlflow, trained):
@@ -217,21 +160,37 @@ def test_prometheus_outage_holds_the_rollout_then_it_resumes(
     serving(kube_api, namespace, v1)
     try:
         with LoadDriver.for_service(kube_api, namespace, "digits", rate=10, max_duration=300):
-            relay.stop()
+            # Prometheus goes away mid-analysis: the canary analysed once, then nothing more to read.
             v2 = versions.publish()
-            idep = wait_status(
-                kube_api,
-                namespace,
-                "InferenceDeployment",
-                "digits",
-                lambda o: (
-                    condition(o, "Ready").get("reason") == "AnalysisInconclusive"
-                    and "unreachable" in condition(o, "Ready")["message"]
-                ),
-                90,
-                "the rollout held for lack of data",
-            )
+            wait_phase(kube_api, namespace, ["Analyzing"], 90, "the canary analysed")
+            relay.stop()
+            seen: set[tuple[str, int]] = set()
+
+            def look() -> dict[str, Any]:
+                """Every look: never promoted while Prometheus is away."""
+                obj = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+                status = obj["status"]
+                seen.add((status.get("phase"), int((status.get("canary") or {}).get("weight") or 0)))
+                assert status.get("phase") not in ("Promoting", "Promoted"), f"promoted without analysis: {status}"
+                return obj
+
+            def unreachable(obj: dict[str, Any]) -> bool:
+                ready = condition(obj, "Ready")
+                return ready.get("reason") == "AnalysisInconclusive" and "unreachable" in ready.get("message", "")
+
+            def held() -> dict[str, Any] | None:
+                obj = look()
+                return obj if unreachable(obj) else None
+
+            idep = wait_for(held, 90, "the rollout held for lack of data", interval=0.5)
             assert idep["status"]["phase"] == "Paused"
+            # Held from then on: two analysis intervals without a step forward (an analysis that read
+            # Prometheus before the cut may have advanced it once before the hold).
+            weight, held_at = int(idep["status"]["canary"]["weight"]), time.monotonic()
+            seen.clear()
+            wait_for(lambda: time.monotonic() - held_at >= 10 and unreachable(look()), 30, "held 10 s", interval=0.5)
+            report(f"Prometheus cut, held at {weight}%: phases and weights seen while held {sorted(seen)}")
+            assert max(w for _, w in seen) <= weight, f"the canary advanced without analysis: {sorted(seen)}"
             assert versions.alias("production") == v1
             relay.start()
             serving(kube_api, namespace, v2, timeout=180)
@@ -289,24 +248,6 @@ def test_gateway_api_mode_sets_exact_route_weights(kube_api, namespace, operator
 # -- the promises of a rollout, each against what would break it ---------------------------------
 
 
-def patch_spec(kube_api, namespace: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> None:
-    body: dict[str, Any] = {"spec": spec}
-    if annotations:
-        body["metadata"] = {"annotations": annotations}
-    client.CustomObjectsApi(kube_api).patch_namespaced_custom_object(
-        "slipway.dev", "v1alpha1", namespace, "inferencedeployments", "digits", body
-    )
-
-
-def pods_of(kube_api, namespace: str, track: str) -> list[Any]:
-    pods = client.CoreV1Api(kube_api).list_namespaced_pod(namespace, label_selector=f"slipway.dev/track={track}").items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
-
-
-def status_of(kube_api, namespace: str) -> dict[str, Any]:
-    return get_object(kube_api, namespace, "InferenceDeployment", "digits").get("status") or {}
-
-
 def test_weights_never_exceed_the_step_and_pods_never_exceed_the_surge_budget(
     kube_api, namespace, operator, mlflow, trained
 ):
@@ -338,45 +279,6 @@ def test_weights_never_exceed_the_step_and_pods_never_exceed_the_surge_budget(
         assert weight <= requested or "one canary pod is the floor" in message, (requested, weight, message)
     assert any(w == 50 for r, w, *_ in seen if r == 50)  # 1 of the 2 replicas: taken from the total
     report(f"\nweights seen (requested, real, pods): {sorted({(r, w, t) for r, w, t, *_ in seen})}")
-
-
-def test_deadline_counts_time_without_progress_not_the_steps_age(kube_api, namespace, operator, mlflow, trained):
-    operator()
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    versions.publish()
-    body = deployment(versions.model, steps=[{"weight": 25, "pause": "10m"}], progressDeadlineSeconds=20)
-    body["spec"]["rollout"].pop("analysis")
-    apply_object(kube_api, namespace, body)
-    serving(kube_api, namespace, "1")
-    v2 = versions.publish()
-    wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                lambda o: phase_in("Analyzing")(o) and (o["status"].get("canary") or {}).get("readyReplicas") == 1,
-                90, "the canary ready at its first step")  # fmt: skip
-    step_began = time.monotonic()
-    wait_for(lambda: time.monotonic() - step_began > 25, 40, "the step older than the deadline", interval=1)
-    # A canary pod restart long after the step began is not a reason to roll back.
-    canary = pods_of(kube_api, namespace, "canary")[0]
-    client.CoreV1Api(kube_api).delete_namespaced_pod(canary.metadata.name, namespace)
-
-    def replacement_ready() -> bool:
-        pods = [p for p in pods_of(kube_api, namespace, "canary") if p.metadata.name != canary.metadata.name]
-        return any(c.type == "Ready" and c.status == "True" for p in pods for c in p.status.conditions or [])
-
-    wait_for(replacement_ready, 60, "the replacement canary pod ready")
-    back = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                       lambda o: phase_in("Analyzing", "RolledBack")(o)
-                       and (o["status"].get("canary") or {}).get("readyReplicas") == 1,
-                       30, "the operator to see the replacement ready")  # fmt: skip
-    assert back["status"]["phase"] == "Analyzing" and not back["status"].get("lastRollback"), back["status"]
-    # Paused for longer than the deadline: still no rollback.
-    patch_spec(kube_api, namespace, {"rollout": {"paused": True}})
-    wait_phase(kube_api, namespace, ["Paused"], 30, "paused")
-    paused = time.monotonic()
-    wait_for(lambda: time.monotonic() - paused > 25, 40, "paused longer than the deadline", interval=1)
-    status = status_of(kube_api, namespace)
-    assert status["phase"] == "Paused" and not status.get("lastRollback"), status
-    patch_spec(kube_api, namespace, {"rollout": {"paused": False}}, {"slipway.dev/promote": "true"})
-    serving(kube_api, namespace, v2, timeout=120)
 
 
 def test_a_promotion_longer_than_the_deadline_whose_pods_each_come_within_it_is_promoted(
