@@ -45,9 +45,9 @@ lock:  ## pin every Python package again (constraints.txt) from a fresh resolve 
 # MLflow's server pins python-dateutil<3 while the kubernetes client needs >=3,
 # so the server lives in its own virtualenv; Slipway talks to it over REST.
 mlflow-env: $(CACHE)/mlflow-venv/.installed
-$(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt
+$(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt e2e/constraints-mlflow.txt
 	$(PYTHON) -m venv $(CACHE)/mlflow-venv
-	$(CACHE)/mlflow-venv/bin/pip install -q -r e2e/requirements-mlflow.txt
+	$(CACHE)/mlflow-venv/bin/pip install -q -r e2e/requirements-mlflow.txt -c e2e/constraints-mlflow.txt
 	touch $@
 
 controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (cached)
