@@ -40,6 +40,9 @@ class OperatorConfig:
     mlflow_credentials_secret: str = _setting("mlflow_credentials_secret")
     # The image of Slipway's own workloads (quantize, validate) when a spec names none.
     workload_image: str = _setting("workload_image")
+    # The fetch-model init container's image (default: workload_image). Like the MLflow address and
+    # the operator's image, no part of a revision: a serving pod gets a new one with its next revision.
+    fetch_image: str = _setting("fetch_image")
     # PriorityClasses of Slipway's pods when a spec names none (manifests/priorityclasses.yaml);
     # "" uses none. Serving preempts training for GPUs.
     training_priority_class: str = _setting("training_priority_class")

@@ -136,6 +136,9 @@ SETTINGS: tuple[Setting, ...] = (
        "carries none", empty=True),
     _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0", "the image of Slipway's "
        "own workloads (quantize, validate) when a spec names none", empty=True),
+    _s("fetch_image", "SLIPWAY_FETCH_IMAGE", "", "the image of the fetch-model init container of serving pods with "
+       "spec.modelLoad (default: the workload image); no part of a revision: a new one reaches pods with their "
+       "next revision", empty=True, shown_default=""),
     _s("training_priority_class", "SLIPWAY_TRAINING_PRIORITY_CLASS", "slipway-training", "PriorityClass of "
        "training pods when a spec names none (manifests/priorityclasses.yaml); empty: none", empty=True),
     _s("inference_priority_class", "SLIPWAY_INFERENCE_PRIORITY_CLASS", "slipway-inference", "PriorityClass of "

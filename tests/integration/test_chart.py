@@ -149,6 +149,7 @@ def test_defaults_render_what_manifests_deployment_has():
         "slipway-training",
     )
     assert e["SLIPWAY_WORKLOAD_IMAGE"] == "ghcr.io/slipway-dev/slipway:0.1.0"
+    assert e["SLIPWAY_FETCH_IMAGE"] == "ghcr.io/slipway-dev/slipway:0.1.0"
     # The pod's securityContext is manifests/deployment.yaml's: non-root, read-only root, no capabilities.
     pod, rendered_pod = manifest["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
     assert rendered_pod["securityContext"] == pod["securityContext"]
@@ -199,6 +200,9 @@ def test_values_reach_the_operator():
     assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "false"
     assert e["SLIPWAY_ALLOWED_GATEWAYS"] == "gateway-system/public,infra/*"
     assert e["SLIPWAY_WORKLOAD_IMAGE"] == "registry.example/slipway:0.2.0"
+    assert e["SLIPWAY_FETCH_IMAGE"] == "registry.example/slipway:0.2.0"
+    pinned = "registry.example/slipway@sha256:" + "0" * 64
+    assert env(render(f"fetchImage={pinned}"))["SLIPWAY_FETCH_IMAGE"] == pinned
     # The ServiceAccount bound cluster-wide and for the Lease is the one in the release namespace.
     binding = only(objs, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slipway-operator", "namespace": "ops"}]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from slipway import API_VERSION
@@ -79,22 +79,38 @@ def readiness_path(spec: InferenceDeploymentSpec) -> str:
     return "/health" if analysis is not None and analysis.preset == "vllm" else "/readyz"
 
 
-def revision(
-    spec: InferenceDeploymentSpec, version: str, uri: str, mlflow_url: str | None, model_name: str | None
-) -> str:
-    """The revision of what would be served: a hash of the pod template (model name, version and URI,
-    image, command, args, env, resources, port, probes) as both tracks would run it. Any change of
-    it is a new revision, and a new revision is canaried."""
+def _served(spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None) -> dict[str, Any]:
     dumped = spec.model_dump(mode="json", by_alias=True)
     served = {
         "model": [model_name or spec.model.name or "", version, uri],
         "container": {k: v for k, v in dumped.items() if k in ("image", "command", "args", "port", "resources", "env")},
         "probePath": readiness_path(spec),
-        "mlflow": mlflow_url or "",
     }
     # Set only when given, so that a revision served before these fields existed keeps its hash.
     served |= {k: dumped[k] for k in ("probes", "modelLoad", "podTemplate") if dumped.get(k) is not None}
+    return served
+
+
+def _digest(served: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def revision(spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None) -> str:
+    """The revision of what would be served: a hash of what the user asked for (model name, version
+    and URI, image, command, args, env, resources, port, probes, modelLoad, podTemplate) as both
+    tracks would run it. Any change of it is a new revision, and a new revision is canaried. The
+    operator's own settings (its image, the fetch image, the MLflow address) are no part of it."""
+    return _digest(_served(spec, version, uri, model_name))
+
+
+def legacy_revisions(
+    spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None, mlflow_urls: Iterable[str | None]
+) -> set[str]:
+    """The hashes the same revision had before the MLflow address left it, one per address an
+    operator of then may have used: a Deployment or a status record carrying one of them serves (or
+    refused) this very revision."""
+    served = _served(spec, version, uri, model_name)
+    return {_digest({**served, "mlflow": url or ""}) for url in mlflow_urls}
 
 
 def probe(spec: InferenceDeploymentSpec, kind: str) -> dict[str, Any]:
@@ -145,13 +161,17 @@ def deployment(
     workload_image: str = "",
     priority_class: str = "",
     budget: tuple[int, int] | None = None,
+    *,
+    revision_id: str = "",
+    fetch_image: str = "",
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
     ``replicas`` None leaves the count as it is. With spec.modelLoad, an init container of
-    ``workload_image`` (Slipway's) fetches the model first. The pods get ``priority_class`` (the
-    operator's default, above training's) unless spec.podTemplate names one."""
+    ``fetch_image`` (default ``workload_image``, Slipway's) fetches the model first. The pods get
+    ``priority_class`` (the operator's default, above training's) unless spec.podTemplate names one.
+    ``revision_id``: the revision's label when the caller resolved it (see :func:`legacy_revisions`)."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
-    labels[REVISION_LABEL] = revision(spec, version, uri, mlflow_url, model_name)
+    labels[REVISION_LABEL] = revision_id or revision(spec, version, uri, model_name)
     base_env = {
         "SLIPWAY_MODEL_URI": uri,
         "SLIPWAY_MODEL_VERSION": version,
@@ -194,7 +214,7 @@ def deployment(
         if spec.model_load.cache_claim_name:
             claim = {"claimName": spec.model_load.cache_claim_name}
             pod_spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
-        pod_spec["initContainers"] = [fetch_container(spec, env, workload_image or spec.image)]
+        pod_spec["initContainers"] = [fetch_container(spec, env, fetch_image or workload_image or spec.image)]
     chosen_priority = (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
     if chosen_priority:
         pod_spec["priorityClassName"] = chosen_priority

@@ -15,6 +15,7 @@ from typing import Any
 from slipway import analysis, cost, kube, metrics, opencost, providers, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
+from slipway.builders.operatorfields import keeping_operator_fields, revision_for
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
@@ -215,8 +216,9 @@ class Reconciler:
             return None, problem
         self.ctx.tenancy.check([Use("spec.model.artifactRef", "model", found.model)])
         self.model_name = found.model
-        mlflow_url = self.ctx.config.pod_mlflow_url
-        return with_revision(found, build.revision(self.spec, found.version, found.uri, mlflow_url, found.model)), None
+        tracks = [self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS]
+        served_as = revision_for(self.spec, found, self.ctx.config.pod_mlflow_url, tracks, self.ctx.status)
+        return with_revision(found, served_as), None
 
     def alias_target(self, model: str, alias: str) -> Desired | None:
         """The version an alias points at, looked up at most every alias_poll_seconds (passes woken by
@@ -339,11 +341,14 @@ class Reconciler:
     ) -> dict[str, Any]:
         """The track's Deployment serving ``desired`` with ``replicas`` pods (its share of spec.replicas);
         ``budget``: the stable's rolling-update budget while it rolls beside canary pods."""
+        config = self.ctx.config
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
-                                self.ctx.config.pod_mlflow_url, replicas, desired.model,
-                                self.ctx.config.workload_image, self.priority_class, budget)  # fmt: skip
-        body = with_credentials(body, self.ctx.config.mlflow_credentials_secret)
-        return self.ctx.ensure("deployments", body)
+                                config.pod_mlflow_url, replicas, desired.model, config.workload_image,
+                                self.priority_class, budget, revision_id=desired.revision,
+                                fetch_image=config.fetch_image)  # fmt: skip
+        body = with_credentials(body, config.mlflow_credentials_secret)
+        existing = self.ctx.child("deployments", build.deployment_name(self.name, track))
+        return self.ctx.ensure("deployments", keeping_operator_fields(body, existing))
 
     def scale(self, track: str, deployment: dict[str, Any] | None, replicas: int) -> dict[str, Any] | None:
         """Set a track's replica count alone (its template stays), at the resourceVersion read: a 409
