@@ -20,11 +20,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
+
+from slipway.singleflight import SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -56,48 +57,25 @@ class Place:
     position: Position | None = None
 
 
-@dataclass
-class _Read:
-    answer: Future[Positions | None] = field(default_factory=Future)  # None: no answer
-    finished: float | None = None  # when the answer came (clock)
-
-
-_READS: dict[tuple[str, str], _Read] = {}
 _FAILING: set[tuple[str, str]] = set()  # LocalQueues whose last read failed (logged once per outage)
 _LOCK = threading.Lock()
+_READS: SingleFlight[tuple[str, str], Positions] = SingleFlight(
+    TTL_SECONDS, FAILED_TTL_SECONDS, on_drop=_FAILING.discard
+)  # LocalQueue -> its positions
 
 
 def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callable[[], float] = time.monotonic) -> Place:
     """``workload``'s place in LocalQueue ``namespace/queue``, from an answer at most
     :data:`TTL_SECONDS` old; a pass waits at most :data:`TIMEOUT_SECONDS` for it."""
-    key = (namespace, queue)
-    with _LOCK:
-        read = _READS.get(key)
-        now = clock()
-        if read is None or _expired(read, now):
-            for stale in [k for k, r in _READS.items() if k != key and _expired(r, now)]:  # no pass asks any more
-                del _READS[stale]
-                _FAILING.discard(stale)
-            read, mine = _Read(), True
-            _READS[key] = read
-        else:
-            mine = False
-    if mine:
-        _ask(api, namespace, queue, read, clock)
     try:
-        positions = read.answer.result(timeout=TIMEOUT_SECONDS)
+        positions = _READS.get((namespace, queue), lambda: _ask(api, namespace, queue), TIMEOUT_SECONDS, clock)
     except FutureTimeout:
         return Place(served=False)
     return Place(served=False) if positions is None else Place(served=True, position=positions.get(workload))
 
 
-def _expired(read: _Read, now: float) -> bool:
-    if read.finished is None:  # still being read
-        return False
-    return now - read.finished >= (TTL_SECONDS if read.answer.result() is not None else FAILED_TTL_SECONDS)
-
-
-def _ask(api: Any, namespace: str, queue: str, read: _Read, clock: Callable[[], float]) -> None:
+def _ask(api: Any, namespace: str, queue: str) -> Positions | None:
+    """The LocalQueue's positions from the visibility API, or None (logged once per outage)."""
     path = (f"/apis/{GROUP_VERSION}/namespaces/{quote(namespace, safe='')}/localqueues/"
             f"{quote(queue, safe='')}/pendingworkloads")  # fmt: skip
     key = (namespace, queue)
@@ -124,9 +102,7 @@ def _ask(api: Any, namespace: str, queue: str, read: _Read, clock: Callable[[], 
     else:
         with _LOCK:
             _FAILING.discard(key)
-    finally:
-        read.answer.set_result(positions)
-        read.finished = clock()  # after the answer: a finished read always has one
+    return positions
 
 
 def parse(answer: Any) -> Positions:

@@ -9,16 +9,17 @@ that is also a Cohort object (hierarchical cohorts: a parent, quota of its own) 
 is anything Kueue's API does not answer plainly: a run is only called inadmissible on numbers read.
 
 The LocalQueue, its ClusterQueue and the cohort's ClusterQueues are read once per LocalQueue per
-:data:`TTL_SECONDS` (a monotonic clock); a stalled run looks again every
+:data:`TTL_SECONDS` (a monotonic clock; one read at a time, which passes asking meanwhile wait for:
+slipway.singleflight); a stalled run looks again every
 :data:`RECHECK_SECONDS`, so it is Queued again once an admin raises the quota.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -28,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils.quantity import parse_quantity
 
 from slipway import kinds
+from slipway.singleflight import SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +119,8 @@ def quota(queue: Obj, cohort_queues: Iterable[Obj], resource: str) -> Quota | No
 
 # -- reading Kueue's objects -----------------------------------------------------------------------
 
-_READS: dict[tuple[str, str], tuple[float, tuple[Obj, list[Obj]] | None]] = {}  # LocalQueue -> (when, what)
-_LOCK = threading.Lock()
+# LocalQueue -> (its ClusterQueue, its cohort's): one read at a time, kept TTL_SECONDS, unknown too.
+_READS: SingleFlight[tuple[str, str], tuple[Obj, list[Obj]]] = SingleFlight(TTL_SECONDS, TTL_SECONDS)
 
 
 def quota_of(
@@ -126,14 +128,11 @@ def quota_of(
 ) -> Quota | None:
     """What LocalQueue ``namespace/local_queue``'s ClusterQueue can hold of ``resource`` for one
     Workload, from Kueue's objects read at most :data:`TTL_SECONDS` ago; None when not known."""
-    key = (namespace, local_queue)
-    with _LOCK:
-        known = _READS.get(key)
-    if known is None or clock() - known[0] >= TTL_SECONDS:
-        known = (clock(), _read(api, namespace, local_queue))
-        with _LOCK:
-            _READS[key] = known
-    read = known[1]
+    try:  # a pass that asks while another reads waits for its (up to three) requests
+        read = _READS.get((namespace, local_queue), lambda: _read(api, namespace, local_queue), 4 * TIMEOUT_SECONDS,
+                          clock)  # fmt: skip
+    except FutureTimeout:
+        return None
     return None if read is None else quota(read[0], read[1], resource)
 
 
@@ -175,5 +174,4 @@ def _is_cohort_object(custom: Any, cohort: str) -> bool:
 
 def forget() -> None:
     """Drop every read (tests)."""
-    with _LOCK:
-        _READS.clear()
+    _READS.clear()
