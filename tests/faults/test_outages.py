@@ -1,9 +1,9 @@
-"""Outages of what the operator depends on, each a real process of the local cluster stopped and
-started again with the same address and data: the kube-apiserver for 30 s mid-training (past the
-leader's renew deadline: the leader exits and its replacement finishes), MLflow for
-20 s mid-registration and mid-rollback, Prometheus for 20 s mid-analysis (each window the shortest
-that still spans several of the operator's retries and analysis intervals). Nothing is made twice, nothing is
-lost, nothing is promoted without evidence, and the operator resumes by itself."""
+"""The API server stopped and started again with the same address and data, for 30 s mid-training
+(past the leader's renew deadline: the leader exits and its replacement finishes): nothing is made
+twice, nothing is lost, and the operator resumes by itself. Serial: every test shares the API
+server. MLflow's outages are in ``test_mlflow_outages.py`` (a relay of the test's own, so they
+share the cluster); Prometheus' outage is ``test_prometheus_outage_holds_the_rollout_then_it_resumes``
+in ``tests/integration/test_inferencedeployment.py`` (the same way)."""
 
 from __future__ import annotations
 
@@ -16,17 +16,14 @@ import pytest
 from kubernetes import client
 
 from faults import ledger
-from faults.scenario import faulty_canary_analysed, phase, progress, promoted, serving, training, wait_artifact
-from integration.test_inferencedeployment import Versions, pods_of
+from faults.scenario import progress, training, wait_artifact
 from localkube.audit import audited_kubeconfig
 from localkube.cluster import start_process, stop_process
 from localkube.testing import wait_controllers_serve
 from localkube.wait import wait_for
-from slipway_e2e.lifecycle import condition
-from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, read_or_none, wait_status
+from slipway_testing import apply_object, get_object, wait_status
 
-# serial: stops the API server, MLflow and Prometheus every test shares
+# serial: stops the API server every test shares
 pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 USER = "slipway-faults-outages"
@@ -120,118 +117,3 @@ def test_kube_apiserver_stopped_for_30s_mid_training(
     assert found.created_of("jobs") == ["run-quantize", "run-train", "run-validate"]
     assert found.made_twice() == {}
     assert set(found.runs) == {"TrainingRun/run", "ModelArtifact/run quantize", "ModelArtifact/run validate"}
-
-
-def test_mlflow_stopped_for_20s_mid_registration(cluster, kube_api, namespace, operators, figures, mlflow):
-    since = datetime.now(UTC)
-    operators(standalone=True, kubeconfig=audited_kubeconfig(cluster, USER))
-    model = f"digits-{namespace}"
-    apply_object(kube_api, namespace, training("run", model, steps=4))
-    # The trainer has written its model to MLflow and exited: what is left is the operator's part
-    # (finish the run, register the version, quantize, validate, move the alias), all of it MLflow.
-    wait_for(lambda: job_succeeded(kube_api, namespace, "run-train"), 180, "the training Job complete", interval=0.2)
-    with Outage(cluster, "mlflow", f"{cluster.mlflow_url}/health") as outage:
-        at_stop = {k: phase(kube_api, namespace, k, "run") for k in ("TrainingRun", "ModelArtifact")}
-        held = wait_for(lambda: mlflow_condition(kube_api, namespace), 60, "a condition naming MLflow", interval=0.5)
-        wait_for(lambda: outage.lasted(20), 30, "20 s without MLflow", interval=1)
-        during = {k: phase(kube_api, namespace, k, "run") for k in ("TrainingRun", "ModelArtifact")}
-    figures.inject(f"MLflow stopped for {outage.back - outage.stopped:.1f}s once the training Job completed "
-                   f"(phases then {at_stop})")  # fmt: skip
-    figures.count(condition_during_outage=held, phases_at_the_end_of_the_outage=during)
-    artifact = wait_artifact(kube_api, namespace, "run", 300)
-    figures.took("MLflow back to the artifact validated", outage.since_back())
-    candidate = mlflow.get_version_by_alias(model, "candidate")
-    found = ledger.take(cluster, kube_api, namespace, USER, since)
-    figures.count(ledger=found.summary(), made_twice=found.made_twice(),
-                  candidate=candidate.version if candidate else None)  # fmt: skip
-    assert found.made_twice() == {}
-    assert set(found.versions) == {"ModelArtifact/run source", "ModelArtifact/run quantized"}
-    assert found.created_of("jobs") == ["run-quantize", "run-train", "run-validate"]
-    assert candidate is not None and candidate.version == artifact["status"]["quantizedVersion"]
-
-
-def job_succeeded(kube_api, namespace: str, name: str) -> bool:
-    job = read_or_none(client.BatchV1Api(kube_api).read_namespaced_job_status, name, namespace)
-    return bool(job and job.status and job.status.succeeded)
-
-
-def mlflow_condition(kube_api, namespace: str) -> str | None:
-    """The condition of the run or its artifact that says MLflow is unavailable, if any."""
-    for kind in ("TrainingRun", "ModelArtifact"):
-        if phase(kube_api, namespace, kind, "run") == "-":
-            continue
-        for cond in get_object(kube_api, namespace, kind, "run")["status"].get("conditions") or []:
-            if cond.get("reason") == "MlflowUnavailable":
-                return f"{kind} {cond['type']}={cond['status']} MlflowUnavailable: {cond.get('message')}"
-    return None
-
-
-def test_mlflow_stopped_for_20s_mid_rollback(cluster, kube_api, namespace, operators, figures, mlflow, trained):
-    operators(standalone=True)
-    with faulty_canary_analysed(kube_api, namespace, mlflow, trained) as (versions, v1, v2, load):
-        with Outage(cluster, "mlflow", f"{cluster.mlflow_url}/health") as outage:
-            idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                               lambda o: (o["status"].get("lastRollback") or {}).get("modelVersion") == v2,
-                               120, f"{v2} rolled back while MLflow is down")  # fmt: skip
-            decided = time.monotonic() - outage.stopped
-            pending = [u.get("key") or u.get("alias") for u in idep["status"].get("pendingRegistryUpdates") or []]
-            wait_for(lambda: not pods_of(kube_api, namespace, "canary"), 60, "the canary pods gone")
-            canary_gone = time.monotonic() - outage.stopped
-            wait_for(lambda: outage.lasted(20), 30, "20 s without MLflow", interval=1)
-            phase_at_end = get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["phase"]
-        wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v2).tags.get(
-            "slipway.dev/rollback", ""), 90, "the rollback tag once MLflow is back")  # fmt: skip
-        recorded = outage.since_back()
-        wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                    lambda o: not o["status"].get("pendingRegistryUpdates"), 30, "no update pending")  # fmt: skip
-        stats = load.stats()
-    figures.inject(f"MLflow stopped for {outage.back - outage.stopped:.1f}s while canary {v2} (30% errors) "
-                   f"was analysed")  # fmt: skip
-    figures.took("MLflow down to the rollback decided", decided)
-    figures.took("MLflow down to no canary pod", canary_gone)
-    figures.took("MLflow back to the rollback recorded on the version", recorded)
-    production = versions.alias("production")
-    figures.count(pending_during_outage=pending, phase_at_the_end_of_the_outage=phase_at_end,
-                  production=production, responses=dict(stats.by_code))  # fmt: skip
-    assert pending and phase_at_end == "RolledBack"
-    assert production == v1
-
-
-def test_prometheus_stopped_mid_analysis_holds_and_never_promotes(
-    cluster, kube_api, namespace, operators, figures, mlflow, trained
-):
-    operators(standalone=True)
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    v1 = versions.publish()
-    apply_object(kube_api, namespace, serving(versions.model))
-    wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v1), 120, f"{v1} serving")
-    with LoadDriver.for_service(kube_api, namespace, "digits", rate=10, max_duration=600):
-        v2 = versions.publish()
-        wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                    lambda o: o["status"].get("phase") == "Analyzing", 120, "the canary analysed")  # fmt: skip
-        seen: set[tuple[str, int]] = set()
-
-        def held_for(seconds: float) -> bool:
-            status = get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]
-            seen.add((status.get("phase"), int((status.get("canary") or {}).get("weight") or 0)))
-            assert status.get("phase") != "Promoted", "promoted without analysis data"
-            return outage.lasted(seconds)
-
-        with Outage(cluster, "prometheus", f"{cluster.prometheus_url}/-/ready") as outage:
-            weight = int(get_object(kube_api, namespace, "InferenceDeployment", "digits")["status"]["canary"]["weight"])
-            ready = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                                lambda o: condition(o, "Ready").get("reason") == "AnalysisInconclusive", 60,
-                                "the rollout held for lack of data")  # fmt: skip
-            held_at = time.monotonic() - outage.stopped
-            wait_for(lambda: held_for(20), 40, "20 s without Prometheus", interval=0.5)
-        idep = wait_status(kube_api, namespace, "InferenceDeployment", "digits", promoted(v2), 180, f"{v2} promoted")
-        resumed = outage.since_back()
-    figures.inject(f"Prometheus stopped for {outage.back - outage.stopped:.1f}s while canary {v2} was analysed "
-                   f"at {weight}%")  # fmt: skip
-    figures.took("Prometheus down to the rollout held", held_at)
-    figures.took("Prometheus back to promoted", resumed)
-    figures.count(held=condition(ready, "Ready").get("message"), phases_and_weights_during_outage=sorted(seen),
-                  production=versions.alias("production"))  # fmt: skip
-    assert max(w for _, w in seen) <= weight, "the canary advanced without analysis"
-    assert idep["status"]["stable"]["modelVersion"] == v2
-    versions.alias_becomes("production", v2)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from kubernetes import client
 
-from localkube.mlflow_server import start_mlflow
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_testing import (
@@ -125,35 +123,6 @@ def test_gate_failure_rejects_and_moves_no_alias(kube_api, namespace, operator, 
     assert ma["status"]["phase"] == "Rejected"
     assert "below the minimum 0.9999" in condition(ma, "Stalled")["message"]
     assert mlflow.get_version_by_alias(model, "candidate") is None
-
-
-def test_mlflow_down_during_registration_retries_and_registers_once(kube_api, namespace, operator, tmp_path):
-    server = start_mlflow(tmp_path / "mlflow")
-    port = int(server.url.rsplit(":", 1)[1])
-    model = "digits-outage"
-    run_id = train_run(server.url, model)
-    server.stop()
-    down_at = time.monotonic()
-    operator(mlflow_url=server.url)
-    apply_object(kube_api, namespace, model_artifact("outage", model, {"mlflowRun": {"runId": run_id}}))
-    ma = wait_status(
-        kube_api,
-        namespace,
-        "ModelArtifact",
-        "outage",
-        lambda o: condition(o, "Reconciling").get("reason") == "MlflowUnavailable",
-        60,
-        "the MLflow outage in a condition",
-    )
-    assert server.url in condition(ma, "Reconciling")["message"]
-    wait_for(lambda: time.monotonic() - down_at >= 30, 40, "30 s of MLflow outage", interval=1)
-    server = start_mlflow(tmp_path / "mlflow", port=port)
-    try:
-        ma = wait_status(kube_api, namespace, "ModelArtifact", "outage", phase_in("Validated"), 180, "validated")
-        with MlflowClient(server.url) as mlflow:
-            assert len(versions_of(mlflow, model, ma["metadata"]["uid"])) == 1
-    finally:
-        server.stop()
 
 
 def test_operator_killed_mid_quantization_leaves_one_job_and_one_version(
