@@ -602,8 +602,8 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             "other_interval_seconds": args.scale_other_interval,
         },  # fmt: skip
         "source": {
-            "commit": git(ROOT, "rev-parse", "HEAD"),
-            "dirty": git(ROOT, "status", "--porcelain", "--untracked-files=no", "--", "operator", "e2e", "bench"),
+            "commit": git(args.scale_source, "rev-parse", "HEAD"),  # the operator's (--scale-source)
+            "dirty": git(args.scale_source, "status", "--porcelain", "--untracked-files=no", "--", "operator", "bench"),
             "operator_source": str(args.scale_source.resolve()),
         },
         "notes": [],
