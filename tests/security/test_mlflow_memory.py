@@ -1,0 +1,114 @@
+"""A tenant's trainer cannot take the operator's memory through MLflow: the namespace editor's
+TrainingRun trains while its trainer logs 300,000 metric keys to the run (a metric key per step, by
+accident or not), and the operator, reading that run every progress poll, stays far below its
+512 Mi limit (the process's RSS sampled every 50 ms throughout); the TrainingRun says why its
+progress stopped, naming the run and the fix, and trains on.
+
+(A server repeating its page token is attacked with a real local server in
+tests/unit/test_mlflow_bounds.py: the fault proxy forwards bytes and cannot rewrite an answer.)"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import sys
+import threading
+import time
+
+import pytest
+from kubernetes import client
+from prometheus_client import REGISTRY
+
+from localkube.wait import wait_for
+from slipway.mlflow import MlflowClient
+from slipway_testing import condition, training_run, wait_status
+
+pytestmark = pytest.mark.cluster
+
+GROUP, VERSION = "slipway.dev", "v1alpha1"
+KEYS = 300_000
+LIMIT_MIB = 512  # the operator's memory limit in the chart
+MiB = 2**20
+
+
+class RssSampler:
+    """This process's resident set (the in-process operator's), every ``period`` seconds in a thread."""
+
+    def __init__(self, period: float = 0.05) -> None:
+        self.period = period
+        self.peak = self.first = self.now()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def now() -> int:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+    def _sample(self) -> None:
+        while not self.stopped.wait(self.period):
+            self.peak = max(self.peak, self.now())
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
+def cut_reads() -> float:
+    """MLflow requests of this process that ended in an error: the operator's reads of the run, cut at
+    the limit or not answered in time (the test's own requests end well)."""
+    return REGISTRY.get_sample_value("slipway_external_requests_total", {"service": "mlflow", "outcome": "error"}) or 0
+
+
+@pytest.mark.timeout(1500)  # 300 batches into the shared local MLflow (SQLite): 2 to 10 minutes
+def test_a_trainer_logging_300000_metric_keys_leaves_the_operator_far_below_its_limit(
+    cluster, namespace, kube_api, operator, tenant
+):
+    operator()
+    body = training_run("many-keys", steps=600, env={"SLIPWAY_STEP_SECONDS": "1"})
+    client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", body)
+    obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys",
+                      lambda o: o.get("status", {}).get("phase") == "Running", 120, "training")  # fmt: skip
+    run_id = obj["status"]["mlflow"]["runId"]
+    sampler = RssSampler()
+    started = time.monotonic()
+    try:
+        # As the trainer would: one key per step, 1,000 keys a request (MLflow's limit), 2 at a time; the
+        # local MLflow (SQLite) takes seconds per batch as the run grows: retried as the workloads do.
+        def batch(n: int) -> None:  # made in the worker: the test's own keys are never all in memory at once
+            mlflow.log_batch(run_id, metrics=[(f"loss_step_{i}", 0.5, i, 1700000000000) for i in range(n, n + 1000)])
+
+        with (
+            MlflowClient(cluster.mlflow_url, timeout=60, retries=3) as mlflow,
+            concurrent.futures.ThreadPoolExecutor(2) as pool,
+        ):
+            list(pool.map(batch, range(0, KEYS, 1000)))
+            logged = time.monotonic() - started
+            assert len(mlflow.get_metric_history(run_id, f"loss_step_{KEYS - 1}")) == 1  # all of them are there
+
+        def unreadable(o: dict) -> bool:
+            return condition(o, "MlflowRunRead").get("reason") == "MlflowRunTooLarge"
+
+        obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys", unreadable, 120, "MlflowRunRead=False")
+        # Read again every 10 progress polls (20 s here): cut at the limit, or not answered in the operator's
+        # 10 s (the local MLflow takes about 16 s to build the 41 MiB answer of 300,000 keys).
+        cuts = cut_reads()
+        wait_for(lambda: cut_reads() >= cuts + 2, 120, "2 more reads of the run, abandoned")
+    finally:
+        sampler.stop()
+    peak, first = sampler.peak / MiB, sampler.first / MiB
+    shown = (f"{KEYS} metric keys logged in {logged:.0f} s; this process's RSS {first:.0f} MiB before, "
+             f"peak {peak:.0f} MiB (+{peak - first:.0f}) against the operator's {LIMIT_MIB} Mi limit")  # fmt: skip
+    print(f"\n{shown}", file=sys.__stderr__)  # kopf's runner holds sys.stdout
+
+    read = condition(obj, "MlflowRunRead")
+    assert read["status"] == "False", read
+    assert read["message"].startswith(f"MLflow run {run_id} of TrainingRun {namespace}/many-keys is too large"), read
+    assert "over 4 MiB" in read["message"] and "mlflow.log_metric('loss', value, step=step)" in read["message"]
+    # It trains on: Running, its passes not failing on MLflow, not Stalled.
+    obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys", lambda o: True, 10, "its status")
+    assert obj["status"]["phase"] == "Running" and condition(obj, "Stalled").get("status") != "True", obj["status"]
+    assert condition(obj, "Reconciling").get("reason") != "MlflowUnavailable", obj["status"]
+    # The run (about 25 MiB as MLflow answers it) is never held: a read costs at most a few MiB.
+    assert peak - first < 64, (first, peak)
+    assert peak < LIMIT_MIB / 2, (first, peak)
