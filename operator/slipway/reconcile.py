@@ -19,7 +19,7 @@ from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
 from slipway.models.base import StatusModel, describe_errors
 from slipway.prometheus import PrometheusClient
 from slipway.status.conditions import Cond, new_generation, reconciling, stalled
-from slipway.status.writer import Event, next_status
+from slipway.status.writer import Event, next_status, repair
 from slipway.tenancy import Policy
 
 M = TypeVar("M", bound=BaseModel)
@@ -187,6 +187,12 @@ def run_pass(
     allow-list)."""
     metrics.OBJECTS.start(ctx.kind, ctx.namespace, ctx.name)
     with metrics.reconcile_timer(ctx.kind) as outcome:
+        # A status edited into garbage is repaired before the pass reads it: what does not validate
+        # is dropped (a Warning Event each), the rest, durable decisions included, is kept.
+        kept, repaired = repair(ctx.status_model, ctx.status)
+        if repaired.events:
+            ctx.body["status"], ctx.events = kept, ctx.events + repaired.events
+            ctx.patch.update(repaired.patch)
         requeue = attempt(ctx, spec_model, step, needs_mlflow=needs_mlflow, models=models)
         try:
             flush(ctx)

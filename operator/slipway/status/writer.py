@@ -40,11 +40,9 @@ def next_status(
     unknown = [k for k in fields if k not in names and k not in model.model_fields]
     if unknown:
         raise ValueError(f"{model.__name__} has no fields {unknown}")
-    try:
-        current = model.model_validate(stored).model_dump()
-    except ValidationError:
-        current = {}  # written by an incompatible version: rebuilt from this pass
-    merged = set_conditions(stored.get("conditions"), conditions, generation)
+    kept, repairs = repaired(model, stored)
+    current = model.model_validate(kept).model_dump()
+    merged = set_conditions(kept.get("conditions"), conditions, generation)
     current.update({names.get(k, k): v for k, v in fields.items()})
     current.update(conditions=merged, observed_generation=generation)
     new = model.model_validate(current).to_dict()
@@ -53,9 +51,69 @@ def next_status(
     change.patch = {k: _with_removals(stored.get(k), v) for k, v in new.items() if stored.get(k) != v}
     change.patch.update({k: None for k in stored if k in known and k not in new})
     if change.patch:
-        change.events = transition_events(stored, new)
+        change.events = repairs + transition_events(stored, new)
     after = {k: v for k, v in {**stored, **new}.items() if k in new or k not in known}
     return after, change
+
+
+def repair(model: type[StatusModel], stored: Mapping[str, Any]) -> tuple[dict[str, Any], StatusChange]:
+    """(the status a pass reads, the change that writes its repair): ``stored`` itself when it
+    validates, else what of it does (see :func:`repaired`), the dropped fields sent as ``null``."""
+    kept, events = repaired(model, stored)
+    change = StatusChange(events=events)
+    if events:
+        change.patch = {k: v for k, v in kept.items() if stored.get(k) != v}
+        change.patch.update({k: None for k in stored if k not in kept})
+    return kept, change
+
+
+REPAIRED = "StatusRepaired"  # the Event's reason: a status field that did not validate was dropped
+_REPAIR_ROUNDS = 50
+
+
+def repaired(model: type[StatusModel], stored: Mapping[str, Any]) -> tuple[dict[str, Any], list[Event]]:
+    """(what of ``stored`` validates under ``model``, a Warning Event per field dropped). A status
+    edited by hand, or written by an incompatible version, is repaired field by field: a top-level
+    field that does not validate is dropped, and of a list (conditions, pendingRegistryUpdates,
+    analysis ...) only the items that do not; everything else, durable decisions included
+    (lastRollback, previousStable, pendingRegistryUpdates), is kept as it is stored."""
+    kept = dict(stored) if isinstance(stored, Mapping) else {}
+    events: list[Event] = []
+    for _ in range(_REPAIR_ROUNDS):
+        try:
+            model.model_validate(kept)
+            return kept, events
+        except ValidationError as exc:
+            errors = exc.errors()
+        dropped: dict[str, set[int] | None] = {}
+        for error in errors:
+            loc = error.get("loc") or ()
+            if not loc or not isinstance(loc[0], str) or loc[0] not in kept:
+                return {}, [*events, ("Warning", REPAIRED, f"status was dropped: {error.get('msg')}")]
+            items = kept[loc[0]]
+            whole = not (isinstance(items, list) and len(loc) > 1 and isinstance(loc[1], int))
+            if whole or dropped.get(loc[0], set()) is None:
+                dropped[loc[0]] = None
+            else:
+                dropped.setdefault(loc[0], set()).add(int(loc[1]))  # type: ignore[union-attr]
+            where = loc[0] if whole else f"{loc[0]}[{loc[1]}]"
+            if any(f"status.{where} was dropped" in message for _, _, message in events):
+                continue
+            inner = ".".join(str(part) for part in loc[1 if whole else 2 :])
+            events.append(
+                (
+                    "Warning",
+                    REPAIRED,
+                    f"status.{where} was dropped: it does not validate"
+                    f"{f' at {inner}' if inner else ''} ({error.get('msg')}); the rest of the status is kept",
+                )
+            )
+        for name, indices in dropped.items():
+            if indices is None:
+                kept.pop(name, None)
+            else:
+                kept[name] = [item for i, item in enumerate(kept[name]) if i not in indices]
+    return {}, [*events, ("Warning", REPAIRED, "status was dropped: it could not be repaired")]
 
 
 def transition_events(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Event]:
