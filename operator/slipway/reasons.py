@@ -137,6 +137,11 @@ REASONS: tuple[Reason, ...] = (
     _r("WaitingForSource", "Reconciling", MA, "its TrainingRun has not succeeded yet", "nothing"),
     _r("TrainingRunFailed", "Stalled", MA, "its TrainingRun failed: nothing to register",
        "fix the TrainingRun; a new run needs a new artifact"),
+    _r("EmptySource", "Stalled", MA, "the source holds no file: neither the run's artifacts at the artifact path nor "
+       "a LoggedModel of that name logged in that run (nothing is registered; looked for again every minute)",
+       "log the model there (`mlflow.<flavor>.log_model(model, name=...)` in that run), or name where it is"),
+    _r("ModelNotFound", "Stalled", MA, "the source names an MLflow 3 LoggedModel (`models:/m-<id>`) MLflow does not "
+       "have", "name a LoggedModel that exists (`mlflow.search_logged_models`), or its run"),
     _r("Registering", "Reconciling", MA, "registering the model version in MLflow", "nothing"),
     _r("Quantizing", "Reconciling", MA, "the quantize Job runs", "nothing"),
     _r("Validating", "Reconciling", MA, "the validate Job runs", "nothing"),

@@ -57,11 +57,13 @@ class Use:
 
 @dataclass(frozen=True)
 class UriTarget:
-    """What a source URI reaches: a registered model, a run or an experiment (by id)."""
+    """What a source URI reaches: a registered model, a run, an experiment (by id) or an MLflow 3
+    logged model (by id; its experiment is MLflow's to tell, as a run's is)."""
 
     model: str | None = None
     run_id: str | None = None
     experiment_id: str | None = None
+    logged_model: str | None = None
 
 
 def allowed_patterns(namespace: Mapping[str, Any] | None, annotation: str = ALLOWED_MODELS) -> list[str] | None:
@@ -197,7 +199,7 @@ class Policy:
 
 def uri_target(uri: str, field: str) -> UriTarget:
     """What a model URI reaches, for the allow-list; NotAllowed (naming ``field``) for a URI whose
-    owner cannot be told: another scheme, a logged model, a path that does not mean what it reads
+    owner cannot be told: another scheme, a path that does not mean what it reads
     as once percent-decoded (``..``, ``%2e%2e``, ``.``, ``//``, a backslash, a control character),
     a name that reads otherwise decoded."""
     shown = redact_url(uri)
@@ -217,11 +219,7 @@ def _target(uri: str, field: str) -> UriTarget:
     model = parse_model_uri(uri)
     if model is not None:
         if model.version is None and model.alias is None:
-            raise NotAllowed(
-                f"{field}: {uri!r} names an MLflow logged model, whose owner the allow-list cannot check; "
-                "use models:/<name>/<version>, models:/<name>@<alias> or runs:/<run id>/<path>",
-                "SourceNotAllowed",
-            )
+            return UriTarget(logged_model=model.name)
         return UriTarget(model=model.name)
     run = parse_run_uri(uri)
     if run is not None:

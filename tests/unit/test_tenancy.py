@@ -76,6 +76,7 @@ def test_experiments_are_checked_like_models_and_the_refusal_names_the_field():
         ("runs://abc123/model", UriTarget(run_id="abc123")),
         ("mlflow-artifacts:/7/abc/artifacts/model", UriTarget(experiment_id="7")),
         ("mlflow-artifacts://mlflow.mlflow.svc:5000/7/abc/artifacts", UriTarget(experiment_id="7")),
+        ("models:/m-0123abcd", UriTarget(logged_model="m-0123abcd")),  # its experiment is MLflow's to tell
     ],
 )
 def test_a_uri_reaches_a_model_a_run_or_an_experiment(uri, target):
@@ -90,7 +91,7 @@ def test_a_uri_reaches_a_model_a_run_or_an_experiment(uri, target):
         ("file:///etc/passwd", "'file' URIs are not allowed"),
         ("/var/models/m", "'a local path' URIs are not allowed"),
         ("https://example.com/model.onnx", "'https' URIs are not allowed"),
-        ("models:/m-0123abcd", "logged model"),
+        ("models:/m-0%32%33", "percent-encoded"),  # read as m-023, a logged model MLflow may read otherwise
         ("runs:/abc/model/../../other", "climbs out"),
         ("mlflow-artifacts:/7/../8/abc", "climbs out"),
         ("mlflow-artifacts:/models/abc", "not under an experiment"),

@@ -15,11 +15,12 @@ from typing import Any
 from slipway import cost, kube, metrics, opencost, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
-from slipway.mlflow import MlflowClient, MlflowNotFound, ModelVersion, Run
+from slipway.mlflow import MlflowClient, MlflowError, MlflowNotFound, ModelVersion, Run, parse_model_uri, parse_run_uri
+from slipway.mlflow.sources import looked_for
 from slipway.models import ModelArtifactSpec
 from slipway.models.modelartifact import ModelArtifactStatus
 from slipway.reconcile import Context, run_pass
-from slipway.redact import without_credentials
+from slipway.redact import redact_url, without_credentials
 from slipway.status import jobs
 from slipway.status import modelartifact as states
 from slipway.status.gates import Baseline, GateOutcome, evaluate_gates, with_derived
@@ -27,6 +28,7 @@ from slipway.status.trainingrun import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RE
 from slipway.tenancy import Use
 
 OWNER_TAG = "slipway.dev/modelartifact"
+EMPTY_SOURCE_RECHECK_SECONDS = 60.0  # a run may still be logging its model
 
 
 class Waiting(Exception):
@@ -72,7 +74,8 @@ class Lifecycle:
         self.mlflow.get_or_create_registered_model(self.model)
         version = self.version("source", source, {})
         self.fields |= {"model_version": version.version, "uri": version.uri}
-        self.fields |= states.digest_fields(source.digest, source.size_bytes)
+        self.fields |= states.digest_fields(source.digest or version.tags.get(states.SOURCE_DIGEST_TAG),
+                                            source.size_bytes or version.tags.get(states.SOURCE_SIZE_TAG))  # fmt: skip
         candidate = version
         q = self.spec.quantization
         if states.needs_quantization(q.method, q.image, q.command):
@@ -97,7 +100,7 @@ class Lifecycle:
         src = self.spec.source
         if src.uri is not None:
             self.check_uri(src.uri, "spec.source.uri")
-            return states.Source(src.uri, None)
+            return self.uri_source(src.uri, "spec.source.uri")
         if src.mlflow_run is not None:
             run_id, path = src.mlflow_run.run_id, src.mlflow_run.artifact_path
             if self.ctx.tenancy.active:
@@ -113,10 +116,40 @@ class Lifecycle:
         run = self.mlflow.get_run(run_id)
         if self.ctx.tenancy.active and src.mlflow_run is not None:  # a TrainingRun's run is checked by its own spec
             self.check_run(run, "spec.source.mlflowRun.runId")
-        tags = run.tags
-        return states.Source(
-            f"runs:/{run_id}/{path}", run_id, tags.get("slipway.model.digest"), tags.get("slipway.model.sizeBytes")
-        )
+        field = "spec.source.mlflowRun" if src.mlflow_run is not None else "spec.source.trainingRunRef"
+        return self.run_source(run, path, field)
+
+    def run_source(self, run: Run, path: str, field: str) -> states.Source:
+        """The run's model as MLflow's client finds it: its artifacts at ``path``, else its LoggedModel
+        named ``path``; Stalled (EmptySource) when neither holds a file."""
+        found = self.mlflow.run_model(run, path)
+        if found is None:
+            raise Waiting(states.empty_source(field, looked_for(run.run_id, path)), EMPTY_SOURCE_RECHECK_SECONDS)
+        tags = run.tags if found.model_id is None else {}  # the trainer's tags describe its run artifacts
+        return states.Source(found.uri, found.run_id, tags.get("slipway.model.digest"),
+                             tags.get("slipway.model.sizeBytes"), model_id=found.model_id)  # fmt: skip
+
+    def uri_source(self, uri: str, field: str) -> states.Source:
+        """``runs:/`` as a run's model; ``models:/m-<id>`` as that LoggedModel; any other URI as it is
+        (one MLflow serves must hold a file)."""
+        run_uri = parse_run_uri(uri)
+        if run_uri is not None:
+            return self.run_source(self.mlflow.get_run(run_uri.run_id), run_uri.path, field)
+        model = parse_model_uri(uri)
+        if model is not None and model.version is None and model.alias is None:
+            try:
+                logged = self.mlflow.get_logged_model(model.name)
+            except MlflowNotFound:
+                raise Waiting(states.empty_source(field, f"LoggedModel {model.name}, which MLflow does not have",
+                                                  "ModelNotFound"), EMPTY_SOURCE_RECHECK_SECONDS) from None  # fmt: skip
+            found = self.mlflow.logged(logged)
+            source = states.Source(found.uri, found.run_id, model_id=found.model_id)
+        else:
+            source = states.Source(uri, None)
+        if self.mlflow.has_files(source.uri) is False:
+            shown = f"LoggedModel {source.model_id}'s artifacts" if source.model_id else f"{redact_url(uri)!r}"
+            raise Waiting(states.empty_source(field, shown), EMPTY_SOURCE_RECHECK_SECONDS)
+        return source
 
     def check_uri(self, uri: str, field: str) -> None:
         """A source URI is allowed only if what it reaches is: its model, its run's experiment, its
@@ -131,6 +164,13 @@ class Lifecycle:
             self.check_run(self.mlflow.get_run(target.run_id), field)
         if target.experiment_id is not None:
             self.check_experiment(target.experiment_id, field, uri)
+        if target.logged_model is not None:
+            try:
+                logged = self.mlflow.get_logged_model(target.logged_model)
+            except MlflowNotFound:
+                raise policy.source_refusal(field, f"LoggedModel {target.logged_model} is not one MLflow knows, "
+                                            "so its experiment cannot be checked") from None  # fmt: skip
+            self.check_experiment(logged.experiment_id, field, f"LoggedModel {logged.model_id}")
 
     def check_run(self, run: Run, field: str) -> None:
         """A run is the namespace's to use only if its experiment is."""
@@ -150,11 +190,28 @@ class Lifecycle:
         if found is not None:
             return found
         owner = {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}", **tags}
-        version = self.mlflow.register_version(self.model, source.uri, source.run_id, self.ctx.uid, role, owner)
+        if role == "source" and source.digest is None:
+            owner |= self.source_tags(source)
+        version = self.mlflow.register_version(self.model, source.uri, source.run_id, self.ctx.uid, role, owner,
+                                               model_id=source.model_id)  # fmt: skip
         self.ctx.event(
             "Normal", "Registered", f"registered {source.uri} as {self.model} version {version.version} ({role})"
         )
         return version
+
+    def source_tags(self, source: states.Source) -> dict[str, str]:
+        """Slipway's digest, size and file count of a source its producer recorded none for (a model
+        logged by MLflow's own client), computed over all its files; {} for a URI MLflow does not serve."""
+        try:
+            tree = self.mlflow.file_tree(source.uri)
+        except MlflowError as exc:
+            if exc.error_code != "UNSUPPORTED_ARTIFACT_URI":
+                raise
+            return {}
+        if tree.files == 0:  # emptied since it was found
+            raise Waiting(states.empty_source("spec.source", redact_url(source.uri)), EMPTY_SOURCE_RECHECK_SECONDS)
+        tags = {states.SOURCE_SIZE_TAG: str(tree.size_bytes), states.SOURCE_FILES_TAG: str(tree.files)}
+        return tags | ({states.SOURCE_DIGEST_TAG: tree.digest} if tree.digest else {})
 
     def step(self, step: str, waiting: str, env: dict[str, str]) -> Run:
         """Run a step's Job (its MLflow run found by tags, else created); its run once it completed."""

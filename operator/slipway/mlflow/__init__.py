@@ -9,6 +9,8 @@ Kubernetes client. :class:`MlflowClient` is the one object callers use; it is co
 - :mod:`.tracking` — experiments, runs, metrics, params and tags;
 - :mod:`.registry` — registered models, versions, version tags and aliases;
 - :mod:`.artifacts` — upload, list and download, and artifact URI resolution;
+- :mod:`.logged_models` — MLflow 3's logged models (``models:/m-<id>``);
+- :mod:`.sources` — a model to register found as MLflow's client finds it, and its files' digest;
 - :mod:`.records` — Slipway's own runs and versions, tagged with an object's uid and looked
   up before any create;
 
@@ -28,8 +30,10 @@ from slipway.mlflow.http import (
     MlflowNotFound,
     MlflowUnavailable,
 )
+from slipway.mlflow.logged_models import LoggedModel, LoggedModels
 from slipway.mlflow.records import ROLE_TAG, UID_TAG, Records
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
+from slipway.mlflow.sources import FileTree, Found, ModelSources
 from slipway.mlflow.tracking import RUN_STATUSES, TERMINAL_RUN_STATUSES, Metric, Run, Tracking, now_millis
 from slipway.mlflow.uris import ModelUri, RunUri, model_version_uri, parse_model_uri, parse_run_uri, run_artifact_uri
 
@@ -41,13 +45,18 @@ __all__ = [
     "TERMINAL_RUN_STATUSES",
     "UID_TAG",
     "ArtifactFile",
+    "FileTree",
+    "Found",
     "LeaseDeadlinePassed",
+    "LoggedModel",
+    "LoggedModels",
     "Metric",
     "MlflowAnswerTooLarge",
     "MlflowClient",
     "MlflowError",
     "MlflowNotFound",
     "MlflowUnavailable",
+    "ModelSources",
     "ModelUri",
     "ModelVersion",
     "RegisteredModel",
@@ -63,7 +72,7 @@ __all__ = [
 ]
 
 
-class MlflowClient(Artifacts, Records, Tracking, Registry):
+class MlflowClient(ModelSources, Artifacts, Records, Tracking, Registry):
     """A synchronous client for one MLflow tracking server: tracking, registry and artifacts.
 
     ``retries`` applies only to idempotent requests answered with :class:`MlflowUnavailable`;

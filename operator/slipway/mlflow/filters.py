@@ -37,3 +37,9 @@ def _quote(value: str) -> str:
     if "'" in value:
         raise ValueError(f"value {value!r} contains a single quote; MLflow filters cannot express it")
     return f"'{value}'"
+
+
+def logged_model_filter(name: str, source_run_id: str) -> str:
+    """A ``search_logged_models`` filter: the logged models named ``name`` whose source run is
+    ``source_run_id``. Raises ValueError for quotes, which the grammar cannot escape."""
+    return f"name = {_quote(name)} AND source_run_id = {_quote(source_run_id)}"

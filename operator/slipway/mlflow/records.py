@@ -61,11 +61,19 @@ class Records(Tracking, Registry):
         return canonical_version(found) if found else None
 
     def register_version(
-        self, model: str, source: str, run_id: str | None, uid: str, role: str, tags: Mapping[str, str]
+        self,
+        model: str,
+        source: str,
+        run_id: str | None,
+        uid: str,
+        role: str,
+        tags: Mapping[str, str],
+        model_id: str | None = None,
     ) -> ModelVersion:
         """Register ``source`` as a new version tagged with ``uid`` and ``role`` (the caller looked up
         first); if another writer registered one too, the lowest number is kept and ours deleted."""
-        mine = self.create_model_version(model, source, run_id=run_id, tags={UID_TAG: uid, ROLE_TAG: role, **tags})
+        tags = {UID_TAG: uid, ROLE_TAG: role, **tags}
+        mine = self.create_model_version(model, source, run_id=run_id, tags=tags, model_id=model_id)
         winner = self.version_of(model, uid, role) or mine
         if int(mine.version) > int(winner.version):
             log.warning("MLflow model %s version %s duplicates version %s (same %s=%s, %s): deleted", model,

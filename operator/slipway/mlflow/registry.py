@@ -39,6 +39,7 @@ class ModelVersion:
     creation_timestamp: int = 0
     tags: dict[str, str] = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
+    model_id: str = ""  # the MLflow 3 logged model it was registered from
 
     @property
     def uri(self) -> str:
@@ -56,6 +57,7 @@ class ModelVersion:
             creation_timestamp=int(data.get("creation_timestamp", 0)),
             tags={t["key"]: t.get("value", "") for t in data.get("tags", [])},
             aliases=tuple(data.get("aliases", [])),
+            model_id=data.get("model_id", "") or "",
         )
 
 
@@ -87,12 +89,14 @@ class Registry(MlflowHttp):
         run_id: str | None = None,
         tags: Mapping[str, str] | None = None,
         description: str | None = None,
+        model_id: str | None = None,
     ) -> ModelVersion:
         """Register ``source`` as a new version of ``name``. Not idempotent: tag the version
         (e.g. with the owner's uid) and look it up with :meth:`search_model_versions` first.
 
         MLflow requires ``run_id`` when ``source`` is a ``runs:/`` or ``mlflow-artifacts:/``
-        URI, and the source must lie inside that run's artifacts.
+        URI, and the source must lie inside that run's artifacts. An MLflow 3 logged model is
+        registered with ``model_id`` and source ``models:/<model_id>`` (MLflow 2 servers ignore it).
         """
         body: dict[str, Any] = {
             "name": name,
@@ -103,6 +107,8 @@ class Registry(MlflowHttp):
             body["run_id"] = run_id
         if description:
             body["description"] = description
+        if model_id:
+            body["model_id"] = model_id
         answer = self._call("POST", "/mlflow/model-versions/create", json=body)
         return ModelVersion.from_json(answer["model_version"])
 

@@ -51,6 +51,15 @@ def source_failed(reason: str, message: str) -> ArtifactState:
     return _state("Failed", stalled, reason, message)
 
 
+def empty_source(field: str, looked_for: str, reason: str = "EmptySource") -> ArtifactState:
+    """The source holds no file: nothing is registered, and it is looked for again (a run may still
+    be logging its model)."""
+    message = (f"{field}: no model files found; looked for {looked_for}; log the model there (e.g. "
+               "mlflow.sklearn.log_model(model, name=...) in that run), or name where it is; nothing was "
+               "registered and no alias moved")  # fmt: skip
+    return _state("Registering", stalled, reason, message)
+
+
 def quantizing(message: str) -> ArtifactState:
     return _state("Quantizing", reconciling, "Quantizing", message, (True, False, False))
 
@@ -89,6 +98,7 @@ class Source:
     run_id: str | None
     digest: str | None = None
     size_bytes: str | None = None
+    model_id: str | None = None  # an MLflow 3 logged model, registered with its id
 
 
 def decided_at_generation(body: Mapping[str, Any]) -> bool:
@@ -96,6 +106,9 @@ def decided_at_generation(body: Mapping[str, Any]) -> bool:
     return settled(body, FINAL)
 
 
+SOURCE_DIGEST_TAG = "slipway.source.digest"  # Slipway's digest over the source's files, on the source version
+SOURCE_SIZE_TAG = "slipway.source.sizeBytes"
+SOURCE_FILES_TAG = "slipway.source.files"
 DECISION_TAG = "slipway.dev/validation"
 GATES_TAG = "slipway.dev/gates"
 ALIASES_TAG = "slipway.dev/aliases-set"

@@ -1,0 +1,138 @@
+"""Models logged by MLflow's own client (MLflow 3, the package the test server runs) as ModelArtifact
+sources, registered against the real server: an MLflow 2-style run artifact, a LoggedModel by run id,
+``runs:/<run>/model``, ``models:/m-<id>``, and a run with no model, which is never Validated.
+
+MLflow's client runs in its own virtualenv (``.cache/mlflow-venv``: its pins conflict with the
+Kubernetes client's), in a subprocess; its download of each registered version is the oracle of
+the version's files, and coreutils' ``sha256sum`` the oracle of Slipway's digest."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slipway.mlflow import MlflowClient, model_version_filter
+from slipway_testing import ROOT, apply_object, condition, model_artifact, phase_in, report, stalled_with, wait_status
+
+pytestmark = pytest.mark.cluster
+
+MLFLOW_PYTHON = ROOT / ".cache" / "mlflow-venv" / "bin" / "python"
+
+LOG = """
+import json, sys, tempfile
+import mlflow, mlflow.sklearn
+from sklearn.linear_model import LogisticRegression
+mlflow.set_tracking_uri(sys.argv[1]); mlflow.set_experiment(sys.argv[2])
+model = LogisticRegression().fit([[0.0], [1.0], [2.0], [3.0]], [0, 0, 1, 1])
+out = {}
+with mlflow.start_run() as run:  # MLflow 2-style: the model's files in the run's artifacts
+    with tempfile.TemporaryDirectory() as tmp:
+        mlflow.sklearn.save_model(model, tmp + "/model")
+        mlflow.log_artifacts(tmp + "/model", artifact_path="model")
+    out["run_artifact"] = run.info.run_id
+with mlflow.start_run() as run:  # MLflow 3's documentation: a LoggedModel, the run's artifacts empty
+    out["model_id"] = mlflow.sklearn.log_model(model, name="model").model_id
+    out["logged"] = run.info.run_id
+with mlflow.start_run() as run:  # a run with no model at all
+    mlflow.log_metric("accuracy", 0.9)
+    out["empty"] = run.info.run_id
+print(json.dumps(out))
+"""
+
+READ = """
+import json, subprocess, sys
+import mlflow, mlflow.pyfunc
+mlflow.set_tracking_uri(sys.argv[1])
+out = {}
+for uri, dest in json.loads(sys.argv[2]).items():
+    local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=dest)
+    prediction = mlflow.pyfunc.load_model(uri).predict([[0.0], [3.0]])
+    out[uri] = {"dir": local, "prediction": [int(p) for p in prediction]}
+print(json.dumps(out))
+"""
+
+
+def mlflow_client(script: str, *args: str) -> dict[str, Any]:
+    """Run ``script`` with MLflow's own client; its last line of output, as JSON."""
+    if not MLFLOW_PYTHON.exists():
+        pytest.fail(f"{MLFLOW_PYTHON.relative_to(ROOT)} is missing: run `make mlflow-env`")
+    done = subprocess.run([str(MLFLOW_PYTHON), "-c", script, *args], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def sha256sum_tree(directory: Path) -> tuple[str, int]:
+    """coreutils' digest of every file under ``directory`` (the formula of slipway.mlflow.sources), and
+    their count; MLflow's download adds ``registered_model_meta``, which is not one of the model's files."""
+    (directory / "registered_model_meta").unlink(missing_ok=True)
+    shell = "find . -type f | cut -c3- | LC_ALL=C sort | tr '\\n' '\\0' | xargs -0 sha256sum | sha256sum"
+    digest = subprocess.run(["sh", "-c", shell], cwd=directory, capture_output=True, text=True, check=True)
+    return "sha256:" + digest.stdout.split()[0], sum(1 for p in directory.rglob("*") if p.is_file())
+
+
+def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_stalled(
+    kube_api, namespace, operator, mlflow: MlflowClient, cluster, tmp_path
+):
+    logged = mlflow_client(LOG, cluster.mlflow_url, f"mlflow3-sources-{namespace}")
+    run2, run3, empty, model_id = logged["run_artifact"], logged["logged"], logged["empty"], logged["model_id"]
+    assert mlflow.list_artifacts(f"runs:/{run3}") == []  # MLflow 3 left the run's artifacts empty
+    operator()
+    model = f"mlflow3-{namespace}"
+    sources: dict[str, tuple[dict[str, Any], str]] = {  # name -> (source, the version source expected)
+        "run-artifact": ({"mlflowRun": {"runId": run2, "artifactPath": "model"}}, f"runs:/{run2}/model"),
+        "logged-by-run": ({"mlflowRun": {"runId": run3, "artifactPath": "model"}}, f"models:/{model_id}"),
+        "runs-uri": ({"uri": f"runs:/{run3}/model"}, f"models:/{model_id}"),
+        "models-uri": ({"uri": f"models:/{model_id}"}, f"models:/{model_id}"),
+    }
+    for name, (source, _) in sources.items():
+        apply_object(kube_api, namespace, model_artifact(name, model, source, quantization={"method": "none"}))
+    for name in ("no-model", "no-logged-model"):
+        source = {"mlflowRun": {"runId": empty, "artifactPath": "model"}} if name == "no-model" else {
+            "uri": "models:/m-00000000000000000000000000000000"}  # fmt: skip
+        apply_object(kube_api, namespace, model_artifact(name, f"{model}-{name}", source, aliases=["candidate"]))
+
+    rows, versions = [], {}
+    for name, (_, expected) in sources.items():
+        obj = wait_status(kube_api, namespace, "ModelArtifact", name, phase_in("Validated", "Failed"), 120, name)
+        status = obj["status"]
+        [version] = mlflow.search_model_versions(
+            model_version_filter(model, {"slipway.dev/uid": obj["metadata"]["uid"]})
+        )
+        assert status["phase"] == "Validated", status
+        assert version.source == expected, (name, version.source)
+        assert version.run_id == (run2 if name == "run-artifact" else run3), name
+        versions[name] = (version, status)
+    # Registered with the model_id field: MLflow links the LoggedModel to a version (the last one registered).
+    links = json.loads(mlflow.get_logged_model(model_id).tags["mlflow.modelVersions"])
+    ours = {(model, v.version) for name, (v, _) in versions.items() if name != "run-artifact"}
+    assert links and {(link["name"], str(link["version"])) for link in links} <= ours, links
+    # MLflow's own client reads every registered version, and loads it as the model it is.
+    wanted = {v.uri: str(tmp_path / name) for name, (v, _) in versions.items()}
+    read = mlflow_client(READ, cluster.mlflow_url, json.dumps(wanted))
+    for name, (version, status) in versions.items():
+        digest, files = sha256sum_tree(Path(read[version.uri]["dir"]))
+        assert read[version.uri]["prediction"] == [0, 1], name
+        assert status.get("digest") == digest == version.tags["slipway.source.digest"], name
+        assert version.tags["slipway.source.files"] == str(files) and files >= 4, name
+        assert status["sizeBytes"] == int(version.tags["slipway.source.sizeBytes"]) > 0, name
+        rows.append((name, status["phase"], version.source, digest[:19], files))
+
+    stalls = (("no-model", "EmptySource", f"LoggedModel named 'model' whose source run is {empty}"),
+              ("no-logged-model", "ModelNotFound", "LoggedModel m-00000000000000000000000000000000"))  # fmt: skip
+    for name, reason, words in stalls:
+        obj = wait_status(kube_api, namespace, "ModelArtifact", name, stalled_with(reason), 60, f"{name} stalled")
+        message = condition(obj, "Stalled")["message"]
+        assert message.startswith("spec.source.") and words in message, message
+        assert obj["status"]["phase"] == "Registering" and condition(obj, "Validated")["status"] == "False"
+        assert not (obj["status"].get("modelVersion") or obj["status"].get("digest"))
+        rows.append((name, f"Stalled {reason}", "-", "-", 0))
+        assert mlflow.search_model_versions(f"name='{model}-{name}'") == []  # nothing registered, no alias moved
+    assert len(mlflow.search_model_versions(f"name='{model}'")) == len(sources)
+
+    report("source | outcome | version source | digest | files")
+    for row in rows:
+        report(" | ".join(str(c) for c in row))
