@@ -19,7 +19,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock image mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -30,15 +30,19 @@ install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workload
 
 # The editable install warns that a folder named like a package in the working directory may
 # shadow it; none is (operator/slipway is mapped by name in pyproject.toml): silenced.
-$(VENV)/.installed: pyproject.toml constraints.txt
+# Two distributions: slipway-operator (what ships) and e2e/'s slipway-testcluster (localkube and
+# slipway_e2e, development only). A venv from before the rename holds a distribution `slipway`
+# whose files the new one shares: it goes first.
+$(VENV)/.installed: pyproject.toml e2e/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs]'
+	$(PY) -m pip uninstall -q -y slipway 2>/dev/null || true
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs]' -e ./e2e
 	touch $@
 
 lock:  ## pin every Python package again (constraints.txt) from a fresh resolve of pyproject.toml's ranges
 	rm -rf $(CACHE)/lock-venv && $(PYTHON) -m venv $(CACHE)/lock-venv
-	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads,docs]'
+	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads,docs]' -e ./e2e
 	{ sed -n '/^#/p' constraints.txt; $(CACHE)/lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt && rm -rf $(CACHE)/lock-venv
 
@@ -98,6 +102,13 @@ docs: $(VENV)/.installed  ## build the documentation site strictly into docs/_bu
 reference: $(VENV)/.installed  ## regenerate docs/reference/ from the code (the API, reasons, metrics, labels, kubectl slipway)
 	$(PY) -m slipway.docgen docs/reference
 	$(PY) -m slipway.reference docs/reference
+
+# Images without Docker: buildah (Debian's, installed if missing) builds images/Dockerfile twice on a
+# base made by mmdebstrap from Debian's packages (cached in .cache/images/), from wheels built here.
+# The operator image's file list and a run of each image as UID 65532 on a read-only root are
+# steps of the build: a failure fails it. dist/images.txt lists the archives and their digests.
+image: $(VENV)/.installed  ## the operator and workloads images (buildah, no Docker daemon): OCI archives in dist/
+	bash images/build.sh
 
 crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)

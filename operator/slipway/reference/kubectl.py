@@ -48,8 +48,9 @@ def markdown() -> str:
             "",
             GENERATED.format(source="the argparse help of operator/slipway/cli"),
             "",
-            "`pip install` of Slipway installs the console script `kubectl-slipway`; with it on `PATH`, kubectl "
-            "runs it as `kubectl slipway`. How to use it on a live rollout is in "
+            "`pipx install slipway-operator` (or `pip install slipway-operator`; the distribution `slipway` on "
+            "the package index is an unrelated project) installs the console script `kubectl-slipway`; with it on "
+            "`PATH`, kubectl runs it as `kubectl slipway`. How to use it on a live rollout is in "
             "[Steer a rollout](../how-to/steer-a-rollout.md).",
             "",
             *_block(top.format_help()),
