@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_testing import SERVE, Versions, apply_object, pods_of, serving, status_of
+from slipway_testing import SERVE, Versions, apply_object, pods_of, report, serving, status_of
 
 pytestmark = pytest.mark.cluster
 
@@ -77,7 +77,9 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
         canaries = [p.metadata.name for p in pods_of(kube_api, namespace, "canary")]
         started = progressing(kube_api, namespace) - rollouts
         status = status_of(kube_api, namespace)
-        print(f"pods restarted {len(restarted)}, canary pods {len(canaries)}, rollouts started {started}")
+        report(
+            f"pods restarted {len(restarted)} of {len(uids)}, canary pods {len(canaries)}, rollouts started {started}"
+        )
         assert not restarted and not canaries and not started
         assert after.metadata.generation == stable.metadata.generation  # the template was not written
         assert fetch_image(after) == "ghcr.io/slipway-dev/slipway:0.1.0"
