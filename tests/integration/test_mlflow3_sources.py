@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_testing import ROOT, apply_object, condition, model_artifact, phase_in, report, stalled_with, wait_status
@@ -136,3 +137,38 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
     report("source | outcome | version source | digest | files")
     for row in rows:
         report(" | ".join(str(c) for c in row))
+
+
+def test_another_teams_logged_model_is_refused_by_its_experiment(
+    kube_api, namespace, operator, mlflow: MlflowClient, cluster, monkeypatch
+):
+    acme = f"acme-{namespace}"  # team acme's experiment, with a model MLflow 3's client logged in it
+    logged = mlflow_client(LOG, cluster.mlflow_url, acme)
+    own = f"t2-{namespace}"
+    allow = lambda patterns: client.CoreV1Api(kube_api).patch_namespace(  # noqa: E731
+        namespace, {"metadata": {"annotations": {"slipway.dev/allowed-models": patterns}}}
+    )
+    allow(f"{own}-*")
+    monkeypatch.setenv("SLIPWAY_REQUIRE_MODEL_ALLOWLIST", "true")
+    operator()
+    attacks = {  # name -> (source, words the refusal holds)
+        "logged-model": ({"uri": f"models:/{logged['model_id']}"}, f"experiment '{acme}'"),
+        "logged-by-run": ({"mlflowRun": {"runId": logged["logged"], "artifactPath": "model"}}, f"experiment '{acme}'"),
+        "runs-uri": ({"uri": f"runs:/{logged['logged']}/model"}, f"experiment '{acme}'"),
+        "unknown": ({"uri": "models:/m-00000000000000000000000000000000"}, "not one MLflow knows"),
+    }
+    for name, (source, _) in attacks.items():
+        apply_object(kube_api, namespace, model_artifact(name, f"{own}-{name}", source))
+    for name, (_, words) in attacks.items():
+        obj = wait_status(kube_api, namespace, "ModelArtifact", name, stalled_with("SourceNotAllowed"), 60, name)
+        message = condition(obj, "Stalled")["message"]
+        field = "spec.source.uri" if "uri" in attacks[name][0] else "spec.source.mlflowRun.runId"
+        assert message.startswith(f"{field}:") and words in message, message
+    for name in attacks:
+        assert mlflow.search_model_versions(f"name='{own}-{name}'") == []
+    # The guard is what refused: once the admin shares acme's experiment, the LoggedModel is registered.
+    allow(f"{own}-*, {acme}")
+    registered = lambda o: bool((o.get("status") or {}).get("modelVersion"))  # noqa: E731
+    wait_status(kube_api, namespace, "ModelArtifact", "logged-model", registered, 90, "registered once allowed")
+    [version] = mlflow.search_model_versions(f"name='{own}-logged-model'")
+    assert version.source == f"models:/{logged['model_id']}"
