@@ -20,7 +20,10 @@ kind get clusters | grep -qx "$cluster" || kind create cluster --config e2e/kind
 trap '[ "${KEEP:-}" = 1 ] || kind delete cluster --name "$cluster"' EXIT
 kubectl config use-context "kind-$cluster"
 
-docker build -f operator/Dockerfile -t "$image" .
+# One image for the operator and the workloads here (manifests/ names one): the workloads image,
+# which holds the operator package too. The wheels are built on the host (images/wheels.sh).
+bash images/wheels.sh build/image
+docker build -f images/Dockerfile --build-arg WHEELS=workloads -t "$image" build/image
 kind load docker-image "$image" --name "$cluster"
 
 kubectl apply -f e2e/kind/addons.yaml
