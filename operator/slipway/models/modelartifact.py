@@ -48,7 +48,8 @@ class MlflowRunSource(SlipwayModel):
     run_id: str = Field(description="MLflow run id.", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9]+$")
     artifact_path: str = Field(
         default="model",
-        description="Path of the model inside the run's artifacts.",
+        description="Path of the model inside the run's artifacts; when nothing is there, the name of the "
+        "MLflow 3 LoggedModel logged in that run (log_model(name=...)), as MLflow's own client finds it.",
         min_length=1,
         max_length=512,
     )
@@ -68,7 +69,8 @@ class ArtifactSource(SlipwayModel):
     mlflow_run: MlflowRunSource | None = Field(default=None, description="An MLflow run and artifact path.")
     uri: str | None = Field(
         default=None,
-        description="A model URI MLflow can read, e.g. mlflow-artifacts:/…, runs:/<id>/model, s3://….",
+        description="A model URI MLflow can read, e.g. mlflow-artifacts:/…, runs:/<id>/model, "
+        "models:/m-<id> (an MLflow 3 LoggedModel), s3://….",
         min_length=1,
         max_length=2048,
     )
