@@ -172,3 +172,38 @@ def test_another_teams_logged_model_is_refused_by_its_experiment(
     wait_status(kube_api, namespace, "ModelArtifact", "logged-model", registered, 90, "registered once allowed")
     [version] = mlflow.search_model_versions(f"name='{own}-logged-model'")
     assert version.source == f"models:/{logged['model_id']}"
+
+
+ONNX_AS_LOGGED_MODEL = """
+import json, sys
+import mlflow
+mlflow.set_tracking_uri(sys.argv[1]); mlflow.set_experiment(sys.argv[2])
+with mlflow.start_run() as run:  # MLflow 3's LoggedModel API: the files in the LoggedModel, none in the run
+    model = mlflow.initialize_logged_model(name="model", source_run_id=run.info.run_id)
+    mlflow.MlflowClient().log_model_artifacts(model.model_id, sys.argv[3])
+    mlflow.finalize_logged_model(model.model_id, "READY")
+print(json.dumps({"run": run.info.run_id, "model_id": model.model_id}))
+"""
+
+
+def test_a_logged_model_holding_an_onnx_model_is_quantized_validated_and_aliased(
+    kube_api, namespace, operator, mlflow: MlflowClient, cluster, trained, tmp_path
+):
+    files = mlflow.download_artifacts(f"runs:/{trained}/model", tmp_path)  # the reference trainer's ONNX model
+    logged = mlflow_client(ONNX_AS_LOGGED_MODEL, cluster.mlflow_url, f"mlflow3-onnx-{namespace}", str(files))
+    operator()
+    model = f"mlflow3-onnx-{namespace}"
+    source = {"mlflowRun": {"runId": logged["run"], "artifactPath": "model"}}
+    spec = {"quantization": {"method": "int8-dynamic"}, "validation": {"gates": [{"metric": "accuracy", "min": 0.8}]}}
+    apply_object(kube_api, namespace, model_artifact("onnx", model, source, aliases=["candidate"], **spec))
+    obj = wait_status(kube_api, namespace, "ModelArtifact", "onnx", phase_in("Validated", "Rejected", "Failed"), 300,
+                      "a decision")  # fmt: skip
+    status = obj["status"]
+    assert status["phase"] == "Validated", status
+    source_version = mlflow.get_model_version(model, status["modelVersion"])
+    assert source_version.source == f"models:/{logged['model_id']}"
+    assert source_version.tags["slipway.source.files"] == str(sum(1 for p in files.rglob("*") if p.is_file()))
+    quantized = mlflow.get_version_by_alias(model, "candidate")
+    assert quantized is not None and quantized.version == status["quantizedVersion"] != source_version.version
+    report(f"LoggedModel {logged['model_id']}: version {source_version.version} ({source_version.source}), "
+           f"quantized version {quantized.version}, {status['phase']}, gates {status.get('gates')}")  # fmt: skip
