@@ -1,7 +1,8 @@
 """ModelArtifact passes: register, quantize, validate, decide — woken by its Jobs and TrainingRun.
 
-MLflow is the record: versions and step runs are tagged with the artifact's uid (and looked up
-before any create), the gate decision is a version tag, and aliases move once, right after the
+MLflow is the record: versions and step runs are tagged with the artifact's uid, versions also with
+its work key (namespace, name, spec and resolved source: the same YAML applied again adopts them),
+and looked up before any create; the gate decision is a version tag, and aliases move once, right after the
 decision. Status is a cache of that record; a pass that runs again after a crash at any line
 picks up where MLflow and the cluster say the artifact is. The decisions between steps are pure
 (``status/modelartifact.py``).
@@ -16,6 +17,7 @@ from slipway import cost, kube, metrics, opencost, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowError, MlflowNotFound, ModelVersion, Run, parse_model_uri, parse_run_uri
+from slipway.mlflow.records import work_key
 from slipway.mlflow.sources import looked_for
 from slipway.models import ModelArtifactSpec
 from slipway.models.modelartifact import ModelArtifactStatus
@@ -68,9 +70,10 @@ class Lifecycle:
         self.ctx, self.spec, self.mlflow = ctx, spec, client
         self.model = spec.model.name
         self.fields: dict[str, Any] = {}
+        self.resolved: states.Source | None = None  # the source this pass resolved
 
     def run(self) -> None:
-        source = self.source()
+        source = self.resolved = self.source()
         self.mlflow.get_or_create_registered_model(self.model)
         version = self.version("source", source, {})
         self.fields |= {"model_version": version.version, "uri": version.uri}
@@ -186,18 +189,26 @@ class Lifecycle:
 
     def version(self, role: str, source: states.Source, tags: dict[str, str]) -> ModelVersion:
         """The version registered for ``role``, registering ``source`` if an earlier pass did not."""
-        found = self.mlflow.version_of(self.model, self.ctx.uid, role)
+        found = self.mlflow.version_of(self.model, self.ctx.uid, role, self.work(self.resolved))
         if found is not None:
             return found
         owner = {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}", **tags}
         if role == "source" and source.digest is None:
             owner |= self.source_tags(source)
         version = self.mlflow.register_version(self.model, source.uri, source.run_id, self.ctx.uid, role, owner,
-                                               model_id=source.model_id)  # fmt: skip
+                                               model_id=source.model_id, work=self.work(self.resolved))  # fmt: skip
         self.ctx.event(
             "Normal", "Registered", f"registered {source.uri} as {self.model} version {version.version} ({role})"
         )
         return version
+
+    def work(self, source: states.Source | None) -> str | None:
+        """What this artifact's versions are keyed on besides its uid (see :func:`work_key`): its
+        namespace, name, spec and the source it resolved to."""
+        if source is None:
+            return None
+        spec = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return work_key(self.ctx.namespace, self.ctx.name, spec, source.uri)
 
     def source_tags(self, source: states.Source) -> dict[str, str]:
         """Slipway's digest, size and file count of a source its producer recorded none for (a model
@@ -241,7 +252,7 @@ class Lifecycle:
         return self.mlflow.get_run(run.run_id)
 
     def quantize(self, parent: ModelVersion) -> ModelVersion:
-        done = self.mlflow.version_of(self.model, self.ctx.uid, "quantized")
+        done = self.mlflow.version_of(self.model, self.ctx.uid, "quantized", self.work(self.resolved))
         if done is not None:
             return done
         method = self.spec.quantization.method

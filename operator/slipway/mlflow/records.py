@@ -4,8 +4,11 @@ a crash at any line finds what the earlier pass made instead of making it twice.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from slipway.mlflow.filters import model_version_filter, tag_filter
 from slipway.mlflow.http import MlflowError, MlflowUnavailable
@@ -16,6 +19,16 @@ log = logging.getLogger(__name__)
 
 UID_TAG = "slipway.dev/uid"
 ROLE_TAG = "slipway.dev/role"
+WORK_TAG = "slipway.dev/work"  # what the version was made for: see work_key
+
+
+def work_key(namespace: str, name: str, spec: Mapping[str, Any], source: str) -> str:
+    """The work a record was made for, independent of the object's uid: a hash of its namespace,
+    name, spec and the source it resolved. Deleted and applied again from the same YAML (Argo CD
+    after a prune, a restore without status), an object has the same key and adopts what its
+    predecessor made; a spec that differs is new work."""
+    text = json.dumps([namespace, name, dict(spec), source], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def canonical_run(runs: list[Run]) -> Run:
@@ -55,10 +68,16 @@ class Records(Tracking, Registry):
             self.delete_run(mine.run_id)
         return winner
 
-    def version_of(self, model: str, uid: str, role: str) -> ModelVersion | None:
-        """The model version registered for ``uid`` in ``role``, if any (the canonical one of several)."""
-        found = self.search_model_versions(model_version_filter(model, {UID_TAG: uid, ROLE_TAG: role}))
-        return canonical_version(found) if found else None
+    def version_of(self, model: str, uid: str, role: str, work: str | None = None) -> ModelVersion | None:
+        """The model version registered for ``work`` (see :func:`work_key`), else for ``uid``, in
+        ``role``, if any (the canonical one of several): an object applied again from the same YAML
+        finds what its predecessor registered; one of before work keys, what it registered itself."""
+        for tag, value in ((WORK_TAG, work), (UID_TAG, uid)):
+            if value:
+                found = self.search_model_versions(model_version_filter(model, {tag: value, ROLE_TAG: role}))
+                if found:
+                    return canonical_version(found)
+        return None
 
     def register_version(
         self,
@@ -69,12 +88,13 @@ class Records(Tracking, Registry):
         role: str,
         tags: Mapping[str, str],
         model_id: str | None = None,
+        work: str | None = None,
     ) -> ModelVersion:
-        """Register ``source`` as a new version tagged with ``uid`` and ``role`` (the caller looked up
-        first); if another writer registered one too, the lowest number is kept and ours deleted."""
-        tags = {UID_TAG: uid, ROLE_TAG: role, **tags}
+        """Register ``source`` as a new version tagged with ``uid``, ``role`` and ``work`` (the caller
+        looked up first); if another writer registered one too, the lowest number is kept and ours deleted."""
+        tags = {UID_TAG: uid, ROLE_TAG: role, **({WORK_TAG: work} if work else {}), **tags}
         mine = self.create_model_version(model, source, run_id=run_id, tags=tags, model_id=model_id)
-        winner = self.version_of(model, uid, role) or mine
+        winner = self.version_of(model, uid, role, work) or mine
         if int(mine.version) > int(winner.version):
             log.warning("MLflow model %s version %s duplicates version %s (same %s=%s, %s): deleted", model,
                         mine.version, winner.version, UID_TAG, uid, role)  # fmt: skip

@@ -66,6 +66,9 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "Added by earlier versions' timers; the operator removes it on the object's first pass."),
     "slipway.dev/uid": ("MLflow tag", "runs and model versions", "operator",
         "The uid of the object that made it: looked up before any create, so nothing is made twice."),
+    "slipway.dev/work": ("MLflow tag", "model versions", "operator",
+        "A hash of the ModelArtifact's namespace, name, spec and resolved source: the same object applied again "
+        "from Git (a new uid, no status) finds the versions its predecessor registered and registers none."),
     "slipway.dev/role": ("MLflow tag", "runs and model versions", "operator",
         "What the run or version is for in its object's lifecycle (training, quantization, validation, the versions)."),
     "slipway.dev/validation": ("MLflow tag", "model versions", "operator",
