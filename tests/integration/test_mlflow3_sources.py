@@ -81,6 +81,10 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
     logged = mlflow_client(LOG, cluster.mlflow_url, f"mlflow3-sources-{namespace}")
     run2, run3, empty, model_id = logged["run_artifact"], logged["logged"], logged["empty"], logged["model_id"]
     assert mlflow.list_artifacts(f"runs:/{run3}") == []  # MLflow 3 left the run's artifacts empty
+    assert mlflow.has_files(f"runs:/{run3}/model") is False and mlflow.has_files(f"models:/{model_id}") is True
+    one = mlflow.file_tree(f"runs:/{run2}/model/MLmodel")  # a path naming one file: that file
+    mlflow.download_artifacts(f"runs:/{run2}/model/MLmodel", tmp_path / "one")
+    assert (one.files, one.digest) == (1, sha256sum_tree(tmp_path / "one")[0]) and one.size_bytes > 0
     operator()
     model = f"mlflow3-{namespace}"
     sources: dict[str, tuple[dict[str, Any], str]] = {  # name -> (source, the version source expected)
@@ -120,7 +124,7 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
         assert status.get("digest") == digest == version.tags["slipway.source.digest"], name
         assert version.tags["slipway.source.files"] == str(files) and files >= 4, name
         assert status["sizeBytes"] == int(version.tags["slipway.source.sizeBytes"]) > 0, name
-        rows.append((name, status["phase"], version.source, digest[:19], files))
+        rows.append((name, status["phase"], version.source, digest, f"{files} ({status['sizeBytes']} bytes)"))
 
     stalls = (("no-model", "EmptySource", f"LoggedModel named 'model' whose source run is {empty}"),
               ("no-logged-model", "ModelNotFound", "LoggedModel m-00000000000000000000000000000000"))  # fmt: skip
@@ -130,7 +134,7 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
         assert message.startswith("spec.source.") and words in message, message
         assert obj["status"]["phase"] == "Registering" and condition(obj, "Validated")["status"] == "False"
         assert not (obj["status"].get("modelVersion") or obj["status"].get("digest"))
-        rows.append((name, f"Stalled {reason}", "-", "-", 0))
+        rows.append((name, f"Stalled {reason}, phase Registering", "-", "-", "-"))
         assert mlflow.search_model_versions(f"name='{model}-{name}'") == []  # nothing registered, no alias moved
     assert len(mlflow.search_model_versions(f"name='{model}'")) == len(sources)
 
