@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from slipway.mlflow import MlflowClient, model_version_filter
+from slipway.mlflow import sources as source_files
 from slipway_testing import ROOT, apply_object, condition, model_artifact, phase_in, report, stalled_with, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -76,7 +77,7 @@ def sha256sum_tree(directory: Path) -> tuple[str, int]:
 
 
 def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_stalled(
-    kube_api, namespace, operator, mlflow: MlflowClient, cluster, tmp_path
+    kube_api, namespace, operator, mlflow: MlflowClient, cluster, tmp_path, monkeypatch
 ):
     logged = mlflow_client(LOG, cluster.mlflow_url, f"mlflow3-sources-{namespace}")
     run2, run3, empty, model_id = logged["run_artifact"], logged["logged"], logged["empty"], logged["model_id"]
@@ -85,6 +86,10 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
     one = mlflow.file_tree(f"runs:/{run2}/model/MLmodel")  # a path naming one file: that file
     mlflow.download_artifacts(f"runs:/{run2}/model/MLmodel", tmp_path / "one")
     assert (one.files, one.digest) == (1, sha256sum_tree(tmp_path / "one")[0]) and one.size_bytes > 0
+    with monkeypatch.context() as patched:  # past the bounds: counted and sized, not read
+        patched.setattr(source_files, "MAX_DIGEST_FILES", 2)
+        big = mlflow.file_tree(f"models:/{model_id}")
+    assert big.digest is None and big.files == 3 and big.size_bytes > 0
     operator()
     model = f"mlflow3-{namespace}"
     sources: dict[str, tuple[dict[str, Any], str]] = {  # name -> (source, the version source expected)

@@ -18,7 +18,7 @@ from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowError, MlflowNotFound, ModelVersion, Run, parse_model_uri, parse_run_uri
 from slipway.mlflow.records import work_key
-from slipway.mlflow.sources import looked_for
+from slipway.mlflow.sources import MAX_DIGEST_BYTES, MAX_DIGEST_FILES, looked_for
 from slipway.models import ModelArtifactSpec
 from slipway.models.modelartifact import ModelArtifactStatus
 from slipway.reconcile import Context, run_pass
@@ -222,6 +222,14 @@ class Lifecycle:
         if tree.files == 0:  # emptied since it was found
             raise Waiting(states.empty_source("spec.source", redact_url(source.uri)), EMPTY_SOURCE_RECHECK_SECONDS)
         tags = {states.SOURCE_SIZE_TAG: str(tree.size_bytes), states.SOURCE_FILES_TAG: str(tree.files)}
+        if tree.digest is None:
+            self.ctx.event(
+                "Warning",
+                "DigestSkipped",
+                f"{redact_url(source.uri)}: not digested, its files are more than the operator reads ("
+                f"{MAX_DIGEST_FILES} files, {MAX_DIGEST_BYTES} bytes): at least {tree.files} files, {tree.size_bytes} "
+                "bytes",
+            )
         return tags | ({states.SOURCE_DIGEST_TAG: tree.digest} if tree.digest else {})
 
     def step(self, step: str, waiting: str, env: dict[str, str]) -> Run:

@@ -28,7 +28,7 @@ from slipway.mlflow.tracking import Run
 from slipway.mlflow.uris import run_artifact_uri
 
 MAX_DIGEST_FILES = 10_000
-MAX_DIGEST_BYTES = 8 * 2**30  # past either, the files are counted and sized but not digested
+MAX_DIGEST_BYTES = 2 * 2**30  # past either, the files are counted and sized but not digested (the operator reads them)
 _CHUNK_BYTES = 1 << 20
 
 
@@ -44,7 +44,8 @@ class Found:
 
 @dataclass(frozen=True)
 class FileTree:
-    """The files under a model's URI: how many, their bytes, and their digest (None past the bounds)."""
+    """The files under a model's URI: how many, their bytes, and their digest (None past the bounds,
+    where the count stops just past MAX_DIGEST_FILES)."""
 
     files: int
     size_bytes: int
