@@ -10,7 +10,7 @@ answered): a run's cost is not repriced by an outage. A pass never fails and nev
 the timeout for OpenCost.
 
 Only the series of OpenCost's own scrape target count: the price file's ``openCostSelector``
-(default :data:`slipway.cost.OPENCOST_SELECTOR`, ``job="opencost"`` without the ``namespace`` and
+(default :data:`slipway.prices.OPENCOST_SELECTOR`, ``job="opencost"`` without the ``namespace`` and
 ``pod`` labels pod discovery gives) is in the query. A pod that exports ``node_gpu_hourly_cost``
 itself is scraped under another job (its own ``job`` label is renamed ``exported_job`` unless the
 scrape honours labels) and carries its namespace and pod: it prices nothing.
@@ -29,7 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from slipway.cost import OPENCOST_SELECTOR, NodePrices, Prices
+from slipway.prices import OPENCOST_SELECTOR, NodePrices, Prices
 from slipway.prometheus import PrometheusError, Sample
 
 log = logging.getLogger(__name__)

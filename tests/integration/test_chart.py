@@ -210,7 +210,7 @@ def test_values_reach_the_operator():
 
 
 def test_prices_become_a_config_map_mounted_where_the_operator_reads_it():
-    from slipway.cost import Prices
+    from slipway.prices import Prices
 
     assert not any(o["kind"] == "ConfigMap" for o in render()) and "SLIPWAY_PRICES_FILE" not in env(render())
     objs = render("prices.currency=EUR", "prices.gpuHour.default=2.5", "prices.gpuHour.NVIDIA-H100=4",

@@ -17,8 +17,9 @@ from kubernetes import client
 
 from localkube.kube import Kube
 from localkube.wait import wait_for
-from slipway.cost import Prices, record_attempts, reserved_by
+from slipway.cost import record_attempts, reserved_by
 from slipway.mlflow import MlflowClient
+from slipway.prices import Prices
 from slipway.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.status.conditions import parse_time
 from slipway_e2e.loadgen import LoadDriver

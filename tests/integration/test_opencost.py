@@ -24,7 +24,8 @@ from localkube import prometheus
 from localkube.testing import PYTHON, simple_pod
 from localkube.wait import wait_for
 from slipway import opencost
-from slipway.cost import Prices, reserved_by
+from slipway.cost import reserved_by
+from slipway.prices import Prices
 from slipway.prometheus import PrometheusClient
 from slipway.status.conditions import parse_time
 from slipway_testing import apply_object, report, training_run, wait_status

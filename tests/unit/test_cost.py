@@ -14,9 +14,10 @@ import pytest
 from localkube.wait import wait_for
 from slipway import cost, opencost
 from slipway.analysis import Measurement, Priced, Pricing, judge, serving_cost
-from slipway.cost import NodePrices, PriceError, Prices, Reserved, record_attempts, reserved_by, training_cost
+from slipway.cost import record_attempts, reserved_by, training_cost
 from slipway.models.inferencedeployment import AnalysisMetric
 from slipway.models.trainingrun import TrainingRunStatus
+from slipway.prices import NodePrices, PriceError, Prices, Reserved
 from slipway.prometheus import PrometheusUnavailable, Sample
 from slipway.rollout.base import Desired
 from slipway.rollout.records import cost_tags

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slipway.cost import Prices
 from slipway.models.modelartifact import Gate
+from slipway.prices import Prices
 from slipway.status.gates import (
     COST_PER_MILLION,
     Baseline,

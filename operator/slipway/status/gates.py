@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from slipway.analysis import bounds_text
-from slipway.cost import DEFAULT_PRODUCT, Prices
 from slipway.models.modelartifact import Gate
+from slipway.prices import DEFAULT_PRODUCT, Prices
 
 
 @dataclass(frozen=True)
