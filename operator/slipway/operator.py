@@ -20,7 +20,8 @@ from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
 from slipway.kube import Kube
-from slipway.leader import Fence, LeaderElector, LeaseStore, Timing
+from slipway.leader import Fence, LeaderElector, Timing
+from slipway.lease import LeaseStore
 from slipway.mlflow import MlflowClient
 from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient

@@ -17,17 +17,8 @@ import pytest
 from slipway.__main__ import build_parser, main
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
-from slipway.leader import (
-    Decision,
-    Fence,
-    LeaderElector,
-    LeaseConflict,
-    LeaseRecord,
-    Timing,
-    claim,
-    decide,
-    released,
-)
+from slipway.leader import Fence, LeaderElector, Timing
+from slipway.lease import Decision, LeaseConflict, LeaseRecord, claim, decide, released
 from slipway.operator import known_keys, reconciliation_probe
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
