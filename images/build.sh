@@ -9,13 +9,14 @@
 #      cluster, no test code, no workloads extra, no installer), and each image run once as UID
 #      65532 on a read-only root (python -m slipway --help; the workloads import their libraries);
 #   5. OCI archives in dist/, their digests printed and written to dist/images.txt.
-# buildah keeps its storage in .cache/images/storage (STORAGE_DRIVER: overlay or vfs).
+# buildah keeps its storage in .cache/images/storage-DRIVER (STORAGE_DRIVER: overlay, the default,
+# or vfs where overlayfs cannot be mounted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 DRIVER=${STORAGE_DRIVER:-overlay}
 STATE=$PWD/.cache/images
-bh() { buildah --root "$STATE/storage" --runroot "$STATE/run" --storage-driver "$DRIVER" "$@"; }
+bh() { buildah --root "$STATE/storage-$DRIVER" --runroot "$STATE/run-$DRIVER" --storage-driver "$DRIVER" "$@"; }
 step() { echo "image: $* ($(( $(date +%s) - start ))s)"; }
 start=$(date +%s)
 # Debian's tools, installed if missing (apt-get update first only if apt does not know them).

@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DIST_INFO = "slipway_operator-0.1.0.dist-info"
 TEST_CODE = {"localkube", "slipway_e2e", "tests", "conftest.py", "slipway_testing.py", "e2e"}
+
+
+def dist_info(wheel: zipfile.ZipFile) -> str:
+    """The wheel's .dist-info folder (its name carries the version, read from pyproject.toml)."""
+    (folder,) = {n.split("/")[0] for n in wheel.namelist() if n.split("/")[0].endswith(".dist-info")}
+    return folder
 
 
 def build(src: Path, out: Path) -> zipfile.ZipFile:
@@ -42,21 +47,22 @@ def operator_wheel(tmp_path_factory: pytest.TempPathFactory) -> tuple[zipfile.Zi
 
 def test_the_wheel_is_the_operator_package_alone(operator_wheel):
     wheel, sources = operator_wheel
-    names = wheel.namelist()
-    assert [n for n in names if not n.startswith(("slipway/", f"{DIST_INFO}/"))] == []
+    names, meta = wheel.namelist(), dist_info(wheel)
+    assert meta.startswith("slipway_operator-")
+    assert [n for n in names if not n.startswith(("slipway/", f"{meta}/"))] == []
     assert [n for n in names if TEST_CODE & set(n.split("/"))] == []
     assert {n for n in names if n.startswith("slipway/")} == sources  # every module, and no other file
-    assert wheel.read(f"{DIST_INFO}/top_level.txt").decode().split() == ["slipway"]
+    assert wheel.read(f"{meta}/top_level.txt").decode().split() == ["slipway"]
 
 
 def test_the_distribution_is_named_slipway_operator(operator_wheel):
     """`slipway` on the package index is an unrelated project: pip and pipx install slipway-operator,
     which imports as slipway and brings the kubectl plugin."""
     wheel, _ = operator_wheel
-    meta = email.message_from_bytes(wheel.read(f"{DIST_INFO}/METADATA"))
+    meta = email.message_from_bytes(wheel.read(f"{dist_info(wheel)}/METADATA"))
     assert meta["Name"] == "slipway-operator"
     assert "workloads" in meta.get_all("Provides-Extra")
-    scripts = wheel.read(f"{DIST_INFO}/entry_points.txt").decode()
+    scripts = wheel.read(f"{dist_info(wheel)}/entry_points.txt").decode()
     assert "kubectl-slipway = slipway.cli.main:main" in scripts and "slipway = slipway.__main__:main" in scripts
 
 
@@ -68,6 +74,4 @@ def test_the_test_cluster_is_a_distribution_of_its_own(tmp_path):
     wheel = build(src, tmp_path / "wheel")
     packages = {n.split("/")[0] for n in wheel.namelist() if not n.split("/")[0].endswith(".dist-info")}
     assert packages == {"localkube", "slipway_e2e"}
-    assert email.message_from_bytes(wheel.read("slipway_testcluster-0.1.0.dist-info/METADATA"))["Name"] == (
-        "slipway-testcluster"
-    )
+    assert email.message_from_bytes(wheel.read(f"{dist_info(wheel)}/METADATA"))["Name"] == "slipway-testcluster"
