@@ -32,7 +32,7 @@ from slipway.analysis import AnalysisOutcome
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
 from slipway.prometheus import PrometheusClient
 from slipway.providers import run_analysis
-from slipway.workloads.serve import ServingMetrics
+from slipway.workloads.servemetrics import ServingMetrics
 from slipway_testing import report
 
 # The same Prometheus as the local cluster's (`make prometheus`), here with static targets.

@@ -9,6 +9,9 @@ import pytest
 from slipway.mlflow import ModelVersion
 from slipway.workloads import serve
 from slipway.workloads.common import ConfigError
+from slipway.workloads.faults import Faults, resolve_faults
+from slipway.workloads.modelload import model_version_label, registry_version
+from slipway.workloads.servemetrics import ServingMetrics
 
 
 def _body(payload: object) -> bytes:
@@ -42,27 +45,27 @@ def test_faults_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLIPWAY_FAULT_ERROR_RATE", "0.3")
     monkeypatch.setenv("SLIPWAY_FAULT_LATENCY_SECONDS", "0.25")
     monkeypatch.setenv("SLIPWAY_FAULT_CRASH_ON_START", "1")
-    assert serve.Faults.from_env() == serve.Faults(0.3, 0.25, True)
+    assert Faults.from_env() == Faults(0.3, 0.25, True)
 
 
 def test_no_faults_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SLIPWAY_FAULT_ERROR_RATE", "SLIPWAY_FAULT_LATENCY_SECONDS", "SLIPWAY_FAULT_CRASH_ON_START"):
         monkeypatch.delenv(name, raising=False)
-    faults = serve.Faults.from_env()
+    faults = Faults.from_env()
     assert not faults.active() and not faults.fails(0.0)
 
 
 def test_error_rate_out_of_range_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLIPWAY_FAULT_ERROR_RATE", "30")
     with pytest.raises(ConfigError, match="SLIPWAY_FAULT_ERROR_RATE"):
-        serve.Faults.from_env()
+        Faults.from_env()
 
 
 @pytest.mark.parametrize(
     ("rate", "draws", "failures"), [(0.0, [0.0, 0.5], 0), (0.3, [0.1, 0.29, 0.3, 0.9], 2), (1.0, [0.0, 0.999], 2)]
 )
 def test_error_rate_decides_by_draw(rate: float, draws: list[float], failures: int) -> None:
-    assert sum(serve.Faults(error_rate=rate).fails(d) for d in draws) == failures
+    assert sum(Faults(error_rate=rate).fails(d) for d in draws) == failures
 
 
 # --------------------------------------------------------------------------- faults carried by the model
@@ -75,34 +78,34 @@ METADATA = {"errorRate": 0.75, "latencySeconds": 0.3, "crashOnStart": True}
 @pytest.mark.parametrize(
     ("env", "tags", "metadata", "expected"),
     [
-        ({}, {}, {}, serve.Faults()),
-        (ENV, TAGS, METADATA, serve.Faults(0.5, 0.1, False)),  # env wins, even to switch a fault off
-        ({}, TAGS, METADATA, serve.Faults(0.25, 0.2, True)),  # then the version's tags
-        ({}, {}, METADATA, serve.Faults(0.75, 0.3, True)),  # then the model's metadata
+        ({}, {}, {}, Faults()),
+        (ENV, TAGS, METADATA, Faults(0.5, 0.1, False)),  # env wins, even to switch a fault off
+        ({}, TAGS, METADATA, Faults(0.25, 0.2, True)),  # then the version's tags
+        ({}, {}, METADATA, Faults(0.75, 0.3, True)),  # then the model's metadata
         # Each switch on its own: one from each place.
         (
             {"SLIPWAY_FAULT_LATENCY_SECONDS": "0.1"},
             {"slipway.fault.errorRate": "1.0"},
             METADATA,
-            serve.Faults(1.0, 0.1, True),
+            Faults(1.0, 0.1, True),
         ),
         # Empty values set nothing.
         (
             {"SLIPWAY_FAULT_ERROR_RATE": " "},
             {"slipway.fault.errorRate": ""},
             {"errorRate": 0.75},
-            serve.Faults(error_rate=0.75),
+            Faults(error_rate=0.75),
         ),
     ],
 )
 def test_resolve_faults_precedence(
-    env: dict[str, str], tags: dict[str, str], metadata: dict[str, object], expected: serve.Faults
+    env: dict[str, str], tags: dict[str, str], metadata: dict[str, object], expected: Faults
 ) -> None:
-    assert serve.resolve_faults(env, tags, metadata) == expected
+    assert resolve_faults(env, tags, metadata) == expected
 
 
 def test_resolve_faults_says_where_each_switch_came_from() -> None:
-    faults = serve.resolve_faults(
+    faults = resolve_faults(
         {"SLIPWAY_FAULT_LATENCY_SECONDS": "0"}, {"slipway.fault.errorRate": "1"}, {"crashOnStart": False}
     )
     assert faults.sources == {
@@ -115,7 +118,7 @@ def test_resolve_faults_says_where_each_switch_came_from() -> None:
         "latencySeconds=0.0 (env SLIPWAY_FAULT_LATENCY_SECONDS), "
         "crashOnStart=False (slipway-model.json faults.crashOnStart)"
     )
-    assert serve.resolve_faults({}).describe() == "none set"
+    assert resolve_faults({}).describe() == "none set"
 
 
 @pytest.mark.parametrize(
@@ -132,34 +135,34 @@ def test_resolve_faults_says_where_each_switch_came_from() -> None:
 )
 def test_bad_fault_values_say_where_they_are(tags: dict[str, str], metadata: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        serve.resolve_faults({}, tags, metadata)
+        resolve_faults({}, tags, metadata)
 
 
 def test_a_bad_env_value_wins_over_a_good_tag() -> None:
     with pytest.raises(ConfigError, match="env SLIPWAY_FAULT_ERROR_RATE='x'"):
-        serve.resolve_faults({"SLIPWAY_FAULT_ERROR_RATE": "x"}, {"slipway.fault.errorRate": "1"})
+        resolve_faults({"SLIPWAY_FAULT_ERROR_RATE": "x"}, {"slipway.fault.errorRate": "1"})
 
 
 def test_metadata_faults_must_be_an_object() -> None:
     with pytest.raises(ConfigError, match="faults must be an object"):
-        serve.resolve_faults({}, {}, [1])
+        resolve_faults({}, {}, [1])
 
 
 def test_unknown_fault_switches_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    faults = serve.resolve_faults({}, {"slipway.fault.errorrate": "1", "other": "x"}, {"latency": 1})
-    assert faults == serve.Faults()
+    faults = resolve_faults({}, {"slipway.fault.errorrate": "1", "other": "x"}, {"latency": 1})
+    assert faults == Faults()
     assert "slipway.fault.errorrate" in caplog.text and "faults.latency" in caplog.text
     assert "other" not in caplog.text
 
 
 def test_json_metadata_values() -> None:
-    assert serve.resolve_faults({}, {}, {"errorRate": 1, "latencySeconds": "0.5", "crashOnStart": 1}) == serve.Faults(
+    assert resolve_faults({}, {}, {"errorRate": 1, "latencySeconds": "0.5", "crashOnStart": 1}) == Faults(
         1.0, 0.5, True
     )
 
 
 class _Registry:
-    """The two registry calls of :func:`serve.registry_version`, recorded."""
+    """The two registry calls of :func:`slipway.workloads.modelload.registry_version`, recorded."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
@@ -187,15 +190,15 @@ class _Registry:
 )
 def test_registry_version(uri: str, version: str | None, call: tuple[str, ...] | None) -> None:
     registry = _Registry()
-    found = serve.registry_version(registry, uri)  # type: ignore[arg-type]
+    found = registry_version(registry, uri)  # type: ignore[arg-type]
     assert (found.version if found else None) == version
     assert registry.calls == ([call] if call else [])
 
 
 def test_model_version_label_of_a_resolved_alias(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SLIPWAY_MODEL_VERSION", raising=False)
-    assert serve.model_version_label("models:/digits@canary", ModelVersion("digits", "4", "src")) == "4"
-    assert serve.model_version_label("models:/digits@canary") == "unknown"
+    assert model_version_label("models:/digits@canary", ModelVersion("digits", "4", "src")) == "4"
+    assert model_version_label("models:/digits@canary") == "unknown"
 
 
 @pytest.mark.parametrize(
@@ -209,16 +212,16 @@ def test_model_version_label_of_a_resolved_alias(monkeypatch: pytest.MonkeyPatch
 )
 def test_model_version_label(monkeypatch: pytest.MonkeyPatch, uri: str, version: str) -> None:
     monkeypatch.delenv("SLIPWAY_MODEL_VERSION", raising=False)
-    assert serve.model_version_label(uri) == version
+    assert model_version_label(uri) == version
 
 
 def test_model_version_label_from_env_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLIPWAY_MODEL_VERSION", "7")
-    assert serve.model_version_label("models:/digits/3") == "7"
+    assert model_version_label("models:/digits/3") == "7"
 
 
 def test_metrics_carry_the_names_the_slipway_preset_queries() -> None:
-    metrics = serve.ServingMetrics()
+    metrics = ServingMetrics()
     metrics.requests.labels(code="500").inc()
     metrics.duration.observe(0.01)
     metrics.time_to_first_token.observe(0.002)
@@ -238,8 +241,6 @@ def test_metrics_carry_the_names_the_slipway_preset_queries() -> None:
 
 
 def test_errors_after_seconds_holds_the_error_rate_back_until_the_model_has_served_that_long() -> None:
-    from slipway.workloads.serve import resolve_faults
-
     faults = resolve_faults({}, {"slipway.fault.errorRate": "1", "slipway.fault.errorsAfterSeconds": "60"})
     assert not faults.fails(0.5, serving_for=59.9)
     assert faults.fails(0.5, serving_for=60.0)
@@ -247,8 +248,8 @@ def test_errors_after_seconds_holds_the_error_rate_back_until_the_model_has_serv
 
 
 def test_load_seconds_delays_readiness_and_says_where_it_came_from() -> None:
-    faults = serve.resolve_faults({"SLIPWAY_FAULT_LOAD_SECONDS": "12"}, {"slipway.fault.loadSeconds": "3"})
+    faults = resolve_faults({"SLIPWAY_FAULT_LOAD_SECONDS": "12"}, {"slipway.fault.loadSeconds": "3"})
     assert faults.load_seconds == 12 and faults.active()
     assert faults.describe() == "loadSeconds=12.0 (env SLIPWAY_FAULT_LOAD_SECONDS)"
     with pytest.raises(ConfigError, match="slipway.fault.loadSeconds"):
-        serve.resolve_faults({}, {"slipway.fault.loadSeconds": "-1"})
+        resolve_faults({}, {"slipway.fault.loadSeconds": "-1"})

@@ -72,18 +72,13 @@ their connection. The pod's terminationGracePeriodSeconds bounds the wait.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import math
-import os
 import random
 import signal
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -92,227 +87,30 @@ from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
 )
 
-from slipway.mlflow import MlflowClient, ModelVersion, parse_model_uri
 from slipway.workloads import openai_api
 from slipway.workloads.common import (
-    EXIT_ERROR,
-    INPUT_NAME,
-    METADATA_FILE,
-    MODEL_FILE,
     N_FEATURES,
     ConfigError,
-    WorkloadExit,
     digits_split,
-    download_model,
     env_float,
     env_int,
     env_str,
-    mlflow_client,
-    onnx_session,
-    read_metadata,
     run_workload,
 )
+from slipway.workloads.faults import Faults, crash_if_asked
+from slipway.workloads.modelload import LoadedModel, load_in_background
+from slipway.workloads.servemetrics import ServingMetrics
 
 log = logging.getLogger("slipway.workloads.serve")
 
 MAX_BODY_BYTES = 8 << 20
-# Predictions take well under a millisecond: Prometheus' default buckets (from 5 ms) would put
-# every request in the first bucket, and histogram_quantile could not tell a 3x slower canary.
-LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-TOKEN_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1)
 MAX_INSTANCES = 4096
-# The fault switches: their names in model version tags (after the prefix) and in the "faults"
-# object of slipway-model.json, and their environment variables.
-FAULT_TAG_PREFIX = "slipway.fault."
-FAULT_ENV = {
-    "errorRate": "SLIPWAY_FAULT_ERROR_RATE",
-    "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
-    "crashOnStart": "SLIPWAY_FAULT_CRASH_ON_START",
-    "errorsAfterSeconds": "SLIPWAY_FAULT_ERRORS_AFTER_SECONDS",
-    "loadSeconds": "SLIPWAY_FAULT_LOAD_SECONDS",
-    # --api openai: a slower prefill, slower decoding (see openai_api.py)
-    "firstTokenDelaySeconds": "SLIPWAY_FAULT_FIRST_TOKEN_DELAY_SECONDS",
-    "tokenDelaySeconds": "SLIPWAY_FAULT_TOKEN_DELAY_SECONDS",
-}
 
 
 class BadRequest(ValueError):
     """The request body is not a valid prediction request; answered with 400."""
-
-
-@dataclass(frozen=True)
-class Faults:
-    """The fault switches, settled once at start (see "Fault switches" in the module docstring)."""
-
-    error_rate: float = 0.0
-    latency_seconds: float = 0.0
-    crash_on_start: bool = False
-    first_token_delay_seconds: float = 0.0
-    token_delay_seconds: float = 0.0
-    errors_after_seconds: float = 0.0
-    load_seconds: float = 0.0
-    # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    @classmethod
-    def from_env(cls) -> Faults:
-        """The switches the environment sets, without the model's own."""
-        return resolve_faults(os.environ)
-
-    def fails(self, draw: float, serving_for: float = float("inf")) -> bool:
-        """Whether a request with the uniform random ``draw`` in [0, 1) gets an injected 500, once
-        the model has served for ``errors_after_seconds`` (``serving_for``: how long it has)."""
-        return serving_for >= self.errors_after_seconds and draw < self.error_rate
-
-    def active(self) -> bool:
-        return bool(
-            self.error_rate
-            or self.latency_seconds
-            or self.crash_on_start
-            or self.first_token_delay_seconds
-            or self.token_delay_seconds
-            or self.load_seconds
-        )
-
-    def source(self, switch: str) -> str:
-        return self.sources.get(switch, "no source")
-
-    def describe(self) -> str:
-        """Each switch that was set, with its value and where it came from; "none set" if none was."""
-        values = {
-            "errorRate": self.error_rate,
-            "latencySeconds": self.latency_seconds,
-            "crashOnStart": self.crash_on_start,
-            "firstTokenDelaySeconds": self.first_token_delay_seconds,
-            "tokenDelaySeconds": self.token_delay_seconds,
-            "errorsAfterSeconds": self.errors_after_seconds,
-            "loadSeconds": self.load_seconds,
-        }
-        return ", ".join(f"{switch}={values[switch]} ({where})" for switch, where in self.sources.items()) or "none set"
-
-
-def resolve_faults(
-    env: Mapping[str, str], tags: Mapping[str, str] | None = None, metadata_faults: Any = None
-) -> Faults:
-    """The fault switches, each from the first that sets it (a non-empty value) of: the
-    environment ``env``, the model version ``tags`` (``slipway.fault.<switch>``), and the
-    ``faults`` object of the model's metadata. A bad value is a ConfigError that says where it is."""
-    tags = tags or {}
-    metadata_faults = {} if metadata_faults is None else metadata_faults
-    if not isinstance(metadata_faults, Mapping):
-        raise ConfigError(f"{METADATA_FILE}: faults must be an object, not {metadata_faults!r}")
-    unknown = [
-        f"model version tag {key}"
-        for key in tags
-        if key.startswith(FAULT_TAG_PREFIX) and key[len(FAULT_TAG_PREFIX) :] not in FAULT_ENV
-    ] + [f"{METADATA_FILE} faults.{key}" for key in metadata_faults if key not in FAULT_ENV]
-    if unknown:
-        log.warning("ignoring unknown fault switches: %s (known: %s)", ", ".join(unknown), ", ".join(FAULT_ENV))
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for switch, variable in FAULT_ENV.items():
-        tag = FAULT_TAG_PREFIX + switch
-        candidates = (
-            (env.get(variable), f"env {variable}"),
-            (tags.get(tag), f"model version tag {tag}"),
-            (metadata_faults.get(switch), f"{METADATA_FILE} faults.{switch}"),
-        )
-        for raw, where in candidates:
-            if raw is None or (isinstance(raw, str) and not raw.strip()):
-                continue
-            values[switch] = _fault_value(switch, raw, where)
-            sources[switch] = where
-            break
-    return Faults(
-        error_rate=values.get("errorRate", 0.0),
-        latency_seconds=values.get("latencySeconds", 0.0),
-        crash_on_start=values.get("crashOnStart", False),
-        first_token_delay_seconds=values.get("firstTokenDelaySeconds", 0.0),
-        token_delay_seconds=values.get("tokenDelaySeconds", 0.0),
-        errors_after_seconds=values.get("errorsAfterSeconds", 0.0),
-        load_seconds=values.get("loadSeconds", 0.0),
-        sources=sources,
-    )
-
-
-def _fault_value(switch: str, raw: object, where: str) -> float | bool:
-    """One switch's value from a string (env, tag) or a JSON value (metadata)."""
-    if switch == "crashOnStart":
-        text = str(raw).strip().lower()  # JSON true/false arrive as True/False
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(f"{where}={raw!r} is not a boolean (use 1 or 0)")
-    maximum = 1.0 if switch == "errorRate" else math.inf
-    value = math.nan
-    if isinstance(raw, (int, float, str)) and not isinstance(raw, bool):  # JSON true is no number
-        with contextlib.suppress(ValueError):
-            value = float(raw)
-    if not (math.isfinite(value) and 0.0 <= value <= maximum):
-        bounds = "in [0, 1]" if switch == "errorRate" else "of seconds, at least 0"
-        raise ConfigError(f"{where}={raw!r} must be a number {bounds}")
-    return value
-
-
-class ServingMetrics:
-    """The server's Prometheus metrics, in a registry of their own."""
-
-    def __init__(self) -> None:
-        disable_created_metrics()  # `*_created` series only double what Prometheus scrapes
-        self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "slipway_requests", "Predict requests by HTTP status code.", ["code"], registry=self.registry
-        )
-        # Every series from the first scrape on, at 0: an error ratio taken between a pod's first
-        # 5xx and its first 2xx would otherwise read 5xx / 5xx = 1.
-        for code in ("200", "400", "500", "503"):
-            self.requests.labels(code)
-        self.duration = Histogram(
-            "slipway_request_duration_seconds",
-            "Predict request duration.",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.time_to_first_token = Histogram(
-            "slipway_time_to_first_token_seconds",
-            "Time from a predict request's arrival to its first prediction (simulated streaming).",
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.time_per_output_token = Histogram(
-            "slipway_time_per_output_token_seconds",
-            "Inference time per prediction of a request (simulated streaming).",
-            buckets=TOKEN_BUCKETS,
-            registry=self.registry,
-        )
-        self.in_flight = Gauge("slipway_requests_in_flight", "Predict requests being served.", registry=self.registry)
-        self.model_info = Gauge("slipway_model_info", "The model served.", ["version", "uri"], registry=self.registry)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
-
-
-class LoadedModel:
-    """An ONNX model in an ONNX Runtime session, with the version it is served as."""
-
-    def __init__(self, model_file: Path, version: str, uri: str, threads: int, name: str = "model") -> None:
-        self.version = version
-        self.uri = uri
-        self.name = name
-        self.session = onnx_session(model_file, threads)
-
-    def predict(self, instances: Any) -> tuple[list[int], list[list[float]]]:
-        labels, probabilities = self.session.run(["label", "probabilities"], {INPUT_NAME: instances})
-        return [int(x) for x in labels.reshape(-1)], probabilities.astype(float).round(6).tolist()
 
 
 def parse_instances(body: bytes) -> Any:
@@ -337,35 +135,6 @@ def parse_instances(body: bytes) -> Any:
     if not np.isfinite(array).all():
         raise BadRequest("instances must be finite numbers")
     return array
-
-
-def registry_version(client: MlflowClient, uri: str) -> ModelVersion | None:
-    """The registered model version a ``models:/name/version`` or ``models:/name@alias`` URI
-    names, with its tags; None for other URIs and for an alias that does not exist."""
-    model = parse_model_uri(uri)
-    if model is None:
-        return None
-    if model.alias is not None:
-        return client.get_version_by_alias(model.name, model.alias)
-    number = model.registered_version
-    return client.get_model_version(model.name, number) if number is not None else None
-
-
-def model_version_label(uri: str, version: ModelVersion | None = None) -> str:
-    """``$SLIPWAY_MODEL_VERSION``, else the registered ``version`` served, else the version a
-    ``models:/name/version`` URI names, else "unknown"."""
-    explicit = env_str("SLIPWAY_MODEL_VERSION")
-    if explicit:
-        return explicit
-    if version is not None:
-        return version.version
-    model = parse_model_uri(uri)
-    return (model.registered_version if model else None) or "unknown"
-
-
-def crash_if_asked(faults: Faults) -> None:
-    if faults.crash_on_start:
-        raise WorkloadExit(EXIT_ERROR, f"crashOnStart ({faults.source('crashOnStart')}): crashing at start")
 
 
 class PredictionServer(ThreadingHTTPServer):
@@ -569,59 +338,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not args.model_uri:
         raise ConfigError("no model to serve: pass --model-uri or set SLIPWAY_MODEL_URI")
     return args
-
-
-def local_model() -> Path | None:
-    """The model file fetched before the server started (``SLIPWAY_MODEL_PATH``, spec.modelLoad), if any."""
-    path = env_str("SLIPWAY_MODEL_PATH")
-    if not path:
-        return None
-    model_file = Path(path) / MODEL_FILE
-    if not model_file.is_file():
-        raise ConfigError(f"SLIPWAY_MODEL_PATH={path} holds no {MODEL_FILE}: did the fetch-model init container run?")
-    log.info("serving the files fetched into %s", path)
-    return model_file
-
-
-def load_in_background(server: PredictionServer, args: argparse.Namespace, workdir: Path) -> threading.Thread:
-    """Download and load the model, and settle the fault switches it carries, while /healthz
-    already answers; stop the server if it fails (or a fault switch says to crash)."""
-
-    def load() -> None:
-        try:
-            client = mlflow_client()
-            version = registry_version(client, args.model_uri)
-            # An alias is resolved once: the files, the fault tags and the version label are of one version.
-            named = parse_model_uri(args.model_uri)
-            source = version.uri if version is not None and named and named.alias is not None else args.model_uri
-            model_file = local_model() or download_model(client, source, workdir)
-            faults = resolve_faults(
-                os.environ, version.tags if version else {}, read_metadata(model_file).get("faults")
-            )
-            log.info("fault switches: %s", faults.describe())
-            crash_if_asked(faults)
-            named_model = env_str("SLIPWAY_MODEL_NAME") or (named.name if named else "model")
-            model = LoadedModel(
-                model_file, model_version_label(args.model_uri, version), args.model_uri, args.threads, named_model
-            )
-            if faults.load_seconds:
-                log.info("fault switch loadSeconds: loading %.0f s more", faults.load_seconds)
-                if server.stopping.wait(faults.load_seconds):  # told to stop while "loading": no model
-                    return
-            server.faults = faults  # before the model: no request is served without them
-            server.serve_model(model)
-            log.info("serving %s (version %s) on %s:%d", args.model_uri, model.version, args.host, args.port)
-        except WorkloadExit as exc:
-            server.load_error = exc
-            server.stop()
-        except BaseException as exc:
-            log.error("cannot load %s: %s", args.model_uri, exc)
-            server.load_error = exc
-            server.stop()
-
-    thread = threading.Thread(target=load, name="model-loader", daemon=True)
-    thread.start()
-    return thread
 
 
 def serve(args: argparse.Namespace) -> None:
