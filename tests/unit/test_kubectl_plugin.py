@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from slipway.cli import main, view
+from slipway.cli.args import duration
 from slipway.cli.view import INFERENCE_DEPLOYMENT as IDEP
 from slipway.cli.view import MODEL_ARTIFACT as MA
 from slipway.cli.view import TRAINING_RUN as TR
@@ -171,7 +172,7 @@ def test_connection_flags_before_or_after_the_command(argv, kubeconfig, context,
 
 @pytest.mark.parametrize("text, seconds", [("5m", 300), ("90s", 90), ("1h30m", 5400), ("45", 45), ("2.5", 2.5)])
 def test_durations(text, seconds):
-    assert main.duration(text) == seconds
+    assert duration(text) == seconds
 
 
 def test_help_documents_every_exit_code(capsys):

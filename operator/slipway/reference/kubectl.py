@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from slipway.cli import main as cli
+from slipway.cli.args import parser
 from slipway.reference.common import GENERATED
 
 WIDTH = "100"
@@ -42,7 +42,7 @@ def _block(text: str) -> list[str]:
 
 def markdown() -> str:
     with _columns():
-        top = cli.parser()
+        top = parser()
         lines = [
             "# kubectl slipway",
             "",
