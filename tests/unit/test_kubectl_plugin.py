@@ -9,6 +9,7 @@ import pytest
 
 from slipway.cli import main, view
 from slipway.cli.args import duration
+from slipway.cli.tree import Node, lifecycle
 from slipway.cli.view import INFERENCE_DEPLOYMENT as IDEP
 from slipway.cli.view import MODEL_ARTIFACT as MA
 from slipway.cli.view import TRAINING_RUN as TR
@@ -189,7 +190,7 @@ def test_help_documents_every_exit_code(capsys):
 # -- the lifecycle tree -------------------------------------------------------------------------------
 
 
-def shape(nodes: list[view.Node]) -> list[Any]:
+def shape(nodes: list[Node]) -> list[Any]:
     return [
         (f"{n.kind.short}/{n.name}", shape(n.children)) if n.children else f"{n.kind.short}/{n.name}" for n in nodes
     ]
@@ -219,16 +220,16 @@ FULL = [("tr/digits", [("ma/digits", ["idep/digits", "idep/follow"])])]
     ],
 )  # fmt: skip
 def test_lifecycle_from_any_kind(kind, name, objects, tree):
-    assert shape(view.lifecycle(kind, name, *objects)) == tree
+    assert shape(lifecycle(kind, name, *objects)) == tree
 
 
 def test_lifecycle_of_a_missing_object_is_a_key_error():
     with pytest.raises(KeyError):
-        view.lifecycle(IDEP, "nope", *ALL)
+        lifecycle(IDEP, "nope", *ALL)
 
 
 def test_render_a_live_canary():
-    text = view.render(view.lifecycle(IDEP, "digits", [RUN], [ARTIFACT], [BY_REF]))
+    text = view.render(lifecycle(IDEP, "digits", [RUN], [ARTIFACT], [BY_REF]))
     assert text == (
         "TrainingRun/digits  Succeeded\n"
         "│ Ready     True Succeeded: trained\n"
@@ -277,7 +278,7 @@ def with_status(base: dict[str, Any], generation: int = 1, **status: Any) -> dic
     ],
 )  # fmt: skip
 def test_render_deployment_details(deployment, present, absent):
-    text = view.render(view.lifecycle(IDEP, "digits", [RUN], [ARTIFACT], [deployment]))
+    text = view.render(lifecycle(IDEP, "digits", [RUN], [ARTIFACT], [deployment]))
     for part in present:
         assert part in text, text
     for part in absent:
@@ -285,9 +286,9 @@ def test_render_deployment_details(deployment, present, absent):
 
 
 def test_render_a_failed_gate_and_a_missing_object():
-    text = view.render(view.lifecycle(MA, "shuffled", *ALL))
+    text = view.render(lifecycle(MA, "shuffled", *ALL))
     assert "gates     accuracy 0.1 (>= 0.9) FAILED: accuracy 0.1 below 0.9" in text
-    text = view.render(view.lifecycle(IDEP, "digits", [], [], [BY_REF]))
+    text = view.render(lifecycle(IDEP, "digits", [], [], [BY_REF]))
     assert text.startswith("ModelArtifact/digits  (not found)\n└─ InferenceDeployment/digits  Analyzing\n")
 
 
@@ -400,7 +401,7 @@ def test_manual_actions_by_phase(action, o, refusal):
 def test_a_runs_cost_in_one_line(spent, line):
     assert view.cost_line(spent) == line
     run = {**RUN, "status": {**RUN["status"], "cost": spent}}
-    assert f"│ cost      {line}\n" in view.render(view.lifecycle(TR, "digits", [run], [], []))
+    assert f"│ cost      {line}\n" in view.render(lifecycle(TR, "digits", [run], [], []))
 
 
 def test_each_tracks_serving_cost_in_one_line():
@@ -409,5 +410,5 @@ def test_each_tracks_serving_cost_in_one_line():
         "7.2 USD per hour, 0.1 USD per 1K requests, 25 USD per 1M tokens  (at T)")  # fmt: skip
     assert view.serving_cost_line({"message": "no price configured", "tokensPerPodSecond": 40}) == "no price configured"
     deployment = {**BY_REF, "status": {**BY_REF["status"], "stable": {**BY_REF["status"]["stable"], "cost": spent}}}
-    text = view.render(view.lifecycle(IDEP, "digits", [], [], [deployment]))
+    text = view.render(lifecycle(IDEP, "digits", [], [], [deployment]))
     assert "stable cost   7.2 USD per hour, 0.1 USD per 1K requests" in text, text

@@ -30,6 +30,7 @@ from slipway.cli.client import (
     list_kind,
     read,
 )
+from slipway.cli.tree import lifecycle
 from slipway.cli.view import INFERENCE_DEPLOYMENT, KINDS, Kind, UsageError
 
 # -- commands --------------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
 
     def tree(objects: Callable[[Kind], list[dict[str, Any]]]) -> str:
         try:
-            roots = view.lifecycle(kind, name, *(objects(k) for k in KINDS))
+            roots = lifecycle(kind, name, *(objects(k) for k in KINDS))
         except KeyError:
             raise Failure(f"{where} not found; {fix}") from None
         return view.render(roots)

@@ -1,7 +1,7 @@
 """What ``kubectl slipway`` shows and decides, from the objects' dicts (pure: no I/O).
 
 - :func:`resolve_kind` and :func:`parse_ref`: ``idep/digits``, ``inferencedeployment digits``, ...
-- :func:`lifecycle` and :func:`render`: the tree one object belongs to: a TrainingRun, the
+- :func:`slipway.cli.tree.lifecycle` and :func:`render`: the tree one object belongs to: a TrainingRun, the
   ModelArtifact it made (``status.artifactRef``), its versions and gates, and the
   InferenceDeployments that serve them, with their tracks, weights, steps, analysis and rollback.
 - :func:`wait_state`: whether a ``wait`` is done, or the object is Stalled at its generation.
@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, get_args
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, get_args
 
 from slipway import kinds
 from slipway.models.inferencedeployment import DeploymentPhase, Rollout
@@ -22,6 +22,9 @@ from slipway.rollout.base import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANN
 from slipway.rollout.canary import step_weights
 from slipway.status import registry
 from slipway.status.conditions import get_condition
+
+if TYPE_CHECKING:
+    from slipway.cli.tree import Node
 
 Obj = Mapping[str, Any]
 
@@ -84,17 +87,6 @@ def parse_ref(words: list[str], default: Kind | None = None) -> tuple[Kind, str]
     raise UsageError(f"expected {expected}, got {' '.join(words) or 'nothing'}")
 
 
-# -- the lifecycle tree ----------------------------------------------------------------------------
-
-
-@dataclass
-class Node:
-    kind: Kind
-    name: str
-    obj: Obj | None  # None: referenced, but not found
-    children: list[Node] = field(default_factory=list)
-
-
 def _name(obj: Obj) -> str:
     return str(obj["metadata"]["name"])
 
@@ -106,95 +98,6 @@ def _get(obj: Obj | None, *path: str) -> Any:
             return None
         value = value.get(key)
     return value
-
-
-def _artifact_versions(artifact: Obj) -> set[tuple[str, str]]:
-    """(model, version) pairs an artifact registered: its version and its quantized version."""
-    model = str(_get(artifact, "spec", "model", "name") or "")
-    return {(model, str(v)) for v in (_get(artifact, "status", k) for k in ("modelVersion", "quantizedVersion")) if v}
-
-
-def _served_versions(deployment: Obj) -> set[tuple[str, str]]:
-    """(model, version) pairs a deployment serves, canaries or rolled back."""
-    status = _get(deployment, "status") or {}
-    tracks = [status.get("stable"), status.get("canary"), status.get("lastRollback")]
-    return {(str(t.get("modelName")), str(t.get("modelVersion"))) for t in tracks if t and t.get("modelVersion")}
-
-
-def serves(deployment: Obj, artifact: Obj) -> bool:
-    """By ``spec.model.artifactRef``, or following an alias of the artifact's model and serving
-    (or canarying, or having rolled back) one of its versions: name and version together."""
-    model = _get(deployment, "spec", "model") or {}
-    ref = _get(model, "artifactRef", "name")
-    if ref is not None:
-        return bool(ref == _name(artifact))
-    if model.get("name") != _get(artifact, "spec", "model", "name"):
-        return False
-    return bool(_served_versions(deployment) & _artifact_versions(artifact))
-
-
-def lifecycle(
-    kind: Kind, name: str, runs: Iterable[Obj], artifacts: Iterable[Obj], deployments: Iterable[Obj]
-) -> list[Node]:
-    """The trees the object ``kind/name`` belongs to (usually one), roots first.
-
-    Raises KeyError when that object is not among the ones given."""
-    by_kind: dict[str, dict[str, Obj]] = {
-        TRAINING_RUN.kind: {_name(o): o for o in runs},
-        MODEL_ARTIFACT.kind: {_name(o): o for o in artifacts},
-        INFERENCE_DEPLOYMENT.kind: {_name(o): o for o in deployments},
-    }
-    runs_, artifacts_, deployments_ = (by_kind[k.kind] for k in KINDS)
-    if name not in by_kind[kind.kind]:
-        raise KeyError(name)
-
-    def artifact_names_of(run: Obj) -> list[str]:
-        names = [_get(run, "status", "artifactRef", "name")]
-        names += [n for n, a in artifacts_.items() if _get(a, "spec", "source", "trainingRunRef", "name") == _name(run)]
-        return list(dict.fromkeys(n for n in names if n))
-
-    def run_name_of(artifact: Obj) -> str | None:
-        ref = _get(artifact, "spec", "source", "trainingRunRef", "name")
-        if ref:
-            return str(ref)
-        return next((n for n, r in runs_.items() if _get(r, "status", "artifactRef", "name") == _name(artifact)), None)
-
-    def artifact_node(artifact_name: str) -> Node:
-        artifact = artifacts_.get(artifact_name)
-        node = Node(MODEL_ARTIFACT, artifact_name, artifact)
-        if artifact is not None:
-            node.children = [
-                Node(INFERENCE_DEPLOYMENT, n, d) for n, d in sorted(deployments_.items()) if serves(d, artifact)
-            ]
-        return node
-
-    def run_node(run_name: str) -> Node:
-        run = runs_.get(run_name)
-        children = [artifact_node(n) for n in artifact_names_of(run)] if run is not None else []
-        return Node(TRAINING_RUN, run_name, run, children)
-
-    def tree_of_artifact(artifact_name: str) -> Node:
-        artifact = artifacts_.get(artifact_name)
-        run_name = run_name_of(artifact) if artifact is not None else None
-        if run_name and run_name not in runs_:  # the run is gone (or not made yet): shown as not found
-            return Node(TRAINING_RUN, run_name, None, [artifact_node(artifact_name)])
-        return run_node(run_name) if run_name else artifact_node(artifact_name)
-
-    if kind is TRAINING_RUN:
-        return [run_node(name)]
-    if kind is MODEL_ARTIFACT:
-        return [tree_of_artifact(name)]
-    deployment = deployments_[name]
-    ref = _get(deployment, "spec", "model", "artifactRef", "name")
-    served = [ref] if ref else [n for n, a in sorted(artifacts_.items()) if serves(deployment, a)]
-    roots: list[Node] = []
-    for artifact_name in served:
-        root = tree_of_artifact(artifact_name)
-        if not any(r.kind is root.kind and r.name == root.name for r in roots):
-            roots.append(root)
-    if ref and artifacts_.get(ref) is None:
-        roots[0].children = [Node(INFERENCE_DEPLOYMENT, name, deployment)]  # the artifact it names is missing
-    return roots or [Node(INFERENCE_DEPLOYMENT, name, deployment)]
 
 
 # -- rendering ---------------------------------------------------------------------------------------
