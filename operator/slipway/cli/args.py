@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from slipway.models.base import parse_duration
@@ -65,6 +66,13 @@ def parser() -> argparse.ArgumentParser:
         _common(sub, suppress=True)
         return sub
 
+    _get(command)
+    _steering(command)
+    _wait(command)
+    return top
+
+
+def _get(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     get = command(
         "get",
         "show the lifecycle tree an object belongs to",
@@ -80,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
         "--timeout", type=duration, default=None, help="with --watch: stop after this long (e.g. 5m); exit 0"
     )
 
+
+def _steering(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    """promote, abort, retry (annotations) and pause, resume (spec.rollout.paused)."""
     for action, what in (
         ("promote", "skip the remaining canary steps and promote now (annotation slipway.dev/promote=true). "
                     "Applies while a canary is in flight: Progressing, Analyzing or Paused."),
@@ -107,6 +118,8 @@ def parser() -> argparse.ArgumentParser:
         sub = command(action, what.split(":")[0], f"InferenceDeployment: {what} {gitops}")
         sub.add_argument("ref", nargs="+", metavar="NAME", help="an InferenceDeployment: NAME or idep/NAME")
 
+
+def _wait(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     wait = command(
         "wait",
         "wait until an object is Ready or in a phase",
@@ -120,4 +133,3 @@ def parser() -> argparse.ArgumentParser:
     wait.add_argument("--for", dest="target", default="Ready", metavar="Ready|PHASE",
                       help="Ready (default), or a phase of the kind, e.g. Promoted, Validated, Succeeded")  # fmt: skip
     wait.add_argument("--timeout", type=duration, default=300.0, help="give up after this long (default 5m)")
-    return top
