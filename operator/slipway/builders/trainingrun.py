@@ -201,37 +201,8 @@ def job(
     :func:`release`); with a Kueue queue it stays suspended for Kueue to admit. Its pods get
     spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible).
     ``runtime="JobSet"``: the Job as the JobSet's replicated Job runs it (see :func:`jobset`)."""
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": spec.image,
-        "env": training_env(name, spec, tracking_uri, runtime),
-        "resources": resource_requirements(spec.resources),
-    }
-    if spec.command:
-        container["command"] = list(spec.command)
-    if spec.args:
-        container["args"] = list(spec.args)
-    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if tracking_uri is not None:
-        pod["schedulingGates"] = [{"name": RUN_GATE}]
-    volumes = []
-    if spec.checkpoint is not None:
-        container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
-        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(name)}})
-        pod["terminationGracePeriodSeconds"] = spec.checkpoint.grace_seconds
-    if volumes:
-        pod["volumes"] = volumes
-    if spec.node_selector:
-        pod["nodeSelector"] = dict(spec.node_selector)
-    if spec.tolerations:
-        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
-    chosen_priority = (
-        spec.priority_class_name or (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
-    )
-    if chosen_priority:
-        pod["priorityClassName"] = chosen_priority
-    if spec.nodes > 1:
-        pod["subdomain"] = service_name(name)
+    container = _container(name, spec, tracking_uri, runtime)
+    pod = _pod(name, spec, container, tracking_uri, priority_class)
     job_labels = labels(name)
     if spec.queue_name:
         job_labels[QUEUE_LABEL] = spec.queue_name
@@ -254,6 +225,51 @@ def job(
         "metadata": {"name": job_name(name), "namespace": namespace, "labels": job_labels},
         "spec": job_spec,
     }
+
+
+def _container(name: str, spec: TrainingRunSpec, tracking_uri: str | None, runtime: str) -> dict[str, Any]:
+    """The trainer's container, with the checkpoint volume mounted if the run keeps checkpoints."""
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": training_env(name, spec, tracking_uri, runtime),
+        "resources": resource_requirements(spec.resources),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if spec.checkpoint is not None:
+        container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
+    return container
+
+
+def _pod(
+    name: str, spec: TrainingRunSpec, container: dict[str, Any], tracking_uri: str | None, priority_class: str
+) -> dict[str, Any]:
+    """The training pods' spec: gated until the MLflow run exists, with the checkpoint volume, the
+    placement, the priority class and, for several nodes, the headless Service's subdomain."""
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if tracking_uri is not None:
+        pod["schedulingGates"] = [{"name": RUN_GATE}]
+    volumes = []
+    if spec.checkpoint is not None:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(name)}})
+        pod["terminationGracePeriodSeconds"] = spec.checkpoint.grace_seconds
+    if volumes:
+        pod["volumes"] = volumes
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
+    chosen_priority = (
+        spec.priority_class_name or (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
+    )
+    if chosen_priority:
+        pod["priorityClassName"] = chosen_priority
+    if spec.nodes > 1:
+        pod["subdomain"] = service_name(name)
+    return pod
 
 
 def jobset(
