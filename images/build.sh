@@ -60,7 +60,7 @@ base=localhost/slipway-base:$base_key
 if ! bh inspect --type image "$base" >/dev/null 2>&1; then
   if [ ! -f "$base_tar" ]; then
     step "base root filesystem (mmdebstrap; log in $STATE/base.log)"
-    mkdir -p "$STATE"
+    mkdir -p "$STATE" && rm -f "$STATE"/base-*.tar  # the base of another images/base.sh goes
     bash images/base.sh "$base_tar" > "$STATE/base.log" 2>&1 || { tail -n 30 "$STATE/base.log"; exit 1; }
   fi
   step "importing the base as $base"

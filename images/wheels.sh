@@ -15,6 +15,8 @@ py=${PYTHON:-.venv/bin/python}
 
 key=$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)
 cache=.cache/images/wheels/$key
+mkdir -p .cache/images/wheels  # wheels of other constraints go: one set is kept
+find .cache/images/wheels -mindepth 1 -maxdepth 1 ! -name "$key" -exec rm -rf {} +
 deps() {  # deps KIND EXTRA: the pinned dependency wheels of slipway-operator (with EXTRA)
   local kind=$1 extra=$2 dir=$cache/$1
   [ -f "$dir/requirements.txt" ] && return
