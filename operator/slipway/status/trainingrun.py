@@ -168,28 +168,53 @@ def training_state(
         reason, message = _failure(job, spec)
         return _state("Failed", "stalled", reason, message, failed=True, **kw)
     if (job.get("spec") or {}).get("suspend"):
-        if spec.suspend:
-            message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
-            return _state("Suspended", "held", "Suspended", message, **kw)
-        if mlflow_pending and queue_of(spec, job) is None:
-            message = "the training Job is created; its pods start once its MLflow run is created"
-            return _state("Pending", "reconciling", "CreatingMlflowRun", message, **kw)
-        if queue is not None and queue.exceeds and not queue.admitted:
-            return _state("Pending", "stalled", "ExceedsQueueQuota", queue.exceeds,
-                          recheck_seconds=QUOTA_RECHECK_SECONDS, **kw)  # fmt: skip
-        reason, message = kueue.queued(queue_of(spec, job) or "", queue)
-        return _state("Pending", "reconciling", reason, message, **kw)
+        return _suspended(spec, job, queue, mlflow_pending, kw)
     if not pods:
-        if create_failure is not None:
-            message = (f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
-                       "namespace's quota or policy) and the Job creates them")  # fmt: skip
-            return _state("Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS,
-                          **kw)  # fmt: skip
-        if queue is not None and queue.admitted:
-            return _state("Pending", "reconciling", *kueue.admitted(queue), recheck_seconds=NO_PODS_RECHECK_SECONDS,
-                          **kw)  # fmt: skip
-        return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start",
-                      recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)  # fmt: skip
+        return _no_pods(create_failure, queue, kw)
+    return _with_pods(spec, pods, restarts, now, stuck_grace_seconds, queue, kw)
+
+
+def _suspended(
+    spec: TrainingRunSpec, job: Obj, queue: kueue.QueueView | None, mlflow_pending: bool, kw: dict[str, Any]
+) -> TrainingState:
+    """A suspended Job: by spec.suspend, until its MLflow run exists, or queued in Kueue."""
+    if spec.suspend:
+        message = "spec.suspend is true: pods stopped, checkpoint kept; set it to false to resume"
+        return _state("Suspended", "held", "Suspended", message, **kw)
+    if mlflow_pending and queue_of(spec, job) is None:
+        message = "the training Job is created; its pods start once its MLflow run is created"
+        return _state("Pending", "reconciling", "CreatingMlflowRun", message, **kw)
+    if queue is not None and queue.exceeds and not queue.admitted:
+        return _state("Pending", "stalled", "ExceedsQueueQuota", queue.exceeds,
+                      recheck_seconds=QUOTA_RECHECK_SECONDS, **kw)  # fmt: skip
+    reason, message = kueue.queued(queue_of(spec, job) or "", queue)
+    return _state("Pending", "reconciling", reason, message, **kw)
+
+
+def _no_pods(create_failure: str | None, queue: kueue.QueueView | None, kw: dict[str, Any]) -> TrainingState:
+    """A running Job without pods: refused by the API server, or starting them."""
+    if create_failure is not None:
+        message = (f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
+                   "namespace's quota or policy) and the Job creates them")  # fmt: skip
+        return _state("Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS,
+                      **kw)  # fmt: skip
+    if queue is not None and queue.admitted:
+        return _state("Pending", "reconciling", *kueue.admitted(queue), recheck_seconds=NO_PODS_RECHECK_SECONDS,
+                      **kw)  # fmt: skip
+    return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start",
+                  recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)  # fmt: skip
+
+
+def _with_pods(
+    spec: TrainingRunSpec,
+    pods: Sequence[Obj],
+    restarts: int,
+    now: datetime | None,
+    stuck_grace_seconds: float | None,
+    queue: kueue.QueueView | None,
+    kw: dict[str, Any],
+) -> TrainingState:
+    """A running Job with pods: a pod that cannot run (stuck past the grace: Stalled), else training."""
     running = _running_pods(pods)
     found = _problem_pod(pods)
     if found is not None:
