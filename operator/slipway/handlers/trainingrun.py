@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import API_VERSION, cost, kinds, kube, opencost, queueposition, queuequota, sizing
+from slipway import API_VERSION, cost, kinds, kube, opencost, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
+from slipway.handlers import trainingqueue
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
@@ -50,24 +50,15 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if ctx.mlflow is None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
-    if child is None and runtime == "JobSet" and not kube.serves(ctx.kube, *JOBSET):
-        group, version, plural = JOBSET
-        message = (f"spec.runtime is JobSet, but the cluster serves no {group}/{version} {plural}: install JobSet, "
-                   "or set spec.runtime: Job (an Indexed Job)")  # fmt: skip
-        ctx.write(stalled("JobSetNotServed", message))
+    if child is None and runtime == "JobSet" and _jobset_not_served(ctx):
         return None
-    service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
-    for obj, kind in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"), (service, "services")):
-        if obj is not None:
-            ctx.ensure(kind, obj)
+    _ensure_pvc_and_service(ctx, spec, runtime)
     if child is None and ctx.status.get("completionTime"):
         return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
     uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
     made_now = child is None
     if child is None:  # first the Job, suspended and gated; its MLflow run follows (build.RUN_GATE)
-        make = build.jobset if runtime == "JobSet" else build.job
-        body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
-        child = ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
+        child = _create_child(ctx, spec, runtime, index, uri)
         if not (ctx.status.get("mlflow") or {}).get("runId") and ctx.backlog() and sizing_status is None:
             # A sweep being applied: the other Jobs first. The Job's watch event wakes this run for its
             # status and MLflow run (the timer only if that event were lost), once the cache has it.
@@ -82,47 +73,106 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         link = build.MlflowLink(uri, run.run_id, run.experiment_id)
         child, members, pods = _release(ctx, spec, runtime, name, child, members, pods, link)
     job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
-    if run is not None and (patch := suspend_patch(spec, job)) is not None:
-        seen = child["metadata"]["resourceVersion"]  # a 409 if it changed since
-        patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": seen}
-        child = kube.patch(ctx.kube, runtime, ctx.namespace, name, patch)
-        job = jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
+    if run is not None:
+        child, job = _suspend_as_spec(ctx, spec, runtime, name, child, members, job)
     artifact = _artifact(ctx, spec, job)
     artifact_name = artifact["metadata"]["name"] if artifact else None
     now = datetime.now(UTC)
-    podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
-    refused = next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) \
-        if podless else None  # fmt: skip
-    queue_name = queue_of(spec, job)
-    queue = kueue.workload_of(job, ctx.cache.owned_by("workloads", job["metadata"]["uid"])) if queue_name else None
-    placed = False  # a queued run whose LocalQueue's positions Kueue answers: looked at again in a while
-    if queue_name and queue is not None and not queue.admitted and job["spec"].get("suspend"):
-        queue, placed = _with_position(ctx, queue_name, queue)
-        queue = _with_quota(ctx, spec, queue_name, queue)
+    refused = _refused(ctx, job, members, pods, now)
+    queue_name, queue, placed = trainingqueue.queue(ctx, spec, job)
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
                            create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
     spent = _cost(ctx, pods, now)
     recorded: dict[str, Any] = {}
     if run is not None:
-        if cached and (state.succeeded or state.failed):
-            run = _read_run(ctx, ctx.mlflow, run.run_id, run)  # the last word: what MLflow has now, not a poll's copy
-        if state.succeeded or state.failed:
-            _log_cost(ctx.mlflow, run, spent, state.completion_time)
-        run = _finish_mlflow_run(ctx.mlflow, run, state)
-        recorded["progress"], recorded["last_checkpoint"] = run.progress, run.checkpoint
-        state = with_attempts(state, run)
-        readable = mlflowrun.read_condition(run, ctx.status.get("conditions"))
-        state = dataclasses.replace(state, conditions=[*state.conditions, *readable])
-        url = ctx.mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
-        recorded["mlflow"] = {"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url}
+        state, recorded = _record_run(ctx, ctx.mlflow, run, cached, state, spent)
     _write(ctx, state, sizing=sizing_status, artifact_ref={"name": artifact_name} if artifact_name else None,
            cost=spent, queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime,
            **recorded)  # fmt: skip
     if run is None:  # the MLflow run next: the Job's watch event wakes this run once the cache has the Job
         return JOB_MADE_RECHECK_SECONDS
-    # Progress lives in MLflow, which sends no events: while the run trains, time is the input;
-    # so it is for a stuck pod's grace period.
+    return _next_pass(ctx, state, placed)
+
+
+def _create_child(ctx: Context, spec: TrainingRunSpec, runtime: str, index: str, uri: str) -> dict[str, Any]:
+    """The training Job (or JobSet), suspended and gated; its MLflow run follows (build.RUN_GATE)."""
+    make = build.jobset if runtime == "JobSet" else build.job
+    body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
+    return ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
+
+
+def _suspend_as_spec(
+    ctx: Context,
+    spec: TrainingRunSpec,
+    runtime: str,
+    name: str,
+    child: dict[str, Any],
+    members: list[dict[str, Any]],
+    job: dict[str, Any],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The child (and the Job it stands for) suspended or resumed as spec.suspend says, if it is not yet."""
+    patch = suspend_patch(spec, job)
+    if patch is None:
+        return child, job
+    seen = child["metadata"]["resourceVersion"]  # a 409 if it changed since
+    patch["metadata"] = {**patch.get("metadata", {}), "resourceVersion": seen}
+    child = kube.patch(ctx.kube, runtime, ctx.namespace, name, patch)
+    return child, jobs.jobset_as_job(child, members) if runtime == "JobSet" else child
+
+
+def _refused(
+    ctx: Context, job: dict[str, Any], members: list[dict[str, Any]], pods: list[dict[str, Any]], now: datetime
+) -> str | None:
+    """The API server's refusal of the pods of a Job that should have had pods by now (its FailedCreate Event)."""
+    podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
+    refused = next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) \
+        if podless else None  # fmt: skip
+    return refused
+
+
+def _jobset_not_served(ctx: Context) -> bool:
+    """Whether the cluster serves no JobSets (then the run is Stalled, saying so)."""
+    if kube.serves(ctx.kube, *JOBSET):
+        return False
+    group, version, plural = JOBSET
+    message = (f"spec.runtime is JobSet, but the cluster serves no {group}/{version} {plural}: install JobSet, "
+               "or set spec.runtime: Job (an Indexed Job)")  # fmt: skip
+    ctx.write(stalled("JobSetNotServed", message))
+    return True
+
+
+def _ensure_pvc_and_service(ctx: Context, spec: TrainingRunSpec, runtime: str) -> None:
+    """The checkpoint PVC, and for a multi-node Job the headless Service (a JobSet makes its own)."""
+    service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
+    for obj, kind in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"), (service, "services")):
+        if obj is not None:
+            ctx.ensure(kind, obj)
+
+
+def _record_run(
+    ctx: Context, mlflow: MlflowClient, run: RunSeen, cached: bool, state: TrainingState, spent: dict[str, Any]
+) -> tuple[TrainingState, dict[str, Any]]:
+    """The run's MLflow run brought up to date (its cost logged, finished with the run), and what
+    the state and status take from it."""
+    recorded: dict[str, Any] = {}
+    if cached and (state.succeeded or state.failed):
+        run = _read_run(ctx, mlflow, run.run_id, run)  # the last word: what MLflow has now, not a poll's copy
+    if state.succeeded or state.failed:
+        _log_cost(mlflow, run, spent, state.completion_time)
+    run = _finish_mlflow_run(mlflow, run, state)
+    recorded["progress"], recorded["last_checkpoint"] = run.progress, run.checkpoint
+    state = with_attempts(state, run)
+    readable = mlflowrun.read_condition(run, ctx.status.get("conditions"))
+    state = dataclasses.replace(state, conditions=[*state.conditions, *readable])
+    url = mlflow.run_url(run.experiment_id, run.run_id, ui_base=ctx.config.mlflow_public_url)
+    recorded["mlflow"] = {"runId": run.run_id, "experimentId": run.experiment_id, "runUrl": url}
+    return state, recorded
+
+
+def _next_pass(ctx: Context, state: TrainingState, placed: bool) -> float | None:
+    """When to look again. Progress lives in MLflow, which sends no events: while the run trains,
+    time is the input; so it is for a stuck pod's grace period and a queue position."""
     delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
                           ctx.config.queue_position_seconds if placed else None,
                           state.recheck_seconds) if d is not None]  # fmt: skip
@@ -131,30 +181,6 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
 
 JOBSET = (kinds.JOBSET.group, kinds.JOBSET.version, kinds.JOBSET.plural)
 JOB_MADE_RECHECK_SECONDS = 1.0
-
-
-def _with_position(ctx: Context, queue_name: str, queue: kueue.QueueView) -> tuple[kueue.QueueView, bool]:
-    """``queue`` with its place in the LocalQueue as Kueue's visibility API says (read at most every
-    queueposition.TTL_SECONDS per LocalQueue), and whether that API answered for it."""
-    if not ctx.config.queue_position_seconds:
-        return queue, False
-    place = queueposition.place_of(ctx.kube.api, ctx.namespace, queue_name, queue.workload)
-    if place.position is None:
-        return queue, place.served
-    local, cluster = place.position.in_local_queue, place.position.in_cluster_queue
-    return dataclasses.replace(queue, position=local, position_in_cluster_queue=cluster), True
-
-
-def _with_quota(ctx: Context, spec: TrainingRunSpec, queue_name: str, queue: kueue.QueueView) -> kueue.QueueView:
-    """``queue`` saying why its ClusterQueue can never admit the run's GPUs, if it cannot."""
-    resources = spec.resources
-    if not resources.gpus:
-        return queue
-    quota = queuequota.quota_of(ctx.kube.api, ctx.namespace, queue_name, resources.gpu_resource_name)
-    field = f"spec.resources.gpus ({resources.gpus} per pod x {spec.nodes} pods)" if spec.nodes > 1 \
-        else "spec.resources.gpus"  # fmt: skip
-    exceeds = quota.refusal(Decimal(resources.gpus * spec.nodes), field) if quota is not None else None
-    return dataclasses.replace(queue, exceeds=exceeds) if exceeds else queue
 
 
 def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
