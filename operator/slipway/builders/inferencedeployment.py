@@ -172,52 +172,9 @@ def deployment(
     ``revision_id``: the revision's label when the caller resolved it (see :func:`legacy_revisions`)."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     labels[REVISION_LABEL] = revision_id or revision(spec, version, uri, model_name)
-    base_env = {
-        "SLIPWAY_MODEL_URI": uri,
-        "SLIPWAY_MODEL_VERSION": version,
-        "SLIPWAY_MODEL_NAME": model_name or spec.model.name or "",
-        "SLIPWAY_TRACK": track,
-        "PORT": str(spec.port),
-    }
-    if mlflow_url:
-        base_env["MLFLOW_TRACKING_URI"] = mlflow_url
-    if spec.model_load is not None:
-        base_env["SLIPWAY_MODEL_PATH"] = spec.model_load.path
-    env = [
-        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        *env_list(base_env, spec.env),
-    ]
-    container: dict[str, Any] = {
-        "name": "server",
-        "image": spec.image,
-        "ports": [{"name": "http", "containerPort": spec.port}],
-        "env": env,
-        "resources": resource_requirements(spec.resources),
-        "startupProbe": probe(spec, "startup"),
-        "readinessProbe": probe(spec, "readiness"),
-        "livenessProbe": probe(spec, "liveness"),
-    }
-    if spec.command:
-        container["command"] = list(spec.command)
-    if spec.args:
-        container["args"] = list(spec.args)
-    # Drain: the pod leaves the endpoints, keeps serving for delaySeconds (preStop), then its server
-    # finishes what is in flight within maxRequestSeconds before it is killed.
-    drain = spec.drain
-    if drain.delay_seconds:
-        container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain.delay_seconds}}}
-    grace = max(1, drain.delay_seconds + drain.max_request_seconds)
-    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": grace}
-    if spec.model_load is not None:
-        container["volumeMounts"] = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True}]
-        pod_spec["volumes"] = [{"name": MODEL_VOLUME, "emptyDir": {}}]
-        if spec.model_load.cache_claim_name:
-            claim = {"claimName": spec.model_load.cache_claim_name}
-            pod_spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
-        pod_spec["initContainers"] = [fetch_container(spec, env, fetch_image or workload_image or spec.image)]
-    chosen_priority = (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
-    if chosen_priority:
-        pod_spec["priorityClassName"] = chosen_priority
+    env = _server_env(spec, track, version, uri, mlflow_url, model_name)
+    container = _server_container(spec, env)
+    pod_spec = _pod_spec(spec, container, priority_class, fetch_image or workload_image or spec.image)
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -248,6 +205,73 @@ def deployment(
     if replicas is not None:
         body["spec"]["replicas"] = replicas
     return body
+
+
+def _server_env(
+    spec: InferenceDeploymentSpec, track: str, version: str, uri: str, mlflow_url: str | None, model_name: str | None
+) -> list[dict[str, Any]]:
+    """The server's environment: the model to serve, its track and port, MLflow, then spec.env."""
+    base_env = {
+        "SLIPWAY_MODEL_URI": uri,
+        "SLIPWAY_MODEL_VERSION": version,
+        "SLIPWAY_MODEL_NAME": model_name or spec.model.name or "",
+        "SLIPWAY_TRACK": track,
+        "PORT": str(spec.port),
+    }
+    if mlflow_url:
+        base_env["MLFLOW_TRACKING_URI"] = mlflow_url
+    if spec.model_load is not None:
+        base_env["SLIPWAY_MODEL_PATH"] = spec.model_load.path
+    env = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        *env_list(base_env, spec.env),
+    ]
+    return env
+
+
+def _server_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]]) -> dict[str, Any]:
+    """The server's container, with its probes and its drain."""
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": spec.image,
+        "ports": [{"name": "http", "containerPort": spec.port}],
+        "env": env,
+        "resources": resource_requirements(spec.resources),
+        "startupProbe": probe(spec, "startup"),
+        "readinessProbe": probe(spec, "readiness"),
+        "livenessProbe": probe(spec, "liveness"),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    # Drain: the pod leaves the endpoints, keeps serving for delaySeconds (preStop), then its server
+    # finishes what is in flight within maxRequestSeconds before it is killed.
+    drain = spec.drain
+    if drain.delay_seconds:
+        container["lifecycle"] = {"preStop": {"sleep": {"seconds": drain.delay_seconds}}}
+    return container
+
+
+def _pod_spec(
+    spec: InferenceDeploymentSpec, container: dict[str, Any], priority_class: str, image: str
+) -> dict[str, Any]:
+    """The server pods' spec: the drain's grace period; with spec.modelLoad, an init container of
+    ``image`` that fetches the model into a volume the server reads; the priority class."""
+    drain = spec.drain
+    grace = max(1, drain.delay_seconds + drain.max_request_seconds)
+    pod_spec: dict[str, Any] = {"containers": [container], "terminationGracePeriodSeconds": grace}
+    if spec.model_load is not None:
+        container["volumeMounts"] = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path, "readOnly": True}]
+        pod_spec["volumes"] = [{"name": MODEL_VOLUME, "emptyDir": {}}]
+        if spec.model_load.cache_claim_name:
+            claim = {"claimName": spec.model_load.cache_claim_name}
+            pod_spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
+        pod_spec["initContainers"] = [fetch_container(spec, container["env"], image)]
+    chosen_priority = (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
+    if chosen_priority:
+        pod_spec["priorityClassName"] = chosen_priority
+    return pod_spec
 
 
 def strategy(spec: InferenceDeploymentSpec, track: str, budget: tuple[int, int] | None = None) -> dict[str, Any]:
