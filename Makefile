@@ -100,7 +100,6 @@ docs: $(VENV)/.installed  ## build the documentation site strictly into docs/_bu
 	@echo "docs: $(DOCS_OUT)/index.html"
 
 reference: $(VENV)/.installed  ## regenerate docs/reference/ from the code (the API, reasons, metrics, labels, kubectl slipway)
-	$(PY) -m slipway.docgen docs/reference
 	$(PY) -m slipway.reference docs/reference
 
 # Images without Docker: buildah (Debian's, installed if missing) builds images/Dockerfile twice on a

@@ -4,7 +4,7 @@ what it means and what a user does about it.
 The operator's status code writes these names (a unit test reads the source and fails on a reason
 literal missing here, or set under a condition its row does not name); the metrics pre-create each
 InferenceDeployment's rollback counters from the rows marked ``rollback``; the troubleshooting page
-``docs/reference/reasons.md`` is generated from the table (``python -m slipway.docgen``).
+``docs/reference/reasons.md`` is generated from the table (``python -m slipway.reference``).
 
 Conditions, as the rows name them: ``Ready`` (Ready=True), ``Reconciling`` and ``Stalled`` (True:
 work in flight, or stuck until a person acts), ``Held`` (Ready, Reconciling and Stalled all False:

@@ -1,7 +1,7 @@
 """The operator's settings, each declared once: its name (the OperatorConfig field), environment
 variable, flag, default and help. ``OperatorConfig`` takes its defaults from here, ``python -m
 slipway`` builds its flags from here (a flag defaults to its variable), and
-``docs/reference/settings.md`` is generated from here (``python -m slipway.docgen``). The
+``docs/reference/settings.md`` is generated from here (``python -m slipway.reference``). The
 environment is read in one function, :func:`read`; an empty variable counts as unset.
 
 Kept light (no kopf, no Kubernetes client): ``python -m slipway --help`` imports it.

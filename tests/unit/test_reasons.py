@@ -10,7 +10,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from slipway import docgen, metrics, reasons
+from slipway import metrics, reasons
+from slipway.reference import pages
+from slipway.reference.__main__ import main as reference_main
 from slipway.status import rollbacks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,11 +172,11 @@ def test_rollback_rows_are_the_rollouts_reasons_and_the_metrics_precreated_serie
 
 def test_the_committed_reasons_page_is_what_the_registry_generates(tmp_path):
     committed = ROOT / "docs" / "reference" / "reasons.md"
-    assert committed.read_text() == docgen.render("reasons.md"), "run `python -m slipway.docgen docs/reference`"
-    assert docgen.main([str(tmp_path)]) == 0 and docgen.main(["--check", str(tmp_path)]) == 0
+    assert committed.read_text() == pages()["reasons.md"](), "run `make reference`"
+    assert reference_main([str(tmp_path)]) == 0 and reference_main(["--check", str(tmp_path)]) == 0
     (tmp_path / "reasons.md").write_text("hand-edited\n")
-    assert docgen.main(["--check", str(tmp_path)]) == 1
-    page = docgen.render("reasons.md")
+    assert reference_main(["--check", str(tmp_path)]) == 1
+    page = pages()["reasons.md"]()
     assert all(f"| `{r.name}`" in page for r in reasons.REASONS)
 
 

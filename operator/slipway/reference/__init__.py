@@ -1,11 +1,10 @@
 """The generated pages of the documentation's reference (``docs/reference/``), each from the code it
 describes: the API of the three kinds from the pydantic models (through the CRD generator), the
-operator's metrics, the ``slipway.dev/`` labels, annotations and tags, and the kubectl plugin's help.
+operator's metrics, the condition reasons (slipway.reasons), the operator's settings
+(slipway.settings), the ``slipway.dev/`` labels, annotations and tags, and the kubectl plugin's help.
 
     python -m slipway.reference docs/reference          # write the pages (make reference)
-    python -m slipway.reference --check docs/reference  # exit 1 if a committed page is stale
-
-The condition reasons and the settings have generators of their own (``slipway.docgen``)."""
+    python -m slipway.reference --check docs/reference  # exit 1 if a committed page is stale"""
 
 from __future__ import annotations
 
@@ -15,10 +14,13 @@ from functools import partial
 
 def pages() -> dict[str, Callable[[], str]]:
     """Each page's file name under docs/reference/ and the function that writes it."""
+    from slipway import reasons, settings
     from slipway.reference import api, kubectl, labels, metrics
 
     return {
         **{f"{kind.kind.lower()}.md": partial(api.markdown, kind) for kind in api.KINDS},
+        "reasons.md": reasons.markdown,
+        "settings.md": settings.markdown,
         "metrics.md": metrics.markdown,
         "labels.md": labels.markdown,
         "kubectl-slipway.md": kubectl.markdown,
