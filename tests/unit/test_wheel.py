@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-TEST_CODE = {"localkube", "slipway_e2e", "tests", "conftest.py", "slipway_testing.py", "e2e"}
+TEST_CODE = {"localkube", "slipway_e2e", "tests", "conftest.py", "slipway_testing", "slipway_testing.py", "e2e"}
 
 
 def dist_info(wheel: zipfile.ZipFile) -> str:
