@@ -94,12 +94,18 @@ class OperatorReplica:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stdout=log, stderr=subprocess.STDOUT)
         self.started = time.monotonic()
 
-    def metric(self, name: str) -> float | None:
-        """The sum of a metric's samples on this replica's /metrics; None while it does not answer."""
+    def metrics_text(self) -> str:
+        """This replica's /metrics; "" while it does not answer."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as answer:
-                text = answer.read().decode()
+                return str(answer.read().decode())
         except OSError:
+            return ""
+
+    def metric(self, name: str) -> float | None:
+        """The sum of a metric's samples on this replica's /metrics; None while it does not answer."""
+        text = self.metrics_text()
+        if not text:
             return None
         return sum(
             float(line.rsplit(" ", 1)[1])
