@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CACHE := .cache
 CONTROLPLANE := $(CACHE)/controlplane/controlplane
+NODE := $(CACHE)/node/node
 PROMETHEUS := $(CACHE)/prometheus/prometheus
 METRICS_SERVER := $(CACHE)/metrics-server/metrics-server
 TRAEFIK := $(CACHE)/traefik/traefik
@@ -19,7 +20,7 @@ CRD_DIRS := crds charts/slipway/crds
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock image mlflow-env controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock image mlflow-env controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -57,6 +58,11 @@ $(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt e2e/constraints-mlf
 controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (cached)
 $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum $(wildcard e2e/controlplane/*.go) e2e/controlplane/build.sh
 	bash e2e/controlplane/build.sh $(CONTROLPLANE)
+
+# The real node (RUNTIME=containerd): kubelet and kube-proxy from the control plane's own go.mod.
+node: $(NODE)  ## build kubelet + kube-proxy from the control plane's Go modules (cached)
+$(NODE): e2e/node/build.sh $(wildcard e2e/node/*.go) e2e/controlplane/go.mod e2e/controlplane/go.sum
+	bash e2e/node/build.sh $(NODE)
 
 # Upstream Prometheus with Kubernetes service discovery (Debian's package has none).
 metrics-server: $(METRICS_SERVER)  ## build metrics-server from the Go module proxy (cached)
