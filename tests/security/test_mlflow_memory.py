@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from localkube.mlflow_server import start_mlflow
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_testing import OperatorReplica, condition, training_run, wait_status
@@ -64,21 +65,26 @@ def cut_reads(replica: OperatorReplica) -> float:
                if line.startswith("slipway_external_requests_total{") and all(w in line for w in wanted))  # fmt: skip
 
 
-@pytest.mark.timeout(1500)  # 300 batches into the shared local MLflow (SQLite): 2 to 10 minutes
+@pytest.mark.timeout(1500)  # 300 batches into a local MLflow (SQLite): 2 to 10 minutes
 def test_a_trainer_logging_300000_metric_keys_leaves_the_operator_far_below_its_limit(
     cluster, slipway_crds, namespace, kube_api, tenant, tmp_path
 ):
     restricted = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
     client.CoreV1Api(kube_api).patch_namespace(namespace, restricted)
-    replica = OperatorReplica("memory", cluster, namespace, tmp_path, standalone=True)
+    # An MLflow of its own: the attack keeps a one-worker server busy for minutes (16 s per read of the
+    # run), which would starve every other test sharing the cluster's MLflow.
+    server = start_mlflow(tmp_path / "mlflow")
+    replica = OperatorReplica("memory", cluster, namespace, tmp_path, standalone=True,
+                              env={"SLIPWAY_MLFLOW_URL": server.url})  # fmt: skip
     try:
         wait_for(lambda: replica.metrics_text() != "", 60, "the operator's /metrics")
-        attack(cluster, namespace, kube_api, tenant, replica)
+        attack(server.url, namespace, kube_api, tenant, replica)
     finally:
         replica.stop()
+        server.stop()
 
 
-def attack(cluster, namespace: str, kube_api, tenant, replica: OperatorReplica) -> None:
+def attack(mlflow_url: str, namespace: str, kube_api, tenant, replica: OperatorReplica) -> None:
     body = training_run("many-keys", steps=600, env={"SLIPWAY_STEP_SECONDS": "1"})
     client.CustomObjectsApi(tenant.api).create_namespaced_custom_object(GROUP, VERSION, namespace, "trainingruns", body)
     obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys",
@@ -93,7 +99,7 @@ def attack(cluster, namespace: str, kube_api, tenant, replica: OperatorReplica) 
             mlflow.log_batch(run_id, metrics=[(f"loss_step_{i}", 0.5, i, 1700000000000) for i in range(n, n + 1000)])
 
         with (
-            MlflowClient(cluster.mlflow_url, timeout=60, retries=3) as mlflow,
+            MlflowClient(mlflow_url, timeout=60, retries=3) as mlflow,
             concurrent.futures.ThreadPoolExecutor(2) as pool,
         ):
             list(pool.map(batch, range(0, KEYS, 1000)))
