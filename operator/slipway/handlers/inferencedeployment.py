@@ -16,6 +16,7 @@ from slipway import analysis, cost, kube, metrics, opencost, providers, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.builders.operatorfields import keeping_operator_fields, revision_for
+from slipway.handlers.inferencerestore import ALIAS_TAGS, ALIAS_UID, drop_moves_made, registry_view
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models import InferenceDeploymentSpec
 from slipway.models.base import parse_duration
@@ -76,6 +77,9 @@ class Reconciler:
         observed = Observed(spec=self.spec, desired=desired, desired_problem=problem, stable=tracks["stable"],
                             canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
                             now=datetime.now(UTC))  # fmt: skip
+        # No stable of its own (new, or re-created without status): what MLflow records decides the first one.
+        observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, tracks["stable"],
+                                          list(deployments.values()))  # fmt: skip
         decision = plan(observed)
         if decision.analyze and decision.rollout is not None:
             if decision.analyze_track == "stable":  # a bake: the promoted version on the stable's pods
@@ -88,6 +92,7 @@ class Reconciler:
                 observed.analysis = self.analyse(observed.now, tracks_ids)
             self.costs = dict(observed.analysis.costs)
             decision = plan(observed)
+        drop_moves_made(self.mlflow, self.ctx.status, decision)
         pending, parked = self.registry_updates(observed, decision)
         rollback = new_rollback(self.ctx.status, decision)
         kept = decision.status.get("previousStable")
@@ -226,8 +231,8 @@ class Reconciler:
         status says is rolling out or served, so rollbacks, aborts and analysis go on."""
         memory, now = self.ctx.memory, time.monotonic()
         due = now - memory.get("alias_time", -1e9) >= self.ctx.config.alias_poll_seconds
-        if self.ctx.key in self.ctx.cache.alias_stale:
-            self.ctx.cache.alias_stale.discard(self.ctx.key)
+        if self.ctx.key in self.ctx.cache.alias_stale or memory.get(ALIAS_UID) != self.ctx.uid:
+            self.ctx.cache.alias_stale.discard(self.ctx.key)  # (a re-created object reads it again)
             due = True
         if memory.get("alias") != (model, alias) or due:
             try:
@@ -237,6 +242,7 @@ class Reconciler:
                     return memory["alias_version"]  # type: ignore[no-any-return]
                 return self.last_known(model)
             memory["alias_version"] = Desired(found.version, found.uri, model) if found else None
+            memory[ALIAS_TAGS], memory[ALIAS_UID] = (dict(found.tags) if found else {}), self.ctx.uid
             memory["alias"], memory["alias_time"] = (model, alias), now
         return memory["alias_version"]  # type: ignore[no-any-return]
 

@@ -578,6 +578,12 @@ class Rollback(StatusModel):
     revision: str | None = Field(default=None, description="The revision rolled back: it is not retried.")
     retried: bool | None = Field(default=None, description="True once slipway.dev/retry released it.")
     time: str = Field(description="When it happened.")
+    tag: str | None = Field(
+        default=None,
+        description="The version's slipway.dev/rollback tag this record was read back from: the object was "
+        "re-created without its status (applied again from Git, restored without status) and refuses what an "
+        "earlier one rolled back.",
+    )
 
 
 class RegistryUpdate(StatusModel):

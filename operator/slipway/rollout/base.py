@@ -71,6 +71,16 @@ class Track:
         return self.revision == desired.revision
 
 
+@dataclass(frozen=True)
+class RegistryView:
+    """What MLflow records, read only while an InferenceDeployment has no stable of its own
+    (slipway.rollout.restore): the desired version's ``slipway.dev/rollback`` tag (None: no tag) and
+    the version the promote alias names now, with its revision for this spec (None: no such alias)."""
+
+    rollback_tag: str | None = None
+    promoted: Desired | None = None
+
+
 @dataclass
 class Observed:
     spec: InferenceDeploymentSpec
@@ -82,6 +92,7 @@ class Observed:
     annotations: dict[str, str]
     now: datetime
     analysis: AnalysisOutcome | None = None
+    registry: RegistryView | None = None  # read only while there is no stable of its own; None: not read
 
 
 @dataclass

@@ -18,6 +18,8 @@ from slipway.rollout.base import (
 from slipway.rollout.budget import size_tracks
 from slipway.rollout.canary import Canary
 from slipway.rollout.promotion import Promotion
+from slipway.rollout.records import ROLLBACK_TAG
+from slipway.rollout.restore import restored
 from slipway.rollout.settled import first_revision, health_status
 from slipway.status.conditions import reconciling, stalled
 
@@ -48,7 +50,7 @@ def _plan_for(obs: Observed) -> Plan:
     if status.get("phase") == "Promoting" and (status.get("canary") or {}).get("revision") == desired.revision:
         return Promotion(obs, desired).plan()
     if stable is None or stable.revision is None:
-        return first_revision(obs, desired)
+        return restored(obs, desired) or first_revision(obs, desired)
     if stable.serves(desired):
         return settled_or_baking(obs, desired, stable)
     last = status.get("lastRollback") or {}
@@ -61,6 +63,8 @@ def _plan_for(obs: Observed) -> Plan:
         cause = str(last.get("reason"))
         if last.get("metric"):
             cause += f": {last['metric']}={last.get('value')}"
+        if last.get("tag"):  # read back from MLflow: this object was re-created without its status
+            cause += f"; MLflow tag {ROLLBACK_TAG} on version {desired.version}: {last['tag']}"
         message = (
             f"{describe(desired)} was rolled back ({cause}); stable serves {describe_track(stable)}; publish a new "
             f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"

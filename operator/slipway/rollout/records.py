@@ -33,9 +33,10 @@ def alias_target(obs: Observed, result: Plan) -> tuple[str, str] | None:
 
 
 def new_rollback(before: Mapping[str, Any], result: Plan) -> dict[str, Any] | None:
-    """The rollback ``result`` records, if it is a new one (not the stored record, nor its retry mark)."""
+    """The rollback ``result`` records, if it is a new one (not the stored record, nor its retry mark,
+    nor one read back from a version's rollback tag: that rollback was counted when it happened)."""
     record = result.status.get("lastRollback")
-    if not record or record.get("retried"):
+    if not record or record.get("retried") or record.get("tag"):
         return None
     stored = before.get("lastRollback") or {}
     same = all(record.get(k) == stored.get(k) for k in ("revision", "reason", "time"))
