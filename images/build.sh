@@ -25,7 +25,8 @@ if [ -n "$missing" ]; then
   apt-cache show $missing >/dev/null 2>&1 || apt-get update -q
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q $missing
 fi
-version=$("$PY" -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')
+# The version the tree is stamped with (release/versioning.py; make release stamps a copy for another).
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' operator/slipway/_version.py)
 
 # The image run once without a container runtime: its root filesystem bind-mounted read-only in a
 # mount namespace of its own, the program run as UID 65532 with a clean environment.

@@ -1,7 +1,9 @@
 """Slipway: a Kubernetes operator that carries a model from training to production."""
 
+from slipway._version import __version__
+
 GROUP = "slipway.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
-__version__ = "0.1.0"
+__all__ = ["API_VERSION", "GROUP", "VERSION", "__version__"]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slipway._version import __version__
 from slipway.redact import redact_url
 
 
@@ -134,8 +135,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("mlflow_credentials_secret", "SLIPWAY_MLFLOW_CREDENTIALS_SECRET", "slipway-mlflow-credentials", "workload "
        "pods read MLflow credentials from this Secret of their namespace, if it exists; the MLflow address they get "
        "carries none", empty=True),
-    _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", "ghcr.io/slipway-dev/slipway:0.1.0", "the image of Slipway's "
-       "own workloads (quantize, validate) when a spec names none", empty=True),
+    _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", f"ghcr.io/slipway-dev/slipway-workloads:{__version__}",
+       "the image of Slipway's own workloads (quantize, validate) when a spec names none", empty=True),
     _s("fetch_image", "SLIPWAY_FETCH_IMAGE", "", "the image of the fetch-model init container of serving pods with "
        "spec.modelLoad (default: the workload image); no part of a revision: a new one reaches pods with their "
        "next revision", empty=True, shown_default=""),

@@ -136,7 +136,7 @@ def test_defaults_render_what_manifests_deployment_has():
     assert secret_refs == secret_refs_of(manifest_container["env"])
     assert set(secret_refs) == {"MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"}
     assert all(r["secretKeyRef"]["name"] == "slipway-mlflow-credentials" for r in secret_refs.values())
-    assert container(objs)["image"] == "ghcr.io/slipway-dev/slipway:0.1.0"
+    assert container(objs)["image"] == "ghcr.io/slipway-dev/slipway-operator:0.1.0"
     e = env(objs)
     assert e["SLIPWAY_MLFLOW_URL"] == "http://mlflow.mlflow.svc:5000"
     assert e["SLIPWAY_PROMETHEUS_URL"] == "http://prometheus.monitoring.svc:9090"
@@ -148,8 +148,8 @@ def test_defaults_render_what_manifests_deployment_has():
         "slipway-inference",
         "slipway-training",
     )
-    assert e["SLIPWAY_WORKLOAD_IMAGE"] == "ghcr.io/slipway-dev/slipway:0.1.0"
-    assert e["SLIPWAY_FETCH_IMAGE"] == "ghcr.io/slipway-dev/slipway:0.1.0"
+    assert e["SLIPWAY_WORKLOAD_IMAGE"] == "ghcr.io/slipway-dev/slipway-workloads:0.1.0"
+    assert e["SLIPWAY_FETCH_IMAGE"] == "ghcr.io/slipway-dev/slipway-workloads:0.1.0"
     # The pod's securityContext is manifests/deployment.yaml's: non-root, read-only root, no capabilities.
     pod, rendered_pod = manifest["spec"]["template"]["spec"], deployment["spec"]["template"]["spec"]
     assert rendered_pod["securityContext"] == pod["securityContext"]

@@ -25,8 +25,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end -}}
 
+{{/* An image reference from {repository, tag, digest}: by digest when one is set, else by tag. */}}
+{{- define "slipway.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (.image.tag | default .appVersion) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "slipway.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- include "slipway.imageRef" (dict "image" .Values.image "appVersion" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{- define "slipway.workloadsImage" -}}
+{{- include "slipway.imageRef" (dict "image" .Values.workloadsImage "appVersion" .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/* "true" when every watched namespace is an exact name, so namespaced RBAC can be bound to each. */}}
