@@ -141,8 +141,11 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 test-unit: $(VENV)/.installed promql-oracle
 	$(PY) -m pytest -q tests/unit tests/harness
 
-cluster-up: install controlplane prometheus metrics-server traefik helm  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway)
-	$(PY) -m localkube up $(if $(GATEWAY_API),--gateway-api)
+# RUNTIME=containerd: one real node (kubelet, kube-proxy, Debian's containerd, runc and CNI plugins;
+# images from dist/, `make image`) instead of the node agents that run pods as processes.
+RUNTIME ?= process
+cluster-up: install controlplane prometheus metrics-server traefik helm $(if $(filter containerd,$(RUNTIME)),node)  ## start the local cluster, MLflow and Prometheus in the background (GATEWAY_API=1: and the gateway; RUNTIME=containerd: a real node)
+	$(PY) -m localkube up --runtime $(RUNTIME) $(if $(GATEWAY_API),--gateway-api)
 
 demo: install controlplane prometheus metrics-server  ## the whole lifecycle on the local cluster, live, with a summary
 	$(PY) -m slipway_e2e.demo

@@ -27,11 +27,12 @@ def _up(a: argparse.Namespace) -> int:
         scrape_interval=a.scrape_interval,
         gateway_api=a.gateway_api,
         restart_backoff=a.restart_backoff,
+        runtime=a.runtime,
     )
     started = time.monotonic()
     try:
         info = up(cfg)
-    except (ClusterRunning, FileExistsError, FileNotFoundError) as e:
+    except (ClusterRunning, FileExistsError, FileNotFoundError, ValueError) as e:
         print(f"localkube: {e}", file=sys.stderr)
         return 1
     except (RuntimeError, TimeoutError) as e:
@@ -102,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         "--gateway-api",
         action="store_true",
         help="install the Gateway API standard CRDs and run the gateway (Traefik, `make traefik`)",
+    )
+    u.add_argument(
+        "--runtime",
+        choices=("process", "containerd"),
+        default="process",
+        help="process: pods as local processes (default); containerd: one real node (kubelet, containerd, runc, "
+        "CNI bridge, kube-proxy; `make node`, images from dist/)",
     )
     u.add_argument("--restart-backoff", type=float, default=10.0, help="first CrashLoopBackOff delay (s)")
     u.set_defaults(func=_up)

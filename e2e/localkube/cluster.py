@@ -51,6 +51,9 @@ class ClusterConfig:
     scrape_interval: str = "5s"
     gateway_api: bool = False
     restart_backoff: float = 10.0
+    # "process": node agents run pods as local processes (the fast default); "containerd": one real
+    # node, the kubelet and kube-proxy on containerd, runc and a CNI bridge (localkube.realnode).
+    runtime: str = "process"
     metrics_server: bool = True  # with Prometheus, also the custom metrics adapter
     # Prometheus metrics the adapter serves as Pods metrics (custom.metrics.k8s.io).
     pod_metrics: tuple[str, ...] = ("slipway_requests_in_flight", "vllm:num_requests_running")
@@ -125,6 +128,14 @@ class Launcher:
             prometheus.binary()  # fail before starting anything
         if self.cfg.metrics_server and not self.cfg.metrics_server_binary.exists():
             raise FileNotFoundError(f"{self.cfg.metrics_server_binary} is missing: run `make metrics-server` first")
+        if self.cfg.runtime == "containerd":
+            from localkube.realnode import check_prerequisites
+
+            if self.cfg.nodes != 1:
+                raise ValueError(f"the containerd runtime runs one node, not {self.cfg.nodes}")
+            check_prerequisites()
+        elif self.cfg.runtime != "process":
+            raise ValueError(f"unknown runtime {self.cfg.runtime!r}: use process or containerd")
         previous = ClusterInfo.load(self.dir)
         if previous and not previous.stopped and previous.any_alive():
             raise ClusterRunning(f"a cluster is already running in {self.dir} (stop it with `localkube down`)")
@@ -370,6 +381,21 @@ class Launcher:
                 env={"PYTHONUNBUFFERED": "1"},
             )
 
+    def start_real_node(self) -> None:
+        """containerd with the images of dist/, the kubelet registered as the node, kube-proxy."""
+        from localkube.realnode import RealNode, grant_kubelet_api
+
+        node = self.info.nodes[0]
+        grant_kubelet_api(self.kube)
+        real = RealNode(self.dir, node, self.ca, self.kube, self.info.apiserver_url,
+                        lambda name, cmd, env: self._spawn(name, cmd, env=env))  # fmt: skip
+        real.start_containerd()
+        real.import_images()
+        client, serving = self.certs[f"node-{node}"], self.certs[f"kubelet-{node}"]
+        real.start_kubelet((client.cert, client.key), (serving.cert, serving.key))
+        real.initialize()
+        real.start_kube_proxy()
+
     def wait_nodes_ready(self, timeout: float = 90) -> None:
         def ready() -> bool:
             for name in self.info.nodes:
@@ -516,7 +542,10 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
         launcher.start_controller_manager()
         launcher.start_scheduler()
         launcher.start_provisioner()
-        launcher.start_node_agents()
+        if cfg.runtime == "containerd":
+            launcher.start_real_node()
+        else:
+            launcher.start_node_agents()
         launcher.wait_controllers()
         launcher.wait_nodes_ready()
         if cfg.metrics_server:
@@ -541,8 +570,12 @@ def down(directory: Path) -> ClusterInfo | None:
     info = ClusterInfo.load(directory)
     if info is None:
         return None
+    from localkube import nodedown
+
+    nodedown.remove_pods(directory, info.processes)  # a real node's pods, while containerd runs
     for proc in reversed(info.processes):
         proc.stop(timeout=20 if proc.name.startswith("nodeagent-") else 10)
+    nodedown.cleanup(directory)
     # A node agent that died hard leaves its pods' processes behind: stop those too.
     from localkube.nodeagent.tracking import kill_tracked_processes
 
