@@ -175,6 +175,8 @@ def test_values_reach_the_operator():
         "replicas=3",
         "image.repository=registry.example/slipway",
         "image.tag=0.2.0",
+        "workloadsImage.repository=registry.example/slipway-workloads",
+        "workloadsImage.digest=sha256:" + "b" * 64,
         "mlflow.url=http://mlflow.ml.svc:5000",
         "mlflow.publicUrl=https://mlflow.example.com",
         "mlflow.credentialsSecret=team-mlflow",
@@ -199,8 +201,12 @@ def test_values_reach_the_operator():
     assert e["SLIPWAY_ALLOWED_PROMETHEUS_URLS"] == "http://thanos.obs.svc:10902,http://prom.team-a.svc:9090"
     assert e["SLIPWAY_REQUIRE_MODEL_ALLOWLIST"] == "false"
     assert e["SLIPWAY_ALLOWED_GATEWAYS"] == "gateway-system/public,infra/*"
-    assert e["SLIPWAY_WORKLOAD_IMAGE"] == "registry.example/slipway:0.2.0"
-    assert e["SLIPWAY_FETCH_IMAGE"] == "registry.example/slipway:0.2.0"
+    assert e["SLIPWAY_WORKLOAD_IMAGE"] == "registry.example/slipway-workloads@sha256:" + "b" * 64  # by digest
+    assert e["SLIPWAY_FETCH_IMAGE"] == e["SLIPWAY_WORKLOAD_IMAGE"]
+    assert "@" not in env(render("image.digest=sha256:" + "a" * 64))["SLIPWAY_WORKLOAD_IMAGE"]  # each its own
+    assert container(render("image.digest=sha256:" + "a" * 64))["image"] == (
+        "ghcr.io/slipway-dev/slipway-operator@sha256:" + "a" * 64  # a digest wins over the tag
+    )
     pinned = "registry.example/slipway@sha256:" + "0" * 64
     assert env(render(f"fetchImage={pinned}"))["SLIPWAY_FETCH_IMAGE"] == pinned
     # The ServiceAccount bound cluster-wide and for the Lease is the one in the release namespace.
