@@ -115,6 +115,19 @@ reference: $(VENV)/.installed  ## regenerate docs/reference/ from the code (the 
 image: $(VENV)/.installed  ## the operator and workloads images (buildah, no Docker daemon): OCI archives in dist/
 	bash images/build.sh
 
+# Releases (release/): one version source, the git tags vX.Y.Z (0.1.0 until the first), stamped into
+# slipway/_version.py, the chart and manifests/ by `make version VERSION=X.Y.Z` (a release commit; the
+# unit tests fail while a file disagrees). `make release` writes dist/VERSION/ (release/bundle.py): both
+# image archives, install.yaml and the chart with the images by digest, the wheel and SHA256SUMS. No
+# registry, no Docker; a VERSION other than the tree's is stamped into a copy, never into the tree.
+.PHONY: version release
+REGISTRY ?= ghcr.io/slipway-dev
+version:  ## print the version (from the git tags); VERSION=X.Y.Z stamps it into the tree for a release commit
+	$(if $(VERSION),$(PY) release/versioning.py --stamp $(VERSION),@$(PY) release/versioning.py)
+
+release: $(VENV)/.installed helm  ## dist/VERSION/ (default: the tags' version): images, install.yaml, chart, SHA256SUMS
+	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY)
+
 crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
 

@@ -1,0 +1,215 @@
+"""A release a team can pin: dist/X.Y.Z/ from `make release`, installed from a directory holding
+nothing else (no checkout, no registry).
+
+The release directory is copied alone into an empty temporary directory; its SHA256SUMS hold; the
+packaged chart renders both images by the digests read from the archives, and the API server accepts
+what it renders; install.yaml, with only the namespace changed (what docs/install.md tells a user to
+change), is applied server-side into a fresh namespace: the CRDs are established, every object
+exists and the Deployment names both images by those digests.
+
+On the local test cluster pods are local processes started by the node agent, not containers from
+the images: nothing here pulls or runs an image. The operator's Deployment is applied with 0
+replicas: a second operator for all namespaces would reconcile the other tests' objects (the Helm
+install test of test_chart.py runs the chart's operator, one test at a time).
+
+The release is built once per session when dist/X.Y.Z/ is missing (`make release`, both images:
+minutes), or rewritten without rebuilding the images when its install.yaml is stale.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from slipway_e2e.deploy import kubectl
+from slipway_testing import report
+
+ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / ".cache" / "helm" / "helm"
+Obj = dict[str, Any]
+KEPT = {"CustomResourceDefinition", "PriorityClass"}  # shared with the session's other tests
+
+
+def load(name: str) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    sys.path.insert(0, str(ROOT / "release"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "release" / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+versioning = load("versioning")
+bundle = load("bundle")
+VERSION = versioning.stamped(ROOT)
+
+
+def build_release(out: Path) -> None:
+    """dist/VERSION/ as `make release` writes it: built when missing, its text files rewritten when stale."""
+    archives = [out / f"slipway-{k}-{VERSION}.oci.tar" for k in bundle.KINDS]
+    if all(a.exists() for a in archives) and (out / "install.yaml").exists():
+        digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}
+        expected = bundle.install_yaml(ROOT, VERSION, bundle.DEFAULT_REGISTRY, digests)
+        if (out / "install.yaml").read_text() == expected:
+            return
+        if all((ROOT / "dist" / a.name).exists() for a in archives):  # make image's archives: reused
+            args, what = ["--skip-images"], "rewritten (install.yaml was stale; the images of dist/ reused)"
+        else:
+            args, what = [], "built again (install.yaml was stale; both images and the rest)"
+    else:
+        args, what = [], "built (both images and the rest)"
+    start = time.monotonic()
+    subprocess.run([sys.executable, str(ROOT / "release" / "bundle.py"), VERSION, *args], cwd=ROOT, check=True,
+                   timeout=1500)  # fmt: skip
+    report(f"release: dist/{VERSION}/ {what} in {time.monotonic() - start:.0f}s")
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """dist/VERSION/ copied alone into an empty directory, and the digests read from its archives."""
+    if not HELM.exists():
+        pytest.fail(f"{HELM} is missing: run `make helm`", pytrace=False)
+    out = ROOT / "dist" / VERSION
+    out.parent.mkdir(exist_ok=True)
+    with (ROOT / "dist" / ".release.lock").open("w") as lock:  # one build, whichever worker comes first
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_release(out)
+    here = tmp_path_factory.mktemp("release")
+    for path in out.iterdir():
+        shutil.copy2(path, here / path.name)
+    digests = {k: bundle.digest_of(here / f"slipway-{k}-{VERSION}.oci.tar") for k in bundle.KINDS}
+    return here, digests
+
+
+def objects(text: str) -> list[Obj]:
+    return [o for o in yaml.safe_load_all(text) if o]
+
+
+def pinned_images(objs: list[Obj]) -> tuple[str, dict[str, str]]:
+    (deployment,) = [o for o in objs if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container["image"], {e["name"]: e.get("value") for e in container["env"]}
+
+
+def assert_pinned(objs: list[Obj], digests: dict[str, str], registry: str = bundle.DEFAULT_REGISTRY) -> None:
+    image, env = pinned_images(objs)
+    assert image == f"{registry}/slipway-operator@{digests['operator']}"
+    workloads = f"{registry}/slipway-workloads@{digests['workloads']}"
+    assert env["SLIPWAY_WORKLOAD_IMAGE"] == env["SLIPWAY_FETCH_IMAGE"] == workloads
+
+
+def test_the_release_holds_every_file_and_its_sums(release):
+    here, digests = release
+    names = {p.name for p in here.iterdir()}
+    assert names == {
+        f"slipway-operator-{VERSION}.oci.tar",
+        f"slipway-workloads-{VERSION}.oci.tar",
+        "install.yaml",
+        f"slipway-{VERSION}.tgz",
+        f"slipway_operator-{VERSION}-py3-none-any.whl",
+        "images.txt",
+        "SHA256SUMS",
+    }
+    done = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=here, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count(": OK") == len(names) - 1
+    listed = dict(line.split()[:2] for line in (here / "images.txt").read_text().splitlines())
+    assert listed == {f"slipway-{k}": f"{bundle.DEFAULT_REGISTRY}/slipway-{k}@{digests[k]}" for k in bundle.KINDS}
+    report("release: " + ", ".join(f"{p.name} {p.stat().st_size / 1e6:.1f} MB" for p in sorted(here.iterdir())))
+
+
+def helm_template(chart: Path, namespace: str, *sets: str) -> list[Obj]:
+    home = HELM.parent / "home"
+    env = {f"HELM_{d.upper()}_HOME": str(home / d) for d in ("cache", "config", "data")}
+    args = [str(HELM), "template", "slipway", str(chart), "-n", namespace, "--include-crds"]
+    for s in sets:
+        args += ["--set", s]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **env})
+    assert done.returncode == 0, done.stderr
+    return objects(done.stdout)
+
+
+def test_the_packaged_chart_pins_both_images_and_carries_its_crds(release):
+    here, digests = release
+    chart = here / f"slipway-{VERSION}.tgz"
+    objs = helm_template(chart, "slipway-system")
+    assert_pinned(objs, digests)
+    crds = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition")
+    assert crds == ["inferencedeployments.slipway.dev", "modelartifacts.slipway.dev", "trainingruns.slipway.dev"]
+    # A team's registry: the repository changes, the digest stays.
+    assert_pinned(helm_template(chart, "slipway-system", "image.repository=registry.example/ml/slipway-operator",
+                                "workloadsImage.repository=registry.example/ml/slipway-workloads"),
+                  digests, "registry.example/ml")  # fmt: skip
+
+
+@pytest.mark.cluster
+def test_the_api_server_accepts_the_packaged_chart(release, cluster, namespace):
+    here, _ = release
+    objs = helm_template(here / f"slipway-{VERSION}.tgz", namespace, "namePrefix=rel-dry")
+    env_kubeconfig = {"KUBECONFIG": str(cluster.kubeconfig), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(ROOT / ".cache" / "controlplane" / "kubectl"), "apply", "--dry-run=server", "-f", "-"],
+                          input=yaml.safe_dump_all(objs), capture_output=True, text=True, timeout=120,
+                          env=env_kubeconfig)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("(server dry run)") == len(objs), done.stdout
+
+
+def key(o: Obj) -> tuple[str, str, str]:
+    return o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]
+
+
+def exists(cluster: Any, o: Obj) -> bool:
+    ns = ["-n", o["metadata"]["namespace"]] if o["metadata"].get("namespace") else []
+    kind = f"{o['kind'].lower()}.{o['apiVersion'].split('/')[0]}" if "/" in o["apiVersion"] else o["kind"].lower()
+    return kubectl(cluster, "get", kind, o["metadata"]["name"], *ns, check=False).returncode == 0
+
+
+@pytest.mark.cluster
+@pytest.mark.serial  # its ClusterRoleBinding slipway-operator is the kustomize install's too
+def test_install_yaml_applies_from_the_release_alone(release, cluster):
+    here, digests = release
+    system = f"slipway-rel-{secrets.token_hex(2)}"
+    # What docs/install.md tells a user to change for another namespace: slipway-system, throughout.
+    text = (here / "install.yaml").read_text().replace("slipway-system", system)
+    objs = objects(text)
+    before = {key(o) for o in objs if not o["metadata"].get("namespace") and exists(cluster, o)}
+    # Not started here (the module's docstring says why): the Deployment alone gets 0 replicas.
+    (deployment,) = [o for o in objs if o["kind"] == "Deployment"]
+    deployment["spec"]["replicas"] = 0
+    (here / "install-here.yaml").write_text(yaml.safe_dump_all(objs))
+    start = time.monotonic()
+    try:
+        applied = kubectl(cluster, "apply", "--server-side", "-f", str(here / "install-here.yaml"), check=False)
+        assert applied.returncode == 0, applied.stderr
+        report(f"release: install.yaml applied server-side ({len(objs)} objects) in {time.monotonic() - start:.1f}s")
+        for crd in (o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition"):
+            kubectl(cluster, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s", timeout=70)
+        missing = [key(o) for o in objs if not exists(cluster, o)]
+        assert missing == []
+        live = yaml.safe_load(kubectl(cluster, "-n", system, "get", "deployment", "slipway-operator", "-o",
+                                      "yaml").stdout)  # fmt: skip
+        assert_pinned([live], digests)
+        binding = yaml.safe_load(kubectl(cluster, "get", "clusterrolebinding", "slipway-operator", "-o", "yaml").stdout)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slipway-operator", "namespace": system}]
+    finally:
+        made = [o for o in objs if o["kind"] not in KEPT | {"Namespace"} and key(o) not in before]
+        made = [o for o in made if not o["metadata"].get("namespace")]  # the namespace's go with it
+        if made:  # deleted, and waited for; what the cluster had before is left as it was
+            (here / "made.yaml").write_text(yaml.safe_dump_all(made))
+            kubectl(cluster, "delete", "--ignore-not-found", "-f", str(here / "made.yaml"), check=False)
+        kubectl(cluster, "delete", "namespace", system, "--wait=false", check=False)
