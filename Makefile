@@ -16,7 +16,7 @@ ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
 KWOK := $(CACHE)/kwok/kwok
 KUEUE := $(CACHE)/kueue/kueue
 JOBSET := $(CACHE)/jobset/jobset
-CRD_DIRS := crds charts/slipway/crds
+CRD_DIRS := crds charts/slipway/crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
@@ -128,7 +128,7 @@ version:  ## print the version (from the git tags); VERSION=X.Y.Z stamps it into
 release: $(VENV)/.installed helm  ## dist/VERSION/ (default: the tags' version): images, install.yaml, chart, SHA256SUMS
 	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY)
 
-crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway/crds/ from the pydantic models
+crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
 
 verify: lint types docs  ## lint, types, CRD drift, the documentation site built strictly

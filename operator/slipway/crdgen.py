@@ -1,7 +1,8 @@
 """Generate Slipway's CustomResourceDefinitions from the pydantic models.
 
-``python -m slipway.crdgen crds charts/slipway/crds`` writes ``*.yaml`` into each directory
-(kustomize's ``crds/`` and the Helm chart's ``crds/``); ``--check`` fails when the files in
+``python -m slipway.crdgen crds charts/slipway/crds charts/slipway-crds/files`` writes ``*.yaml``
+into each directory (kustomize's ``crds/``, the Helm chart's ``crds/`` and the CRD chart's
+``files/``, which it renders as templates); ``--check`` fails when the files in
 any of them differ from what the models generate (CI drift check).
 
 The JSON schema pydantic emits is turned into a Kubernetes structural schema:
@@ -281,7 +282,7 @@ def file_name(kind: Kind) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slipway.crdgen", description=__doc__.splitlines()[0])
     parser.add_argument("directories", type=Path, nargs="+", metavar="DIRECTORY",
-                        help="where the CRD files live (crds/, charts/slipway/crds/)")  # fmt: skip
+                        help="where the CRD files live (crds/, the charts' crds/ and files/)")  # fmt: skip
     parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     args = parser.parse_args(argv)
     drift = []
