@@ -9,7 +9,7 @@
 # Needs: docker, kind, kubectl.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-image=ghcr.io/slipway-dev/slipway:0.1.0
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' operator/slipway/_version.py)
 cluster=slipway
 ns=demo
 
@@ -20,11 +20,14 @@ kind get clusters | grep -qx "$cluster" || kind create cluster --config e2e/kind
 trap '[ "${KEEP:-}" = 1 ] || kind delete cluster --name "$cluster"' EXIT
 kubectl config use-context "kind-$cluster"
 
-# One image for the operator and the workloads here (manifests/ names one): the workloads image,
-# which holds the operator package too. The wheels are built on the host (images/wheels.sh).
+# The two images manifests/ and samples/ name (slipway-operator, slipway-workloads), at the tree's
+# version, from wheels built on the host (images/wheels.sh).
 bash images/wheels.sh build/image
-docker build -f images/Dockerfile --build-arg WHEELS=workloads -t "$image" build/image
-kind load docker-image "$image" --name "$cluster"
+for kind in operator workloads; do
+  image=ghcr.io/slipway-dev/slipway-$kind:$version
+  docker build -f images/Dockerfile --build-arg WHEELS=$kind -t "$image" build/image
+  kind load docker-image "$image" --name "$cluster"
+done
 
 kubectl apply -f e2e/kind/addons.yaml
 kubectl -n mlflow rollout status deployment/mlflow --timeout=300s
