@@ -20,7 +20,7 @@ CRD_DIRS := crds charts/slipway/crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock image mlflow-env controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -54,6 +54,16 @@ $(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt e2e/constraints-mlf
 	$(PYTHON) -m venv $(CACHE)/mlflow-venv
 	$(CACHE)/mlflow-venv/bin/pip install -q -r e2e/requirements-mlflow.txt -c e2e/constraints-mlflow.txt
 	touch $@
+
+# The oldest MLflow release Slipway supports, for the MLflow contract phase (tests/tools/mlflow_contract.py).
+mlflow-oldest-env: $(CACHE)/mlflow-venv-oldest/.installed
+$(CACHE)/mlflow-venv-oldest/.installed: e2e/requirements-mlflow-oldest.txt e2e/constraints-mlflow-oldest.txt
+	$(PYTHON) -m venv $(CACHE)/mlflow-venv-oldest
+	$(CACHE)/mlflow-venv-oldest/bin/pip install -q -r e2e/requirements-mlflow-oldest.txt -c e2e/constraints-mlflow-oldest.txt
+	touch $@
+
+test-mlflow-contract: $(VENV)/.installed mlflow-env mlflow-oldest-env  ## the MLflow contract tests against the oldest and the newest MLflow Slipway supports
+	$(PY) tests/tools/mlflow_contract.py
 
 controlplane: $(CONTROLPLANE)  ## build etcd + kube-* from upstream Go modules (cached)
 $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum $(wildcard e2e/controlplane/*.go) e2e/controlplane/build.sh
@@ -142,7 +152,7 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
-test: install $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
+test: install mlflow-oldest-env $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 
 test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart, plugin and health tests

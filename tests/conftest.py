@@ -78,11 +78,13 @@ def slipway_crds(cluster) -> list[str]:
 
 
 @pytest.fixture
-def mlflow(cluster):
-    """A client of the cluster's MLflow server."""
+def mlflow(request):
+    """A client of the cluster's MLflow server, or of the server SLIPWAY_TEST_MLFLOW_URL names (the
+    MLflow contract phase runs the MLflow tests against each supported release without a cluster)."""
     from slipway.mlflow import MlflowClient
 
-    with MlflowClient(cluster.mlflow_url) as client:
+    url = os.environ.get("SLIPWAY_TEST_MLFLOW_URL") or request.getfixturevalue("cluster").mlflow_url
+    with MlflowClient(url) as client:
         yield client
 
 

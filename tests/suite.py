@@ -2,6 +2,8 @@
 
 1. checks: ruff (lint, format), mypy, CRD drift, the docs site built strictly — a failure stops here;
 2. unit tests (tests/unit, the product; tests/harness, the test harness) — a failure stops here;
+   then the MLflow contract tests against the oldest MLflow release Slipway supports (its own
+   server, no cluster; tests/tools/mlflow_contract.py), while the cluster starts;
 3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here,
    in the background while 1 and 2 run, and stopped at the end): first every test that shares the
    cluster with others, on several pytest-xdist workers (each test in its own namespace;
@@ -222,6 +224,13 @@ def main() -> int:
         phases.append(unit)
         if unit.code:
             return finish(unit.code)
+
+        if not a.fast:  # while the cluster starts: the oldest MLflow (the shared phase runs the newest)
+            sys.path.insert(0, str(ROOT / "tests" / "tools"))
+            from mlflow_contract import PATHS, release_env
+
+            with release_env("oldest") as contract_env:
+                phases.append(pytest_phase("mlflow oldest", [*PATHS, *a.pytest_args], contract_env))
 
         waiting = time.monotonic()
         directory = cluster()

@@ -50,17 +50,19 @@ def launch_mlflow(
     host: str = "127.0.0.1",
     port: int | None = None,
     allowed_hosts: str | None = None,
+    mlflow_bin: Path = MLFLOW_BIN,
 ) -> MlflowServer:
-    """Start ``mlflow server`` (SQLite store and artifacts under ``workdir``) without waiting for it.
+    """Start ``mlflow server`` (SQLite store and artifacts under ``workdir``) without waiting for it;
+    ``mlflow_bin`` is the ``mlflow`` of the release to run (the pinned one by default).
 
     The server runs in its own session: its pid is also its process group.
     """
-    if not MLFLOW_BIN.exists():
-        raise RuntimeError(f"{MLFLOW_BIN} is missing: run `make mlflow-env` (or `make install`) first")
+    if not mlflow_bin.exists():
+        raise RuntimeError(f"{mlflow_bin} is missing: run `make mlflow-env` (or `make install`) first")
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port(host)
     cmd = [
-        str(MLFLOW_BIN), "server",
+        str(mlflow_bin), "server",
         "--backend-store-uri", f"sqlite:///{workdir / 'mlflow.db'}",
         "--artifacts-destination", str(workdir / "artifacts"),
         "--serve-artifacts",
@@ -99,6 +101,7 @@ def start_mlflow(
     port: int | None = None,
     allowed_hosts: str | None = None,
     ready_timeout: float = 90,
+    mlflow_bin: Path = MLFLOW_BIN,
 ) -> MlflowServer:
     """Start ``mlflow server`` with a SQLite store under ``workdir``; wait for /health."""
-    return wait_healthy(launch_mlflow(workdir, host, port, allowed_hosts), ready_timeout)
+    return wait_healthy(launch_mlflow(workdir, host, port, allowed_hosts, mlflow_bin), ready_timeout)

@@ -132,6 +132,11 @@ def _answer(status: int, body: object = None, text: str = "") -> httpx.Response:
             "POST /runs/log-batch",
             MlflowUnavailable,
         ),
+        (  # MLflow 3.0's answer to the download of an absent artifact: not an outage
+            _answer(500, {"error_code": "INTERNAL_ERROR", "message": "[Errno 2] No such file or directory: '/a/x'"}),
+            "download runs:/r/absent",
+            MlflowNotFound,
+        ),
         (_answer(429, {"error_code": "REQUEST_LIMIT_EXCEEDED", "message": "slow down"}), "GET /x", MlflowUnavailable),
         (_answer(403, {"error_code": "PERMISSION_DENIED", "message": "no"}), "GET /x", MlflowError),
     ],

@@ -372,6 +372,9 @@ def _raise_for_answer(response: httpx.Response, what: str, server: str) -> None:
     error_code, explanation = _mlflow_error(response)
     if explanation:
         log.debug("MLflow's explanation of %s (HTTP %d %s): %.300r", what, status, error_code, explanation)
+    if status == 500 and error_code == "INTERNAL_ERROR" and "No such file or directory" in explanation:
+        # MLflow before 3.1 answers the download of an absent artifact with 500, not 404.
+        raise MlflowNotFound(f"MLflow {what}: not found", status=status, error_code=error_code)
     if status >= 500 or status == 429:
         raise MlflowUnavailable(f"MLflow at {server} could not serve {what} now", status=status, error_code=error_code)
     words = _CODE_WORDS.get(error_code) or ("not found" if status == 404 else "refused")
