@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 from localkube.procs import Proc
-from localkube.realnode import BRIDGE, NETWORK, NODE_BINARY, containerd_socket, node_dir
+from localkube.realnode import BRIDGE, NETWORK, NODE_BINARY, ROUTE_LOCALNET, containerd_socket, node_dir
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,12 @@ def _kube_chains(binary: Path) -> None:
     if done is not None and done.returncode != 0:
         log.warning("kube-proxy --cleanup: %s", done.stderr.strip()[-400:])
     for tool in ("iptables", "ip6tables"):
+        # kube-proxy's guard for route_localnet ("block incoming localnet connections"), which
+        # --cleanup keeps.
+        for hook in ("INPUT", "OUTPUT"):
+            _run([tool, "-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL"])
+        if _run([tool, "-t", "filter", "-F", "KUBE-FIREWALL"]).returncode == 0:
+            _run([tool, "-t", "filter", "-X", "KUBE-FIREWALL"])
         for table in ("mangle", "nat", "filter"):
             for chain in ("KUBE-KUBELET-CANARY", "KUBE-IPTABLES-HINT"):
                 if _run([tool, "-t", table, "-F", chain]).returncode == 0:
@@ -116,6 +122,10 @@ def cleanup(cluster_dir: Path, binary: Path = NODE_BINARY) -> None:
         _run(["ip", "link", "delete", BRIDGE])
     _cni_chains()
     _kube_chains(binary)
+    original = node_dir(cluster_dir) / "route_localnet.orig"
+    if original.exists():
+        ROUTE_LOCALNET.write_text(original.read_text())
+        original.unlink()
 
 
 def leftovers(cluster_dir: Path) -> list[str]:
@@ -126,8 +136,9 @@ def leftovers(cluster_dir: Path) -> list[str]:
     found += [f"mount {m}" for m in mounts if m.startswith(prefix)]
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")
-    nat = _run(["iptables", "-t", "nat", "-S"]).stdout
-    found += [f"iptables nat rule {line}" for line in nat.splitlines() if NETWORK in line or "KUBE-" in line]
+    for table in ("nat", "filter", "mangle"):
+        rules = _run(["iptables", "-t", table, "-S"]).stdout.splitlines()
+        found += [f"iptables {table}: {line}" for line in rules if NETWORK in line or "KUBE-" in line]
     address = str(containerd_socket(cluster_dir)).encode()
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         with contextlib.suppress(OSError):

@@ -34,6 +34,7 @@ NETWORK = "localkube-realnode"  # the CNI network's name: its iptables chains ca
 BRIDGE = "lkbr0"
 POD_SUBNET = "10.244.0.0/24"
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+ROUTE_LOCALNET = Path("/proc/sys/net/ipv4/conf/all/route_localnet")
 
 Spawn = Callable[[str, list[str], dict[str, str] | None], Proc]
 
@@ -245,6 +246,9 @@ class RealNode:
         self.kube.patch(path, {"spec": {"taints": taints or None}}, kind="merge")
 
     def start_kube_proxy(self) -> None:
+        # kube-proxy turns route_localnet on (pods reach the API server's loopback endpoint through
+        # the kubernetes Service); cluster-down puts the machine's value back.
+        self._write(self.dir / "route_localnet.orig", ROUTE_LOCALNET.read_text())
         pair = self.ca.issue("kube-proxy", "system:kube-proxy")
         kubeconfig = self.dir / "kube-proxy" / "kube-proxy.kubeconfig"
         kubeconfig.parent.mkdir(parents=True, exist_ok=True)
