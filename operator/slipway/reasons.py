@@ -203,6 +203,11 @@ REASONS: tuple[Reason, ...] = (
 
 BY_NAME = {r.name: r for r in REASONS}
 
+# Reasons of Events (not of conditions).
+# Normal: a TrainingRun applied again from the same YAML (a new uid, no run in status) shows the MLflow
+# run its predecessor of the same namespace, name and spec finished, or goes on in the one it left cut short.
+ADOPTED_RUN = "AdoptedRun"
+
 # A rollback's reasons as a type, so that mypy checks every rollback the rollout records; the rows
 # marked ``rollback`` above must be these (a unit test holds them equal).
 RollbackReason = Literal[

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from slipway import kinds
+from slipway import API_VERSION, kinds
 from slipway.builders import common
 from slipway.builders.common import (
     MANAGED_BY,
@@ -371,3 +371,19 @@ def _merged(template: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
     else:
         spec.pop("schedulingGates", None)
     return {**template, "metadata": meta, "spec": spec}
+
+
+def model_artifact(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any]:
+    """The run's ModelArtifact (spec.artifact), made once training finished: named as the run, its
+    source the run itself (trainingRunRef)."""
+    assert spec.artifact is not None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelArtifact",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
+        "spec": {
+            "model": spec.model.to_dict(),
+            "source": {"trainingRunRef": {"name": name}},
+            **spec.artifact.to_dict(),
+        },
+    }

@@ -11,10 +11,10 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import API_VERSION, cost, kinds, kube, opencost, sizing
+from slipway import cost, kinds, kube, opencost, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
-from slipway.handlers import trainingqueue
+from slipway.handlers import trainingadopt, trainingqueue
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
@@ -50,7 +50,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if ctx.mlflow is None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
-    if child is None and runtime == "JobSet" and _jobset_not_served(ctx):
+    if child is None and (_shows_finished(ctx, spec, ctx.mlflow, sizing_status)  # a predecessor's: nothing to train
+                          or runtime == "JobSet" and _jobset_not_served(ctx)):  # fmt: skip
         return None
     _ensure_pvc_and_service(ctx, spec, runtime)
     if child is None and ctx.status.get("completionTime"):
@@ -93,6 +94,21 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if run is None:  # the MLflow run next: the Job's watch event wakes this run once the cache has the Job
         return JOB_MADE_RECHECK_SECONDS
     return _next_pass(ctx, state, placed)
+
+
+def _shows_finished(ctx: Context, spec: TrainingRunSpec, mlflow: MlflowClient, sizing: dict[str, Any] | None) -> bool:
+    """Whether this TrainingRun's training finished in a predecessor's run (trainingadopt.finished_run):
+    then that run is shown, with the ModelArtifact the spec asks for (which adopts its predecessor's)."""
+    run = trainingadopt.finished_run(ctx, spec, mlflow)
+    if run is None:
+        return False
+    job = trainingadopt.completed_job(run)
+    artifact = _artifact(ctx, spec, job)
+    state = training_state(spec, job, [], artifact_pending=spec.artifact is not None and artifact is None,
+                           artifact=artifact)  # fmt: skip
+    state, recorded = _record_run(ctx, mlflow, mlflowrun.seen(run, COST_METRICS), False, state, {})
+    _write(ctx, state, sizing=sizing, artifact_ref={"name": ctx.name} if artifact else None, **recorded)
+    return True
 
 
 def _create_child(ctx: Context, spec: TrainingRunSpec, runtime: str, index: str, uri: str) -> dict[str, Any]:
@@ -238,8 +254,9 @@ def _sizing(ctx: Context, spec: TrainingRunSpec, before_start: bool) -> tuple[di
 
 
 def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tuple[RunSeen, bool]:
-    """The run of this TrainingRun: the one in status, else the one tagged with its uid, else a new
-    one; and whether it is the copy read less than a progress poll ago. A running TrainingRun is
+    """The run of this TrainingRun: the one in status, else the one tagged with its uid, else the one
+    a predecessor of the same name and spec left cut short (trainingadopt), else a new one; and
+    whether it is the copy read less than a progress poll ago. A running TrainingRun is
     woken by its pods and Job far more often than its progress needs reading: MLflow is read at
     most once per progress poll (SLIPWAY_PROGRESS_POLL_SECONDS), whatever woke the pass. What is
     kept between passes is what a pass needs (mlflowrun.RunSeen), never the parsed run; a run too
@@ -254,10 +271,9 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
         if before is not None and now - read_at < poll:
             return before, True
         run = _read_run(ctx, client, known, before)
-    else:
-        tags = {"slipway.dev/trainingrun": f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
-        run = mlflowrun.seen(client.run_of(spec.mlflow.experiment or spec.model.name, ctx.uid, None,
-                                           f"{ctx.namespace}-{ctx.name}", tags), COST_METRICS)  # fmt: skip
+    else:  # its own run, else one a predecessor of the same name and spec made (trainingadopt), else a new one
+        tags = {trainingadopt.TRAININGRUN_TAG: f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
+        run = mlflowrun.seen(trainingadopt.run_for(ctx, spec, client, tags), COST_METRICS)
     memory[RUN_READ] = (run, now)
     return run, False
 
@@ -380,14 +396,4 @@ def _artifact(ctx: Context, spec: TrainingRunSpec, job: dict[str, Any]) -> dict[
     """The run's ModelArtifact, created once the Job completed (its name is the run's name)."""
     if spec.artifact is None or not jobs.is_complete(job):
         return None
-    artifact = {
-        "apiVersion": API_VERSION,
-        "kind": "ModelArtifact",
-        "metadata": {"name": ctx.name, "namespace": ctx.namespace, "labels": build.labels(ctx.name)},
-        "spec": {
-            "model": spec.model.to_dict(),
-            "source": {"trainingRunRef": {"name": ctx.name}},
-            **spec.artifact.to_dict(),
-        },  # fmt: skip
-    }
-    return ctx.ensure("modelartifacts", artifact)
+    return ctx.ensure("modelartifacts", build.model_artifact(ctx.name, ctx.namespace, spec))

@@ -1,0 +1,139 @@
+"""A TrainingRun deleted and applied again from the same YAML (Argo CD after a prune or a restore; a
+Velero restore with its status stripped and a new uid) adopts the MLflow run its predecessor made,
+instead of training again: runs carry the MLflow tag ``slipway.dev/work`` (:func:`work_of`), looked
+up, in the TrainingRun's own experiment only, when the TrainingRun has no run of its own.
+
+- a FINISHED run: the TrainingRun shows it (Succeeded, its progress and checkpoint, its
+  ModelArtifact if the spec asks for one) and makes no Job, JobSet, Workload nor run;
+- a run cut short (RUNNING, FAILED or KILLED, with a checkpoint recorded): the new Job reports to
+  that run, as a pod that replaces a lost one does, and the trainer resumes from the newest
+  checkpoint in the checkpoint volume (when the volume is still there: it goes with the TrainingRun
+  that owned it, unless a restore brings it back);
+- anything else (no such run, a spec that differs, runs made before work keys): a new run, as before.
+
+Every step is a lookup, so a pass that crashes at any line finds the same run next time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from slipway import reasons
+from slipway.clock import rfc3339
+from slipway.mlflow import MlflowClient, Run, tag_filter
+from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
+from slipway.models import TrainingRunSpec
+from slipway.reconcile import Context
+
+# The spec fields that define the work, as the API spells them: what is trained (model, image,
+# command, args, env, podTemplate.env and envFrom), on what (podTemplate.volumes and volumeMounts:
+# the data), with which hyperparameters (args, env) and at which scale (nodes, resources.gpus:
+# the world size), and where it is recorded (mlflow.experiment). Not counted, because they change
+# nothing about the result: where and when it runs (nodeSelector, tolerations, priorityClassName,
+# queueName, runtime, podTemplate's labels, annotations, nodeSelector, tolerations, affinity and
+# priorityClassName, resources.cpu, memory and gpuResourceName), how failures and pauses are handled
+# (failurePolicy, suspend), the checkpoint volume's size and class, sizing (an estimate) and artifact
+# (what happens after training: its ModelArtifact has a work key of its own).
+WORK_FIELDS = (
+    "model",
+    "image",
+    "command",
+    "args",
+    "env",
+    "nodes",
+    "resources.gpus",
+    "mlflow.experiment",
+    "podTemplate.env",
+    "podTemplate.envFrom",
+    "podTemplate.volumes",
+    "podTemplate.volumeMounts",
+)
+TRAININGRUN_TAG = "slipway.dev/trainingrun"  # namespace/name of the TrainingRun that made the run
+CHECKPOINT_STEP_TAG = "slipway.checkpoint.step"  # set by the trainer with each checkpoint
+
+
+def work_of(namespace: str, name: str, spec: TrainingRunSpec) -> str:
+    """The work key of a TrainingRun: its namespace, name and the :data:`WORK_FIELDS` of its spec
+    (defaults filled in, so ``nodes: 1`` written or left out is the same work)."""
+    written = spec.to_dict()
+    picked: dict[str, Any] = {}
+    for path in WORK_FIELDS:
+        value: Any = written
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value not in (None, [], {}):
+            picked[path] = value
+    return work_key(namespace, name, picked, "TrainingRun")
+
+
+def experiment_of(spec: TrainingRunSpec) -> str:
+    return spec.mlflow.experiment or spec.model.name
+
+
+def adoptable(client: MlflowClient, experiment_id: str, owner: str, work: str) -> Run | None:
+    """The run a predecessor of the TrainingRun ``owner`` (namespace/name) made for ``work`` in
+    ``experiment_id`` (the TrainingRun's own experiment, checked against the namespace's allow-list
+    before any pass): a FINISHED one first, else the one cut short with the newest checkpoint."""
+    found = [r for r in client.search_runs([experiment_id], filter=tag_filter(WORK_TAG, work))
+             if r.experiment_id == experiment_id and r.tags.get(TRAININGRUN_TAG) == owner]  # fmt: skip
+    done = [r for r in found if r.status == "FINISHED"]
+    if done:
+        return min(done, key=lambda r: (r.start_time or 0, r.run_id))
+    cut = [r for r in found if r.status in ("RUNNING", "FAILED", "KILLED") and _checkpoint_step(r) is not None]
+    return max(cut, key=lambda r: (_checkpoint_step(r) or 0, r.start_time or 0, r.run_id)) if cut else None
+
+
+def _checkpoint_step(run: Run) -> int | None:
+    value = run.tags.get(CHECKPOINT_STEP_TAG, "")
+    return int(value) if value.isdigit() else None
+
+
+def finished_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> Run | None:
+    """For a TrainingRun without a Job: the FINISHED run it shows instead of training. With no run
+    in status, a predecessor's found by the work key (an Event names it); with one, that run again
+    while it is a predecessor's (tagged with another uid) and the TrainingRun Succeeded, so later
+    passes follow its ModelArtifact. None: train as before."""
+    known = (ctx.status.get("mlflow") or {}).get("runId")
+    if known:
+        if ctx.status.get("phase") != "Succeeded":
+            return None
+        run = client.get_run(str(known))
+        return run if run.tags.get(UID_TAG) != ctx.uid and run.status == "FINISHED" else None
+    experiment_id = client.get_or_create_experiment(experiment_of(spec))
+    found = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work_of(ctx.namespace, ctx.name, spec))
+    if found is None or found.status != "FINISHED":
+        return None
+    adopted_event(ctx, found, "its training finished there: no Job is made")
+    return found
+
+
+def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Mapping[str, str]) -> Run:
+    """The MLflow run of a TrainingRun with no run in status: its own (tagged with its uid), else a
+    predecessor's it adopts (:func:`adoptable`), else a new one tagged with its uid and work key."""
+    experiment = experiment_of(spec)
+    experiment_id = client.get_or_create_experiment(experiment)
+    own = client.search_runs([experiment_id], filter=tag_filter(UID_TAG, ctx.uid))
+    work = work_of(ctx.namespace, ctx.name, spec)
+    if not own:
+        run = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work)
+        if run is not None:
+            adopted_event(ctx, run, f"its newest checkpoint (step {_checkpoint_step(run)}) is resumed")
+            return run
+    return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work})
+
+
+def adopted_event(ctx: Context, run: Run, what: str) -> None:
+    ctx.event("Normal", reasons.ADOPTED_RUN, f"adopted MLflow run {run.run_id} ({run.status}, experiment "
+              f"{run.experiment_id}), made for the same namespace, name and spec by an earlier TrainingRun "
+              f"{ctx.namespace}/{ctx.name}: {what}")  # fmt: skip
+
+
+def completed_job(run: Run) -> dict[str, Any]:
+    """What the status is computed from for a run whose training finished without a Job of this
+    TrainingRun: a completed Job's status, with the run's start and end times."""
+    status: dict[str, Any] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    for key, millis in (("startTime", run.start_time), ("completionTime", run.end_time)):
+        if millis:
+            status[key] = rfc3339(datetime.fromtimestamp(millis / 1000, UTC))
+    return {"status": status}

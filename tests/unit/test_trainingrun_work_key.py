@@ -1,0 +1,121 @@
+"""A TrainingRun's MLflow runs are keyed on the work it asks for (namespace, name and the spec fields
+that define what is trained, on what, with which hyperparameters), not only on its uid: the same
+YAML applied again finds the run its predecessor made. Scheduling fields change nothing about the
+result and not the key. Of the runs found, a FINISHED one is shown, else the one cut short with the
+newest checkpoint is resumed; a run of another TrainingRun, or without a checkpoint, is not (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from slipway.handlers.trainingadopt import adoptable, completed_job, work_of
+from slipway.mlflow import Run
+from slipway.mlflow.records import WORK_TAG
+from slipway.models import TrainingRunSpec
+
+SPEC: dict[str, Any] = {
+    "model": {"name": "digits"},
+    "image": "ghcr.io/slipway-dev/slipway:0.1.0",
+    "command": ["python", "-m", "slipway.workloads.train"],
+    "args": ["--steps", "6", "--learning-rate", "0.1"],
+    "env": [{"name": "SEED", "value": "1"}],
+}
+
+
+def key(spec: dict[str, Any], namespace: str = "team-a", name: str = "digits") -> str:
+    return work_of(namespace, name, TrainingRunSpec.model_validate(spec))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"args": ["--steps", "6", "--learning-rate", "0.2"]},  # a hyperparameter
+        {"env": [{"name": "SEED", "value": "2"}]},
+        {"image": "ghcr.io/slipway-dev/slipway:0.2.0"},
+        {"command": ["python", "train.py"]},
+        {"model": {"name": "digits-2"}},
+        {"nodes": 2},
+        {"resources": {"gpus": 1}},
+        {"mlflow": {"experiment": "elsewhere"}},
+        {"podTemplate": {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d2"}}]}},
+        {"podTemplate": {"env": [{"name": "LR", "value": "0.3"}]}},
+        {"podTemplate": {"envFrom": [{"configMapRef": {"name": "hparams"}}]}},
+    ],
+)
+def test_what_is_trained_on_what_and_how_is_new_work(change: dict[str, Any]) -> None:
+    assert key({**SPEC, **change}) != key(SPEC)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"priorityClassName": "high"},
+        {"queueName": "team-a"},
+        {"runtime": "Job"},
+        {"suspend": True},
+        {"nodeSelector": {"pool": "a100"}},
+        {"tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        {"failurePolicy": {"maxRestarts": 9}},
+        {"checkpoint": {"size": "5Gi"}},
+        {"resources": {"cpu": "4", "memory": "8Gi"}},
+        {"artifact": {"quantization": {"method": "none"}}},
+        {"podTemplate": {"labels": {"team": "a"}, "annotations": {"note": "x"}, "priorityClassName": "low"}},
+        {"nodes": 1},  # the default, written out
+    ],
+)
+def test_where_when_and_how_it_is_scheduled_is_the_same_work(change: dict[str, Any]) -> None:
+    assert key({**SPEC, **change}) == key(SPEC)
+
+
+def test_the_key_names_its_namespace_and_name_and_is_independent_of_field_order() -> None:
+    assert key(dict(reversed(list(SPEC.items())))) == key(SPEC)
+    assert key(SPEC, namespace="team-b") != key(SPEC)  # another team's run is never this one's
+    assert key(SPEC, name="digits-v2") != key(SPEC)
+
+
+def run(run_id: str, status: str, step: int | None = None, owner: str = "team-a/digits", start: int = 1) -> Run:
+    tags = {WORK_TAG: "w", "slipway.dev/trainingrun": owner}
+    if step is not None:
+        tags["slipway.checkpoint.step"] = str(step)
+    return Run(run_id, "7", "r", status, "", start_time=start, end_time=start + 60_000, tags=tags)
+
+
+class Search:
+    """search_runs over a fixed list (what MLflow answers for the work tag in experiment 7)."""
+
+    def __init__(self, runs: list[Run]) -> None:
+        self.runs = runs
+        self.asked: list[tuple[list[str], str]] = []
+
+    def search_runs(self, experiment_ids: list[str], filter: str = "") -> list[Run]:
+        self.asked.append((list(experiment_ids), filter))
+        return [r for r in self.runs if r.experiment_id in experiment_ids]
+
+
+def pick(*runs: Run) -> str | None:
+    client = Search(list(runs))
+    found = adoptable(client, "7", "team-a/digits", "w")  # type: ignore[arg-type]
+    assert client.asked == [(["7"], "tags.`slipway.dev/work` = 'w'")]
+    return found.run_id if found else None
+
+
+def test_a_finished_run_is_shown_before_any_run_cut_short() -> None:
+    assert pick(run("cut", "FAILED", step=4), run("late", "FINISHED", start=9), run("done", "FINISHED")) == "done"
+
+
+def test_of_runs_cut_short_the_newest_checkpoint_is_resumed() -> None:
+    assert pick(run("a", "KILLED", step=2), run("b", "RUNNING", step=6), run("c", "FAILED", step=4)) == "b"
+
+
+def test_a_run_without_checkpoint_or_of_another_trainingrun_is_not_adopted() -> None:
+    assert pick(run("bare", "RUNNING"), run("other", "FINISHED", owner="team-a/other")) is None
+    assert pick(run("sched", "SCHEDULED", step=3)) is None
+
+
+def test_a_finished_run_is_shown_as_a_completed_job_with_its_times() -> None:
+    job = completed_job(run("done", "FINISHED", start=1_764_900_000_000))
+    assert job["status"]["conditions"] == [{"type": "Complete", "status": "True"}]
+    assert job["status"]["startTime"] == "2025-12-05T02:00:00Z"
+    assert job["status"]["completionTime"] == "2025-12-05T02:01:00Z"
