@@ -66,9 +66,11 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "Added by earlier versions' timers; the operator removes it on the object's first pass."),
     "slipway.dev/uid": ("MLflow tag", "runs and model versions", "operator",
         "The uid of the object that made it: looked up before any create, so nothing is made twice."),
-    "slipway.dev/work": ("MLflow tag", "model versions", "operator",
+    "slipway.dev/work": ("MLflow tag", "training runs and model versions", "operator",
         "A hash of the ModelArtifact's namespace, name, spec and resolved source: the same object applied again "
-        "from Git (a new uid, no status) finds the versions its predecessor registered and registers none."),
+        "from Git (a new uid, no status) finds the versions its predecessor registered and registers none. On a "
+        "TrainingRun's run, of its namespace, name and the spec fields that define the work (not scheduling): "
+        "the same TrainingRun applied again shows the run its predecessor finished, or goes on in one cut short."),
     "slipway.dev/role": ("MLflow tag", "runs and model versions", "operator",
         "What the run or version is for in its object's lifecycle (training, quantization, validation, the versions)."),
     "slipway.dev/validation": ("MLflow tag", "model versions", "operator",
