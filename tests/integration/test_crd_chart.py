@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,7 @@ def upgraded_and_kept(cluster, kube_api, kinds: Copy, stored: dict[tuple[str, st
     data = yaml.safe_load((UPGRADE_DATA / "objects.yaml").read_text())
     wait_served(cluster, kinds)
     for kind in KINDS:
-        wait_for(lambda kind=kind: probe_accepted(kinds, data, kind), 60, f"the new {kind} schema served")
+        wait_for(partial(probe_accepted, kinds, data, kind), 60, f"the new {kind} schema served")
         name = f"{kinds.plural(kind)}.{kinds.group}"
         want = privatize(current_crds()[kind], kinds.group, kinds.tag)["spec"]["versions"][0]["schema"]
         assert served_schema(cluster, name) == want["openAPIV3Schema"], f"{name}: not the schema of crds/"
@@ -122,7 +123,8 @@ def upgraded_and_kept(cluster, kube_api, kinds: Copy, stored: dict[tuple[str, st
     helm("uninstall", kinds.tag, "-n", kinds.namespace, "--wait", kubeconfig=cluster.kubeconfig)
     ext = client.ApiextensionsV1Api(kube_api)
     for name in kinds.crd_names():
-        assert ext.read_custom_resource_definition(name).metadata.deletion_timestamp is None, name
+        meta = ext.read_custom_resource_definition(name).metadata
+        assert meta is not None and meta.deletion_timestamp is None, f"{name} deleted with the release"
     for kind, name in stored:
         assert kinds.get(kind, name)["status"]["phase"], f"{kind} {name} gone with the release"
 

@@ -15,12 +15,15 @@ CRDs are cluster-scoped and the cluster is shared: both generations are copies i
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from localkube.wait import wait_for
+from slipway.models.base import StatusModel
 from slipway.models.inferencedeployment import InferenceDeploymentSpec, InferenceDeploymentStatus
 from slipway.models.modelartifact import ModelArtifactSpec, ModelArtifactStatus
 from slipway.models.trainingrun import TrainingRunSpec, TrainingRunStatus
@@ -43,7 +46,7 @@ from slipway_testing.crdcopies import (
 
 pytestmark = pytest.mark.cluster
 Obj = dict[str, Any]
-MODELS = {
+MODELS: dict[str, tuple[type[BaseModel], type[StatusModel]]] = {
     "TrainingRun": (TrainingRunSpec, TrainingRunStatus),
     "ModelArtifact": (ModelArtifactSpec, ModelArtifactStatus),
     "InferenceDeployment": (InferenceDeploymentSpec, InferenceDeploymentStatus),
@@ -90,7 +93,7 @@ def test_objects_in_every_phase_survive_the_crd_upgrade(cluster, private, tmp_pa
 
     apply_server_side(cluster, kinds, current_crds(), tmp_path / "current.yaml")
     for kind in KINDS:  # the API server validates with the new schema once it takes the probe
-        wait_for(lambda kind=kind: probe_accepted(kinds, data, kind), 60, f"the new {kind} schema served")
+        wait_for(partial(probe_accepted, kinds, data, kind), 60, f"the new {kind} schema served")
 
     rows = [check_read_back(kinds, kind, name, before) for (kind, name), before in stored.items()]
     report(f"CRD upgrade from {previous_commit()[:7]} to crds/ ({kinds.group}):")
