@@ -28,6 +28,8 @@ STAMPED: list[tuple[str, str]] = [
     ("operator/slipway/_version.py", rf'^__version__ = "({SEMVER})"$'),
     ("charts/slipway/Chart.yaml", rf"^version: ({SEMVER})$"),
     ("charts/slipway/Chart.yaml", rf'^appVersion: "({SEMVER})"$'),
+    ("charts/slipway-crds/Chart.yaml", rf"^version: ({SEMVER})$"),
+    ("charts/slipway-crds/Chart.yaml", rf'^appVersion: "({SEMVER})"$'),
     ("manifests/deployment.yaml", rf"ghcr\.io/slipway-dev/slipway-(?:operator|workloads):({SEMVER})\b"),
 ]
 # Files that name the version in prose or examples: checked to agree, not stamped.
