@@ -15,7 +15,9 @@ from kubernetes import client
 
 from localkube.audit import audited_kubeconfig, requests_by
 from localkube.wait import wait_for
+from slipway.handlers.trainingadopt import work_of
 from slipway.mlflow import MlflowClient, tag_filter
+from slipway.models import TrainingRunSpec
 from slipway_testing import apply_object, custom, get_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -164,3 +166,28 @@ def test_a_trainingrun_cut_short_and_applied_again_goes_on_in_its_run(kube_api, 
     assert after == before and made["jobs"] == 1 and run.status == "FINISHED"
     assert run.tags.get("slipway.attempts") == "2"  # the second attempt reported to the same run
     assert any(run_id in m for m in adopted_events(kube_api, namespace, again["metadata"]["uid"]))
+
+
+def test_a_run_forged_outside_the_trainingruns_experiment_is_never_adopted(
+    kube_api, namespace, operator, cluster, mlflow
+):
+    """Someone who can write to another experiment (another team's) plants a FINISHED run there with
+    the TrainingRun's work key and name, and one in its own experiment that names another TrainingRun:
+    the TrainingRun adopts neither, and trains in a run of its own."""
+    operator(kubeconfig=audited_kubeconfig(cluster, USER))
+    model, owner = f"digits-{namespace}", f"{namespace}/digits"
+    body = training_run("digits", steps=2, model=model)
+    work = work_of(namespace, "digits", TrainingRunSpec.model_validate(body["spec"]))
+    forged = []
+    for experiment, named in ((f"other-team-{namespace}", owner), (model, f"{namespace}/other")):
+        tags = {"slipway.dev/work": work, "slipway.dev/trainingrun": named, "slipway.checkpoint.step": "2"}
+        run = mlflow.create_run(mlflow.get_or_create_experiment(experiment), "forged", tags)
+        mlflow.update_run(run.run_id, status="FINISHED")
+        forged.append(run.run_id)
+    since = datetime.now(UTC)
+    apply_object(kube_api, namespace, body)
+    done = wait_status(kube_api, namespace, "TrainingRun", "digits", settled, 180, "trained")
+    shown, made = done["status"]["mlflow"]["runId"], created(cluster, namespace, since)
+    report(f"forged runs {forged}: created {made}, run shown {shown}")
+    assert done["status"]["phase"] == "Succeeded" and shown not in forged and made["jobs"] == 1
+    assert mlflow.get_run(shown).tags["slipway.dev/work"] == work  # its own run carries its key
