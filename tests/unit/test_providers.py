@@ -169,7 +169,7 @@ def test_every_source_checks_the_spec_it_reads(monkeypatch):
     assert refusals(Analysis(), config) == ["spec.rollout.analysis.preset: the toy source wants preset toy"]
 
 
-PURE = {"slipway", "slipway.analysis", "slipway.clock", "slipway.models", "slipway.models.base",
+PURE = {"slipway", "slipway._version", "slipway.analysis", "slipway.clock", "slipway.models", "slipway.models.base",
         "slipway.models.inferencedeployment", "slipway.models.modelartifact", "slipway.models.trainingrun"}  # fmt: skip
 IO_PACKAGES = ("httpx", "kubernetes", "yaml", "kopf", "prometheus_client", "requests")
 
