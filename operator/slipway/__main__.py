@@ -23,6 +23,23 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def peer_identity() -> str:
+    """This process's identity among kopf's peers, as kopf makes it (user@host/start), without
+    needing the password database: kopf's own asks ``getpass.getuser()``, which fails for a UID
+    with no passwd entry (the image's 65532 when USER is unset, OpenShift's arbitrary UIDs) and
+    stopped the operator at start with "getpwuid(): uid not found: 65532"."""
+    import getpass
+    import os
+    import socket
+    import time
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid-{os.getuid()}"
+    return f"{user}@{socket.gethostname()}/{time.strftime('%Y%m%d%H%M%S')}/{os.getpid()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone=args.standalone,  # read by the startup handler: no leader election
         liveness_endpoint=args.liveness or None,
         memo=kopf.Memo(config=config),
+        identity=peer_identity(),
     )
     return 0
 
