@@ -11,11 +11,14 @@ from prometheus_client import REGISTRY
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
+from slipway.settings import SETTINGS
 from slipway_testing import SERVE, Versions, apply_object, pods_of, report, serving, status_of
 
 pytestmark = pytest.mark.cluster
 
 NEW_IMAGE = "ghcr.io/slipway-dev/slipway:0.2.0"
+# The fetch image by default: the operator's workload image (the workloads image of its version).
+DEFAULT_FETCH = next(s.default for s in SETTINGS if s.name == "workload_image")
 NEW_FETCH = "registry.example/slipway-fetch@sha256:" + "b" * 64
 
 
@@ -61,7 +64,7 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
         uids = {p.metadata.uid for p in pods_of(kube_api, namespace, "stable")}
         stable = apps.read_namespaced_deployment("digits-stable", namespace)
         before, rollouts = status_of(kube_api, namespace), progressing(kube_api, namespace)
-        assert fetch_image(stable) == "ghcr.io/slipway-dev/slipway:0.1.0"
+        assert fetch_image(stable) == DEFAULT_FETCH
 
         monkeypatch.setenv("SLIPWAY_WORKLOAD_IMAGE", NEW_IMAGE)
         monkeypatch.setenv("SLIPWAY_FETCH_IMAGE", NEW_FETCH)
@@ -82,7 +85,7 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
         )
         assert not restarted and not canaries and not started
         assert after.metadata.generation == stable.metadata.generation  # the template was not written
-        assert fetch_image(after) == "ghcr.io/slipway-dev/slipway:0.1.0"
+        assert fetch_image(after) == DEFAULT_FETCH
         assert status["phase"] == "Promoted" and status["stable"]["revision"] == before["stable"]["revision"]
 
         # The next revision gets the new fetch image and MLflow address.
