@@ -4,6 +4,7 @@
     slipway-workloads-X.Y.Z.oci.tar   the workloads image
     install.yaml                      CRDs, RBAC and the operator, images by digest (kubectl apply --server-side)
     slipway-X.Y.Z.tgz                 the Helm chart with its CRDs, its values naming both images by digest
+    slipway-crds-X.Y.Z.tgz            the CRDs as a chart of their own (helm upgrade upgrades them)
     slipway_operator-X.Y.Z-py3-none-any.whl  the Python package and kubectl plugin (pip, pipx)
     images.txt                        each image's name, digest and archive
     SHA256SUMS                        sha256sum -c SHA256SUMS
@@ -184,6 +185,9 @@ def release(version: str, registry: str, skip_images: bool = False) -> Path:
     shutil.copytree(src / "charts" / "slipway", chart)
     (chart / "values.yaml").write_text(chart_values((chart / "values.yaml").read_text(), registry, digests))
     helm("package", str(chart), "--version", version, "--app-version", version, "-d", str(out))
+    if (src / "charts" / "slipway-crds").is_dir():  # the CRDs as a chart of their own, upgraded first
+        helm("package", str(src / "charts" / "slipway-crds"), "--version", version, "--app-version", version,
+             "-d", str(out))  # fmt: skip
     (out / "images.txt").write_text("".join(
         f"slipway-{k} {pinned(k, registry, digests[k])} slipway-{k}-{version}.oci.tar\n" for k in KINDS))  # fmt: skip
     (out / "SHA256SUMS").write_text(sha256sums(out))

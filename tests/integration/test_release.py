@@ -64,12 +64,12 @@ def build_release(out: Path) -> None:
     if all(a.exists() for a in archives) and (out / "install.yaml").exists():
         digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}
         expected = bundle.install_yaml(ROOT, VERSION, bundle.DEFAULT_REGISTRY, digests)
-        if (out / "install.yaml").read_text() == expected:
+        if (out / "install.yaml").read_text() == expected and (out / f"slipway-crds-{VERSION}.tgz").exists():
             return
         if all((ROOT / "dist" / a.name).exists() for a in archives):  # make image's archives: reused
-            args, what = ["--skip-images"], "rewritten (install.yaml was stale; the images of dist/ reused)"
+            args, what = ["--skip-images"], "rewritten (stale or incomplete; the images of dist/ reused)"
         else:
-            args, what = [], "built again (install.yaml was stale; both images and the rest)"
+            args, what = [], "built again (stale or incomplete; both images and the rest)"
     else:
         args, what = [], "built (both images and the rest)"
     start = time.monotonic()
@@ -120,6 +120,7 @@ def test_the_release_holds_every_file_and_its_sums(release):
         f"slipway-workloads-{VERSION}.oci.tar",
         "install.yaml",
         f"slipway-{VERSION}.tgz",
+        f"slipway-crds-{VERSION}.tgz",
         f"slipway_operator-{VERSION}-py3-none-any.whl",
         "images.txt",
         "SHA256SUMS",
@@ -151,6 +152,8 @@ def test_the_packaged_chart_pins_both_images_and_carries_its_crds(release):
     assert_pinned(objs, digests)
     crds = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition")
     assert crds == ["inferencedeployments.slipway.dev", "modelartifacts.slipway.dev", "trainingruns.slipway.dev"]
+    in_crds_chart = helm_template(here / f"slipway-crds-{VERSION}.tgz", "slipway-system")
+    assert sorted(o["metadata"]["name"] for o in in_crds_chart if o["kind"] == "CustomResourceDefinition") == crds
     # A team's registry: the repository changes, the digest stays.
     assert_pinned(helm_template(chart, "slipway-system", "image.repository=registry.example/ml/slipway-operator",
                                 "workloadsImage.repository=registry.example/ml/slipway-workloads"),
