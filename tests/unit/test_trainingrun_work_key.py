@@ -6,12 +6,14 @@ newest checkpoint is resumed; a run of another TrainingRun, or without a checkpo
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from slipway.handlers.trainingadopt import adoptable, completed_job, work_of
-from slipway.mlflow import Run
+from slipway.builders import trainingrun as build
+from slipway.handlers.trainingadopt import adoptable, completed_job, finished_run, work_of
+from slipway.mlflow import MlflowUnavailable, Run
 from slipway.mlflow.records import WORK_TAG
 from slipway.models import TrainingRunSpec
 
@@ -119,3 +121,59 @@ def test_a_finished_run_is_shown_as_a_completed_job_with_its_times() -> None:
     assert job["status"]["conditions"] == [{"type": "Complete", "status": "True"}]
     assert job["status"]["startTime"] == "2025-12-05T02:00:00Z"
     assert job["status"]["completionTime"] == "2025-12-05T02:01:00Z"
+
+
+class Mlflow:
+    """get_or_create_experiment and search_runs over a fixed list, or MLflow away (every call raises)."""
+
+    def __init__(self, runs: list[Run], away: bool = False) -> None:
+        self.runs, self.away, self.calls = runs, away, 0
+        self.tracking_uri = f"http://mlflow-{id(self)}:5000"
+
+    def get_or_create_experiment(self, name: str) -> str:
+        self.calls += 1
+        if self.away:
+            raise MlflowUnavailable(f"MLflow at {self.tracking_uri} did not answer in time")
+        return "7"
+
+    def search_runs(self, experiment_ids: list[str], filter: str = "") -> list[Run]:
+        self.calls += 1
+        return [r for r in self.runs if r.experiment_id in experiment_ids and r.tags[WORK_TAG] in filter]
+
+
+def context() -> SimpleNamespace:
+    ctx = SimpleNamespace(status={}, namespace="team-a", name="digits", uid="u-new", events=[])
+    ctx.event = lambda type_, reason, message: ctx.events.append((type_, reason, message))
+    return ctx
+
+
+def own_job(gated: bool) -> dict[str, Any]:
+    spec = TrainingRunSpec.model_validate(SPEC)
+    job = build.job("digits", "team-a", spec, "http://mlflow:5000", "slipway-training")
+    job["metadata"]["ownerReferences"] = [{"controller": True, "uid": "u-new", "kind": "TrainingRun", "name": "digits"}]
+    if not gated:
+        job["spec"]["template"] = build.release(job["spec"]["template"], build.MlflowLink("http://m", "r", "7"))
+    return job
+
+
+def test_a_finished_run_is_shown_before_the_job_or_while_the_job_of_its_own_is_still_gated() -> None:
+    spec = TrainingRunSpec.model_validate(SPEC)
+    done = run("done", "FINISHED")
+    done.tags[WORK_TAG] = work_of("team-a", "digits", spec)
+    for child in (None, own_job(gated=True)):
+        ctx = context()
+        assert finished_run(ctx, spec, Mlflow([done]), child) is done  # type: ignore[arg-type]
+        [(kind, reason, message)] = ctx.events
+        assert (kind, reason) == ("Normal", "AdoptedRun") and "done" in message
+    # Its pods may have run (released into a run): the run lookup decides, not this.
+    client = Mlflow([done])
+    assert finished_run(context(), spec, client, own_job(gated=False)) is None and client.calls == 0  # type: ignore[arg-type]
+
+
+def test_with_mlflow_away_the_job_comes_first_and_later_jobs_do_not_wait_on_mlflow() -> None:
+    spec = TrainingRunSpec.model_validate(SPEC)
+    away = Mlflow([], away=True)
+    assert finished_run(context(), spec, away, None) is None and away.calls == 1  # type: ignore[arg-type]
+    assert finished_run(context(), spec, away, None) is None and away.calls == 1  # type: ignore[arg-type]
+    # Before the Job's pods get a run it is asked again (and fails as the run lookup would).
+    assert finished_run(context(), spec, away, own_job(gated=True)) is None and away.calls == 2  # type: ignore[arg-type]

@@ -15,13 +15,15 @@ Every step is a lookup, so a pass that crashes at any line finds the same run ne
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import reasons
+from slipway import kube, reasons
+from slipway.builders import trainingrun as build
 from slipway.clock import rfc3339
-from slipway.mlflow import MlflowClient, Run, tag_filter
+from slipway.mlflow import MlflowClient, MlflowUnavailable, Run, tag_filter
 from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
 from slipway.models import TrainingRunSpec
 from slipway.reconcile import Context
@@ -89,23 +91,45 @@ def _checkpoint_step(run: Run) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-def finished_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> Run | None:
-    """For a TrainingRun without a Job: the FINISHED run it shows instead of training. With no run
-    in status, a predecessor's found by the work key (an Event names it); with one, that run again
-    while it is a predecessor's (tagged with another uid) and the TrainingRun Succeeded, so later
-    passes follow its ModelArtifact. None: train as before."""
+def finished_run(
+    ctx: Context, spec: TrainingRunSpec, client: MlflowClient, child: Mapping[str, Any] | None
+) -> Run | None:
+    """The FINISHED run a TrainingRun shows instead of training, or None: train as before.
+
+    With no run in status and no Job, or a Job of its own still gated (it never ran a pod: pods wait
+    for their MLflow run), a predecessor's found by the work key (an Event names it). Looked up
+    before the Job is made; with MLflow unreachable the Job comes first, as for any run, and this is
+    asked again before its pods get a run (MLflow is not asked before a Job for AWAY_SECONDS then,
+    so a sweep's Jobs do not wait on it). With a run in status and no Job: that run again while it is
+    a predecessor's (tagged with another uid) and the TrainingRun Succeeded, so that later passes
+    follow its ModelArtifact."""
     known = (ctx.status.get("mlflow") or {}).get("runId")
     if known:
-        if ctx.status.get("phase") != "Succeeded":
+        if child is not None or ctx.status.get("phase") != "Succeeded":
             return None
         run = client.get_run(str(known))
         return run if run.tags.get(UID_TAG) != ctx.uid and run.status == "FINISHED" else None
-    experiment_id = client.get_or_create_experiment(experiment_of(spec))
-    found = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work_of(ctx.namespace, ctx.name, spec))
+    ours = child is not None and kube.controller_uid(dict(child)) == ctx.uid
+    if ours and not build.gated(build.pod_template_of(dict(child or {}))):
+        return None  # its pods may have run: the run lookup decides (run_for)
+    if child is None and time.monotonic() < _AWAY.get(client.tracking_uri, 0.0):
+        return None
+    try:
+        experiment_id = client.get_or_create_experiment(experiment_of(spec))
+        owner = f"{ctx.namespace}/{ctx.name}"
+        found = adoptable(client, experiment_id, owner, work_of(ctx.namespace, ctx.name, spec))
+    except MlflowUnavailable:
+        if child is None:
+            _AWAY[client.tracking_uri] = time.monotonic() + AWAY_SECONDS
+        return None
     if found is None or found.status != "FINISHED":
         return None
-    adopted_event(ctx, found, "its training finished there: no Job is made")
+    adopted_event(ctx, found, "its training finished there: nothing trains again")
     return found
+
+
+AWAY_SECONDS = 30.0
+_AWAY: dict[str, float] = {}  # MLflow tracking URI -> time.monotonic() until which no lookup precedes a Job
 
 
 def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Mapping[str, str]) -> Run:

@@ -11,17 +11,17 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import cost, kinds, kube, opencost, sizing
+from slipway import kinds, kube, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
-from slipway.handlers import trainingadopt, trainingqueue
+from slipway.handlers import trainingadopt, trainingcost, trainingqueue
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
 from slipway.reconcile import MLFLOW_NOT_CONFIGURED, Context, run_pass
 from slipway.redact import without_credentials
 from slipway.status import jobs, kueue, mlflowrun
-from slipway.status.conditions import parse_time, stalled
+from slipway.status.conditions import stalled
 from slipway.status.mlflowrun import RunSeen
 from slipway.status.trainingrun import (
     TrainingState,
@@ -39,9 +39,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if finished(ctx.body):
         return None  # nothing changes any more: no I/O at rest
     runtime = _runtime(ctx, spec)
-    index, name = (
-        ("jobsets", build.jobset_name(ctx.name)) if runtime == "JobSet" else ("jobs", build.job_name(ctx.name))
-    )
+    index, name = _child_of(ctx, runtime)
     child = ctx.child(index, name)
     sizing_status, refusal = _sizing(ctx, spec, child is None)
     if refusal is not None and child is None:
@@ -50,8 +48,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if ctx.mlflow is None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
-    if child is None and (_shows_finished(ctx, spec, ctx.mlflow, sizing_status)  # a predecessor's: nothing to train
-                          or runtime == "JobSet" and _jobset_not_served(ctx)):  # fmt: skip
+    if _shows_finished(ctx, spec, ctx.mlflow, runtime, child, sizing_status) or (  # a predecessor's run finished it
+            child is None and runtime == "JobSet" and _jobset_not_served(ctx)):  # fmt: skip
         return None
     _ensure_pvc_and_service(ctx, spec, runtime)
     if child is None and ctx.status.get("completionTime"):
@@ -84,7 +82,7 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
                            create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
-    spent = _cost(ctx, pods, now)
+    spent = trainingcost.status_cost(ctx, pods, now)
     recorded: dict[str, Any] = {}
     if run is not None:
         state, recorded = _record_run(ctx, ctx.mlflow, run, cached, state, spent)
@@ -96,17 +94,33 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     return _next_pass(ctx, state, placed)
 
 
-def _shows_finished(ctx: Context, spec: TrainingRunSpec, mlflow: MlflowClient, sizing: dict[str, Any] | None) -> bool:
-    """Whether this TrainingRun's training finished in a predecessor's run (trainingadopt.finished_run):
-    then that run is shown, with the ModelArtifact the spec asks for (which adopts its predecessor's)."""
-    run = trainingadopt.finished_run(ctx, spec, mlflow)
+def _child_of(ctx: Context, runtime: str) -> tuple[str, str]:
+    """The cache index and name of the run's Job (or JobSet)."""
+    return ("jobsets", build.jobset_name(ctx.name)) if runtime == "JobSet" else ("jobs", build.job_name(ctx.name))
+
+
+def _shows_finished(
+    ctx: Context,
+    spec: TrainingRunSpec,
+    mlflow: MlflowClient,
+    runtime: str,
+    child: dict[str, Any] | None,
+    sizing: dict[str, Any] | None,
+) -> bool:
+    """Whether this TrainingRun's training finished in a predecessor's MLflow run
+    (trainingadopt.finished_run): then that run is shown, with the ModelArtifact the spec asks for
+    (which adopts its predecessor's version in turn), and a Job of its own, still gated (made while
+    MLflow was unreachable), is deleted: it never ran a pod."""
+    run = trainingadopt.finished_run(ctx, spec, mlflow, child)
     if run is None:
         return False
+    if child is not None and kube.controller_uid(child) == ctx.uid:
+        kube.delete(ctx.kube, runtime, ctx.namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
     job = trainingadopt.completed_job(run)
     artifact = _artifact(ctx, spec, job)
     state = training_state(spec, job, [], artifact_pending=spec.artifact is not None and artifact is None,
                            artifact=artifact)  # fmt: skip
-    state, recorded = _record_run(ctx, mlflow, mlflowrun.seen(run, COST_METRICS), False, state, {})
+    state, recorded = _record_run(ctx, mlflow, mlflowrun.seen(run, trainingcost.COST_METRICS), False, state, {})
     _write(ctx, state, sizing=sizing, artifact_ref={"name": ctx.name} if artifact else None, **recorded)
     return True
 
@@ -175,7 +189,7 @@ def _record_run(
     if cached and (state.succeeded or state.failed):
         run = _read_run(ctx, mlflow, run.run_id, run)  # the last word: what MLflow has now, not a poll's copy
     if state.succeeded or state.failed:
-        _log_cost(mlflow, run, spent, state.completion_time)
+        trainingcost.log_cost(mlflow, run, spent, state.completion_time)
     run = _finish_mlflow_run(mlflow, run, state)
     recorded["progress"], recorded["last_checkpoint"] = run.progress, run.checkpoint
     state = with_attempts(state, run)
@@ -273,7 +287,7 @@ def _mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tu
         run = _read_run(ctx, client, known, before)
     else:  # its own run, else one a predecessor of the same name and spec made (trainingadopt), else a new one
         tags = {trainingadopt.TRAININGRUN_TAG: f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
-        run = mlflowrun.seen(trainingadopt.run_for(ctx, spec, client, tags), COST_METRICS)
+        run = mlflowrun.seen(trainingadopt.run_for(ctx, spec, client, tags), trainingcost.COST_METRICS)
     memory[RUN_READ] = (run, now)
     return run, False
 
@@ -288,7 +302,7 @@ def _read_run(ctx: Context, client: MlflowClient, run_id: str, before: RunSeen |
     A run already found unreadable (``before``) stays so when MLflow does not answer in time: it
     takes longest to build the answers of the largest runs."""
     try:
-        return mlflowrun.seen(client.get_run(run_id), COST_METRICS)
+        return mlflowrun.seen(client.get_run(run_id), trainingcost.COST_METRICS)
     except MlflowUnavailable:
         if before is not None and before.unreadable is not None:
             return before
@@ -342,45 +356,6 @@ def _released_job(ctx: Context, job: dict[str, Any], link: build.MlflowLink) -> 
         return job
     patch = {"spec": {"template": build.release(build.pod_template_of(job), link)}}
     return _patched(ctx, "Job", job["metadata"]["name"], patch) or job
-
-
-def _cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
-    """status.cost: the attempts recorded so far brought up to date from the pods seen now, priced
-    (slipway.cost), each for its node (OpenCost's prices with openCost, slipway.opencost). The nodes
-    are read only when a GPU's price depends on its product, once per pod."""
-    recorded = ctx.status.get("cost") or {}
-    attempts = recorded.get("attempts") or []
-    prices = opencost.with_node_prices(cost.prices_of(ctx.config.prices_file), ctx.prometheus,
-                                       ctx.config.http_timeout_seconds)  # fmt: skip
-    products: dict[str, str] = {}
-    if prices.configured and cost.needs_products(prices):
-        known = {a.get("pod") for a in attempts if a.get("gpuProduct") is not None}
-        unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
-                   and cost.reserved_by(p).gpus]  # fmt: skip
-        if unknown:
-            products = kube.gpu_products(ctx.kube)
-            products.update({p["spec"]["nodeName"]: "" for p in unknown if p["spec"]["nodeName"] not in products})
-    attempts = cost.record_attempts(attempts, pods, now, products)
-    present = [p["metadata"]["name"] for p in pods]
-    return cost.training_cost(attempts, prices, now, recorded.get("folded"), present)
-
-
-COST_METRICS = {"slipway.cost.total": "total", "slipway.cost.gpuHours": "gpuHours",
-                "slipway.cost.wastedShare": "wastedShare"}  # fmt: skip
-
-
-def _log_cost(client: MlflowClient, run: RunSeen, spent: dict[str, Any], completion: str | None) -> None:
-    """A finished run's cost on its MLflow run, as metrics (and the currency as a tag), once: at
-    the completion time as timestamp, so a pass that runs again logs the same sample (MLflow keeps
-    one per key, step, timestamp and value) and one whose values MLflow already has logs nothing."""
-    values = {key: float(spent[field]) for key, field in COST_METRICS.items() if spent.get(field) is not None}
-    logged = {k: m.value for k, m in run.metrics.items() if k in COST_METRICS}
-    if not values or all(logged.get(k) == v for k, v in values.items()):
-        return
-    when = parse_time(completion) or datetime.now(UTC)
-    stamp = int(when.timestamp() * 1000)
-    tags = {"slipway.cost.currency": spent["currency"]} if spent.get("currency") else None
-    client.log_batch(run.run_id, metrics=[(k, v, 0, stamp) for k, v in values.items()], tags=tags)
 
 
 def _finish_mlflow_run(client: MlflowClient, run: RunSeen, state: TrainingState) -> RunSeen:
