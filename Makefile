@@ -135,7 +135,7 @@ REGISTRY ?= ghcr.io/slipway-dev
 version:  ## print the version (from the git tags); VERSION=X.Y.Z stamps it into the tree for a release commit
 	$(if $(VERSION),$(PY) release/versioning.py --stamp $(VERSION),@$(PY) release/versioning.py)
 
-release: $(VENV)/.installed helm  ## dist/VERSION/ (default: the tags' version): images, install.yaml, chart, SHA256SUMS
+release: $(VENV)/.installed helm  ## dist/VERSION/ (default: the tree's version): images, install.yaml, chart, SHA256SUMS
 	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY)
 
 crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models

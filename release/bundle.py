@@ -199,7 +199,7 @@ def release(version: str, registry: str, skip_images: bool = False) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("version", nargs="?", default=versioning.source(), help="X.Y.Z (default: the git tags')")
+    parser.add_argument("version", nargs="?", default=versioning.stamped(), help="X.Y.Z (default: the tree's)")
     parser.add_argument("--registry", default=DEFAULT_REGISTRY, help="the images' prefix in install.yaml and chart")
     parser.add_argument("--skip-images", action="store_true", help="reuse the archives already in dist/")
     args = parser.parse_args()
