@@ -5,7 +5,9 @@ The release directory is copied alone into an empty temporary directory; its SHA
 packaged chart renders both images by the digests read from the archives, and the API server accepts
 what it renders; install.yaml, with only the namespace changed (what docs/install.md tells a user to
 change), is applied server-side into a fresh namespace: the CRDs are established, every object
-exists and the Deployment names both images by those digests.
+exists and the Deployment names both images by those digests. A team's push, as docs/install.md gives it
+(`skopeo copy --preserve-digests` of each archive), to a registry on loopback (Debian's docker-registry):
+the registry serves each image, by tag and by digest, under the digest install.yaml names.
 
 On the local test cluster pods are local processes started by the node agent, not containers from
 the images: nothing here pulls or runs an image. The operator's Deployment is applied with 0
@@ -19,19 +21,25 @@ minutes), or rewritten without rebuilding the images when its install.yaml is st
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import importlib.util
+import os
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from localkube.wait import wait_answers
 from slipway_e2e.deploy import kubectl
 from slipway_testing import report
 
@@ -132,6 +140,63 @@ def test_the_release_holds_every_file_and_its_sums(release):
     listed = dict(line.split()[:2] for line in (here / "images.txt").read_text().splitlines())
     assert listed == {f"slipway-{k}": f"{bundle.DEFAULT_REGISTRY}/slipway-{k}@{digests[k]}" for k in bundle.KINDS}
     report("release: " + ", ".join(f"{p.name} {p.stat().st_size / 1e6:.1f} MB" for p in sorted(here.iterdir())))
+
+
+def debian_tools(*packages: str) -> None:
+    """Debian's packages the push needs (skopeo, the registry), installed if missing, as make image does."""
+    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+    if missing:
+        if subprocess.run(["apt-cache", "show", *missing], capture_output=True).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, timeout=600)
+        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, capture_output=True, timeout=600,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[str]:
+    """A registry of a team's own, Debian's docker-registry (the CNCF distribution) on loopback."""
+    debian_tools("skopeo", "docker-registry")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = {"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
+              "http": {"addr": f"127.0.0.1:{port}"}}  # fmt: skip
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
+    with (tmp_path / "registry.log").open("w") as log:
+        server = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(tmp_path / "config.yml")], stdout=log,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_answers(f"http://127.0.0.1:{port}/v2/", lambda: server.poll() is None, tmp_path / "registry.log", 30,
+                     "the registry")  # fmt: skip
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_a_team_pushes_the_archives_to_its_registry_and_the_digests_hold(release, registry):
+    """docs/install.md's push: skopeo copy --preserve-digests of each archive; the registry serves each image
+    under the digest install.yaml and the chart name, by tag and by digest."""
+    here, digests = release
+    for kind, digest in digests.items():
+        repo = f"{registry}/team/slipway-{kind}"
+        start = time.monotonic()
+        subprocess.run(["skopeo", "copy", "-q", "--preserve-digests", "--dest-tls-verify=false",
+                        f"oci-archive:slipway-{kind}-{VERSION}.oci.tar", f"docker://{repo}:{VERSION}"],
+                       cwd=here, check=True, timeout=600)  # fmt: skip
+        took = time.monotonic() - start
+        accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
+        by_tag = httpx.get(f"http://{registry}/v2/team/slipway-{kind}/manifests/{VERSION}", headers=accept)
+        assert by_tag.status_code == 200, by_tag.text
+        assert by_tag.headers["Docker-Content-Digest"] == digest
+        assert "sha256:" + hashlib.sha256(by_tag.content).hexdigest() == digest
+        by_digest = httpx.get(f"http://{registry}/v2/team/slipway-{kind}/manifests/{digest}", headers=accept)
+        assert by_digest.status_code == 200 and by_digest.content == by_tag.content
+        manifest = by_tag.json()
+        for blob in [manifest["config"], *manifest["layers"]]:  # every blob pushed, not only the manifest
+            head = httpx.head(f"http://{registry}/v2/team/slipway-{kind}/blobs/{blob['digest']}")
+            assert head.status_code == 200 and int(head.headers["Content-Length"]) == blob["size"], blob
+        report(f"release: slipway-{kind} pushed with skopeo in {took:.1f}s, served as {repo}@{digest}")
 
 
 def helm_template(chart: Path, namespace: str, *sets: str) -> list[Obj]:
