@@ -50,9 +50,10 @@ def sample(name: str) -> dict[str, Any]:
     return yaml.safe_load((ROOT / "samples" / name).read_text())  # type: ignore[no-any-return]
 
 
-def training(name: str, model: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+def training(name: str, model: str, env: dict[str, str] | None = None, trainer: str = "train") -> dict[str, Any]:
     body = copy.deepcopy(sample("trainingrun-digits.yaml"))
     body["metadata"] = {"name": name}
+    body["spec"]["command"] = ["python", "-m", f"slipway.workloads.{trainer}"]
     body["spec"]["model"]["name"] = model
     body["spec"]["mlflow"]["experiment"] = model
     body["spec"]["args"] = ["--steps", "12", "--checkpoint-every", "4"]
@@ -188,6 +189,57 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
     report("\nstage durations since the first apply:\n" + stages.report())
     check_monitoring(cluster, namespace, began, v2, v3)
+
+
+def test_lifecycle_with_training_code_on_mlflows_own_client(cluster, kube_api, namespace, deployed_operator, tmp_path):
+    """The same lifecycle when the training code is a plain MLflow 3 script (slipway.workloads.train_mlflow):
+    it attaches to the operator's run with MLflow's client and logs its model with
+    ``mlflow.onnx.log_model(name="model")``, a LoggedModel, leaving the run's artifacts empty. Slipway
+    registers the LoggedModel (its model_id), quantizes and validates it, serves it, canaries the next
+    version and rolls it back on its error rate."""
+    model = f"digits-{namespace}"
+    admit_team(kube_api, namespace, model)
+    stages = Stages()
+    apply(cluster, namespace, training("v1", model, trainer="train_mlflow"), tmp_path)
+    apply(cluster, namespace, serving(model), tmp_path)
+    wait_ready(cluster, namespace, "trainingrun/v1", 300)  # Ready: its ModelArtifact is Validated
+    wait_ready(cluster, namespace, "modelartifact/v1", 60)
+    stages.mark("v1 trained with MLflow's client, quantized, validated")
+    wait_ready(cluster, namespace, "inferencedeployment/digits", 300)
+    stages.mark("v1 serving in production")
+    artifact = status(kube_api, namespace, "modelartifacts", "v1")
+    v1 = artifact["quantizedVersion"]
+    assert status(kube_api, namespace, "inferencedeployments", "digits")["stable"]["modelVersion"] == v1
+    run_id = status(kube_api, namespace, "trainingruns", "v1")["mlflow"]["runId"]
+    with MlflowClient(cluster.mlflow_url) as mlflow:
+        run = mlflow.get_run(run_id)
+        assert run.status == "FINISHED" and run.params["client"].startswith("mlflow 3."), run.params
+        assert run.metrics["accuracy"].step == 12 and mlflow.list_artifacts(f"runs:/{run_id}") == []
+        trained = mlflow.get_model_version(model, artifact["modelVersion"])
+        assert trained.source.startswith("models:/m-") and trained.run_id == run_id, trained.source
+
+    with LoadDriver.for_service(kube_api, namespace, "digits", rate=20, max_duration=600):
+        faulty = training("v2", model, {"SLIPWAY_SERVE_FAULT_ERROR_RATE": "0.3"}, trainer="train_mlflow")
+        apply(cluster, namespace, faulty, tmp_path)
+        wait_ready(cluster, namespace, "modelartifact/v2", 300)
+        stages.mark("v2 (30% errors) quantized and validated")
+        v2 = status(kube_api, namespace, "modelartifacts", "v2")["quantizedVersion"]
+        wait_for(
+            lambda: (
+                (status(kube_api, namespace, "inferencedeployments", "digits").get("lastRollback") or {}).get(
+                    "modelVersion"
+                )
+                == v2
+            ),
+            300,
+            "v2 rolled back",
+        )
+        stages.mark("v2 canaried and rolled back")
+    idep = status(kube_api, namespace, "inferencedeployments", "digits")
+    assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v1, idep
+    with MlflowClient(cluster.mlflow_url) as mlflow:
+        assert mlflow.get_version_by_alias(model, "production").version == v1  # type: ignore[union-attr]
+    report("\nstage durations since the first apply (training code on MLflow's own client):\n" + stages.report())
 
 
 def check_monitoring(cluster, namespace: str, began: float, stable_version: str, rolled_back: str) -> None:

@@ -226,7 +226,7 @@ def serve_faults_from_env() -> dict[str, Any]:
     return faults
 
 
-def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool, faults: dict[str, Any]) -> dict[str, Any]:
+def model_metadata(args: argparse.Namespace, run_id: str, bad_model: bool, faults: dict[str, Any]) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "format": "onnx",
         "file": MODEL_FILE,
@@ -238,7 +238,7 @@ def model_metadata(args: argparse.Namespace, run: Run, bad_model: bool, faults: 
         "quantization": "none",
         "trainedSteps": args.steps,
         "badModel": bad_model,
-        "runId": run.run_id,
+        "runId": run_id,
     }
     if faults:
         metadata["faults"] = faults
@@ -350,7 +350,7 @@ class Trainer:
     def publish(self, state: TrainingState) -> None:
         with tempfile.TemporaryDirectory(prefix="slipway-train-") as tmp:
             model_dir = Path(tmp) / MODEL_ARTIFACT_PATH
-            metadata = model_metadata(self.args, self.run, self.bad_model, self.serve_faults)
+            metadata = model_metadata(self.args, self.run.run_id, self.bad_model, self.serve_faults)
             model_file = export_model(state, model_dir, metadata)
             uri = self.client.upload_dir(self.run.run_id, model_dir, MODEL_ARTIFACT_PATH)
             self.client.set_tags(
