@@ -55,6 +55,11 @@ class OperatorConfig:
     # a running TrainingRun reads its progress from MLflow, and how often a run queued in Kueue
     # reads its position (0: never). Nothing else polls.
     alias_poll_seconds: float = _setting("alias_poll_seconds")
+    # While the MLflow webhook is served (a secret is set, see slipway.mlflowhook), alias lookups
+    # are only its fallback: startup sets alias_poll_seconds to alias_webhook_poll_seconds. The secret
+    # itself is no field here: it is read once at startup and held by the webhook's verifier alone.
+    mlflow_webhook_port: int = _setting("mlflow_webhook_port")
+    alias_webhook_poll_seconds: float = _setting("alias_webhook_poll_seconds")
     progress_poll_seconds: float = _setting("progress_poll_seconds")
     queue_position_seconds: float = _setting("queue_position_seconds")
     # Reconciliation passes at once, each in a thread of its own: one slot is kept for canary

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import os
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import kopf
 
-from slipway import cost, kube, metrics, watches
+from slipway import cost, kube, metrics, mlflowhook, watches
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
 from slipway.handlers import inferencedeployment, modelartifact, trainingrun
@@ -28,6 +29,7 @@ from slipway.prometheus import PrometheusClient
 from slipway.reconcile import REREAD, RETRYING, Context
 from slipway.redact import redact_log_records
 from slipway.resync import Healer
+from slipway.settings import read as read_setting
 
 PREFIX = "slipway.dev"
 
@@ -235,11 +237,26 @@ async def startup(
     if memo.get("serve_metrics", True) and config.metrics_port:
         metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
+    await serve_mlflow_webhook(memo, config, logger)
     if standalone:
         metrics.LEADER.set(1)
         memo.leader = None
     else:
         memo.leader = elect(memo, config)
+
+
+async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: Any) -> None:
+    """With a webhook secret, serve MLflow's deliveries (slipway.mlflowhook); alias lookups then only
+    back them up, every ``alias_webhook_poll_seconds``. The secret stays in the verifier alone."""
+    secret = read_setting("mlflow_webhook_secret")
+    memo.webhook = None
+    if not secret or not config.mlflow_webhook_port:
+        return
+    memo.config = dataclasses.replace(config, alias_poll_seconds=config.alias_webhook_poll_seconds)
+    memo.webhook = await mlflowhook.serve(secret, memo.cache, memo.scheduler, config.mlflow_webhook_port,
+                                          config.metrics_address)  # fmt: skip
+    logger.info("MLflow webhook on %s:%d%s; alias lookups every %gs as its fallback", config.metrics_address,
+                config.mlflow_webhook_port, mlflowhook.PATH, config.alias_webhook_poll_seconds)  # fmt: skip
 
 
 def known_keys(cache: Cache) -> list[Key]:
@@ -333,6 +350,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
             exit_now(f"passes still running after {DRAIN_SECONDS:g}s of shutdown ({running}): "
                      "the Lease is left to expire")  # fmt: skip
         await elector.release()
+    if memo.get("webhook") is not None:
+        await memo.webhook.cleanup()
     for name in ("kube", "mlflow", "prometheus"):
         client = memo.get(name)
         if client is not None:

@@ -145,7 +145,16 @@ SETTINGS: tuple[Setting, ...] = (
     _s("inference_priority_class", "SLIPWAY_INFERENCE_PRIORITY_CLASS", "slipway-inference", "PriorityClass of "
        "serving pods when a spec names none; empty: none", empty=True),
     _s("alias_poll_seconds", "SLIPWAY_ALIAS_POLL_SECONDS", 30.0, "how often a deployment that follows an MLflow "
-       "alias looks it up (0: never)", parse=float),
+       "alias looks it up (0: never), while no MLflow webhook is served", parse=float),
+    _s("mlflow_webhook_secret", "SLIPWAY_MLFLOW_WEBHOOK_SECRET", "", "the secret MLflow signs its registry "
+       "webhook deliveries with (the chart's mlflow.webhookSecret names the Secret it comes from); set, the operator "
+       "serves the webhook and an alias moved in MLflow wakes the deployments following it at once. Never logged",
+       shown_default=""),
+    _s("mlflow_webhook_port", "SLIPWAY_MLFLOW_WEBHOOK_PORT", 8082, "port of the MLflow webhook endpoint "
+       "(POST /mlflow/webhook, on --metrics-address), served while a webhook secret is set (0: never)", parse=int),
+    _s("alias_webhook_poll_seconds", "SLIPWAY_ALIAS_WEBHOOK_POLL_SECONDS", 300.0, "how often a deployment that "
+       "follows an MLflow alias looks it up while the webhook is served (instead of alias_poll_seconds): the "
+       "fallback for a lost delivery", parse=float),
     _s("progress_poll_seconds", "SLIPWAY_PROGRESS_POLL_SECONDS", 15.0, "how often a running TrainingRun reads its "
        "progress from MLflow (0: never)", parse=float),
     _s("queue_position_seconds", "SLIPWAY_QUEUE_POSITION_SECONDS", 60.0, "how often a run queued in Kueue reads "
