@@ -236,8 +236,15 @@ class Analysis(SlipwayModel):
         default="inconclusive",
         description="When a query returns no data: inconclusive pauses (never promotes), fail, or pass.",
     )
-    preset: Literal["slipway", "vllm"] = Field(
-        default="slipway", description="Metric names of the server: slipway (reference server) or vllm."
+    preset: Literal["slipway", "vllm", "gateway"] = Field(
+        default="slipway",
+        description="Where the built-in metrics come from: the server's own (slipway, the reference server; "
+        "vllm), or gateway: each track's requests, errors and latency as the gateway of spec.traffic "
+        "(GatewayAPI mode) counts them, for servers with no metrics of their own.",
+    )
+    gateway: Literal["traefik", "istio"] = Field(
+        default="traefik",
+        description="preset gateway: whose metric and label names are read (docs/concepts/traffic.md).",
     )
     metrics: list[AnalysisMetric] = Field(default_factory=list, description="Metrics to check.", max_length=16)
 

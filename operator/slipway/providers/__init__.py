@@ -24,10 +24,11 @@ from slipway.config import OperatorConfig
 from slipway.models.inferencedeployment import Analysis, AnalysisMetric
 from slipway.prometheus import PrometheusClient
 from slipway.providers.base import Services, Source, Target
+from slipway.providers.gateway import GatewaySource
 from slipway.providers.prometheus import PrometheusSource
 
 DEFAULT = "prometheus"  # the source of queries, and of metrics no other source claims
-PROVIDERS: dict[str, Source] = {source.name: source for source in (PrometheusSource(),)}
+PROVIDERS: dict[str, Source] = {source.name: source for source in (PrometheusSource(), GatewaySource())}
 
 
 def source_of(metric: AnalysisMetric, preset: str) -> str:
@@ -41,7 +42,8 @@ def source_of(metric: AnalysisMetric, preset: str) -> str:
 
 def refusals(settings: Analysis, config: OperatorConfig) -> list[str]:
     """Why the operator will not run an analysis with ``settings``, one message per source that refuses it."""
-    return [why for source in PROVIDERS.values() if (why := source.refusal(settings, config)) is not None]
+    found = [why for source in PROVIDERS.values() if (why := source.refusal(settings, config)) is not None]
+    return list(dict.fromkeys(found))  # the gateway source asks the same Prometheus: said once
 
 
 def analyse(

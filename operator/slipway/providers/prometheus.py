@@ -33,11 +33,15 @@ class PrometheusProvider:
         self.window = analysis_window(target.settings.interval)
         self.unavailable: str | None = None
 
-    def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
+    def query(self, metric: AnalysisMetric, track: str) -> str:
+        """The PromQL of ``metric`` for ``track``; QueryError names what is wrong with it."""
         t = self.target
+        return resolve_query(metric, t.settings.preset, track, t.namespace, t.deployment, self.window,
+                             t.versions.get(track), t.revisions.get(track))  # fmt: skip
+
+    def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
         try:
-            query = resolve_query(metric, t.settings.preset, track, t.namespace, t.deployment, self.window,
-                                  t.versions.get(track), t.revisions.get(track))  # fmt: skip
+            query = self.query(metric, track)
         except QueryError as exc:
             return Measurement(metric.query or "", error=str(exc))
         if self.unavailable is not None:
@@ -58,6 +62,10 @@ class PrometheusSource:
     metrics: frozenset[str] = frozenset()  # its built-ins are answered by preset
     presets = frozenset(PRESETS)
 
+    def provider(self, client: PrometheusClient, target: Target) -> PrometheusProvider:
+        """A provider of this source for one analysis of ``target``, asking ``client``."""
+        return PrometheusProvider(client, target)
+
     def refusal(self, settings: Analysis, config: OperatorConfig) -> str | None:
         return address_refusal(settings.prometheus.address, config) if settings.prometheus is not None else None
 
@@ -77,7 +85,7 @@ class PrometheusSource:
             yield NO_PROMETHEUS
             return
         try:
-            yield lambda: PrometheusProvider(client, target)
+            yield lambda: self.provider(client, target)
         finally:
             if client is not services.prometheus:
                 client.close()
