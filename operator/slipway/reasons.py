@@ -158,8 +158,8 @@ REASONS: tuple[Reason, ...] = (
        "the model reference"),
     _r("ModelUnavailable", "Stalled Degraded", ID, "the model to serve cannot be resolved, or its artifact is not "
        "Validated; the stable keeps serving", "fix the reference, or validate the artifact"),
-    _r("RestoringStable", "Reconciling", ID, "the stable Deployment was gone: what it served comes back first",
-       "nothing"),
+    _r("RestoringStable", "Reconciling", ID, "the stable Deployment was gone: what it served comes back first (with "
+       "no status, as after a re-apply from Git: what the promote alias names)", "nothing"),
     _r("RollingOut", "Reconciling", ID, "the stable track rolls to the revision", "nothing"),
     _r("Promoted", "Ready", ID, "the stable serves the revision, every replica available", "nothing"),
     _r("StableUnavailable", "Reconciling Stalled Degraded", ID, "not every stable replica is available (a crash "

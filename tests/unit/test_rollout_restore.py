@@ -136,6 +136,20 @@ def test_a_stable_on_record_comes_back_first_whatever_mlflow_says() -> None:
     assert first.stable == V1 and "lastRollback" not in first.status
 
 
+def test_a_stable_left_behind_that_status_does_not_record_starts_no_canary_of_a_tagged_version() -> None:
+    obs = Observed(spec(), V2, None, track(V1), None, {}, {}, NOW, registry=RegistryView(TAG, None))
+    refused = plan(obs)
+    assert (refused.phase, refused.canary, refused.stable) == ("RolledBack", None, None)
+    assert refused.status["lastRollback"]["tag"] == TAG
+    assert (
+        "stable serves m version 1 (revision rev1)" in next(c for c in refused.conditions if c.type == "Ready").message
+    )
+    # Retried, or no tag: a canary as for any other version.
+    for asked, view in ((RETRY, RegistryView(TAG, None)), ({}, RegistryView(None, None))):
+        canaried = plan(Observed(spec(), V2, None, track(V1), None, {}, asked, NOW, registry=view))
+        assert canaried.canary == V2 and canaried.phase != "RolledBack"
+
+
 class Registry:
     """A stand-in MLflow for the alias read: ``aliases`` (alias -> version), or unreachable."""
 

@@ -78,8 +78,7 @@ class Reconciler:
                             canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
                             now=datetime.now(UTC))  # fmt: skip
         # No stable of its own (new, or re-created without status): what MLflow records decides the first one.
-        observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, tracks["stable"],
-                                          list(deployments.values()))  # fmt: skip
+        observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, list(deployments.values()))
         decision = plan(observed)
         if decision.analyze and decision.rollout is not None:
             if decision.analyze_track == "stable":  # a bake: the promoted version on the stable's pods

@@ -20,7 +20,7 @@ from slipway.builders.operatorfields import revision_for
 from slipway.mlflow import MlflowClient, MlflowError
 from slipway.models import InferenceDeploymentSpec
 from slipway.reconcile import Context
-from slipway.rollout.base import Desired, Plan, RegistryView, Track
+from slipway.rollout.base import Desired, Plan, RegistryView
 from slipway.rollout.records import ROLLBACK_TAG
 from slipway.rollout.tracks import with_revision
 
@@ -33,12 +33,12 @@ def registry_view(
     client: MlflowClient,
     spec: InferenceDeploymentSpec,
     desired: Desired | None,
-    stable: Track | None,
     deployments: list[Mapping[str, Any] | None],
 ) -> RegistryView | None:
     """The rollback tag and the promote alias's version, or None when the object has a stable of its
-    own (its Deployment serves a revision, or its status records one): then nothing is read."""
-    if desired is None or (stable is not None and stable.revision) or (ctx.status.get("stable") or {}).get("revision"):
+    own (its status records one): then nothing is read. (A stable Deployment status does not record
+    is one a deleted object left behind, or this object's first pass: the tag is read as well.)"""
+    if desired is None or (ctx.status.get("stable") or {}).get("revision"):
         return None
     if spec.model.alias is not None:
         tags: Mapping[str, str] = ctx.memory.get(ALIAS_TAGS) or {}

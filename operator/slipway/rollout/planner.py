@@ -19,7 +19,7 @@ from slipway.rollout.budget import size_tracks
 from slipway.rollout.canary import Canary
 from slipway.rollout.promotion import Promotion
 from slipway.rollout.records import ROLLBACK_TAG
-from slipway.rollout.restore import restored
+from slipway.rollout.restore import refused_beside, restored
 from slipway.rollout.settled import first_revision, health_status
 from slipway.status.conditions import reconciling, stalled
 
@@ -53,6 +53,9 @@ def _plan_for(obs: Observed) -> Plan:
         return restored(obs, desired) or first_revision(obs, desired)
     if stable.serves(desired):
         return settled_or_baking(obs, desired, stable)
+    beside = refused_beside(obs, desired, stable)  # a stable status does not record, and MLflow's tag
+    if beside is not None:
+        return beside
     last = status.get("lastRollback") or {}
     if last.get("revision") == desired.revision and not last.get("retried"):
         if obs.annotations.get(RETRY_ANNOTATION):

@@ -17,7 +17,7 @@ import math
 from typing import Any
 
 from slipway.clock import rfc3339
-from slipway.rollout.base import RETRY_ANNOTATION, Desired, Observed, Plan, describe, make_plan
+from slipway.rollout.base import RETRY_ANNOTATION, Desired, Observed, Plan, Track, describe, describe_track, make_plan
 from slipway.rollout.records import ROLLBACK_TAG
 from slipway.rollout.settled import first_revision, health_status
 from slipway.status.conditions import reconciling, stalled
@@ -72,13 +72,30 @@ def restored(obs: Observed, desired: Desired) -> Plan | None:
     if view is None or (obs.status.get("stable") or {}).get("revision"):
         return None
     promoted = view.promoted if view.promoted is not None and view.promoted.version != desired.version else None
-    last = obs.status.get("lastRollback") or {}
-    released = last.get("revision") == desired.revision and last.get("retried")  # a retry already on record
-    if view.rollback_tag and not released:
+    if view.rollback_tag and not _released(obs, desired):
         return _rolled_back(obs, desired, view.rollback_tag, promoted)
     if promoted is not None:
         return _production_first(obs, desired, promoted)
     return None
+
+
+def refused_beside(obs: Observed, desired: Desired, stable: Track) -> Plan | None:
+    """A stable Deployment is there that status does not record (one a deleted object left behind):
+    a tagged version is refused just the same, no canary of it, the stable left as it is. None: not
+    read, no tag, or slipway.dev/retry (the canary goes on as for any other version)."""
+    view = obs.registry
+    if view is None or not view.rollback_tag or (obs.status.get("stable") or {}).get("revision"):
+        return None
+    if obs.annotations.get(RETRY_ANNOTATION) or _released(obs, desired):
+        return None
+    record = record_from_tag(desired, view.rollback_tag, obs)
+    return _refusal(obs, desired, record, None, f"stable serves {describe_track(stable)}")
+
+
+def _released(obs: Observed, desired: Desired) -> bool:
+    """A retry of ``desired`` already on record (written by the pass that consumed the annotation)."""
+    last = obs.status.get("lastRollback") or {}
+    return bool(last.get("revision") == desired.revision and last.get("retried"))
 
 
 def _production_first(obs: Observed, desired: Desired, promoted: Desired) -> Plan:
@@ -103,10 +120,15 @@ def _rolled_back(obs: Observed, desired: Desired, tag: str, promoted: Desired | 
     alias = obs.spec.rollout.promote_alias
     serving = f"stable serves {describe(promoted)}, which MLflow alias {alias} names" if promoted else (
         "nothing else is served (no promote alias names another version)")  # fmt: skip
+    return _refusal(obs, desired, record, promoted, serving)
+
+
+def _refusal(obs: Observed, desired: Desired, record: dict[str, Any], stable: Desired | None, serving: str) -> Plan:
+    """RolledBack as status.lastRollback refuses a version, the record from the tag put on record."""
     message = (
         f"{describe(desired)} was rolled back ({tag_cause(record, desired.version)}); {serving}; publish a new "
         f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"
     )
     return make_plan("RolledBack", stalled, "RolledBack", message, progressing="False",
-                     degraded=("RolledBack", message), stable=promoted, durable=True,
+                     degraded=("RolledBack", message), stable=stable, durable=True,
                      status={**health_status(obs), "lastRollback": record})  # fmt: skip
