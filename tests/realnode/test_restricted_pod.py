@@ -1,7 +1,7 @@
 """A pod of the locally built operator image on the real node, in a namespace enforcing the
 ``restricted`` Pod Security Standard: the kubelet and runc enforce what the spec asks (UID 65532,
 a read-only root filesystem), the pod has its own network namespace on the bridge, and ``kubectl
-logs`` and ``kubectl exec`` reach the container through the API server and the kubelet."""
+logs``, ``kubectl exec`` and ``kubectl top`` reach the container through the API server and the kubelet."""
 
 from __future__ import annotations
 
@@ -114,7 +114,15 @@ def test_restricted_pod_of_the_operator_image_on_the_real_node(real_cluster):
         assert fields["CapEff"].strip() == "0000000000000000", fields["CapEff"]  # every capability dropped
         assert fields["Seccomp"].strip() == "2", fields["Seccomp"]  # RuntimeDefault: a seccomp filter
         assert fields["NoNewPrivs"].strip() == "1", fields["NoNewPrivs"]
-        print(f"real node: restricted pod ready, logs and exec checked in {time.monotonic() - started:.1f}s"
+
+        # kubectl top: metrics-server reads the kubelet's resource metrics (containerd's cgroup stats).
+        def top() -> str | None:
+            done = real_cluster.kubectl("-n", ns, "top", "pod", "probe", "--no-headers", check=False)
+            return done.stdout if done.returncode == 0 and done.stdout.startswith("probe ") else None
+
+        usage = wait_for(top, 90, f"kubectl top pod {ns}/probe to show its usage").split()
+        assert usage[1].endswith("m") and usage[2].endswith("Mi"), usage
+        print(f"real node: restricted pod ready, logs, exec and top checked in {time.monotonic() - started:.1f}s"
               + (f" (cluster up {real_cluster.up_seconds:.1f}s)" if real_cluster.up_seconds else ""))  # fmt: skip
     finally:
         kube.delete(f"/api/v1/namespaces/{ns}")
