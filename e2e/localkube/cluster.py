@@ -128,14 +128,9 @@ class Launcher:
             prometheus.binary()  # fail before starting anything
         if self.cfg.metrics_server and not self.cfg.metrics_server_binary.exists():
             raise FileNotFoundError(f"{self.cfg.metrics_server_binary} is missing: run `make metrics-server` first")
-        if self.cfg.runtime == "containerd":
-            from localkube.realnode import check_prerequisites
+        from localkube.realnode import check_runtime
 
-            if self.cfg.nodes != 1:
-                raise ValueError(f"the containerd runtime runs one node, not {self.cfg.nodes}")
-            check_prerequisites()
-        elif self.cfg.runtime != "process":
-            raise ValueError(f"unknown runtime {self.cfg.runtime!r}: use process or containerd")
+        check_runtime(self.cfg.runtime, self.cfg.nodes)
         previous = ClusterInfo.load(self.dir)
         if previous and not previous.stopped and previous.any_alive():
             raise ClusterRunning(f"a cluster is already running in {self.dir} (stop it with `localkube down`)")
@@ -381,21 +376,6 @@ class Launcher:
                 env={"PYTHONUNBUFFERED": "1"},
             )
 
-    def start_real_node(self) -> None:
-        """containerd with the images of dist/, the kubelet registered as the node, kube-proxy."""
-        from localkube.realnode import RealNode, grant_kubelet_api
-
-        node = self.info.nodes[0]
-        grant_kubelet_api(self.kube)
-        real = RealNode(self.dir, node, self.ca, self.kube, self.info.apiserver_url,
-                        lambda name, cmd, env: self._spawn(name, cmd, env=env))  # fmt: skip
-        real.start_containerd()
-        real.import_images()
-        client, serving = self.certs[f"node-{node}"], self.certs[f"kubelet-{node}"]
-        real.start_kubelet((client.cert, client.key), (serving.cert, serving.key))
-        real.initialize()
-        real.start_kube_proxy()
-
     def wait_nodes_ready(self, timeout: float = 90) -> None:
         def ready() -> bool:
             for name in self.info.nodes:
@@ -543,7 +523,9 @@ def up(cfg: ClusterConfig) -> ClusterInfo:
         launcher.start_scheduler()
         launcher.start_provisioner()
         if cfg.runtime == "containerd":
-            launcher.start_real_node()
+            from localkube.realnode import start_real_node
+
+            start_real_node(launcher)  # containerd, images of dist/, the kubelet, kube-proxy
         else:
             launcher.start_node_agents()
         launcher.wait_controllers()

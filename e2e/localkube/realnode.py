@@ -17,6 +17,7 @@ import logging
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port
@@ -25,6 +26,9 @@ from localkube.pki import CertificateAuthority
 from localkube.procs import Proc
 from localkube.state import ROOT
 from localkube.wait import wait_answers, wait_for
+
+if TYPE_CHECKING:
+    from localkube.cluster import Launcher
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,17 @@ def check_prerequisites(binary: Path = NODE_BINARY) -> None:
         if not (CNI_BIN / plugin).exists():
             raise FileNotFoundError(f"{CNI_BIN / plugin} is missing: install Debian's containernetworking-plugins")
     dist_archives()
+
+
+def check_runtime(runtime: str, nodes: int) -> None:
+    """``localkube up --runtime``: ``process`` (node agents) or ``containerd`` (one real node,
+    its prerequisites checked before anything starts)."""
+    if runtime == "containerd":
+        if nodes != 1:
+            raise ValueError(f"the containerd runtime runs one node, not {nodes}")
+        check_prerequisites()
+    elif runtime != "process":
+        raise ValueError(f"unknown runtime {runtime!r}: use process or containerd")
 
 
 def containerd_config(root: Path) -> str:
@@ -239,9 +254,9 @@ class RealNode:
         """What a cloud controller does for a new node: its addresses (loopback, where the kubelet
         serves), and the ``uninitialized`` taint lifted."""
         path = f"/api/v1/nodes/{self.name}"
-        node = wait_for(lambda: self.kube.get_or_none(path), 60, f"the kubelet to register node {self.name}")
+        wait_for(lambda: self.kube.get_or_none(path), 60, f"the kubelet to register node {self.name}")
         addresses = [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.name}]
-        self.kube.patch(f"{path}/status", {"status": {"addresses": addresses}}, kind="merge")
+        node = self.kube.patch(f"{path}/status", {"status": {"addresses": addresses}}, kind="merge")
         taints = [t for t in node.get("spec", {}).get("taints", []) if t["key"] != UNINITIALIZED]
         self.kube.patch(path, {"spec": {"taints": taints or None}}, kind="merge")
 
@@ -277,3 +292,18 @@ def grant_kubelet_api(kube: Kube) -> None:
             ],
         },
     )
+
+
+def start_real_node(launcher: Launcher) -> None:
+    """The cluster's one node, real: containerd with the images of dist/, the kubelet registered as
+    the node and initialized, kube-proxy."""
+    node = launcher.info.nodes[0]
+    grant_kubelet_api(launcher.kube)
+    real = RealNode(launcher.dir, node, launcher.ca, launcher.kube, launcher.info.apiserver_url,
+                    lambda name, cmd, env: launcher._spawn(name, cmd, env=env))  # fmt: skip
+    real.start_containerd()
+    real.import_images()
+    client, serving = launcher.certs[f"node-{node}"], launcher.certs[f"kubelet-{node}"]
+    real.start_kubelet((client.cert, client.key), (serving.cert, serving.key))
+    real.initialize()
+    real.start_kube_proxy()
