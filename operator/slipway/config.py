@@ -35,8 +35,9 @@ class OperatorConfig:
     # Multi-tenant mode: a namespace without the slipway.dev/allowed-models annotation may use no
     # MLflow model (see slipway.tenancy).
     require_model_allowlist: bool = _setting("require_model_allowlist")
-    # Workload pods read MLflow credentials from this Secret of their namespace, if it exists; the
-    # MLflow address they get carries none (see slipway.redact.without_credentials).
+    # Workload pods read MLflow credentials from this Secret of their namespace, if it exists, unless
+    # the Namespace names another (slipway.mlflowcreds; multi-tenant: only then); the MLflow address
+    # they get carries none (see slipway.redact.without_credentials).
     mlflow_credentials_secret: str = _setting("mlflow_credentials_secret")
     # The image of Slipway's own workloads (quantize, validate) when a spec names none.
     workload_image: str = _setting("workload_image")

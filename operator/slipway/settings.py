@@ -133,8 +133,9 @@ SETTINGS: tuple[Setting, ...] = (
     _s("metrics_address", "SLIPWAY_METRICS_ADDRESS", "0.0.0.0", "where /metrics listens; a pod IP where pods "
        "share one network (the local test cluster)", empty=True),
     _s("mlflow_credentials_secret", "SLIPWAY_MLFLOW_CREDENTIALS_SECRET", "slipway-mlflow-credentials", "workload "
-       "pods read MLflow credentials from this Secret of their namespace, if it exists; the MLflow address they get "
-       "carries none", empty=True),
+       "pods read MLflow credentials from this Secret of their namespace, if it exists, unless the Namespace's "
+       "slipway.dev/mlflow-credentials annotation names another (in multi-tenant mode, only then do they get any); "
+       "the MLflow address they get carries none", empty=True),
     _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", f"ghcr.io/slipway-dev/slipway-workloads:{__version__}",
        "the image of Slipway's own workloads (quantize, validate) when a spec names none", empty=True),
     _s("fetch_image", "SLIPWAY_FETCH_IMAGE", "", "the image of the fetch-model init container of serving pods with "

@@ -18,6 +18,7 @@ from slipway.builders.common import MANAGED_BY
 from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
 from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
 from slipway.controller import Key, fingerprint, owner_keys
+from slipway.mlflowcreds import MLFLOW_CREDENTIALS
 from slipway.tenancy import ALLOWED_MODELS
 
 PLURALS = kinds.PLURALS
@@ -154,9 +155,11 @@ async def namespaces(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[st
 
 @kopf.on.event("v1", "namespaces", id="wake-objects-of-namespace")
 async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A new model allow-list: every Slipway object of the namespace is checked again."""
+    """A new model allow-list or MLflow credentials Secret: every Slipway object of the namespace is
+    checked again."""
     name = body["metadata"]["name"]
-    allowed = ((body["metadata"].get("annotations") or {}).get(ALLOWED_MODELS),)
+    annotations = body["metadata"].get("annotations") or {}
+    allowed = (annotations.get(ALLOWED_MODELS), annotations.get(MLFLOW_CREDENTIALS))
     seen: dict[Key, tuple[Any, ...]] = memo.seen
     key: Key = ("namespaces", "", name)
     if seen.get(key) == allowed:

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import analysis, cost, kube, metrics, opencost, providers, traffic
+from slipway import analysis, cost, kube, metrics, mlflowcreds, opencost, providers, traffic
 from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
 from slipway.builders.operatorfields import keeping_operator_fields, revision_for
@@ -351,7 +351,7 @@ class Reconciler:
                                 config.pod_mlflow_url, replicas, desired.model, config.workload_image,
                                 self.priority_class, budget, revision_id=desired.revision,
                                 fetch_image=config.fetch_image)  # fmt: skip
-        body = with_credentials(body, config.mlflow_credentials_secret)
+        body = with_credentials(body, mlflowcreds.of_pods(self.ctx))
         existing = self.ctx.child("deployments", build.deployment_name(self.name, track))
         return self.ctx.ensure("deployments", keeping_operator_fields(body, existing))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from slipway import cost, kube, metrics, opencost, tenancy
+from slipway import cost, kube, metrics, mlflowcreds, opencost, tenancy
 from slipway.builders import modelartifact as build
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowError, MlflowNotFound, ModelVersion, Run, parse_model_uri, parse_run_uri
@@ -249,7 +249,7 @@ class Lifecycle:
                                      image=getattr(settings, "image", None) or config.workload_image,
                                      command=getattr(settings, "command", None), args=getattr(settings, "args", None),
                                      env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
-            job = self.ctx.ensure("jobs", with_credentials(desired, config.mlflow_credentials_secret))
+            job = self.ctx.ensure("jobs", with_credentials(desired, mlflowcreds.of_pods(self.ctx)))
         podless = jobs.without_pods(job)
         looked = podless and jobs.old_enough_for_pods(job, datetime.now(UTC))
         refused = kube.creation_failure(self.ctx.kube, job) if looked else None

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from slipway import kinds, kube, sizing
+from slipway import kinds, kube, mlflowcreds, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
 from slipway.handlers import trainingadopt, trainingcost, trainingqueue
@@ -129,7 +129,7 @@ def _create_child(ctx: Context, spec: TrainingRunSpec, runtime: str, index: str,
     """The training Job (or JobSet), suspended and gated; its MLflow run follows (build.RUN_GATE)."""
     make = build.jobset if runtime == "JobSet" else build.job
     body = make(ctx.name, ctx.namespace, spec, uri, priority_class(ctx, spec))
-    return ctx.ensure(index, with_credentials(body, ctx.config.mlflow_credentials_secret))
+    return ctx.ensure(index, with_credentials(body, mlflowcreds.of_pods(ctx)))
 
 
 def _suspend_as_spec(

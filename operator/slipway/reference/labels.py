@@ -28,6 +28,10 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
     "slipway.dev/allowed-hostnames": ("annotation", "Namespace", "cluster admin",
         "Globs of the hostnames the namespace's HTTPRoutes may claim (e.g. `*.team-a.example.com`); without it, "
         "any in single-team mode, none in multi-tenant mode."),
+    "slipway.dev/mlflow-credentials": ("annotation", "Namespace", "cluster admin",
+        "A Secret of the namespace (MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN) whose MLflow "
+        "identity the namespace's pods use, by reference; never the operator's. Without it: the "
+        "SLIPWAY_MLFLOW_CREDENTIALS_SECRET Secret of the namespace in single-team mode, none in multi-tenant mode."),
     "slipway.dev/promote": ("annotation", "InferenceDeployment", "user (`kubectl slipway promote`)",
         "`true`: skip the remaining canary steps and promote now. The operator removes it once it has acted."),
     "slipway.dev/abort": ("annotation", "InferenceDeployment", "user (`kubectl slipway abort`)",

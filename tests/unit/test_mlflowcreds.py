@@ -1,0 +1,77 @@
+"""A namespace's pods get the MLflow credentials its admin named on the Namespace, never the
+operator's; in multi-tenant mode a namespace without that annotation gives its pods none."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from slipway import mlflowcreds
+from slipway.builders import trainingrun
+from slipway.builders.common import with_credentials
+from slipway.config import OperatorConfig
+from slipway.mlflowcreds import MLFLOW_CREDENTIALS, named_secret, workload_secret
+from slipway.models import TrainingRunSpec
+
+OPERATORS = "slipway-mlflow-credentials"  # the setting's default, also the chart's operator Secret
+
+
+def namespace(**annotations: str) -> dict[str, Any]:
+    return {"metadata": {"name": "t2", "annotations": annotations}}
+
+
+def test_the_secret_the_admin_named_wins_in_either_mode():
+    ns = namespace(**{MLFLOW_CREDENTIALS: "t2-mlflow"})
+    assert workload_secret(ns, OPERATORS, multi_tenant=True) == "t2-mlflow"
+    assert workload_secret(ns, OPERATORS, multi_tenant=False) == "t2-mlflow"
+
+
+def test_multi_tenant_without_the_annotation_gives_no_credentials():
+    assert workload_secret(namespace(), OPERATORS, multi_tenant=True) is None
+    assert workload_secret(None, OPERATORS, multi_tenant=True) is None
+
+
+def test_single_team_without_the_annotation_keeps_the_setting():
+    assert workload_secret(namespace(), OPERATORS, multi_tenant=False) == OPERATORS
+    assert workload_secret(namespace(), "", multi_tenant=False) is None
+
+
+@pytest.mark.parametrize("value", ["", "  ", "Team2", "../x", "a/b", "x" * 254, "-a", "a_b"])
+def test_a_value_that_is_no_secret_name_names_none(value: str):
+    assert named_secret(namespace(**{MLFLOW_CREDENTIALS: value})) is None
+    assert workload_secret(namespace(**{MLFLOW_CREDENTIALS: value}), OPERATORS, multi_tenant=True) is None
+
+
+def test_a_dotted_secret_name_is_one():
+    assert named_secret(namespace(**{MLFLOW_CREDENTIALS: " team.mlflow-1 "})) == "team.mlflow-1"
+
+
+def context(ns: dict[str, Any] | None, multi_tenant: bool) -> Any:
+    config = OperatorConfig(mlflow_url="http://mlflow:5000", prometheus_url=None, require_model_allowlist=multi_tenant)
+    cache = SimpleNamespace(
+        get=lambda plural, scope, name: ns if (plural, scope, name) == ("namespaces", "", "t2") else None
+    )
+    return SimpleNamespace(cache=cache, config=config, namespace="t2")
+
+
+def pod_env_from(secret: str | None) -> list[dict[str, Any]]:
+    spec = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i"})
+    job = with_credentials(trainingrun.job("r", "t2", spec, "http://mlflow:5000"), secret)
+    return job["spec"]["template"]["spec"]["containers"][0].get("envFrom", [])
+
+
+def test_a_pod_of_t2_reads_t2s_secret_and_never_the_operators():
+    ctx = context(namespace(**{MLFLOW_CREDENTIALS: "t2-mlflow"}), multi_tenant=True)
+    assert pod_env_from(mlflowcreds.of_pods(ctx)) == [{"secretRef": {"name": "t2-mlflow", "optional": True}}]
+
+
+def test_a_pod_of_an_unnamed_namespace_in_multi_tenant_mode_reads_no_secret():
+    assert pod_env_from(mlflowcreds.of_pods(context(namespace(), multi_tenant=True))) == []
+    assert pod_env_from(mlflowcreds.of_pods(context(None, multi_tenant=True))) == []
+
+
+def test_the_missing_credentials_message_names_the_annotation_and_the_fix():
+    text = mlflowcreds.missing("t2")
+    assert MLFLOW_CREDENTIALS in text and "t2" in text and "MLFLOW_TRACKING_USERNAME" in text
