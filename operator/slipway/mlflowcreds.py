@@ -18,8 +18,11 @@ see docs/concepts/security.md.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+
+from slipway.mlflow import MlflowError
 
 if TYPE_CHECKING:
     from slipway.reconcile import Context
@@ -61,3 +64,21 @@ def of_pods(ctx: Context) -> str | None:
     """The Secret whose MLflow credentials the pods of ``ctx``'s object read (see workload_secret)."""
     namespace = ctx.cache.get("namespaces", "", ctx.namespace)
     return workload_secret(namespace, ctx.config.mlflow_credentials_secret, ctx.config.require_model_allowlist)
+
+
+@contextmanager
+def refusals_named(field: str) -> Iterator[None]:
+    """MLflow's refusal (HTTP 403: its permissions, not a wrong password) of what the spec's ``field``
+    names, raised again naming that field and the fix; any other failure as it was."""
+    try:
+        yield
+    except MlflowError as exc:
+        if exc.status != 403:
+            raise
+        raise MlflowError(
+            f"{field}: MLflow refused Slipway's MLflow identity what this field names: {exc.message}; "
+            "name a source of this namespace's own experiments and models, or an MLflow admin grants "
+            "Slipway's MLflow user READ on it",
+            status=exc.status,
+            error_code=exc.error_code,
+        ) from None

@@ -12,6 +12,7 @@ from slipway import mlflowcreds
 from slipway.builders import trainingrun
 from slipway.builders.common import with_credentials
 from slipway.config import OperatorConfig
+from slipway.mlflow import MlflowError
 from slipway.mlflowcreds import MLFLOW_CREDENTIALS, named_secret, workload_secret
 from slipway.models import TrainingRunSpec
 
@@ -75,3 +76,20 @@ def test_a_pod_of_an_unnamed_namespace_in_multi_tenant_mode_reads_no_secret():
 def test_the_missing_credentials_message_names_the_annotation_and_the_fix():
     text = mlflowcreds.missing("t2")
     assert MLFLOW_CREDENTIALS in text and "t2" in text and "MLFLOW_TRACKING_USERNAME" in text
+
+
+def test_mlflows_403_is_shown_naming_the_field_and_the_fix():
+    with pytest.raises(MlflowError) as refused, mlflowcreds.refusals_named("spec.source.mlflowRun.runId"):
+        raise MlflowError("MLflow GET runs/get: refused", status=403, error_code="PERMISSION_DENIED")
+    text = str(refused.value)
+    assert text.startswith("spec.source.mlflowRun.runId: MLflow refused Slipway's MLflow identity")
+    assert "grants Slipway's MLflow user READ" in text and text.endswith("[PERMISSION_DENIED] (HTTP 403)")
+    assert refused.value.status == 403
+
+
+@pytest.mark.parametrize("status", [401, 404, 500, None])
+def test_other_mlflow_failures_pass_unchanged(status: int | None):
+    error = MlflowError("MLflow GET runs/get: refused", status=status)
+    with pytest.raises(MlflowError) as raised, mlflowcreds.refusals_named("spec.source.uri"):
+        raise error
+    assert raised.value is error

@@ -102,8 +102,9 @@ class Lifecycle:
     def source(self) -> states.Source:
         src = self.spec.source
         if src.uri is not None:
-            self.check_uri(src.uri, "spec.source.uri")
-            return self.uri_source(src.uri, "spec.source.uri")
+            with mlflowcreds.refusals_named("spec.source.uri"):
+                self.check_uri(src.uri, "spec.source.uri")
+                return self.uri_source(src.uri, "spec.source.uri")
         if src.mlflow_run is not None:
             run_id, path = src.mlflow_run.run_id, src.mlflow_run.artifact_path
             if self.ctx.tenancy.active:
@@ -116,7 +117,9 @@ class Lifecycle:
             if isinstance(found, states.ArtifactState):
                 raise Waiting(found)
             run_id, path = found, "model"
-        run = self.mlflow.get_run(run_id)
+        named = "spec.source.mlflowRun.runId" if src.mlflow_run else "spec.source.trainingRunRef"
+        with mlflowcreds.refusals_named(named):
+            run = self.mlflow.get_run(run_id)
         if self.ctx.tenancy.active and src.mlflow_run is not None:  # a TrainingRun's run is checked by its own spec
             self.check_run(run, "spec.source.mlflowRun.runId")
         field = "spec.source.mlflowRun" if src.mlflow_run is not None else "spec.source.trainingRunRef"
