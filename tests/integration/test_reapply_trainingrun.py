@@ -6,6 +6,7 @@ server's audit log, the runs from MLflow."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from kubernetes import client
 
 from localkube.audit import audited_kubeconfig, requests_by
+from localkube.faultproxy import FaultProxy
 from localkube.wait import wait_for
 from slipway.handlers.trainingadopt import work_of
 from slipway.mlflow import MlflowClient, tag_filter
@@ -191,3 +193,41 @@ def test_a_run_forged_outside_the_trainingruns_experiment_is_never_adopted(
     report(f"forged runs {forged}: created {made}, run shown {shown}")
     assert done["status"]["phase"] == "Succeeded" and shown not in forged and made["jobs"] == 1
     assert mlflow.get_run(shown).tags["slipway.dev/work"] == work  # its own run carries its key
+
+
+def test_applied_again_while_mlflow_is_away_its_job_comes_first_and_goes_once_the_finished_run_is_found(
+    kube_api, namespace, operator, cluster, mlflow
+):
+    """A TrainingRun's Job is made before its MLflow run, MLflow or not (a sweep's Jobs exist within
+    seconds). Applied again while MLflow does not answer, the TrainingRun makes its Job, suspended and
+    gated; once MLflow answers, the run its predecessor finished is found before the Job's pods get a
+    run: the Job, which never ran a pod, is deleted and the run shown. No new run."""
+    host, port = cluster.mlflow_url.removeprefix("http://").rsplit(":", 1)
+    proxy = FaultProxy(host, int(port)).start()
+    try:
+        operator(mlflow_url=f"http://127.0.0.1:{proxy.port}", kubeconfig=audited_kubeconfig(cluster, USER))
+        model, owner = f"digits-{namespace}", f"{namespace}/digits"
+        body = training_run("digits", steps=2, model=model)
+        apply_object(kube_api, namespace, body)
+        run_id = wait_status(kube_api, namespace, "TrainingRun", "digits", settled, 180, "trained")["status"]["mlflow"][
+            "runId"]  # fmt: skip
+        delete_and_wait(kube_api, namespace, "digits")
+        before, since = training_runs(mlflow, model, owner), datetime.now(UTC)
+        proxy.blackhole()
+        applied = time.monotonic()
+        apply_object(kube_api, namespace, body)
+        batch = client.BatchV1Api(kube_api)
+        [job] = wait_for(lambda: batch.list_namespaced_job(namespace).items, 30, "the Job, MLflow away", interval=0.2)
+        job_after = time.monotonic() - applied
+        assert job.spec.suspend and not client.CoreV1Api(kube_api).list_namespaced_pod(namespace).items
+        proxy.pass_through()
+        shown = wait_status(kube_api, namespace, "TrainingRun", "digits", settled, 120, "settled once MLflow answers")
+        wait_for(lambda: not batch.list_namespaced_job(namespace).items, 60, "the gated Job deleted")
+    finally:
+        proxy.close()
+    after, made = training_runs(mlflow, model, owner), created(cluster, namespace, since)
+    report(f"re-applied with MLflow away: Job {job_after:.1f}s after apply, created {made}, deleted once MLflow "
+           f"answered; training runs {len(before)} -> {len(after)}, run shown {shown['status']['mlflow']['runId']} "
+           f"(first {run_id})")  # fmt: skip
+    assert shown["status"]["phase"] == "Succeeded" and shown["status"]["mlflow"]["runId"] == run_id
+    assert after == before and made["jobs"] == 1

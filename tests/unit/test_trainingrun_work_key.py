@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from slipway.builders import trainingrun as build
-from slipway.handlers.trainingadopt import adoptable, completed_job, finished_run, work_of
+from slipway.handlers.trainingadopt import adoptable, completed_job, finished_run, gated_own_job, work_of
 from slipway.mlflow import MlflowUnavailable, Run
 from slipway.mlflow.records import WORK_TAG
 from slipway.models import TrainingRunSpec
@@ -165,9 +165,13 @@ def test_a_finished_run_is_shown_before_the_job_or_while_the_job_of_its_own_is_s
         assert finished_run(ctx, spec, Mlflow([done]), child) is done  # type: ignore[arg-type]
         [(kind, reason, message)] = ctx.events
         assert (kind, reason) == ("Normal", "AdoptedRun") and "done" in message
-    # Its pods may have run (released into a run): the run lookup decides, not this.
-    client = Mlflow([done])
-    assert finished_run(context(), spec, client, own_job(gated=False)) is None and client.calls == 0  # type: ignore[arg-type]
+    # Only a Job of its own that is still gated never ran a pod (deleted when the run is shown).
+    ctx = context()
+    assert gated_own_job(ctx, own_job(gated=True))  # type: ignore[arg-type]
+    assert not gated_own_job(ctx, own_job(gated=False)) and not gated_own_job(ctx, None)  # type: ignore[arg-type]
+    theirs = own_job(gated=True)
+    theirs["metadata"]["ownerReferences"][0]["uid"] = "u-old"  # the predecessor's, still being deleted
+    assert not gated_own_job(ctx, theirs)  # type: ignore[arg-type]
 
 
 def test_with_mlflow_away_the_job_comes_first_and_later_jobs_do_not_wait_on_mlflow() -> None:

@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import kopf
+
 from slipway import kube, reasons
 from slipway.builders import trainingrun as build
 from slipway.clock import rfc3339
@@ -96,8 +98,8 @@ def finished_run(
 ) -> Run | None:
     """The FINISHED run a TrainingRun shows instead of training, or None: train as before.
 
-    With no run in status and no Job, or a Job of its own still gated (it never ran a pod: pods wait
-    for their MLflow run), a predecessor's found by the work key (an Event names it). Looked up
+    With no run in status (with no Job yet, or a Job made while MLflow did not answer, or a pass
+    that crashed before it wrote the run), a predecessor's found by the work key (an Event names it). Looked up
     before the Job is made; with MLflow unreachable the Job comes first, as for any run, and this is
     asked again before its pods get a run (MLflow is not asked before a Job for AWAY_SECONDS then,
     so a sweep's Jobs do not wait on it). With a run in status and no Job: that run again while it is
@@ -109,9 +111,6 @@ def finished_run(
             return None
         run = client.get_run(str(known))
         return run if run.tags.get(UID_TAG) != ctx.uid and run.status == "FINISHED" else None
-    ours = child is not None and kube.controller_uid(dict(child)) == ctx.uid
-    if ours and not build.gated(build.pod_template_of(dict(child or {}))):
-        return None  # its pods may have run: the run lookup decides (run_for)
     if child is None and time.monotonic() < _AWAY.get(client.tracking_uri, 0.0):
         return None
     try:
@@ -141,6 +140,8 @@ def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Map
     work = work_of(ctx.namespace, ctx.name, spec)
     if not own:
         run = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work)
+        if run is not None and run.status == "FINISHED":  # found now, after finished_run could not ask
+            raise kopf.TemporaryError(f"MLflow run {run.run_id} finished this work: shown by the next pass", delay=0)
         if run is not None:
             adopted_event(ctx, run, f"its newest checkpoint (step {_checkpoint_step(run)}) is resumed")
             return run
@@ -161,3 +162,10 @@ def completed_job(run: Run) -> dict[str, Any]:
         if millis:
             status[key] = rfc3339(datetime.fromtimestamp(millis / 1000, UTC))
     return {"status": status}
+
+
+def gated_own_job(ctx: Context, child: Mapping[str, Any] | None) -> bool:
+    """Whether ``child`` is this TrainingRun's Job (or JobSet) and still gated: it never ran a pod
+    (pods wait for their MLflow run, build.RUN_GATE)."""
+    return child is not None and kube.controller_uid(dict(child)) == ctx.uid and build.gated(
+        build.pod_template_of(dict(child)))  # fmt: skip

@@ -109,12 +109,13 @@ def _shows_finished(
 ) -> bool:
     """Whether this TrainingRun's training finished in a predecessor's MLflow run
     (trainingadopt.finished_run): then that run is shown, with the ModelArtifact the spec asks for
-    (which adopts its predecessor's version in turn), and a Job of its own, still gated (made while
-    MLflow was unreachable), is deleted: it never ran a pod."""
+    (which adopts its predecessor's version in turn); a Job of its own that is still gated (made
+    while MLflow did not answer) is deleted: it never ran a pod."""
     run = trainingadopt.finished_run(ctx, spec, mlflow, child)
     if run is None:
         return False
-    if child is not None and kube.controller_uid(child) == ctx.uid:
+    if trainingadopt.gated_own_job(ctx, child):
+        assert child is not None
         kube.delete(ctx.kube, runtime, ctx.namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
     job = trainingadopt.completed_job(run)
     artifact = _artifact(ctx, spec, job)
