@@ -32,6 +32,14 @@ EXTERNAL_REQUESTS = Counter(
     "HTTP requests sent to external services, by service (mlflow, prometheus) and outcome (ok, error).",
     ["service", "outcome"],
 )
+# One per MLflow webhook delivery received (slipway.mlflowhook); only "woke" led to a pass.
+WEBHOOK_DELIVERIES = Counter(
+    "slipway_mlflow_webhook_deliveries_total",
+    "MLflow webhook deliveries by outcome: woke (deployments following the alias woken), unfollowed (none "
+    "follows it), ignored (another event), or why it was refused: unsigned, bad-signature, stale, replayed, busy, "
+    "malformed, too-large, standby.",
+    ["outcome"],
+)
 LEADER = Gauge("slipway_leader", "1 while this replica leads (holds the Lease and reconciles), 0 while it stands by.")
 CHILD_ACTIONS = Counter(
     "slipway_child_actions_total", "Children created, updated or deleted, by kind and action.", ["kind", "action"]

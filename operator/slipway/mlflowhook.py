@@ -27,9 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import Counter
-
 from slipway.controller import Cache, Key, Scheduler
+from slipway.metrics import WEBHOOK_DELIVERIES
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +41,6 @@ PATH = "/mlflow/webhook"
 # The events to register: an alias set (moved) or deleted. Other events are answered and ignored.
 EVENTS = ("model_version_alias.created", "model_version_alias.deleted")
 INDEX = "inferencedeployments"
-
-DELIVERIES = Counter(
-    "slipway_mlflow_webhook_deliveries_total",
-    "MLflow webhook deliveries by outcome: woke (deployments woken), unfollowed (no deployment follows that "
-    "alias), ignored (another event), or why it was refused (unsigned, bad-signature, stale, replayed, busy, "
-    "malformed, too-large, standby).",
-    ["outcome"],
-)
 
 
 class Refused(Exception):
@@ -159,7 +150,7 @@ def handle(verifier: Verifier, cache: Cache, scheduler: Scheduler, headers: Mapp
         outcome, status = deliver(payload, cache, scheduler), 200
     except Refused as refused:
         outcome, status = refused.reason, refused.status
-    DELIVERIES.labels(outcome=outcome).inc()
+    WEBHOOK_DELIVERIES.labels(outcome=outcome).inc()
     return status, outcome
 
 
