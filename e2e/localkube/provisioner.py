@@ -77,6 +77,10 @@ class Provisioner:
         }
         with self.lock:
             path.mkdir(parents=True, exist_ok=True)
+            # Writable by any UID, as Rancher's local-path-provisioner makes its hostPath volumes:
+            # a hostPath volume gets no fsGroup ownership from a kubelet, and the real node's
+            # containers run as 65532 (the process runtime's pods run as this user).
+            path.chmod(0o777)
             try:
                 self.kube.create("/api/v1/persistentvolumes", pv)
                 log.info("provisioned %s for %s/%s at %s", name, meta["namespace"], meta["name"], path)
