@@ -14,7 +14,11 @@ them)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -29,6 +33,7 @@ from localkube.mlflow_server import MlflowServer, start_mlflow
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_testing import (
+    ROOT,
     OperatorReplica,
     Versions,
     apply_object,
@@ -76,6 +81,13 @@ class Recorder:
         self.server.shutdown()
 
 
+def registration_script() -> str:
+    """The Python block after ``<!-- register-webhook -->`` in the how-to."""
+    text = (ROOT / "docs" / "how-to" / "mlflow-webhook.md").read_text()
+    block = text.split("<!-- register-webhook -->", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    return textwrap.dedent(block)
+
+
 class Setup:
     """A private MLflow (webhooks to 127.0.0.1 allowed), a trained run in it, the operator as a process."""
 
@@ -94,12 +106,19 @@ class Setup:
         self.mlflow = MlflowClient(self.server.url)
 
     def register(self) -> None:
-        """The one command the README gives an MLflow admin (MLflow's own client), to the recorder."""
+        """The script docs/how-to/mlflow-webhook.md gives an MLflow admin (MLflow's own client), run
+        twice (it is idempotent), registering the recorder's URL."""
         import mlflow
 
         self.recorder = Recorder(self.endpoint)
-        client = mlflow.MlflowClient(tracking_uri=self.server.url, registry_uri=self.server.url)
-        client.create_webhook(name="slipway", url=self.recorder.url, events=EVENTS, secret=SECRET)
+        env = {**os.environ, "MLFLOW_TRACKING_URI": self.server.url, "SLIPWAY_WEBHOOK_URL": self.recorder.url,
+               "SLIPWAY_WEBHOOK_SECRET": SECRET}  # fmt: skip
+        for _ in range(2):
+            subprocess.run([sys.executable, "-c", registration_script()], env=env, check=True, timeout=60)
+        hooks = mlflow.MlflowClient(tracking_uri=self.server.url).list_webhooks()
+        assert [(h.name, h.url, sorted(str(e) for e in h.events)) for h in hooks] == [
+            ("slipway", self.recorder.url, sorted(EVENTS))
+        ]
 
     def stop(self) -> None:
         self.replica.stop()
