@@ -215,6 +215,21 @@ def test_values_reach_the_operator():
     assert only(objs, "RoleBinding")["metadata"]["namespace"] == "ops"
 
 
+def test_a_webhook_secret_serves_mlflow_webhooks_from_a_secret_key_ref_only():
+    assert "SLIPWAY_MLFLOW_WEBHOOK_SECRET" not in env(render()) and not [
+        o for o in render() if o["metadata"]["name"].endswith("-webhook")
+    ]
+    objs = render("mlflow.webhookSecret=slipway-mlflow-webhook", "mlflow.webhookPort=9443")
+    found = {e["name"]: e for e in container(objs)["env"]}
+    secret = found["SLIPWAY_MLFLOW_WEBHOOK_SECRET"]  # the value never in the Deployment, only its Secret's name
+    assert "value" not in secret and secret["valueFrom"]["secretKeyRef"] == {
+        "name": "slipway-mlflow-webhook", "key": "secret"}  # fmt: skip
+    assert found["SLIPWAY_MLFLOW_WEBHOOK_PORT"]["value"] == "9443"
+    assert {"name": "mlflow-webhook", "containerPort": 9443} in container(objs)["ports"]
+    service = only(objs, "Service", "slipway-operator-webhook")
+    assert service["spec"]["ports"] == [{"name": "mlflow-webhook", "port": 9443, "targetPort": "mlflow-webhook"}]
+
+
 def test_prices_become_a_config_map_mounted_where_the_operator_reads_it():
     from slipway.prices import Prices
 
@@ -363,6 +378,7 @@ def kubectl_stdin(cluster: ClusterInfo, text: str, *args: str) -> subprocess.Com
             "requireModelAllowlist=true",
             "prices.currency=USD",
             "prices.gpuHour=2.5",
+            "mlflow.webhookSecret=slipway-mlflow-webhook",
         ),
     ],
     ids=["defaults", "toggled"],
