@@ -17,12 +17,14 @@ see docs/concepts/security.md.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from slipway.mlflow import MlflowError
+from slipway.status.conditions import Cond
 
 if TYPE_CHECKING:
     from slipway.reconcile import Context
@@ -58,6 +60,40 @@ def missing(namespace_name: str) -> str:
         f"{MLFLOW_CREDENTIALS} annotation and the operator runs in multi-tenant mode; a cluster admin "
         f"names a Secret of that namespace (MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD) in it"
     )
+
+
+# Failures of an object no pod of it caused: no note about its pods' credentials.
+NOT_BY_PODS = frozenset({"InsufficientGPUMemory"})
+
+
+def noting_missing(ctx: Context, phase: str, conditions: list[Cond]) -> list[Cond]:
+    """``conditions`` of an object whose workload failed (``phase`` Failed), its Ready and Stalled
+    messages ending in what the pods lacked when its namespace gave them no MLflow credentials
+    (multi-tenant mode, no annotation); otherwise unchanged. Said only once a pod failed: a workload
+    that needs no MLflow credentials runs without them."""
+    if phase != "Failed" or not ctx.config.require_model_allowlist or of_pods(ctx) is not None:
+        return conditions
+    note = missing(ctx.namespace)
+    return [dataclasses.replace(c, message=f"{c.message}; {note}")
+            if c.type in ("Ready", "Stalled") and c.message and c.reason not in NOT_BY_PODS else c
+            for c in conditions]  # fmt: skip
+
+
+class _State(Protocol):
+    @property
+    def phase(self) -> str: ...
+
+    @property
+    def conditions(self) -> list[Cond]: ...
+
+
+S = TypeVar("S", bound=_State)
+
+
+def noted(ctx: Context, state: S) -> S:
+    """A TrainingRun's or ModelArtifact's computed state (a dataclass), noting_missing applied."""
+    conditions = noting_missing(ctx, state.phase, state.conditions)
+    return state if conditions is state.conditions else dataclasses.replace(state, conditions=conditions)  # type: ignore[type-var]
 
 
 def of_pods(ctx: Context) -> str | None:

@@ -15,6 +15,8 @@ from slipway.config import OperatorConfig
 from slipway.mlflow import MlflowError
 from slipway.mlflowcreds import MLFLOW_CREDENTIALS, named_secret, workload_secret
 from slipway.models import TrainingRunSpec
+from slipway.status import modelartifact as states
+from slipway.status.conditions import Cond
 
 OPERATORS = "slipway-mlflow-credentials"  # the setting's default, also the chart's operator Secret
 
@@ -93,3 +95,28 @@ def test_other_mlflow_failures_pass_unchanged(status: int | None):
     with pytest.raises(MlflowError) as raised, mlflowcreds.refusals_named("spec.source.uri"):
         raise error
     assert raised.value is error
+
+
+def failed_state() -> states.ArtifactState:
+    return states.step_failed("validate", "the validate Job v failed (BackoffLimitExceeded: ); see its pods' logs")
+
+
+def test_a_failed_workload_of_a_namespace_without_credentials_says_what_is_missing():
+    state = mlflowcreds.noted(context(namespace(), multi_tenant=True), failed_state())
+    stalled = next(c for c in state.conditions if c.type == "Stalled")
+    assert stalled.message.endswith(mlflowcreds.missing("t2")) and stalled.message.startswith("the validate Job")
+    assert next(c for c in state.conditions if c.type == "Ready").message == stalled.message
+
+
+@pytest.mark.parametrize(("annotations", "multi_tenant"), [({MLFLOW_CREDENTIALS: "t2-mlflow"}, True), ({}, False)])
+def test_no_note_where_the_pods_had_credentials_to_use(annotations: dict[str, str], multi_tenant: bool):
+    state = failed_state()
+    assert mlflowcreds.noted(context(namespace(**annotations), multi_tenant), state) is state
+
+
+def test_no_note_before_a_workload_failed_or_for_a_failure_no_pod_caused():
+    ctx = context(namespace(), multi_tenant=True)
+    running = states.ArtifactState("Validating", [Cond("Stalled", "False", "Validating", "validating")])
+    assert mlflowcreds.noted(ctx, running) is running
+    sizing = states.ArtifactState("Failed", [Cond("Stalled", "True", "InsufficientGPUMemory", "no node fits")])
+    assert mlflowcreds.noted(ctx, sizing).conditions == sizing.conditions

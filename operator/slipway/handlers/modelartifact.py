@@ -257,6 +257,7 @@ class Lifecycle:
         looked = podless and jobs.old_enough_for_pods(job, datetime.now(UTC))
         refused = kube.creation_failure(self.ctx.kube, job) if looked else None
         state = states.job_state(step, job, waiting, refused)
+        state = mlflowcreds.noted(self.ctx, state) if state is not None else None
         if state is not None:  # a Job without pods sends no event when its pods are refused: look again
             recheck = FAILED_CREATE_RECHECK_SECONDS if refused else NO_PODS_RECHECK_SECONDS
             raise Waiting(state, recheck if podless else None)

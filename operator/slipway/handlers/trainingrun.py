@@ -249,6 +249,7 @@ PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile,
 
 
 def _write(ctx: Context, state: TrainingState, **fields: Any) -> None:
+    state = mlflowcreds.noted(ctx, state)  # a failed pod that had no MLflow credentials: say so
     ctx.write(state.conditions, phase=state.phase, restarts=state.restarts, start_time=state.start_time,
               completion_time=state.completion_time, **{k: v for k, v in fields.items() if v is not None})  # fmt: skip
 
