@@ -198,6 +198,19 @@ def attack(setup: Setup, kube_api, namespace: str, headers: dict[str, str], body
     return answer.status_code
 
 
+def assert_secret_nowhere(setup: Setup, kube_api, namespace: str) -> None:
+    """Not in the operator's log, its /metrics, the deployment (status) or the namespace's events."""
+    from kubernetes import client
+
+    from slipway_testing import get_object
+
+    events = client.CoreV1Api(kube_api).list_namespaced_event(namespace).to_dict()
+    deployed = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+    for where, text in [("log", setup.replica.log()), ("/metrics", setup.replica.metrics_text()),
+                        ("object", json.dumps(deployed)), ("events", json.dumps(events, default=str))]:  # fmt: skip
+        assert SECRET not in text, where
+
+
 @pytest.mark.timeout(900)
 def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_unfollowed_deliveries_change_nothing(
     cluster, slipway_crds, namespace, kube_api, tmp_path, monkeypatch
@@ -227,6 +240,7 @@ def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_un
         }
         times = [move_and_time(setup, versions, kube_api, namespace, 10) for _ in range(MOVES)]
         assert setup.deliveries("woke") >= 1 + MOVES
+        assert_secret_nowhere(setup, kube_api, namespace)
     finally:
         setup.stop()
     assert results == {"wrong signature": 401, "MLflow's delivery replayed": 409, "signed 10 minutes ago": 401,

@@ -6,6 +6,7 @@ module, the release the tests pin), so the format is MLflow's, not a copy of it.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -187,3 +188,41 @@ def test_a_standby_refuses_so_that_mlflow_retries_and_keeps_the_id_unspent():
     assert handle(verifier, cache, FakeScheduler(active=False), headers, body, now=NOW) == (503, "standby")
     leader = FakeScheduler()
     assert handle(verifier, cache, leader, headers, body, now=NOW + 2) == (200, "woke") and leader.woken
+
+
+async def test_with_a_secret_the_operator_serves_the_webhook_and_looks_aliases_up_only_as_its_fallback(
+    monkeypatch, caplog
+):
+    import logging
+
+    import aiohttp
+    import kopf
+
+    from slipway.config import OperatorConfig
+    from slipway.controller import Scheduler
+    from slipway.operator import serve_mlflow_webhook
+    from slipway_testing import free_port
+
+    port = free_port()
+    config = OperatorConfig(metrics_address="127.0.0.1", mlflow_webhook_port=port)
+    woken: list[Any] = []
+    memo = kopf.Memo(config=config, cache=cache_of(*FOLLOWERS), scheduler=Scheduler(woken.append))
+    monkeypatch.delenv("SLIPWAY_MLFLOW_WEBHOOK_SECRET", raising=False)
+    await serve_mlflow_webhook(memo, config, logging.getLogger("test"))
+    assert memo.webhook is None and memo.config.alias_poll_seconds == config.alias_poll_seconds
+
+    monkeypatch.setenv("SLIPWAY_MLFLOW_WEBHOOK_SECRET", SECRET)
+    with caplog.at_level(logging.DEBUG):
+        await serve_mlflow_webhook(memo, config, logging.getLogger("test"))
+    try:
+        assert memo.config.alias_poll_seconds == config.alias_webhook_poll_seconds == 300
+        url = f"http://127.0.0.1:{port}/mlflow/webhook"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(url, data=b"{}", headers={"X-MLflow-Delivery-Id": "x"}) as answer:
+                assert answer.status == 401
+            headers, body = signed(MOVE, at=time.time())
+            async with http.post(url, data=body, headers=headers) as answer:
+                assert answer.status == 200 and await answer.text() == "woke\n"
+        assert SECRET not in caplog.text
+    finally:
+        await memo.webhook.cleanup()
