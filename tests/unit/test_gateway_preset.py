@@ -19,7 +19,7 @@ from slipway.providers import Services, Target, analyse, source_of
 from slipway.providers.gateway_queries import GATEWAYS, ISTIO, TRAEFIK, backend_selector, gateway_query
 from slipway.providers.prometheus_queries import QueryError
 
-HASH = "0123456789"
+HASH = "f9cab25143929d32ce91"  # 10 bytes of a SHA-256, as Traefik prints them (%.10x)
 
 
 def traefik_service(namespace: str, route: str, service: str, index: int, gw_ns: str = "infra") -> str:
@@ -54,6 +54,14 @@ def test_traefik_selects_each_tracks_service_of_the_route_and_nothing_else():
     assert not matches(canary, traefik_service("acme", "other", "digits-canary", 1))
 
 
+def test_traefik_selects_the_label_a_running_traefik_wrote():
+    # Seen on the local cluster's Traefik v3.7.13 (a Gateway web in the route's namespace, entryPoint web).
+    ns = "t-test-mlflow-models-serve-is-canaried-and-d21b84"
+    seen = f"httproute-{ns}-scorer-gw-{ns}-web-ep-web-0-f9cab25143929d32ce91-svc-{ns}-scorer-canary-1@kubernetesgateway"
+    assert matches(backend_selector(TRAEFIK, ns, "scorer", "canary"), seen)
+    assert not matches(backend_selector(TRAEFIK, ns, "scorer", "stable"), seen)
+
+
 def test_traefik_selector_cannot_be_met_by_another_namespaces_route_or_service_names():
     # A tenant in team-b names its route and Service so that acme's spelling appears inside its own:
     # the match is anchored at both ends, on the route's namespace and the Service's.
@@ -74,7 +82,7 @@ def test_names_are_escaped_and_spelled_as_traefik_spells_them():
     assert matches(selector, traefik_service("acme", "m-v2", service, 1))
     assert not matches(selector, traefik_service("acme", "mXv2", service, 1))
     # No character of the operator's values can end the string or the matcher list.
-    assert selector.count('"') == 2 and "}" not in selector.replace("{10}", "")
+    assert selector.count('"') == 2 and "}" not in selector.replace("{20}", "")
 
 
 def test_istio_confines_by_its_destination_namespace_label():

@@ -43,7 +43,7 @@ class GatewayMetrics:
 
 
 # Traefik v3's Kubernetes Gateway provider names an HTTPRoute's backend service
-# httproute-<ns>-<route>-gw-<gateway ns>-<gateway>-ep-<entryPoint>-<rule>-<hash>-svc-<ns>-<service>-<index>
+# httproute-<ns>-<route>-gw-<gateway ns>-<gateway>-ep-<entryPoint>-<rule>-<hash: 20 hex>-svc-<ns>-<service>-<index>
 # (the router's name, the backendRef's namespace, name and index), with @kubernetesgateway. Series
 # need --metrics.prometheus (service labels are on by default).
 TRAEFIK = GatewayMetrics(
@@ -51,7 +51,7 @@ TRAEFIK = GatewayMetrics(
     code_label="code",
     latency="traefik_service_request_duration_seconds",
     backend_label="service",
-    backend="httproute-{namespace}-{route}-gw-[a-z0-9-]+-ep-[A-Za-z0-9-]+-[0-9]+-[0-9a-f]{{10}}"
+    backend="httproute-{namespace}-{route}-gw-[a-z0-9-]+-ep-[A-Za-z0-9-]+-[0-9]+-[0-9a-f]{{20}}"
     "-svc-{namespace}-{service}-[0-9]+@kubernetesgateway",
 )
 
