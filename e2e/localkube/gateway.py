@@ -10,9 +10,12 @@ Gateways listen on ``ClusterInfo.gateway_port`` (a free port chosen at start, pr
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-from localkube import bootstrap
+from localkube import bootstrap, prometheus
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
@@ -80,28 +83,87 @@ def ensure_gateway(directory: Path, binary: Path = TRAEFIK, timeout: float = 60)
     kubeconfig = directory / "kubeconfigs" / "gateway.kubeconfig"
     write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, pair.cert, pair.key, user="gateway")
     port, admin = free_port(), free_port()
-    # Outside a pod: Traefik would take in-cluster credentials if these were set.
-    env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""}
-    cmd = [
-        str(binary),
-        f"--entryPoints.web.address=127.0.0.1:{port}",
-        f"--entryPoints.traefik.address=127.0.0.1:{admin}",
-        "--ping=true",
-        "--ping.entryPoint=traefik",
-        "--providers.kubernetesgateway=true",
-        "--providers.kubernetesgateway.statusaddress.ip=127.0.0.1",
-        "--global.checkNewVersion=false",
-        "--global.sendAnonymousUsage=false",
-        "--log.level=INFO",
-        "--log.noColor=true",
-    ]
-    proc = spawn(PROCESS, cmd, directory / "logs" / f"{PROCESS}.log", env=env, cwd=directory)
+    proc = spawn(PROCESS, command(binary, port, admin), directory / "logs" / f"{PROCESS}.log",
+                 env=environment(kubeconfig), cwd=directory)  # fmt: skip
     info.processes = [p for p in info.processes if p.name != PROCESS] + [proc]
     info.gateway_port = port
     info.save()
 
     wait_answers(f"http://127.0.0.1:{admin}/ping", proc.alive, proc.log, timeout, "the gateway (Traefik)")
+    if info.prometheus_url:
+        prometheus.add_scrape_job(directory / "prometheus" / "prometheus.yml", info.prometheus_url,
+                                  scrape_job(PROCESS, admin))  # fmt: skip
     return info
+
+
+@dataclass(frozen=True)
+class PrivateGateway:
+    """A gateway of one namespace's own (see :func:`private_gateway`)."""
+
+    port: int  # its Gateways' listener port
+    admin: int  # ping and /metrics
+    job: str  # its Prometheus scrape job
+
+
+@contextmanager
+def private_gateway(directory: Path, namespace: str, timeout: float = 60) -> Iterator[PrivateGateway]:
+    """A Traefik of its own for ``namespace``'s Gateways (the cluster's gateway started with
+    metrics, and a test that wants a gateway no other test sends through), scraped by the cluster's
+    Prometheus as the job ``gateway-<namespace>``; stopped, and its job removed, on exit. The
+    cluster's gateway reports the Gateway's listener as its own cannot bind (another port): the
+    Gateway's status shows both, routing is this one's."""
+    info = ensure_gateway(directory)
+    kubeconfig = directory / "kubeconfigs" / "gateway.kubeconfig"
+    port, admin = free_port(), free_port()
+    name = f"{PROCESS}-{namespace}"
+    log = directory / "logs" / f"{name}.log"
+    proc = spawn(name, command(TRAEFIK, port, admin, (namespace,)), log, env=environment(kubeconfig), cwd=directory)
+    config, job = directory / "prometheus" / "prometheus.yml", f"{PROCESS}-{namespace}"
+    try:
+        wait_answers(f"http://127.0.0.1:{admin}/ping", proc.alive, proc.log, timeout, f"{name} (Traefik)")
+        if info.prometheus_url:
+            prometheus.add_scrape_job(config, info.prometheus_url, scrape_job(job, admin))
+        yield PrivateGateway(port, admin, job)
+    finally:
+        proc.stop()
+        if info.prometheus_url:
+            prometheus.remove_scrape_job(config, info.prometheus_url, job)
+
+
+def environment(kubeconfig: Path) -> dict[str, str]:
+    # Outside a pod: Traefik would take in-cluster credentials if these were set.
+    return {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""}
+
+
+def command(binary: Path, port: int, admin: int, namespaces: tuple[str, ...] = ()) -> list[str]:
+    """Traefik's command line: Gateways' listeners on the entryPoint ``web`` (127.0.0.1:``port``),
+    ping and Prometheus metrics (per service: ``traefik_service_requests_total`` and
+    ``traefik_service_request_duration_seconds``) on ``traefik`` (127.0.0.1:``admin``), the
+    Gateway API objects of ``namespaces`` only when given."""
+    watched = [f"--providers.kubernetesgateway.namespaces={','.join(namespaces)}"] if namespaces else []
+    return [
+        str(binary),
+        f"--entryPoints.web.address=127.0.0.1:{port}",
+        f"--entryPoints.traefik.address=127.0.0.1:{admin}",
+        "--ping=true",
+        "--ping.entryPoint=traefik",
+        "--metrics.prometheus=true",
+        "--metrics.prometheus.entryPoint=traefik",
+        "--metrics.prometheus.addServicesLabels=true",
+        "--providers.kubernetesgateway=true",
+        "--providers.kubernetesgateway.statusaddress.ip=127.0.0.1",
+        *watched,
+        "--global.checkNewVersion=false",
+        "--global.sendAnonymousUsage=false",
+        "--log.level=INFO",
+        "--log.noColor=true",
+    ]
+
+
+def scrape_job(name: str, admin: int) -> dict[str, object]:
+    """The Prometheus scrape job of a gateway whose metrics are served on 127.0.0.1:``admin``."""
+    return {"job_name": name, "scrape_interval": "2s", "scrape_timeout": "2s",
+            "static_configs": [{"targets": [f"127.0.0.1:{admin}"]}]}  # fmt: skip
 
 
 def gateway(name: str, namespace: str, port: int) -> dict[str, object]:
