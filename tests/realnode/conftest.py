@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -29,6 +30,8 @@ from localkube.state import ClusterInfo
 from slipway_testing import ROOT
 
 KUBECTL = ROOT / ".cache" / "controlplane" / "kubectl"
+HELM = ROOT / ".cache" / "helm" / "helm"
+CHART = ROOT / "charts" / "slipway"
 REALNODE_DIR = Path(os.environ.get("LOCALKUBE_REALNODE_DIR", ROOT / ".cache" / "cluster-realnode"))
 
 
@@ -48,6 +51,51 @@ class RealCluster:
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
         return done
+
+    def helm(self, *args: str, timeout: float = 240) -> str:
+        if not HELM.exists():
+            pytest.fail(f"{HELM} is missing: run `make helm`", pytrace=False)
+        home = HELM.parent / "home"  # Helm's own cache and config, away from the user's
+        env = {"HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
+               "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": str(self.info.kubeconfig),
+               "PATH": "/usr/bin:/bin"}  # fmt: skip
+        done = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout, env=env)
+        if done.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
+        return done.stdout
+
+    def host_service(self, ns: str, name: str, url: str) -> str:
+        """A Service in ``ns`` for a process of the machine listening on ``url`` (127.0.0.1:port):
+        its EndpointSlice names the loopback address, which kube-proxy reaches as it reaches the API
+        server's. Returns the URL pods use (the Service's ClusterIP)."""
+        port = urlsplit(url).port
+        svc = self.kube.create(f"/api/v1/namespaces/{ns}/services", {"metadata": {"name": name},
+                               "spec": {"ports": [{"name": "http", "port": port, "targetPort": port}]}})  # fmt: skip
+        self.kube.create(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
+            "metadata": {"name": f"{name}-host", "labels": {"kubernetes.io/service-name": name}},
+            "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
+            "endpoints": [{"addresses": ["127.0.0.1"]}],
+        })  # fmt: skip
+        return f"http://{svc['spec']['clusterIP']}:{port}"
+
+    def node_image(self, name: str) -> tuple[str, str]:
+        """``localhost/<name>`` as containerd has it (imported from ``make image``'s archives): repository, tag."""
+        node = self.kube.get(f"/api/v1/nodes/{self.info.nodes[0]}")
+        names = [n for image in node["status"].get("images", []) for n in image["names"]]
+        tags = [n for n in names if n.startswith(f"localhost/{name}:")]
+        assert tags, f"no localhost/{name} image on the node (run `make image`): {names}"
+        repository, tag = tags[0].rsplit(":", 1)
+        return repository, tag
+
+    def install_operator(self, release: str, ns: str, *values: str) -> None:
+        """``helm install charts/slipway`` into ``ns`` (made beforehand) with the images of the node
+        and the cluster's MLflow and Prometheus behind Services of ``ns``."""
+        mlflow = self.host_service(ns, "mlflow", self.info.mlflow_url or "")
+        prometheus = self.host_service(ns, "prometheus", self.info.prometheus_url or "")
+        operator, operator_tag = self.node_image("slipway-operator")
+        sets = [f"image.repository={operator}", f"image.tag={operator_tag}", "image.pullPolicy=IfNotPresent",
+                f"mlflow.url={mlflow}", f"prometheus.url={prometheus}", *values]  # fmt: skip
+        self.helm("install", release, str(CHART), "-n", ns, *[a for s in sets for a in ("--set", s)])
 
 
 @pytest.fixture(scope="session")

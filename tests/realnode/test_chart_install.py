@@ -9,54 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-import subprocess
 import time
-from urllib.parse import urlsplit
 
 import pytest
 
 from localkube.wait import wait_for
-from slipway_testing import ROOT
-
-HELM = ROOT / ".cache" / "helm" / "helm"
-CHART = ROOT / "charts" / "slipway"
-
-
-def helm(real_cluster, *args: str, timeout: float = 240) -> str:
-    if not HELM.exists():
-        pytest.fail(f"{HELM} is missing: run `make helm`", pytrace=False)
-    home = HELM.parent / "home"
-    env = {"HELM_CACHE_HOME": str(home / "cache"), "HELM_CONFIG_HOME": str(home / "config"),
-           "HELM_DATA_HOME": str(home / "data"), "KUBECONFIG": str(real_cluster.info.kubeconfig),
-           "PATH": "/usr/bin:/bin"}  # fmt: skip
-    done = subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=timeout, env=env)
-    if done.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} exited {done.returncode}:\n{done.stderr}{done.stdout}")
-    return done.stdout
-
-
-def host_service(real_cluster, ns: str, name: str, url: str) -> str:
-    """A Service in ``ns`` for a process of the machine listening on ``url`` (127.0.0.1:port): its
-    EndpointSlice names the loopback address; returns the URL pods use (the Service's ClusterIP)."""
-    port = urlsplit(url).port
-    kube = real_cluster.kube
-    svc = kube.create(f"/api/v1/namespaces/{ns}/services", {"metadata": {"name": name},
-                      "spec": {"ports": [{"name": "http", "port": port, "targetPort": port}]}})  # fmt: skip
-    kube.create(f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", {
-        "metadata": {"name": f"{name}-host", "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4", "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": [{"addresses": ["127.0.0.1"]}],
-    })  # fmt: skip
-    return f"http://{svc['spec']['clusterIP']}:{port}"
-
-
-def operator_image(real_cluster) -> str:
-    """The operator image as containerd has it, imported from the archives of ``make image``."""
-    node = real_cluster.kube.get(f"/api/v1/nodes/{real_cluster.info.nodes[0]}")
-    names = [n for image in node["status"].get("images", []) for n in image["names"]]
-    tags = [n for n in names if n.startswith("localhost/slipway-operator:")]
-    assert tags, f"no localhost/slipway-operator image on the node (run `make image`): {names}"
-    return tags[0]
 
 
 def ready_pods(real_cluster, ns: str) -> tuple[list[dict], str | None]:
@@ -81,13 +38,8 @@ def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluste
     }
     real_cluster.kube.create("/api/v1/namespaces", {"metadata": {"name": ns, "labels": labels}})
     try:
-        mlflow = host_service(real_cluster, ns, "mlflow", real_cluster.info.mlflow_url)
-        prometheus = host_service(real_cluster, ns, "prometheus", real_cluster.info.prometheus_url)
-        repository, tag = operator_image(real_cluster).rsplit(":", 1)
         start = time.monotonic()
-        helm(real_cluster, "install", release, str(CHART), "-n", ns, "--set", f"image.repository={repository}",
-             "--set", f"image.tag={tag}", "--set", "image.pullPolicy=IfNotPresent", "--set", f"mlflow.url={mlflow}",
-             "--set", f"prometheus.url={prometheus}")  # fmt: skip
+        real_cluster.install_operator(release, ns)
         crashed: list[str] = []
 
         def both_ready() -> list[dict] | bool | None:
@@ -117,5 +69,5 @@ def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluste
         print(f"real node: helm install to both replicas Ready in {rollout:.1f}s; leader {holder}")
     finally:
         with contextlib.suppress(AssertionError):
-            helm(real_cluster, "uninstall", release, "-n", ns, "--ignore-not-found", timeout=120)
+            real_cluster.helm("uninstall", release, "-n", ns, "--ignore-not-found", timeout=120)
         real_cluster.kube.delete(f"/api/v1/namespaces/{ns}")

@@ -1,0 +1,78 @@
+"""The first half of the samples/ lifecycle on the real node, every pod a container: the operator
+installed by the chart, the digits TrainingRun of samples/ trains in the workloads image
+(checkpointing to its claim), registers its model in MLflow, and the ModelArtifact it creates is
+quantized and validated by pods of the same image. Each stage's time is printed."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+
+import pytest
+import yaml
+
+from localkube.wait import wait_for
+from slipway_testing import ROOT
+
+SAMPLE = ROOT / "samples" / "trainingrun-digits.yaml"
+
+
+def condition(obj: dict | None, kind: str) -> dict:
+    return next((c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+@pytest.mark.realnode
+def test_samples_training_quantization_and_validation_in_containers(real_cluster):
+    suffix = secrets.token_hex(2)
+    system, team = f"slipway-life-{suffix}", f"team-life-{suffix}"
+    kube = real_cluster.kube
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    kube.create("/api/v1/namespaces", {"metadata": {"name": system, "labels": restricted}})
+    kube.create("/api/v1/namespaces", {"metadata": {"name": team, "labels": restricted,
+                "annotations": {"slipway.dev/allowed-models": f"digits-{suffix}"}}})  # fmt: skip
+    try:
+        workloads, tag = real_cluster.node_image("slipway-workloads")
+        real_cluster.install_operator(system, system, f"workloadsImage.repository={workloads}",
+                                      f"workloadsImage.tag={tag}", f"watchNamespaces={{{team}}}")  # fmt: skip
+        run = yaml.safe_load(SAMPLE.read_text())
+        run["spec"]["image"] = f"{workloads}:{tag}"
+        run["spec"]["model"]["name"] = f"digits-{suffix}"
+        run["spec"]["mlflow"]["experiment"] = f"digits-{suffix}"
+        start = time.monotonic()
+        kube.create(f"/apis/slipway.dev/v1alpha1/namespaces/{team}/trainingruns", run)
+        path = f"/apis/slipway.dev/v1alpha1/namespaces/{team}"
+
+        def trained() -> dict | None:
+            obj = kube.get_or_none(f"{path}/trainingruns/digits")
+            stalled = condition(obj, "Stalled")
+            assert stalled.get("status") != "True", f"TrainingRun {team}/digits stalled: {stalled}"
+            return obj if obj and obj.get("status", {}).get("phase") == "Succeeded" else None
+
+        wait_for(trained, 240, f"TrainingRun {team}/digits trained in a container")
+        train_seconds = time.monotonic() - start
+
+        def validated() -> dict | None:
+            obj = kube.get_or_none(f"{path}/modelartifacts/digits")
+            stalled = condition(obj, "Stalled")
+            assert stalled.get("status") != "True", f"ModelArtifact {team}/digits stalled: {stalled}"
+            return obj if obj and obj.get("status", {}).get("phase") == "Validated" else None
+
+        artifact = wait_for(validated, 240, f"ModelArtifact {team}/digits quantized and validated")
+        artifact_seconds = time.monotonic() - start - train_seconds
+        pods = kube.get(f"/api/v1/namespaces/{team}/pods")["items"]
+        stages = sorted(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
+        assert stages == ["digits-quantize", "digits-train", "digits-validate"], stages
+        for pod in pods:
+            assert pod["spec"]["containers"][0]["image"] == f"{workloads}:{tag}", pod["spec"]["containers"][0]
+            assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://"), pod["status"]
+            assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+        assert artifact["status"].get("conditions"), artifact["status"]
+        print(
+            f"real node lifecycle: train + register {train_seconds:.1f}s, quantize + validate {artifact_seconds:.1f}s"
+        )
+    finally:
+        with contextlib.suppress(AssertionError):
+            real_cluster.helm("uninstall", system, "-n", system, "--ignore-not-found", timeout=120)
+        kube.delete(f"/api/v1/namespaces/{team}")
+        kube.delete(f"/api/v1/namespaces/{system}")
