@@ -161,6 +161,12 @@ test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart
 test-faults: install controlplane prometheus metrics-server  ## the fault suite alone: faults injected into a lifecycle, with figures
 	$(PY) -m pytest -q tests/faults
 
+# The real-node phase: its own cluster (kubelet, kube-proxy, containerd, runc, CNI bridge) in
+# .cache/cluster-realnode, started and stopped by the phase, running the images of dist/ (make image).
+.PHONY: test-realnode
+test-realnode: install controlplane prometheus metrics-server helm node  ## the real-node phase alone: restricted pods, Services, the chart and training in containers
+	$(PY) -m pytest -p no:xdist -q -m realnode tests/realnode
+
 test-unit: $(VENV)/.installed promql-oracle
 	$(PY) -m pytest -q tests/unit tests/harness
 
