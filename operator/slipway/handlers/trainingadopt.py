@@ -4,7 +4,9 @@ instead of training again: runs carry the MLflow tag ``slipway.dev/work`` (:func
 up, in the TrainingRun's own experiment only, when the TrainingRun has no run of its own.
 
 - a FINISHED run: the TrainingRun shows it (Succeeded, its progress and checkpoint, its
-  ModelArtifact if the spec asks for one) and makes no Job, JobSet, Workload nor run;
+  ModelArtifact if the spec asks for one) and makes no Job, JobSet, Workload nor run (with MLflow
+  not answering, its Job comes first, gated, and is deleted, never having run a pod, once the run
+  is found);
 - a run cut short (RUNNING, FAILED or KILLED, with a checkpoint recorded): the new Job reports to
   that run, as a pod that replaces a lost one does, and the trainer resumes from the newest
   checkpoint in the checkpoint volume (when the volume is still there: it goes with the TrainingRun
@@ -98,13 +100,13 @@ def finished_run(
 ) -> Run | None:
     """The FINISHED run a TrainingRun shows instead of training, or None: train as before.
 
-    With no run in status (with no Job yet, or a Job made while MLflow did not answer, or a pass
-    that crashed before it wrote the run), a predecessor's found by the work key (an Event names it). Looked up
-    before the Job is made; with MLflow unreachable the Job comes first, as for any run, and this is
-    asked again before its pods get a run (MLflow is not asked before a Job for AWAY_SECONDS then,
-    so a sweep's Jobs do not wait on it). With a run in status and no Job: that run again while it is
-    a predecessor's (tagged with another uid) and the TrainingRun Succeeded, so that later passes
-    follow its ModelArtifact."""
+    With no run in status (no Job yet, a Job made while MLflow did not answer, or a pass that
+    crashed before it wrote the run): a predecessor's, found by the work key (an Event names it).
+    Looked up before the Job is made; with MLflow unreachable the Job comes first, as for any run,
+    and this is asked again before its pods get a run (MLflow is then not asked before a Job for
+    AWAY_SECONDS, so a sweep's Jobs do not each wait on it). With a run in status and no Job: that
+    run again while it is a predecessor's (tagged with another uid) and the TrainingRun Succeeded,
+    so that later passes follow its ModelArtifact."""
     known = (ctx.status.get("mlflow") or {}).get("runId")
     if known:
         if child is not None or ctx.status.get("phase") != "Succeeded":
@@ -143,7 +145,8 @@ def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Map
         if run is not None and run.status == "FINISHED":  # found now, after finished_run could not ask
             raise kopf.TemporaryError(f"MLflow run {run.run_id} finished this work: shown by the next pass", delay=0)
         if run is not None:
-            adopted_event(ctx, run, f"its newest checkpoint (step {_checkpoint_step(run)}) is resumed")
+            adopted_event(ctx, run, f"training goes on in it, from its newest checkpoint (step "
+                          f"{_checkpoint_step(run)}) if the checkpoint volume still holds it")  # fmt: skip
             return run
     return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work})
 
