@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone=args.standalone,  # read by the startup handler: no leader election
         liveness_endpoint=args.liveness or None,
         memo=kopf.Memo(config=config),
-        identity=peer_identity(),
+        identity=peer_identity(),  # type: ignore[arg-type]  # kopf's Identity: a NewType of str it does not export
     )
     return 0
 
