@@ -2,7 +2,8 @@
 
 Status goes through the kind's status model, so what is written is what the CRD describes.
 Only what differs from the stored status is in the patch (a settled object's pass writes
-nothing); fields that go away are sent as ``null``, nested ones too.
+nothing); fields that go away are sent as ``null``, nested ones too. Fields the models do not know
+(a newer operator's, after a downgrade) are kept in every object the pass does not change.
 """
 
 from __future__ import annotations
@@ -41,11 +42,13 @@ def next_status(
     if unknown:
         raise ValueError(f"{model.__name__} has no fields {unknown}")
     kept, repairs = repaired(model, stored)
-    current = model.model_validate(kept).model_dump()
+    read = model.model_validate(kept)
+    current = read.model_dump()
     merged = set_conditions(kept.get("conditions"), conditions, generation)
     current.update({names.get(k, k): v for k, v in fields.items()})
     current.update(conditions=merged, observed_generation=generation)
-    new = model.model_validate(current).to_dict()
+    seen = read.to_dict()  # the stored status as this operator's models read it
+    new = {k: _keeping_unknown(kept.get(k), seen.get(k), v) for k, v in model.model_validate(current).to_dict().items()}
     known = set(names)
     change = StatusChange()
     change.patch = {k: _with_removals(stored.get(k), v) for k, v in new.items() if stored.get(k) != v}
@@ -136,6 +139,19 @@ def _event_for(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> 
         return None
     warning = new["type"] == STALLED and new["status"] == "True"
     return ("Warning" if warning else "Normal", new["reason"], new["message"] or f"{new['type']}={new['status']}")
+
+
+def _keeping_unknown(stored: Any, seen: Any, new: Any) -> Any:
+    """``new``; but where it equals ``seen`` (what this operator's models read of ``stored``), ``stored``
+    itself, with the fields the models do not know (a newer operator's, after a downgrade): a record
+    this operator leaves as it is, is never rewritten without them. An object that changed is written
+    as the models describe it (a record replaced by another does not carry the old one's fields);
+    the objects in it that did not change keep theirs."""
+    if stored is not None and seen == new:
+        return stored
+    if isinstance(stored, Mapping) and isinstance(seen, Mapping) and isinstance(new, Mapping):
+        return {key: _keeping_unknown(stored.get(key), seen.get(key), value) for key, value in new.items()}
+    return new
 
 
 def _with_removals(old: Any, new: Any) -> Any:
