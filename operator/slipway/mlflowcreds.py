@@ -102,6 +102,12 @@ def of_pods(ctx: Context) -> str | None:
     return workload_secret(namespace, ctx.config.mlflow_credentials_secret, ctx.config.require_model_allowlist)
 
 
+def _request(exc: MlflowError) -> str:
+    """What MLflow refused, without the hint to check the credentials (they were good: a 403 is
+    MLflow's permissions speaking)."""
+    return exc.message.split(" (check MLFLOW_TRACKING_TOKEN", 1)[0]
+
+
 @contextmanager
 def refusals_named(field: str) -> Iterator[None]:
     """MLflow's refusal (HTTP 403: its permissions, not a wrong password) of what the spec's ``field``
@@ -112,7 +118,7 @@ def refusals_named(field: str) -> Iterator[None]:
         if exc.status != 403:
             raise
         raise MlflowError(
-            f"{field}: MLflow refused Slipway's MLflow identity what this field names: {exc.message}; "
+            f"{field}: MLflow refused Slipway's MLflow identity what this field names: {_request(exc)}; "
             "name a source of this namespace's own experiments and models, or an MLflow admin grants "
             "Slipway's MLflow user READ on it",
             status=exc.status,

@@ -82,8 +82,13 @@ def test_the_missing_credentials_message_names_the_annotation_and_the_fix():
 
 def test_mlflows_403_is_shown_naming_the_field_and_the_fix():
     with pytest.raises(MlflowError) as refused, mlflowcreds.refusals_named("spec.source.mlflowRun.runId"):
-        raise MlflowError("MLflow GET runs/get: refused", status=403, error_code="PERMISSION_DENIED")
+        raise MlflowError(
+            "MLflow GET runs/get: refused (check MLFLOW_TRACKING_TOKEN or MLFLOW_TRACKING_USERNAME/PASSWORD)",
+            status=403,
+            error_code="PERMISSION_DENIED",
+        )
     text = str(refused.value)
+    assert "MLflow GET runs/get: refused; name a source" in text and "check MLFLOW" not in text
     assert text.startswith("spec.source.mlflowRun.runId: MLflow refused Slipway's MLflow identity")
     assert "grants Slipway's MLflow user READ" in text and text.endswith("[PERMISSION_DENIED] (HTTP 403)")
     assert refused.value.status == 403
