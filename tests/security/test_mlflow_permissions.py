@@ -9,7 +9,9 @@ The MLflow is a private one with authentication (the shared cluster's runs witho
 docs/concepts/security.md tells an MLflow admin to: one user per team and one for Slipway, each
 granted its own experiments and registered models. The operator runs in single-team mode, so that
 Slipway's allow-lists (the first wall, tests/security/test_sources.py) stand aside and MLflow's
-permissions alone are attacked."""
+permissions alone are attacked; then in multi-tenant mode, a namespace that names no MLflow
+credentials gives its pods none, and the TrainingRun whose pod MLflow then refused says what is
+missing."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from kubernetes import client
 
 from localkube.mlflow_server import start_mlflow
 from localkube.wait import wait_for
-from slipway.mlflowcreds import MLFLOW_CREDENTIALS
+from slipway.mlflowcreds import MLFLOW_CREDENTIALS, missing
 from slipway_testing import OperatorReplica, condition, create_as, model_artifact, report, training_run, wait_status
 from slipway_testing.mlflowauth import MlflowAdmin, MlflowAs, User
 
@@ -47,6 +49,7 @@ def status(run_id):
         return error.code
 own, acme = status(os.environ["MLFLOW_RUN_ID"]), status(os.environ["ACME_RUN"])
 print(f"probe user={user} password-sha256={hashlib.sha256(password.encode()).hexdigest()} own={own} acme={acme}")
+raise SystemExit(0 if own == 200 else 3)
 """
 
 
@@ -135,7 +138,8 @@ def probe_pod(kube_api, namespace: str, tenant, teams: Teams) -> tuple[str, str]
     """A TrainingRun of t2 whose pod reports its MLflow identity and MLflow's answers: (its log line,
     its Job and pods as the API server holds them, JSON)."""
     body = training_run("probe", model="t2-model", env={"ACME_RUN": teams.acme_run})
-    body["spec"] |= {"command": ["python", "-c", PROBE], "args": [], "mlflow": {"experiment": "t2"}}
+    body["spec"] |= {"command": ["python", "-c", PROBE], "args": [], "mlflow": {"experiment": "t2"},
+                     "failurePolicy": {"permanentExitCodes": [3]}}  # fmt: skip
     create_as(tenant, namespace, body)
     core, batch = client.CoreV1Api(kube_api), client.BatchV1Api(kube_api)
 
@@ -193,3 +197,30 @@ def test_team_t2s_mlflow_identity_reaches_none_of_acmes_runs_models_or_aliases(
     assert reported == {"user": "t2", "password-sha256": t2_digest, "own": "200", "acme": "403"}, line
     assert f'"secretRef": {{"name": "{T2_SECRET}", "optional": true}}' in objects
     assert OPERATORS_SECRET not in objects and teams.slipway.password not in objects
+
+
+@pytest.mark.timeout(600)
+def test_in_multi_tenant_mode_a_namespace_naming_no_credentials_gives_its_pods_none(
+    cluster, slipway_crds, namespace, kube_api, tenant, tmp_path, teams
+):
+    core = client.CoreV1Api(kube_api)
+    core.create_namespaced_secret(namespace, teams.slipway.secret(OPERATORS_SECRET))  # beside, never read
+    core.patch_namespace(namespace, {"metadata": {"annotations": {"slipway.dev/allowed-models": "t2, t2-*"}}})
+    env = {"SLIPWAY_MLFLOW_URL": teams.url, "MLFLOW_TRACKING_USERNAME": teams.slipway.name,
+           "MLFLOW_TRACKING_PASSWORD": teams.slipway.password, "SLIPWAY_REQUIRE_MODEL_ALLOWLIST": "true"}  # fmt: skip
+    replica = OperatorReplica("multi-tenant", cluster, namespace, tmp_path, standalone=True, env=env)
+    try:
+        line, objects = probe_pod(kube_api, namespace, tenant, teams)
+        failed = wait_status(kube_api, namespace, "TrainingRun", "probe",
+                             lambda o: condition(o, "Stalled").get("status") == "True", 90, "Stalled")  # fmt: skip
+    finally:
+        replica.stop()
+    reported = dict(word.split("=", 1) for word in line.split()[1:])
+    stalled = condition(failed, "Stalled")
+    report(f"\nmulti-tenant, no {MLFLOW_CREDENTIALS}: the pod reports {line!r}\nStalled: {stalled['message']}")
+    # No credentials at all: MLflow asks who it is (401), for its own run as for acme's.
+    assert reported == {"user": "", "password-sha256": hashlib.sha256(b"").hexdigest(), "own": "401", "acme": "401"}
+    assert '"secretRef"' not in objects and teams.slipway.password not in objects
+    assert stalled["reason"] == "PermanentExitCode", stalled
+    assert stalled["message"].endswith(f"create a new run; {missing(namespace)}"), stalled
+    assert f"the pods of namespace {namespace} get no MLflow credentials" in stalled["message"], stalled
