@@ -1,13 +1,16 @@
-"""The first half of the samples/ lifecycle on the real node, every pod a container: the operator
+"""The samples/ lifecycle on the real node up to serving, every pod a container: the operator
 installed by the chart, the digits TrainingRun of samples/ trains in the workloads image
-(checkpointing to its claim), registers its model in MLflow, and the ModelArtifact it creates is
-quantized and validated by pods of the same image. Each stage's time is printed."""
+(checkpointing to its claim), registers its model in MLflow, the ModelArtifact it creates is
+quantized and validated by pods of the same image, and the InferenceDeployment of samples/ serves
+it with two replicas behind its Service. Each stage's time is printed."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
 import time
+import urllib.request
 
 import pytest
 import yaml
@@ -16,6 +19,7 @@ from localkube.wait import wait_for
 from slipway_testing import ROOT
 
 SAMPLE = ROOT / "samples" / "trainingrun-digits.yaml"
+SERVING = ROOT / "samples" / "inferencedeployment-digits.yaml"
 
 
 def condition(obj: dict | None, kind: str) -> dict:
@@ -23,7 +27,7 @@ def condition(obj: dict | None, kind: str) -> dict:
 
 
 @pytest.mark.realnode
-def test_samples_training_quantization_and_validation_in_containers(real_cluster):
+def test_samples_train_quantize_validate_and_serve_in_containers(real_cluster):
     suffix = secrets.token_hex(2)
     system, team = f"slipway-life-{suffix}", f"team-life-{suffix}"
     kube = real_cluster.kube
@@ -60,7 +64,9 @@ def test_samples_training_quantization_and_validation_in_containers(real_cluster
 
         artifact = wait_for(validated, 240, f"ModelArtifact {team}/digits quantized and validated")
         artifact_seconds = time.monotonic() - start - train_seconds
-        pods = kube.get(f"/api/v1/namespaces/{team}/pods")["items"]
+        pods = [
+            p for p in kube.get(f"/api/v1/namespaces/{team}/pods")["items"] if "-stable-" not in p["metadata"]["name"]
+        ]
         stages = sorted(p["metadata"]["name"].rsplit("-", 1)[0] for p in pods)
         assert stages == ["digits-quantize", "digits-train", "digits-validate"], stages
         for pod in pods:
@@ -68,9 +74,37 @@ def test_samples_training_quantization_and_validation_in_containers(real_cluster
             assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://"), pod["status"]
             assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
         assert artifact["status"].get("conditions"), artifact["status"]
-        print(
-            f"real node lifecycle: train + register {train_seconds:.1f}s, quantize + validate {artifact_seconds:.1f}s"
-        )
+
+        # Serving: the InferenceDeployment of samples/ on the validated candidate, two replicas of
+        # the workloads image's server, reached through their Service (kube-proxy) from the machine.
+        serving = yaml.safe_load(SERVING.read_text())
+        serving["spec"]["image"] = f"{workloads}:{tag}"
+        serving["spec"]["model"]["name"] = f"digits-{suffix}"
+        start = time.monotonic()
+        kube.create(f"{path}/inferencedeployments", serving)
+
+        def promoted() -> dict | None:
+            obj = kube.get_or_none(f"{path}/inferencedeployments/digits")
+            stalled = condition(obj, "Stalled")
+            assert stalled.get("status") != "True", f"InferenceDeployment {team}/digits stalled: {stalled}"
+            stable = (obj or {}).get("status", {}).get("stable") or {}
+            return obj if condition(obj, "Ready").get("status") == "True" and stable.get("readyReplicas") == 2 else None
+
+        served = wait_for(promoted, 240, f"InferenceDeployment {team}/digits serving with 2 ready replicas")
+        serve_seconds = time.monotonic() - start
+        version = served["status"]["stable"]["modelVersion"]
+        service = kube.get(f"/api/v1/namespaces/{team}/services/digits")
+        url = f"http://{service['spec']['clusterIP']}:{service['spec']['ports'][0]['port']}/readyz"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            assert json.loads(answer.read())["modelVersion"] == version, url
+        servers = [
+            p for p in kube.get(f"/api/v1/namespaces/{team}/pods")["items"] if "-stable-" in p["metadata"]["name"]
+        ]
+        assert len(servers) == 2 and all(
+            p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://") for p in servers
+        ), servers
+        print(f"real node lifecycle: train + register {train_seconds:.1f}s, quantize + validate "
+              f"{artifact_seconds:.1f}s, serve (2 replicas ready) {serve_seconds:.1f}s")  # fmt: skip
     finally:
         with contextlib.suppress(AssertionError):
             real_cluster.helm("uninstall", system, "-n", system, "--ignore-not-found", timeout=120)
