@@ -57,7 +57,7 @@ def missing(namespace_name: str) -> str:
     """What to say when a pod of ``namespace_name``, which got no MLflow credentials, was refused."""
     return (
         f"the pods of namespace {namespace_name} get no MLflow credentials: the Namespace has no "
-        f"{MLFLOW_CREDENTIALS} annotation and the operator runs in multi-tenant mode; a cluster admin "
+        f"{MLFLOW_CREDENTIALS} annotation naming a Secret and the operator runs in multi-tenant mode; a cluster admin "
         f"names a Secret of that namespace (MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD) in it"
     )
 
