@@ -106,3 +106,27 @@ def test_a_revision_hashed_with_the_mlflow_address_by_an_earlier_operator_is_the
     assert revision_for(SPEC, other, OLD["mlflow"], [earlier, None], refused) == build.revision(
         SPEC, "4", other.uri, "digits"
     )
+
+
+def credentials_of(body: dict[str, Any]) -> list[str]:
+    return [e["secretRef"]["name"] for e in fetch(body).get("envFrom") or []]
+
+
+def test_a_new_credentials_rule_reaches_a_fleet_with_its_next_revision_not_at_the_upgrade() -> None:
+    """An upgrade to Namespace-named credentials (a namespace that names none gets none) or a new name
+    keeps the Secret an existing Deployment's containers read: no pod restarted."""
+    stable = created(desired_for("3", OLD))
+    assert credentials_of(stable) == ["slipway-mlflow-credentials"]
+    found = Desired("3", "models:/digits/3", "digits")
+    for secret in (None, "team-mlflow"):
+        body = build.deployment("d", "ns", SPEC, "stable", "3", found.uri, OLD["mlflow"], None, "digits",
+                                OLD["workload"], "slipway-inference", revision_id=revision_for(SPEC, found,
+                                OLD["mlflow"], [stable], {}))  # fmt: skip
+        desired = keeping_operator_fields(with_credentials(body, secret), stable)
+        assert credentials_of(desired) == ["slipway-mlflow-credentials"], secret
+        assert children.decide(desired, stable, OWNER).action == "Keep", secret
+        # The next revision reads what the rule says now.
+        newer = build.deployment("d", "ns", SPEC, "stable", "4", "models:/digits/4", OLD["mlflow"], None, "digits",
+                                 OLD["workload"], "slipway-inference")  # fmt: skip
+        rolled = keeping_operator_fields(with_credentials(newer, secret), stable)
+        assert credentials_of(rolled) == ([secret] if secret else []), secret

@@ -1,5 +1,6 @@
-"""What the operator's own settings put in a serving pod (the fetch-model image, the MLflow address)
-is no part of a revision: an existing Deployment keeps what it has until its next revision, and a
+"""What the operator's own settings put in a serving pod (the fetch-model image, the MLflow address,
+the Secret of MLflow credentials its containers read) is no part of a revision: an existing
+Deployment keeps what it has until its next revision, and a
 revision hashed by an operator that counted its MLflow address in is still recognised (pure)."""
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from slipway.rollout.base import Desired
 
 def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any] | None) -> dict[str, Any]:
     """``desired`` with what the operator's settings put in the pod template (the fetch image, the
-    MLflow address of each container) taken from ``existing`` when that Deployment already serves
-    the same revision: a new operator image, fetch image or MLflow address restarts no pod and
-    reaches them with the next revision."""
+    MLflow address and the credentials Secret of each container) taken from ``existing`` when that
+    Deployment already serves the same revision: a new operator image, fetch image, MLflow address
+    or credentials rule (an upgrade to Namespace-named credentials) restarts no pod and reaches them
+    with the next revision, or `kubectl rollout restart`."""
     if existing is None:
         return desired
     labels = ((existing.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
@@ -33,6 +35,12 @@ def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any]
             if container["name"] == "fetch-model" and old.get("image"):
                 container["image"] = old["image"]
             _keep_env(container, old, "MLFLOW_TRACKING_URI")
+            # The MLflow credentials Secret a container reads (the operator's setting, or the one the
+            # Namespace names): envFrom holds nothing else the revision does not already fix.
+            if old.get("envFrom"):
+                container["envFrom"] = [dict(e) for e in old["envFrom"] if isinstance(e, Mapping)]
+            else:
+                container.pop("envFrom", None)
     return desired
 
 
