@@ -405,6 +405,17 @@ class Traffic(SlipwayModel):
 
 PATH_PATTERN = r"^/[A-Za-z0-9._~/-]*$"
 MOUNT_CONFLICT_MESSAGE = "spec.podTemplate.volumeMounts: a mount at spec.modelLoad.path would hide the model"
+GATEWAY_PRESET_MESSAGE = (
+    "spec.rollout.analysis.preset: gateway reads the gateway's metrics of the HTTPRoute: set spec.traffic.mode "
+    "GatewayAPI, or the preset of the server's own metrics"
+)
+# Every analysis whose preset is gateway (the canary's, the bake's) needs the HTTPRoute of GatewayAPI mode.
+_GATEWAY_PRESET_RULE = (
+    "(has(self.traffic) && has(self.traffic.mode) && self.traffic.mode == 'GatewayAPI') || !has(self.rollout) || "
+    "((!has(self.rollout.analysis) || !has(self.rollout.analysis.preset) || "
+    "self.rollout.analysis.preset != 'gateway') && (!has(self.rollout.bake) || !has(self.rollout.bake.analysis) || "
+    "!has(self.rollout.bake.analysis.preset) || self.rollout.bake.analysis.preset != 'gateway'))"
+)
 
 
 class Drain(SlipwayModel):
@@ -471,6 +482,8 @@ class Probes(SlipwayModel):
 class InferenceDeploymentSpec(SlipwayModel):
     """Desired state of an InferenceDeployment."""
 
+    model_config = cel((_GATEWAY_PRESET_RULE, GATEWAY_PRESET_MESSAGE))
+
     model: ServedModel = Field(description="The model to serve.")
     image: str = Field(description="Container image of the model server.", min_length=1, max_length=1024)
     command: list[str] | None = Field(default=None, description="Entrypoint of the server.")
@@ -505,6 +518,14 @@ class InferenceDeploymentSpec(SlipwayModel):
             paths = {m.get("mountPath") for m in self.pod_template.volume_mounts or []}
             if self.model_load.path in paths:
                 raise ValueError(MOUNT_CONFLICT_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _gateway_preset_has_a_gateway(self) -> InferenceDeploymentSpec:
+        bake = self.rollout.bake
+        analyses = [self.rollout.analysis, bake.analysis if bake is not None else None]
+        if self.traffic.mode != "GatewayAPI" and any(a is not None and a.preset == "gateway" for a in analyses):
+            raise ValueError(GATEWAY_PRESET_MESSAGE)
         return self
 
 
