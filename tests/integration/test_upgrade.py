@@ -4,11 +4,14 @@ mid-validation, an InferenceDeployment mid-canary (after an abort: status.lastRo
 mid-bake (status.previousStable); the current CRDs are applied server-side, the old operator stops
 and the current one starts. No serving pod restarts, no canary starts, every durable decision is
 kept, and each piece of work finishes once: one Job, one MLflow run, one model version. Then the
-same from the current release to the previous one, with the current CRDs kept: a field the older
-operator does not know (status.lastRollback.tag, read back by a re-created object) survives its writes."""
+same from the current release to the previous one, with the current CRDs kept: nothing restarts and
+every decision the previous release knows is kept; status.lastRollback.tag (read back by a re-created
+object), which it does not know, survives its writes only with the current status writer; and it
+refuses a spec carrying a field the current CRDs default (slipway_testing.upgrades.PREVIOUS_REFUSES)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,17 @@ from slipway_testing import (
     wait_status,
 )
 from slipway_testing.processes import OperatorReplica
-from slipway_testing.upgrades import PREVIOUS, Snapshot, apply_crds, passes, previous_tree, start_operator
+from slipway_testing.upgrades import (
+    NEWER_FIELDS,
+    PREVIOUS,
+    PREVIOUS_KEEPS_NEWER_FIELDS,
+    PREVIOUS_REFUSES,
+    Snapshot,
+    apply_crds,
+    passes,
+    previous_tree,
+    start_operator,
+)
 
 # It applies the previous release's CRDs to the cluster (cluster-wide): no other test may run then.
 pytestmark = [pytest.mark.cluster, pytest.mark.serial, pytest.mark.timeout(1500)]
@@ -44,6 +57,15 @@ KINDS = {"canary": "InferenceDeployment", "bake": "InferenceDeployment", "train"
 @pytest.fixture(scope="module")
 def previous(tmp_path_factory) -> Path:
     return previous_tree(tmp_path_factory.mktemp("previous-release"))
+
+
+@pytest.fixture(scope="module")
+def previous_with_current_writer(tmp_path_factory) -> Path:
+    """The previous release with the current status writer: what a patch release of it would be."""
+    tree = previous_tree(tmp_path_factory.mktemp("previous-patched"))
+    writer = Path("operator/slipway/status/writer.py")
+    shutil.copyfile(ROOT / writer, tree / writer)
+    return tree
 
 
 def serving_spec(name: str, model: str, **rollout: Any) -> dict[str, Any]:
@@ -152,16 +174,21 @@ def cross(api, namespace: str, cluster, logs: Path, then: Path | None, crds: Pat
     return before, after, new
 
 
-def finish(api, namespace: str, mlflow: MlflowClient, models: dict[str, str]) -> dict[str, str]:
+def finish(
+    api, namespace: str, mlflow: MlflowClient, models: dict[str, str], refused: tuple[str, ...] = ()
+) -> dict[str, str]:
     """Each piece of work carried to its end under the new operator, counted: Jobs, MLflow runs and
-    model versions (one each), the canary promoted with no other canary, the bake ended."""
+    model versions (one each), the canary promoted with no other canary, the bake ended; unless the
+    operator refuses the bake's spec for the ``refused`` fields: then it is Stalled naming them."""
     batch = client.BatchV1Api(api)
     canary_before = Snapshot(api, namespace, "InferenceDeployment", "canary").canaries
     patch_object(api, namespace, "InferenceDeployment", "canary",
                  {"metadata": {"annotations": {"slipway.dev/promote": "true"}}})  # fmt: skip
     patch_object(api, namespace, "InferenceDeployment", "bake", {"spec": {"rollout": {"bake": {"duration": "5s"}}}})
     outcome: dict[str, str] = {}
-    for name in ("canary", "bake"):
+    if refused:
+        outcome["bake"] = stalled_by(api, namespace, "bake", refused)
+    for name in ("canary", "bake")[: 1 if refused else 2]:
         done = wait_status(api, namespace, "InferenceDeployment", name,
                            lambda o: (o.get("status") or {}).get("phase") == "Promoted", 240, "promoted")  # fmt: skip
         outcome[name] = f"Promoted v{done['status']['stable']['modelVersion']}"
@@ -189,24 +216,38 @@ def finish(api, namespace: str, mlflow: MlflowClient, models: dict[str, str]) ->
     return outcome
 
 
-def table(title: str, before: dict[str, Snapshot], after: dict[str, Snapshot], outcome: dict[str, str]) -> str:
+def stalled_by(api, namespace: str, name: str, fields: tuple[str, ...]) -> str:
+    def says() -> str | None:
+        ready = [c for c in status(api, namespace, name).get("conditions") or [] if c["type"] == "Ready"]
+        message = ready[0].get("message", "") if ready else ""
+        return message if all(f"{f}: Extra inputs are not permitted" in message for f in fields) else None
+
+    message = wait_for(says, 60, f"{name} refused for {fields}")
+    return f"Stalled: {message.split(': ', 1)[1]}"
+
+
+def table(title: str, before: dict[str, Snapshot], after: dict[str, Snapshot], outcome: dict[str, str],
+          ignoring: dict[str, tuple[str, ...]] | None = None) -> str:  # fmt: skip
     rows = [f"\n{title}", f"{'object':<28} {'phase at crossing':<18} {'pods restarted':>14} {'canaries':>9} "
             f"{'decisions kept':<15} outcome"]  # fmt: skip
     for name, then in before.items():
         now = after[name]
         lost = then.kept(now)
+        if lost and not then.kept(now, ignoring):
+            lost = [f"{k}.{f}" for k in lost for f in (ignoring or {}).get(k, ())]
         rows.append(f"{then.kind + '/' + name:<28} {then.phase or '-':<18} {then.restarted(now):>14} "
                     f"{then.canaries_started(now):>9} {'all' if not lost else 'LOST ' + ','.join(lost):<15} "
                     f"{outcome.get(name, '-')}")  # fmt: skip
     return "\n".join(rows)
 
 
-def check_crossing(before: dict[str, Snapshot], after: dict[str, Snapshot]) -> None:
+def check_crossing(before: dict[str, Snapshot], after: dict[str, Snapshot],
+                   ignoring: dict[str, tuple[str, ...]] | None = None) -> None:  # fmt: skip
     for name, then in before.items():
         now = after[name]
         assert then.restarted(now) == 0, f"{name}: serving pods restarted: {then.pods} then {now.pods}"
         assert then.canaries_started(now) == 0, f"{name}: canaries {then.canaries} then {now.canaries}"
-        assert not then.kept(now), f"{name}: decisions {then.decisions} then {now.decisions}"
+        assert not then.kept(now, ignoring), f"{name}: decisions {then.decisions} then {now.decisions}"
         assert now.phase == then.phase or then.kind != "InferenceDeployment", f"{name}: {then.phase} -> {now.phase}"
 
 
@@ -238,9 +279,12 @@ def test_an_upgrade_with_work_in_flight_restarts_nothing_and_finishes_everything
         new.stop()
 
 
+@pytest.mark.parametrize("writer", ["previous", "current"])
 def test_a_downgrade_with_work_in_flight_keeps_the_fields_the_older_operator_does_not_know(
-    kube_api, namespace, cluster, mlflow, trained, previous, tmp_path
+    kube_api, namespace, cluster, mlflow, trained, request, tmp_path, writer
 ):
+    """``writer``: the previous release as it is, or with the current status writer."""
+    previous = request.getfixturevalue("previous" if writer == "previous" else "previous_with_current_writer")
     prepare(kube_api, namespace, cluster)
     apply_crds(cluster, ROOT / "crds")
     current = start_operator(cluster, namespace, tmp_path, None, "current")
@@ -253,15 +297,16 @@ def test_a_downgrade_with_work_in_flight_keeps_the_fields_the_older_operator_doe
     before, after, old = cross(kube_api, namespace, cluster, tmp_path, previous, None, extra=("restored",))
     outcome: dict[str, str] = {}
     try:
-        report(table(f"downgrade current -> {PREVIOUS}, at the crossing", before, after, outcome))
-        check_crossing(before, after)
-        outcome = finish(kube_api, namespace, mlflow, models)
+        title = f"downgrade current -> {PREVIOUS}{' with the current status writer' if writer == 'current' else ''}"
+        report(table(f"{title}, at the crossing", before, after, outcome, NEWER_FIELDS))
+        # Every decision the previous release knows is kept, the refusal of the rolled-back version too.
+        check_crossing(before, after, NEWER_FIELDS)
         kept = (status(kube_api, namespace, "restored").get("lastRollback") or {}).get("tag")
-        outcome["restored"] = (
-            f"lastRollback.tag {'kept' if kept == tag else 'LOST'} through the older operator's writes"
-        )
-        report(table(f"downgrade current -> {PREVIOUS}", before, after, outcome))
-        assert kept == tag, status(kube_api, namespace, "restored")
-        assert after["restored"].phase == before["restored"].phase
+        outcome = finish(kube_api, namespace, mlflow, models, PREVIOUS_REFUSES)
+        outcome["restored"] = f"{after['restored'].phase}, lastRollback.tag {'kept' if kept == tag else 'LOST'}"
+        report(table(title, before, after, outcome, NEWER_FIELDS))
+        # The field it does not know: kept by a release with the current status writer, not by PREVIOUS.
+        keeps = writer == "current" or PREVIOUS_KEEPS_NEWER_FIELDS
+        assert (kept == tag) is keeps, status(kube_api, namespace, "restored")
     finally:
         old.stop()

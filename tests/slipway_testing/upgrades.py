@@ -21,6 +21,18 @@ from slipway_testing.processes import OperatorReplica
 # rehearsal (make test and .ci/run, 1,807 passed): the nearest thing to a released build.
 PREVIOUS = "62de949"
 
+# Status fields added since PREVIOUS (git diff PREVIOUS -- crds/): what the previous release does not know.
+NEWER_FIELDS = {"lastRollback": ("tag",)}
+# PREVIOUS's status writer sends null for a nested field its models do not know whenever it writes
+# the status (status.lastRollback.tag is lost on its first pass); the current writer keeps them
+# (tests/unit/test_status_writer_downgrade.py). True once PREVIOUS is a release with that writer.
+PREVIOUS_KEEPS_NEWER_FIELDS = False
+# Spec fields the current CRDs default and PREVIOUS's spec models refuse ("Extra inputs are not
+# permitted"): once the current CRDs are applied every InferenceDeployment with an analysis carries
+# spec.rollout.analysis.gateway (default traefik), and the previous operator stalls it where it is
+# (nothing restarted, nothing rolled back) until the current one runs again.
+PREVIOUS_REFUSES = ("spec.rollout.analysis.gateway",)
+
 SERVING = ("stable", "canary")
 # What an object decided that no pass may forget, by kind (status fields).
 DURABLE = {
@@ -117,6 +129,11 @@ class Snapshot:
     def canaries_started(self, later: Snapshot) -> int:
         return len(later.canaries - self.canaries) + max(0, later.rollouts - self.rollouts)
 
-    def kept(self, later: Snapshot) -> list[str]:
-        """Durable decisions that differ later (empty: all kept)."""
-        return [k for k, v in self.decisions.items() if later.decisions.get(k) != v]
+    def kept(self, later: Snapshot, ignoring: dict[str, tuple[str, ...]] | None = None) -> list[str]:
+        """Durable decisions that differ later (empty: all kept), ``ignoring`` fields of them."""
+
+        def known(name: str, value: Any) -> Any:
+            drop = (ignoring or {}).get(name, ())
+            return {k: v for k, v in value.items() if k not in drop} if isinstance(value, dict) else value
+
+        return [k for k, v in self.decisions.items() if known(k, later.decisions.get(k)) != known(k, v)]
