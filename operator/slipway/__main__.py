@@ -37,7 +37,7 @@ def peer_identity() -> str:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = f"uid-{os.getuid()}"
-    return f"{user}@{socket.gethostname()}/{time.strftime('%Y%m%d%H%M%S')}/{os.getpid()}"
+    return f"{user}@{socket.gethostname()}/{int(time.time())}/{os.getpid()}"
 
 
 def main(argv: list[str] | None = None) -> int:
