@@ -6,8 +6,9 @@ and the current one starts. No serving pod restarts, no canary starts, every dur
 kept, and each piece of work finishes once: one Job, one MLflow run, one model version. Then the
 same from the current release to the previous one, with the current CRDs kept: nothing restarts and
 every decision the previous release knows is kept; status.lastRollback.tag (read back by a re-created
-object), which it does not know, survives its writes only with the current status writer; and it
-refuses a spec carrying a field the current CRDs default (slipway_testing.upgrades.PREVIOUS_REFUSES)."""
+object), which it does not know, survives its writes only with the current status writer; and no
+spec field it does not know is written into stored objects by a CRD default
+(slipway_testing.upgrades.PREVIOUS_REFUSES), so it carries every object to its end."""
 
 from __future__ import annotations
 

@@ -242,9 +242,13 @@ class Analysis(SlipwayModel):
         "vllm), or gateway: each track's requests, errors and latency as the gateway of spec.traffic "
         "(GatewayAPI mode) counts them, for servers with no metrics of their own.",
     )
-    gateway: Literal["traefik", "istio"] = Field(
-        default="traefik",
-        description="preset gateway: whose metric and label names are read (docs/concepts/traffic.md).",
+    # No schema default (unset means traefik): an API server would write a default into every stored
+    # analysis, and an older operator, which refuses spec fields it does not know, would stall them all
+    # after a downgrade.
+    gateway: Literal["traefik", "istio"] | None = Field(
+        default=None,
+        description="preset gateway: whose metric and label names are read, traefik when unset "
+        "(docs/concepts/traffic.md).",
     )
     metrics: list[AnalysisMetric] = Field(default_factory=list, description="Metrics to check.", max_length=16)
 

@@ -27,7 +27,7 @@ class GatewayProvider(PrometheusProvider):
 
     def query(self, metric: AnalysisMetric, track: str) -> str:
         t = self.target
-        gateway = GATEWAYS[t.settings.gateway]
+        gateway = GATEWAYS[t.settings.gateway or "traefik"]
         return gateway_query(metric, gateway, t.namespace, t.deployment, track, self.window)
 
 
