@@ -2,7 +2,8 @@
 installed by the chart, the digits TrainingRun of samples/ trains in the workloads image
 (checkpointing to its claim), registers its model in MLflow, the ModelArtifact it creates is
 quantized and validated by pods of the same image, and the InferenceDeployment of samples/ serves
-it with two replicas behind its Service. Each stage's time is printed."""
+it with two replicas behind its Service. A trainer writing to its image's root filesystem fails in
+its container, and its TrainingRun says so. Each stage's time is printed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from slipway_testing import ROOT
 
 SAMPLE = ROOT / "samples" / "trainingrun-digits.yaml"
 SERVING = ROOT / "samples" / "inferencedeployment-digits.yaml"
+WRITE_ROOT = "open('/model.bin', 'w')"  # what a trainer that saves next to itself does
 
 
 def condition(obj: dict | None, kind: str) -> dict:
@@ -103,6 +105,38 @@ def test_samples_train_quantize_validate_and_serve_in_containers(real_cluster):
         assert len(servers) == 2 and all(
             p["status"]["containerStatuses"][0]["containerID"].startswith("containerd://") for p in servers
         ), servers
+        # A trainer that passes admission but writes to its image's root filesystem fails in its
+        # container: UID 65532 may not write the root-owned / (Slipway's workload pods do not ask
+        # for a read-only root, so the error is EACCES, not EROFS); the TrainingRun says how it ended.
+        broken = yaml.safe_load(SAMPLE.read_text())
+        broken["metadata"]["name"] = "writes-root"
+        broken["spec"].update(image=f"{workloads}:{tag}", command=["python", "-c", WRITE_ROOT], args=[])
+        # The real node offers the machine's own CPUs (2 here), and the servers hold 1 of them.
+        broken["spec"]["resources"] = {"cpu": "200m", "memory": "256Mi"}
+        broken["spec"]["model"]["name"] = f"digits-{suffix}"
+        broken["spec"]["mlflow"]["experiment"] = f"digits-{suffix}"
+        kube.create(f"{path}/trainingruns", broken)
+
+        def stalled_run() -> dict | None:
+            found = condition(kube.get_or_none(f"{path}/trainingruns/writes-root"), "Stalled")
+            return found if found.get("status") == "True" else None
+
+        try:
+            stalled = wait_for(stalled_run, 120, f"TrainingRun {team}/writes-root stalled")
+        except TimeoutError as e:
+            run_status = (kube.get_or_none(f"{path}/trainingruns/writes-root") or {}).get("status")
+            pods_now = {
+                p["metadata"]["name"]: p["status"] for p in kube.get(f"/api/v1/namespaces/{team}/pods")["items"]
+            }
+            raise AssertionError(
+                f"{e}\nstatus: {json.dumps(run_status)}\npods: {json.dumps(pods_now)[:3000]}"
+            ) from None
+        assert stalled["reason"] == "NonRetryableExitCode", stalled
+        assert "the trainer exited with code 1" in stalled["message"], stalled
+        [pod] = [p for p in kube.get(f"/api/v1/namespaces/{team}/pods")["items"]
+                 if p["metadata"]["name"].startswith("writes-root-")]  # fmt: skip
+        log = real_cluster.kubectl("-n", team, "logs", pod["metadata"]["name"]).stdout
+        assert "PermissionError: [Errno 13] Permission denied: '/model.bin'" in log, log
         print(f"real node lifecycle: train + register {train_seconds:.1f}s, quantize + validate "
               f"{artifact_seconds:.1f}s, serve (2 replicas ready) {serve_seconds:.1f}s")  # fmt: skip
     finally:
