@@ -27,6 +27,7 @@ from localkube.cluster import ClusterConfig, down, up
 from localkube.kube import Kube
 from localkube.realnode import node_dir
 from localkube.state import ClusterInfo
+from localkube.wait import wait_for
 from slipway_testing import ROOT
 
 KUBECTL = ROOT / ".cache" / "controlplane" / "kubectl"
@@ -96,6 +97,36 @@ class RealCluster:
         sets = [f"image.repository={operator}", f"image.tag={operator_tag}", "image.pullPolicy=IfNotPresent",
                 f"mlflow.url={mlflow}", f"prometheus.url={prometheus}", *values]  # fmt: skip
         self.helm("install", release, str(CHART), "-n", ns, *[a for s in sets for a in ("--set", s)])
+        self.operator_pods(ns)
+
+    def ready_pods(self, ns: str) -> tuple[list[dict], str | None]:
+        """The namespace's Ready pods, and why a container crash-loops if one does (not waited out)."""
+        pods = self.kube.get(f"/api/v1/namespaces/{ns}/pods")["items"]
+        for pod in pods:
+            for status in pod.get("status", {}).get("containerStatuses") or []:
+                last = status.get("lastState", {}).get("terminated")
+                if status.get("restartCount", 0) >= 2 and last:
+                    name = pod["metadata"]["name"]
+                    logs = self.kubectl("-n", ns, "logs", name, "--previous", check=False).stdout
+                    return [], f"{name} restarts ({last.get('reason')}, exit {last.get('exitCode')}):\n{logs[-1500:]}"
+        return [p for p in pods if all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])], None
+
+    def operator_pods(self, ns: str, replicas: int = 2) -> list[dict]:
+        """Wait until the chart's ``replicas`` operator pods in ``ns`` are Running and Ready; a
+        crash-looping one fails at once with its log."""
+        crashed: list[str] = []
+
+        def all_ready() -> list[dict] | bool | None:
+            pods, crash = self.ready_pods(ns)
+            if crash:
+                crashed.append(crash)
+                return True
+            return pods if len(pods) == replicas else None
+
+        pods = wait_for(all_ready, 180, f"the {replicas} operator replicas of {ns} Running and Ready")
+        assert not crashed, crashed[0]
+        assert isinstance(pods, list)
+        return pods
 
 
 @pytest.fixture(scope="session")

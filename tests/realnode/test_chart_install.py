@@ -16,19 +16,6 @@ import pytest
 from localkube.wait import wait_for
 
 
-def ready_pods(real_cluster, ns: str) -> tuple[list[dict], str | None]:
-    """The namespace's Ready pods, and why a container crash-loops if one does (not waited out)."""
-    pods = real_cluster.kube.get(f"/api/v1/namespaces/{ns}/pods")["items"]
-    for pod in pods:
-        for status in pod.get("status", {}).get("containerStatuses") or []:
-            last = status.get("lastState", {}).get("terminated")
-            if status.get("restartCount", 0) >= 2 and last:
-                name = pod["metadata"]["name"]
-                logs = real_cluster.kubectl("-n", ns, "logs", name, "--previous", check=False).stdout
-                return [], f"{name} restarts ({last.get('reason')}, exit {last.get('exitCode')}):\n{logs[-1500:]}"
-    return [p for p in pods if all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])], None
-
-
 @pytest.mark.realnode
 def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluster):
     release = ns = f"slipway-real-{secrets.token_hex(2)}"
@@ -40,17 +27,7 @@ def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluste
     try:
         start = time.monotonic()
         real_cluster.install_operator(release, ns)
-        crashed: list[str] = []
-
-        def both_ready() -> list[dict] | bool | None:
-            pods, crash = ready_pods(real_cluster, ns)
-            if crash:
-                crashed.append(crash)
-                return True
-            return pods if len(pods) == 2 else None
-
-        pods = wait_for(both_ready, 180, f"both operator replicas of {ns} Running and Ready")
-        assert not crashed, crashed[0]
+        pods = real_cluster.operator_pods(ns)
         rollout = time.monotonic() - start
         names = sorted(p["metadata"]["name"] for p in pods)
         for pod in pods:
