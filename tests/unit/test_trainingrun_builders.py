@@ -65,6 +65,19 @@ def test_checkpoint_claim_is_mounted_with_env():
     assert env_of(job)["SLIPWAY_CHECKPOINT_DIR"] == "/checkpoints"
 
 
+def test_a_checkpointing_pod_can_write_a_fresh_volume_whose_root_belongs_to_root():
+    """Found on the real node: a block volume's root is root's, mode 0755, and the trainer (UID 65532)
+    could not write /checkpoints. The pod's fsGroup gives the volume to a group every container is in."""
+    pod = build.job("r1", "ns", spec(checkpoint={"size": "1Gi"}), URI)["spec"]["template"]["spec"]
+    assert pod["securityContext"]["fsGroup"] == 65532
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"  # no recursive chown each start
+    assert pod["securityContext"]["runAsNonRoot"] is True  # restricted still
+    no_volume = build.job("r1", "ns", spec(), URI)["spec"]["template"]["spec"]
+    assert "fsGroup" not in no_volume["securityContext"]
+    own = spec(checkpoint={"size": "1Gi"}, podTemplate={"securityContext": {"fsGroup": 1000}})
+    assert build.job("r1", "ns", own, URI)["spec"]["template"]["spec"]["securityContext"]["fsGroup"] == 1000
+
+
 def test_multi_node_is_indexed_job_with_torchrun_env_and_headless_service():
     s = spec(nodes=2)
     job = build.job("r1", "ns", s, URI)

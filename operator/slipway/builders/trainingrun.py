@@ -19,6 +19,7 @@ from slipway.builders.common import (
 from slipway.models.trainingrun import TrainingRunSpec
 
 CHECKPOINT_MOUNT = "/checkpoints"
+CHECKPOINT_FS_GROUP = 65532  # the workloads image's user; spec.podTemplate.securityContext.fsGroup wins
 MASTER_PORT = 29500
 RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed past 63 characters)
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue: Kueue queues the Job there
@@ -215,6 +216,12 @@ def job(
         "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
     }
     apply_pod_template(job_spec["template"], container, spec.pod_template)
+    if spec.checkpoint is not None:
+        # A fresh volume's root belongs to root (mode 0755 on most block storage): the kubelet gives it
+        # to this group, which every container of the pod is in, whatever UID it runs as.
+        security = job_spec["template"]["spec"]["securityContext"]
+        if "fsGroup" not in security:
+            security |= {"fsGroup": CHECKPOINT_FS_GROUP, "fsGroupChangePolicy": "OnRootMismatch"}
     if spec.nodes > 1:
         job_spec["completionMode"] = "Indexed"
     if spec.failure_policy.active_deadline_seconds:
