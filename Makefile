@@ -70,7 +70,8 @@ $(CONTROLPLANE): e2e/controlplane/go.mod e2e/controlplane/go.sum $(wildcard e2e/
 	bash e2e/controlplane/build.sh $(CONTROLPLANE)
 
 # The real node (RUNTIME=containerd): kubelet and kube-proxy from the control plane's own go.mod.
-node: $(NODE)  ## build kubelet + kube-proxy from the control plane's Go modules (cached)
+node: $(NODE)  ## build kubelet + kube-proxy from the control plane's Go modules (cached), with Debian's containerd, runc and CNI plugins
+	bash e2e/node/packages.sh
 $(NODE): e2e/node/build.sh $(wildcard e2e/node/*.go) e2e/controlplane/go.mod e2e/controlplane/go.sum
 	bash e2e/node/build.sh $(NODE)
 
@@ -152,7 +153,7 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
-test: install mlflow-oldest-env $(CLUSTER_TOOLS)  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
+test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 
 test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart, plugin and health tests
@@ -164,7 +165,7 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 # The real-node phase: its own cluster (kubelet, kube-proxy, containerd, runc, CNI bridge) in
 # .cache/cluster-realnode, started and stopped by the phase, running the images of dist/ (make image).
 .PHONY: test-realnode
-test-realnode: install controlplane prometheus metrics-server helm node  ## the real-node phase alone: restricted pods, Services, the chart and training in containers
+test-realnode: install controlplane prometheus metrics-server helm node image  ## the real-node phase alone: restricted pods, Services, the chart and training in containers
 	$(PY) -m pytest -p no:xdist -q -m realnode tests/realnode
 
 test-unit: $(VENV)/.installed promql-oracle

@@ -8,7 +8,9 @@
    in the background while 1 and 2 run, and stopped at the end): first every test that shares the
    cluster with others, on several pytest-xdist workers (each test in its own namespace;
    work-stealing, since one file of rollout tests alone takes minutes), then the tests marked
-   ``serial`` one at a time (they stop cluster components or install the operator cluster-wide).
+   ``serial`` one at a time (they stop cluster components or install the operator cluster-wide);
+4. the real-node phase, once that cluster is down: a cluster of its own whose node is a kubelet on
+   containerd, running the images `make image` built (tests/realnode).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
 per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
@@ -41,6 +43,8 @@ CLUSTER_PATHS = ["tests/integration", "tests/security", "tests/faults", "e2e/tes
 # The unit phase: the product's pure logic, and the tests of the test harness itself (the fault
 # proxies, the load driver, the node agent's logs and IPs, the local cluster's settings), no cluster.
 UNIT_PATHS = ["tests/unit", "tests/harness"]
+# The real-node phase (tests/realnode/conftest.py): kubelet, containerd and the images of dist/.
+REALNODE_PATHS = ["tests/realnode"]
 FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl_plugin.py",
               "tests/integration/test_health.py"]  # fmt: skip
 # The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
@@ -248,6 +252,9 @@ def main() -> int:
             phases.append(pytest_phase("cluster serial", ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args], env))
             if a.save_durations:
                 save_durations([r for p in phases[-2:] for r in p.results])
+    if not a.fast:  # once the shared cluster is down: a cluster of its own on a real node
+        phases.append(pytest_phase("real node", ["-p", "no:xdist", "-m", "realnode", *REALNODE_PATHS,
+                                                 *a.pytest_args]))  # fmt: skip
     return finish(max(p.code for p in phases))
 
 
