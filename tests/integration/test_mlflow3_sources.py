@@ -19,31 +19,12 @@ from kubernetes import client
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway.mlflow import sources as source_files
 from slipway_testing import ROOT, apply_object, condition, model_artifact, phase_in, report, stalled_with, wait_status
+from slipway_testing.mlflowscripts import LOG
 
 pytestmark = pytest.mark.cluster
 
 MLFLOW_PYTHON = ROOT / ".cache" / "mlflow-venv" / "bin" / "python"
 
-LOG = """
-import json, sys, tempfile
-import mlflow, mlflow.sklearn
-from sklearn.linear_model import LogisticRegression
-mlflow.set_tracking_uri(sys.argv[1]); mlflow.set_experiment(sys.argv[2])
-model = LogisticRegression().fit([[0.0], [1.0], [2.0], [3.0]], [0, 0, 1, 1])
-out = {}
-with mlflow.start_run() as run:  # MLflow 2-style: the model's files in the run's artifacts
-    with tempfile.TemporaryDirectory() as tmp:
-        mlflow.sklearn.save_model(model, tmp + "/model")
-        mlflow.log_artifacts(tmp + "/model", artifact_path="model")
-    out["run_artifact"] = run.info.run_id
-with mlflow.start_run() as run:  # MLflow 3's documentation: a LoggedModel, the run's artifacts empty
-    out["model_id"] = mlflow.sklearn.log_model(model, name="model").model_id
-    out["logged"] = run.info.run_id
-with mlflow.start_run() as run:  # a run with no model at all
-    mlflow.log_metric("accuracy", 0.9)
-    out["empty"] = run.info.run_id
-print(json.dumps(out))
-"""
 
 READ = """
 import json, subprocess, sys

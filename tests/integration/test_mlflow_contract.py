@@ -22,27 +22,7 @@ import pytest
 from slipway.mlflow import MlflowClient
 from slipway.mlflow.sources import ModelSources
 from slipway_testing import ROOT
-
-LOG = """
-import json, sys, tempfile
-import mlflow, mlflow.sklearn
-from sklearn.linear_model import LogisticRegression
-mlflow.set_tracking_uri(sys.argv[1]); mlflow.set_experiment(sys.argv[2])
-model = LogisticRegression().fit([[0.0], [1.0], [2.0], [3.0]], [0, 0, 1, 1])
-out = {"mlflow": mlflow.__version__}
-with mlflow.start_run() as run:  # MLflow 2-style: the model's files in the run's artifacts
-    with tempfile.TemporaryDirectory() as tmp:
-        mlflow.sklearn.save_model(model, tmp + "/model")
-        mlflow.log_artifacts(tmp + "/model", artifact_path="model")
-    out["run_artifact"] = run.info.run_id
-with mlflow.start_run() as run:  # MLflow 3's documentation: a LoggedModel, the run's artifacts empty
-    out["model_id"] = mlflow.sklearn.log_model(model, name="model").model_id
-    out["logged"] = run.info.run_id
-with mlflow.start_run() as run:
-    mlflow.log_metric("accuracy", 0.9)
-    out["empty"] = run.info.run_id
-print(json.dumps(out))
-"""
+from slipway_testing.mlflowscripts import LOG
 
 READ = """
 import json, sys
