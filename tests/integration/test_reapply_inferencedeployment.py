@@ -133,17 +133,26 @@ def production_served(version: str, phase: str) -> Any:
     return check
 
 
-def test_a_version_rolled_back_before_is_not_served_again_unless_retried(
-    kube_api, namespace, operator, mlflow, trained
-):
+def first_serving(kube_api, namespace: str, operator, mlflow, trained, **rollout: Any) -> tuple[Any, str, Any, Counts]:
+    """The operator started, v1 published and served by `digits` as `production`: the versions, v1,
+    the object's body and the counts (its uid recorded)."""
     operator()
     versions = Versions(mlflow, f"digits-{namespace}", trained)
     v1 = versions.publish()
-    body = deployment(versions.model, progressDeadlineSeconds=20)
+    body = deployment(versions.model, **rollout)
     counts = Counts(kube_api, namespace, versions)
     counts.uid = apply_object(kube_api, namespace, body)["metadata"]["uid"]
     serving(kube_api, namespace, v1)
     versions.alias_becomes("production", v1)
+    return versions, v1, body, counts
+
+
+def test_a_version_rolled_back_before_is_not_served_again_unless_retried(
+    kube_api, namespace, operator, mlflow, trained
+):
+    versions, v1, body, counts = first_serving(
+        kube_api, namespace, operator, mlflow, trained, progressDeadlineSeconds=20
+    )
     v2 = versions.publish(crashOnStart="true")  # `candidate` moves to a version whose pods crash
     wait_status(kube_api, namespace, "InferenceDeployment", "digits",
                 lambda o: (o["status"].get("lastRollback") or {}).get("modelVersion") == v2, 120,
@@ -191,14 +200,7 @@ def test_a_version_rolled_back_before_is_not_served_again_unless_retried(
 def test_a_healthy_deployment_applied_again_serves_the_same_version_with_no_canary_and_no_alias_move(
     kube_api, namespace, operator, mlflow, trained
 ):
-    operator()
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    v1 = versions.publish()
-    body = deployment(versions.model)
-    counts = Counts(kube_api, namespace, versions)
-    counts.uid = apply_object(kube_api, namespace, body)["metadata"]["uid"]
-    serving(kube_api, namespace, v1)
-    versions.alias_becomes("production", v1)
+    versions, v1, body, counts = first_serving(kube_api, namespace, operator, mlflow, trained)
     wait_for(lambda: len(counts.alias_moves()) == 1, 30, "the first object's one move of production")
 
     delete_and_wait(kube_api, namespace)
@@ -228,14 +230,7 @@ def orphans(api: client.ApiClient, namespace: str) -> list[tuple[str, Any]]:
 def test_a_stable_left_behind_is_not_adopted_and_a_tagged_version_gets_no_canary(
     kube_api, namespace, operator, mlflow, trained
 ):
-    operator()
-    versions = Versions(mlflow, f"digits-{namespace}", trained)
-    v1 = versions.publish()
-    body = deployment(versions.model)
-    counts = Counts(kube_api, namespace, versions)
-    counts.uid = apply_object(kube_api, namespace, body)["metadata"]["uid"]
-    serving(kube_api, namespace, v1)
-    versions.alias_becomes("production", v1)
+    versions, v1, body, counts = first_serving(kube_api, namespace, operator, mlflow, trained)
 
     # Deleted with its children left behind (--cascade=orphan): the garbage collector drops their owner.
     custom(kube_api).delete_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "inferencedeployments",

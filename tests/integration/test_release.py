@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import os
 import secrets
 import shutil
@@ -32,7 +31,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import httpx
@@ -42,23 +40,12 @@ import yaml
 from localkube.wait import wait_answers
 from slipway_e2e.deploy import kubectl
 from slipway_testing import report
+from slipway_testing.release import load
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
 Obj = dict[str, Any]
 KEPT = {"CustomResourceDefinition", "PriorityClass"}  # shared with the session's other tests
-
-
-def load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    sys.path.insert(0, str(ROOT / "release"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "release" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 versioning = load("versioning")

@@ -4,33 +4,20 @@ building an image: install.yaml and the chart's values pinning both images by di
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
+from slipway_testing.release import load
+
 ROOT = Path(__file__).resolve().parents[2]
 DIGESTS = {"operator": "sha256:" + "a" * 64, "workloads": "sha256:" + "b" * 64}
-
-
-def load(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    sys.path.insert(0, str(ROOT / "release"))
-    spec = importlib.util.spec_from_file_location(name, ROOT / "release" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 versioning = load("versioning")
