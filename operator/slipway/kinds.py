@@ -88,7 +88,7 @@ JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", indexes=("jobs
               rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=(*_CHILD, "patch"))  # fmt: skip
 PVC = Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims",
            typed=("core", "namespaced_persistent_volume_claim"), indexes=("pvcs",), managed=True,
-           rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=_CHILD)  # fmt: skip
+           rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=(*_CHILD, "patch"))  # fmt: skip
 SERVICE = Kind("Service", "", "v1", "services", typed=("core", "namespaced_service"), indexes=("services",),
                managed=True, rule=UpdateRule(removable=frozenset({"publishNotReadyAddresses"})),
                parents=("TrainingRun", "InferenceDeployment"), verbs=(*_CHILD, "update", "delete"))  # fmt: skip

@@ -207,6 +207,9 @@ BY_NAME = {r.name: r for r in REASONS}
 # Normal: a TrainingRun applied again from the same YAML (a new uid, no run in status) shows the MLflow
 # run its predecessor of the same namespace, name and spec finished, or goes on in the one it left cut short.
 ADOPTED_RUN = "AdoptedRun"
+# Normal: a TrainingRun uses a checkpoint claim it did not make: one kept by spec.checkpoint.whenDeleted:
+# Retain, or restored, labelled for its name, with no owner or an earlier TrainingRun of that name as owner.
+ADOPTED_CHECKPOINT = "AdoptedCheckpoint"
 
 # A rollback's reasons as a type, so that mypy checks every rollback the rollout records; the rows
 # marked ``rollback`` above must be these (a unit test holds them equal).

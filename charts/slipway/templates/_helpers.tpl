@@ -110,10 +110,11 @@ app.kubernetes.io/component: operator
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["get", "list", "watch", "create", "patch"]
-# Checkpoint claims: created once, never changed by Slipway.
+# Checkpoint claims: created once; their ownerReferences are patched as spec.checkpoint.whenDeleted
+# says (none for Retain), and when one left by an earlier TrainingRun of the same name is adopted.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # The headless Service of multi-node runs and serving Services.
 - apiGroups: [""]
   resources: ["services"]

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from slipway import kinds, kube, mlflowcreds, sizing
 from slipway.builders import trainingrun as build
 from slipway.builders.common import with_credentials
-from slipway.handlers import trainingadopt, trainingcost, trainingqueue
+from slipway.handlers import trainingadopt, trainingclaim, trainingcost, trainingqueue
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
 from slipway.models import TrainingRunSpec
 from slipway.models.trainingrun import TrainingRunStatus
@@ -175,10 +175,10 @@ def _jobset_not_served(ctx: Context) -> bool:
 
 def _ensure_pvc_and_service(ctx: Context, spec: TrainingRunSpec, runtime: str) -> None:
     """The checkpoint PVC, and for a multi-node Job the headless Service (a JobSet makes its own)."""
+    trainingclaim.ensure(ctx, spec)  # the claim may outlive its TrainingRun (spec.checkpoint.whenDeleted)
     service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
-    for obj, kind in ((build.checkpoint_pvc(ctx.name, ctx.namespace, spec), "pvcs"), (service, "services")):
-        if obj is not None:
-            ctx.ensure(kind, obj)
+    if service is not None:
+        ctx.ensure("services", service)
 
 
 def _record_run(

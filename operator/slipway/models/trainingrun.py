@@ -53,6 +53,20 @@ class Checkpoint(SlipwayModel):
         description="Seconds a training pod has after SIGTERM (preemption, eviction, suspend) to write its "
         "checkpoint and exit, before it is killed: the pods' terminationGracePeriodSeconds.",
     )
+    when_deleted: Literal["Retain", "Delete"] | None = Field(
+        default=None,
+        description="What happens to the claim when the TrainingRun is deleted, as a StatefulSet's "
+        "persistentVolumeClaimRetentionPolicy.whenDeleted: Delete (when unset) deletes it with the TrainingRun "
+        "(it is owned by it); Retain keeps it, with no owner, so that the TrainingRun applied again (an Argo CD "
+        "prune and sync) resumes from its checkpoints; nothing deletes a retained claim but you (kubectl delete "
+        "pvc <name>-checkpoints). A claim labelled for this TrainingRun with no owner, or owned by an earlier "
+        "TrainingRun of the same name (a restore), is adopted; any other claim of that name is refused.",
+    )
+
+    @property
+    def retained(self) -> bool:
+        """Whether the claim outlives the TrainingRun (whenDeleted: Retain; Delete when unset)."""
+        return self.when_deleted == "Retain"
 
 
 class FailurePolicy(SlipwayModel):
