@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from slipway_testing import condition, create_as, model_artifact, stalled_with, wait_status
+from slipway_testing import condition, create_as, model_artifact, report, stalled_with, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -85,6 +85,14 @@ def test_a_quantizers_forged_output_and_encoded_climbs_register_nothing(
     assert mlflow.get_version_by_alias(f"{own}-q-own", "production") is not None
 
     # Counted afterwards: versions registered from a forged output or a climb, aliases moved.
+    registered = {name: mlflow.search_model_versions(f"name='{own}-{name}'") for name in [*forged, *climbs]}
+    foreign = sum(1 for vs in registered.values() for v in vs if v.tags.get("slipway.dev/role") != "source")
+    moved = sum(1 for name in registered if mlflow.get_version_by_alias(f"{own}-{name}", "production") is not None)
+    report(
+        f"\nforged outputs: {len(forged)} quantizer tags and {len(climbs)} encoded climbs refused; versions "
+        f"registered from them {foreign} (source versions {sum(map(len, registered.values()))}), "
+        f"aliases moved {moved}; acme's production still v{mlflow.get_version_by_alias(acme, 'production').version}"
+    )
     for name in forged:  # the source version only (the operator registers it before quantizing)
         versions = mlflow.search_model_versions(f"name='{own}-{name}'")
         assert [v.tags.get("slipway.dev/role") for v in versions] == ["source"], name

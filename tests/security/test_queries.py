@@ -9,7 +9,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from slipway_e2e.lifecycle import condition
-from slipway_testing import Versions, deployment, get_object, promql_escapes, promql_parse, serving, wait_status
+from slipway_testing import (
+    Versions,
+    deployment,
+    get_object,
+    promql_escapes,
+    promql_parse,
+    report,
+    serving,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -72,6 +81,10 @@ def test_a_comment_ended_by_cr_or_a_keyword_as_a_metric_name_reads_only_the_name
     # What was sent, read by Prometheus' own parser: every selector in the namespace (0 unconfined).
     sent = shown["keywords"]["query"]
     [answer] = promql_parse([sent])
+    read = [len(reading.get("selectors") or []) for reading in answer.values()]
+    report(f"\nqueries: the '\\r' query {refused['result']}, value {refused.get('value')}; the keywords query as "
+           f"sent, read by Prometheus' parser ({', '.join(answer)}): selectors {read}, "
+           f"unconfined {len(promql_escapes(answer, namespace))}")  # fmt: skip
     assert "error" not in answer["default"], answer
     names = {m["value"] for selector in answer["default"]["selectors"] for m in selector if m["name"] == "__name__"}
     assert names == {"or", "by", "offset", "sum", ":", "and"}, sent

@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway_testing import OperatorReplica, condition, create_as, events_for, model_artifact, wait_status
+from slipway_testing import OperatorReplica, condition, create_as, events_for, model_artifact, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -28,6 +28,11 @@ def leaked(text: str) -> list[str]:
     return [piece for piece in PIECES if piece in text]
 
 
+def occurrences(where: str, text: str) -> None:
+    """The measured count, for the log (run with -s): the password's pieces in ``text``."""
+    report(f"\nsecret occurrences in {where} ({len(text)} characters): {sum(text.count(p) for p in PIECES)}")
+
+
 def test_a_password_with_a_slash_is_refused_at_start_and_kopfs_traceback_does_not_show_it(
     cluster, namespace, operator, caplog
 ):
@@ -36,6 +41,7 @@ def test_a_password_with_a_slash_is_refused_at_start_and_kopfs_traceback_does_no
     wait_for(lambda: "Traceback" in caplog.text and "--mlflow-url 'http://***@" in caplog.text, 60,
              "kopf's startup failure logged, with its traceback")  # fmt: skip
     assert "percent-encode" in caplog.text
+    occurrences("the in-process operator's log, kopf's traceback included", caplog.text)
     assert leaked(caplog.text) == []
 
 
@@ -47,6 +53,7 @@ def test_the_operator_process_refuses_it_at_start_naming_the_flag(cluster, names
     finally:
         replica.stop()
     log = replica.log()
+    occurrences("the python -m slipway process's log", log)
     assert "--mlflow-url 'http://***@" in log and "percent-encode" in log, log
     assert leaked(log) == [], log
 
@@ -66,5 +73,7 @@ def test_a_percent_encoded_password_with_a_slash_works_and_shows_nowhere(
         "events": json.dumps(events_for(kube_api, namespace, "no-run")),
         "log": caplog.text,
     }
+    for where, text in seen.items():
+        occurrences(where, text)
     assert {where: leaked(text) for where, text in seen.items() if leaked(text)} == {}
     assert client.BatchV1Api(kube_api).list_namespaced_job(namespace).items == []
