@@ -61,7 +61,6 @@ def test_a_claim_left_by_an_earlier_trainingrun_of_the_same_name_is_adopted(
         (claim(labels=build.labels("other")), "labelled for the TrainingRun 'other'"),
         (claim(labels={"app": "mine"}), "not labelled by Slipway"),
         (claim(labels={build.RUN_LABEL: "digits"}), "not labelled by Slipway"),  # no managed-by: not Slipway's
-        (claim([ref()], deletionTimestamp="2026-01-01T00:00:00Z"), "being deleted"),
         (claim(namespace="team-b"), "not a PersistentVolumeClaim in the TrainingRun's namespace"),
         ({**claim(), "kind": "ConfigMap"}, "not a PersistentVolumeClaim"),
     ],
@@ -73,7 +72,6 @@ def test_a_claim_left_by_an_earlier_trainingrun_of_the_same_name_is_adopted(
         "other-label",
         "no-label",
         "no-managed-by",
-        "deleting",
         "other-namespace",
         "other-kind",
     ],  # fmt: skip
@@ -99,3 +97,11 @@ def test_retain_means_no_owner_and_delete_or_unset_means_this_trainingrun_as_con
     assert owned["uid"] == UID and owned["controller"] and owned["kind"] == "TrainingRun"
     with pytest.raises(ValueError):
         spec("Orphan")
+
+
+def test_a_claim_being_deleted_is_waited_for_never_adopted_and_a_foreign_one_stays_refused() -> None:
+    deleting = {"deletionTimestamp": "2026-01-01T00:00:00Z"}
+    assert verdict(claim([ref()], **deleting), OWNER)[0] == "Deleting"  # the garbage collector's, at once
+    assert verdict(claim(**deleting), OWNER)[0] == "Deleting"
+    assert verdict(claim([ref(kind="Job", api="batch/v1", uid="live")], **deleting), OWNER)[0] == "Refuse"
+    assert verdict(claim([ref(uid=UID)], **deleting), OWNER)[0] == "Ours"  # its own: kept, as before

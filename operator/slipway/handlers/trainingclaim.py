@@ -19,7 +19,9 @@ The checkpoint claim is adopted when all of this holds (:func:`verdict`):
   uid: an earlier TrainingRun of the same name, which no longer exists (names are unique in a
   namespace, so the one that has the name now is this one). No ownerReference at all is a retained
   claim, or one a Velero restore made (Velero restores no ownerReferences);
-- it is not being deleted.
+- it is not being deleted (a claim restored with a stale ownerReference is: Kubernetes' garbage
+  collector deletes it at once, before any controller sees it; the pass waits until it is gone and
+  makes a new one).
 
 Anything else (owned by any other object, labelled for another TrainingRun or not at all) stays
 refused, ``OwnedByOther``: the pass stops before the Job, so such a claim is never mounted.
@@ -31,12 +33,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import kopf
+
 from slipway import children, kube, metrics, reasons
 from slipway.builders import trainingrun as build
 from slipway.models import TrainingRunSpec
 from slipway.reconcile import Context
 
-Verdict = Literal["Ours", "Adopt", "Refuse"]
+Verdict = Literal["Ours", "Adopt", "Deleting", "Refuse"]
+DELETING_RECHECK_SECONDS = 2.0
 GROUP = "slipway.dev"
 
 
@@ -56,12 +61,12 @@ def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any]) -> tuple[Verdict
         found = labels.get(build.RUN_LABEL)
         mine = found is not None and found != wanted[build.RUN_LABEL]
         return "Refuse", f"labelled for the TrainingRun {found!r}" if mine else "not labelled by Slipway for it"
-    if meta.get("deletionTimestamp"):
-        return "Refuse", "being deleted: a new claim is made once it is gone"
     foreign = [r for r in refs if not _stale_predecessor(r, name, uid)]
     if foreign:
         ref = foreign[0]
         return "Refuse", f"owned by {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
+    if meta.get("deletionTimestamp"):
+        return "Deleting", "being deleted (its owner is gone): a new claim is made once it is gone"
     if refs:
         return "Adopt", f"its owner, an earlier TrainingRun {name} (uid {refs[0].get('uid')}), no longer exists"
     return "Adopt", "it has no owner (kept by whenDeleted: Retain, or restored)"
@@ -103,6 +108,10 @@ def ensure(ctx: Context, spec: TrainingRunSpec) -> dict[str, Any] | None:
             metrics.CHILD_ACTIONS.labels("PersistentVolumeClaim", "Create").inc()
             return made
     found, why = verdict(observed, ctx.body)
+    if found == "Deleting":
+        raise kopf.TemporaryError(
+            f"PersistentVolumeClaim {ctx.namespace}/{name} is {why}", delay=DELETING_RECHECK_SECONDS
+        )
     if found == "Refuse":
         message = (f"PersistentVolumeClaim {ctx.namespace}/{name} already exists and is not this TrainingRun's "
                    f"checkpoint claim: {why}; Slipway never adopts it: delete or rename it")  # fmt: skip
