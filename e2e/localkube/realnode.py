@@ -78,7 +78,8 @@ def check_runtime(runtime: str, nodes: int) -> None:
 
 def containerd_config(root: Path) -> str:
     """containerd 1.6's configuration: everything under ``root``; the CRI plugin with the local pause
-    image, runc as the default runtime, the CNI folders of this node, and ``restrict_oom_score_adj``
+    image, runc as the default runtime, the CNI folders of this node, registries' ``hosts.toml`` under
+    ``certs.d`` (``trust_registry``), and ``restrict_oom_score_adj``
     (processes here may not lower their OOM score: without it every sandbox fails in runc with
     "can't get final child's PID from pipe: EOF")."""
     cri = 'plugins."io.containerd.grpc.v1.cri"'
@@ -106,7 +107,20 @@ state = "{root / "state"}"
 [{cri}.cni]
   bin_dir = "{CNI_BIN}"
   conf_dir = "{root.parent / "cni" / "net.d"}"
+[{cri}.registry]
+  config_path = "{root / "certs.d"}"
 """
+
+
+def trust_registry(cluster_dir: Path, host: str) -> Path:
+    """Let the node pull from the plain-HTTP registry ``host`` (``127.0.0.1:port``): its
+    ``hosts.toml`` under the CRI's ``config_path``, which containerd reads at each pull, so a registry
+    started after the node is trusted at once. Returns the file."""
+    path = node_dir(cluster_dir) / "containerd" / "certs.d" / host / "hosts.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'server = "http://{host}"\n\n[host."http://{host}"]\n'
+                    '  capabilities = ["pull", "resolve"]\n  skip_verify = true\n')  # fmt: skip
+    return path
 
 
 def cni_conflist(ipam_dir: Path) -> dict[str, object]:

@@ -20,6 +20,7 @@ from localkube.realnode import (
     containerd_config,
     kube_proxy_config,
     kubelet_config,
+    trust_registry,
 )
 
 PORTS = {"kubelet": 10250, "kubelet-healthz": 10248, "kube-proxy-healthz": 10256, "kube-proxy-metrics": 10249}
@@ -39,6 +40,15 @@ def test_containerd_config_is_one_toml_document_with_everything_under_its_root(t
     assert runc["runtime_type"] == "io.containerd.runc.v2"
     assert runc["options"]["Root"] == str(root / "runc")  # runc's state not in /run/containerd/runc
     assert cri["cni"]["conf_dir"] == str(tmp_path / "realnode" / "cni" / "net.d")
+    assert cri["registry"] == {"config_path": str(root / "certs.d")}  # hosts.toml per registry, read at each pull
+
+
+def test_a_trusted_registry_is_pulled_from_over_plain_http(tmp_path: Path) -> None:
+    path = trust_registry(tmp_path, "127.0.0.1:5000")
+    assert path == tmp_path / "realnode" / "containerd" / "certs.d" / "127.0.0.1:5000" / "hosts.toml"
+    hosts = tomllib.loads(path.read_text())
+    assert hosts["server"] == "http://127.0.0.1:5000"  # not https, the default
+    assert hosts["host"] == {"http://127.0.0.1:5000": {"capabilities": ["pull", "resolve"], "skip_verify": True}}
 
 
 def test_cni_network_is_a_bridge_with_addresses_kept_in_the_cluster_folder(tmp_path: Path) -> None:
