@@ -20,14 +20,9 @@ dist/X.Y.Z/ is written once per session when missing or stale (`make release`): 
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
 import secrets
-import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,10 +32,10 @@ import httpx
 import pytest
 import yaml
 
-from localkube.wait import wait_answers
 from slipway_e2e.deploy import kubectl
 from slipway_testing import report
-from slipway_testing.release import load
+from slipway_testing.registry import Registry, loopback_registry
+from slipway_testing.release import load, release_alone
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
@@ -53,45 +48,11 @@ bundle = load("bundle")
 VERSION = versioning.stamped(ROOT)
 
 
-def fresh(out: Path) -> bool:
-    """dist/VERSION/ is there, whole, and its install.yaml is what the tree makes of its archives."""
-    archives = [out / f"slipway-{k}-{VERSION}.oci.tar" for k in bundle.KINDS]
-    if not all(a.exists() for a in [*archives, out / "install.yaml", out / f"slipway-crds-{VERSION}.tgz"]):
-        return False
-    digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}
-    return bool((out / "install.yaml").read_text() == bundle.install_yaml(ROOT, VERSION, bundle.DEFAULT_REGISTRY,
-                                                                          digests))  # fmt: skip
-
-
-def build_release(out: Path) -> None:
-    """dist/VERSION/ as `make release` writes it, when missing or stale: from the archives `make image` left
-    in dist/ when they are there (seconds), else both images built first (minutes)."""
-    if fresh(out):
-        return
-    reuse = all((ROOT / "dist" / f"slipway-{k}-{VERSION}.oci.tar").exists() for k in bundle.KINDS) and any(
-        (ROOT / "build" / "image" / "operator" / "slipway").glob(f"slipway_operator-{VERSION}-*.whl")
-    )
-    args, what = (["--skip-images"], "from make image's archives") if reuse else ([], "with both images built")
-    start = time.monotonic()
-    subprocess.run([sys.executable, str(ROOT / "release" / "bundle.py"), VERSION, *args], cwd=ROOT, check=True,
-                   timeout=1500)  # fmt: skip
-    report(f"release: dist/{VERSION}/ written {what} in {time.monotonic() - start:.0f}s")
-
-
 @pytest.fixture(scope="module")
 def release(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """dist/VERSION/ copied alone into an empty directory, and the digests read from its archives."""
-    if not HELM.exists():
-        pytest.fail(f"{HELM} is missing: run `make helm`", pytrace=False)
-    out = ROOT / "dist" / VERSION
-    out.parent.mkdir(exist_ok=True)
-    with (ROOT / "dist" / ".release.lock").open("w") as lock:  # one build, whichever worker comes first
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        build_release(out)
     here = tmp_path_factory.mktemp("release")
-    for path in out.iterdir():
-        shutil.copy2(path, here / path.name)
-    digests = {k: bundle.digest_of(here / f"slipway-{k}-{VERSION}.oci.tar") for k in bundle.KINDS}
+    _, digests = release_alone(here)
     return here, digests
 
 
@@ -134,36 +95,11 @@ def test_the_release_holds_every_file_and_its_sums(release):
     report("release: " + ", ".join(f"{p.name} {p.stat().st_size / 1e6:.1f} MB" for p in sorted(here.iterdir())))
 
 
-def debian_tools(*packages: str) -> None:
-    """Debian's packages the push needs (skopeo, the registry), installed if missing, as make image does."""
-    missing = [p for p in packages if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
-    if missing:
-        if subprocess.run(["apt-cache", "show", *missing], capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], check=True, capture_output=True, timeout=600)
-        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, capture_output=True, timeout=600,
-                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})  # fmt: skip
-
-
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[str]:
+def registry(tmp_path: Path) -> Iterator[Registry]:
     """A registry of a team's own, Debian's docker-registry (the CNCF distribution) on loopback."""
-    debian_tools("skopeo", "docker-registry")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    config = {"version": 0.1, "storage": {"filesystem": {"rootdirectory": str(tmp_path / "data")}},
-              "http": {"addr": f"127.0.0.1:{port}"}}  # fmt: skip
-    (tmp_path / "config.yml").write_text(yaml.safe_dump(config))
-    with (tmp_path / "registry.log").open("w") as log:
-        server = subprocess.Popen(["/usr/bin/docker-registry", "serve", str(tmp_path / "config.yml")], stdout=log,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        wait_answers(f"http://127.0.0.1:{port}/v2/", lambda: server.poll() is None, tmp_path / "registry.log", 30,
-                     "the registry")  # fmt: skip
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with loopback_registry(tmp_path) as served:
+        yield served
 
 
 def test_a_team_pushes_the_archives_to_its_registry_and_the_digests_hold(release, registry):
@@ -171,22 +107,18 @@ def test_a_team_pushes_the_archives_to_its_registry_and_the_digests_hold(release
     under the digest install.yaml and the chart name, by tag and by digest."""
     here, digests = release
     for kind, digest in digests.items():
-        repo = f"{registry}/team/slipway-{kind}"
-        start = time.monotonic()
-        subprocess.run(["skopeo", "copy", "-q", "--preserve-digests", "--dest-tls-verify=false",
-                        f"oci-archive:slipway-{kind}-{VERSION}.oci.tar", f"docker://{repo}:{VERSION}"],
-                       cwd=here, check=True, timeout=600)  # fmt: skip
-        took = time.monotonic() - start
+        repo = f"{registry.host}/team/slipway-{kind}"
+        took = registry.push(here / f"slipway-{kind}-{VERSION}.oci.tar", f"team/slipway-{kind}", VERSION)
         accept = {"Accept": "application/vnd.oci.image.manifest.v1+json"}
-        by_tag = httpx.get(f"http://{registry}/v2/team/slipway-{kind}/manifests/{VERSION}", headers=accept)
+        by_tag = httpx.get(f"http://{registry.host}/v2/team/slipway-{kind}/manifests/{VERSION}", headers=accept)
         assert by_tag.status_code == 200, by_tag.text
         assert by_tag.headers["Docker-Content-Digest"] == digest
         assert "sha256:" + hashlib.sha256(by_tag.content).hexdigest() == digest
-        by_digest = httpx.get(f"http://{registry}/v2/team/slipway-{kind}/manifests/{digest}", headers=accept)
+        by_digest = httpx.get(f"http://{registry.host}/v2/team/slipway-{kind}/manifests/{digest}", headers=accept)
         assert by_digest.status_code == 200 and by_digest.content == by_tag.content
         manifest = by_tag.json()
         for blob in [manifest["config"], *manifest["layers"]]:  # every blob pushed, not only the manifest
-            head = httpx.head(f"http://{registry}/v2/team/slipway-{kind}/blobs/{blob['digest']}")
+            head = httpx.head(f"http://{registry.host}/v2/team/slipway-{kind}/blobs/{blob['digest']}")
             assert head.status_code == 200 and int(head.headers["Content-Length"]) == blob["size"], blob
         report(f"release: slipway-{kind} pushed with skopeo in {took:.1f}s, served as {repo}@{digest}")
 

@@ -1,14 +1,28 @@
-"""The release tools (release/versioning.py, release/bundle.py) as modules, for the tests: they are
-scripts of the repository, not part of the package."""
+"""The release tools (release/versioning.py, release/bundle.py) as modules, for the tests (they are
+scripts of the repository, not part of the package), and dist/X.Y.Z/ of `make release` copied alone
+into a directory holding nothing else, as a team receives it."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import importlib.util
+import json
+import shutil
+import subprocess
 import sys
+import tarfile
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
+
+from slipway_testing.cluster import report
 
 ROOT = Path(__file__).resolve().parents[2]
+HELM = ROOT / ".cache" / "helm" / "helm"
 
 
 def load(name: str) -> ModuleType:
@@ -22,3 +36,66 @@ def load(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def fresh(out: Path, version: str) -> bool:
+    """dist/VERSION/ is there, whole, and its install.yaml is what the tree makes of its archives."""
+    bundle = load("bundle")
+    archives = [out / f"slipway-{k}-{version}.oci.tar" for k in bundle.KINDS]
+    if not all(a.exists() for a in [*archives, out / "install.yaml", out / f"slipway-crds-{version}.tgz"]):
+        return False
+    digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}
+    return bool((out / "install.yaml").read_text() == bundle.install_yaml(ROOT, version, bundle.DEFAULT_REGISTRY,
+                                                                          digests))  # fmt: skip
+
+
+def build_release(out: Path, version: str) -> None:
+    """dist/VERSION/ as `make release` writes it, when missing or stale: from the archives `make image` left
+    in dist/ when they are there (seconds), else both images built first (minutes)."""
+    if fresh(out, version):
+        return
+    reuse = all((ROOT / "dist" / f"slipway-{k}-{version}.oci.tar").exists() for k in load("bundle").KINDS) and any(
+        (ROOT / "build" / "image" / "operator" / "slipway").glob(f"slipway_operator-{version}-*.whl")
+    )
+    args, what = (["--skip-images"], "from make image's archives") if reuse else ([], "with both images built")
+    start = time.monotonic()
+    subprocess.run([sys.executable, str(ROOT / "release" / "bundle.py"), version, *args], cwd=ROOT, check=True,
+                   timeout=1500)  # fmt: skip
+    report(f"release: dist/{version}/ written {what} in {time.monotonic() - start:.0f}s")
+
+
+def release_alone(here: Path) -> tuple[str, dict[str, str]]:
+    """dist/VERSION/ (the tree's version; written first when missing or stale, one writer at a time)
+    copied alone into the empty directory ``here``: the version, and each image's digest read from its
+    archive ({"operator": "sha256:...", "workloads": ...})."""
+    version = load("versioning").stamped(ROOT)
+    if not HELM.exists():
+        pytest.fail(f"{HELM} is missing: run `make helm`", pytrace=False)
+    out = ROOT / "dist" / version
+    out.parent.mkdir(exist_ok=True)
+    with (ROOT / "dist" / ".release.lock").open("w") as lock:  # one build, whichever worker comes first
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_release(out, version)
+    for path in out.iterdir():
+        shutil.copy2(path, here / path.name)
+    bundle = load("bundle")
+    return version, {k: bundle.digest_of(here / f"slipway-{k}-{version}.oci.tar") for k in bundle.KINDS}
+
+
+def layers_of(archive: Path) -> tuple[str, dict[str, str]]:
+    """The one image of an OCI archive: its config's digest, and each layer's digest with the chain ID
+    its unpacked snapshot is named by on a node (``sha256:...``, the OCI image spec's ChainID)."""
+    with tarfile.open(archive) as tar:
+
+        def read(digest: str) -> dict[str, Any]:
+            member = tar.extractfile(f"blobs/sha256/{digest.removeprefix('sha256:')}")
+            assert member is not None, f"{archive}: no blob {digest}"
+            return dict(json.load(member))
+
+        manifest = read(load("bundle").digest_of(archive))
+        diff_ids = read(manifest["config"]["digest"])["rootfs"]["diff_ids"]
+    chain = [diff_ids[0]]
+    for diff_id in diff_ids[1:]:
+        chain.append("sha256:" + hashlib.sha256(f"{chain[-1]} {diff_id}".encode()).hexdigest())
+    layers = [layer["digest"] for layer in manifest["layers"]]
+    return manifest["config"]["digest"], dict(zip(layers, chain, strict=True))
