@@ -104,3 +104,30 @@ def import_images(socket: Path, archives: list[Path]) -> list[str]:
             raise RuntimeError(f"ctr images import {archive} failed ({done.returncode}): {done.stderr.strip()}")
         names += [line.split()[1] for line in done.stdout.splitlines() if line.startswith("unpacking ")]
     return names
+
+
+def evict_image(socket: Path, digest: str) -> list[str]:
+    """Remove every name containerd's CRI namespace gives the image whose manifest is ``digest``, and
+    wait for its garbage collection: the node no longer has the image, and its next pull fetches
+    it whole. Returns the names removed (``import_images`` of its archive brings it back)."""
+    done = subprocess.run([CTR, f"--address={socket}", "--namespace=k8s.io", "images", "ls"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"ctr images ls failed ({done.returncode}): {done.stderr.strip()}")
+    names = [f[0] for f in (line.split() for line in done.stdout.splitlines()[1:]) if len(f) > 2 and f[2] == digest]
+    if names:
+        done = subprocess.run([CTR, f"--address={socket}", "--namespace=k8s.io", "images", "rm", "--sync", *names],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"ctr images rm {' '.join(names)} failed ({done.returncode}): {done.stderr.strip()}")
+    return names
+
+
+def unpacked_layers(socket: Path) -> set[str]:
+    """The chain IDs of the layers unpacked on the node (containerd's committed overlayfs snapshots):
+    an image pull fetches only the layers not among them."""
+    done = subprocess.run([CTR, f"--address={socket}", "--namespace=k8s.io", "snapshots", "--snapshotter=overlayfs",
+                           "ls"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"ctr snapshots ls failed ({done.returncode}): {done.stderr.strip()}")
+    return {f[0] for f in (line.split() for line in done.stdout.splitlines()[1:]) if f and f[-1] == "Committed"}

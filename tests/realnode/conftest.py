@@ -88,15 +88,18 @@ class RealCluster:
         repository, tag = tags[0].rsplit(":", 1)
         return repository, tag
 
-    def install_operator(self, release: str, ns: str, *values: str) -> None:
-        """``helm install charts/slipway`` into ``ns`` (made beforehand) with the images of the node
-        and the cluster's MLflow and Prometheus behind Services of ``ns``."""
+    def install_operator(self, release: str, ns: str, *values: str, chart: Path = CHART) -> None:
+        """``helm install`` of ``chart`` (default charts/slipway, with the images of the node) into
+        ``ns`` (made beforehand), the cluster's MLflow and Prometheus behind Services of ``ns``."""
         mlflow = self.host_service(ns, "mlflow", self.info.mlflow_url or "")
         prometheus = self.host_service(ns, "prometheus", self.info.prometheus_url or "")
-        operator, operator_tag = self.node_image("slipway-operator")
-        sets = [f"image.repository={operator}", f"image.tag={operator_tag}", "image.pullPolicy=IfNotPresent",
-                f"mlflow.url={mlflow}", f"prometheus.url={prometheus}", *values]  # fmt: skip
-        self.helm("install", release, str(CHART), "-n", ns, *[a for s in sets for a in ("--set", s)])
+        images: list[str] = []
+        if chart == CHART:
+            operator, operator_tag = self.node_image("slipway-operator")
+            images = [f"image.repository={operator}", f"image.tag={operator_tag}"]
+        sets = [*images, "image.pullPolicy=IfNotPresent", f"mlflow.url={mlflow}", f"prometheus.url={prometheus}",
+                *values]  # fmt: skip
+        self.helm("install", release, str(chart), "-n", ns, *[a for s in sets for a in ("--set", s)])
         self.operator_pods(ns)
 
     def ready_pods(self, ns: str) -> tuple[list[dict], str | None]:
@@ -127,6 +130,23 @@ class RealCluster:
         assert not crashed, crashed[0]
         assert isinstance(pods, list)
         return pods
+
+    def assert_restricted_replicas(self, ns: str, pods: list[dict]) -> str:
+        """Each operator pod of ``ns`` Running in a container as UID 65532, its root filesystem read-only,
+        and one of them holding the Lease slipway-operator: its name."""
+        names = sorted(p["metadata"]["name"] for p in pods)
+        for pod in pods:
+            assert pod["status"]["phase"] == "Running"
+            assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+            name = pod["metadata"]["name"]
+            assert self.kubectl("-n", ns, "exec", name, "--", "id", "-u").stdout.strip() == "65532"
+            write = self.kubectl("-n", ns, "exec", name, "--", "python", "-c", "open('/w', 'w')", check=False)
+            assert write.returncode != 0 and "Read-only file system" in write.stderr, write.stderr
+        holder = wait_for(lambda: (self.kube.get_or_none(
+            f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/slipway-operator") or {}).get("spec", {})
+            .get("holderIdentity"), 60, "a replica holding the Lease slipway-operator")  # fmt: skip
+        assert holder in names, (holder, names)
+        return str(holder)
 
 
 @pytest.fixture(scope="session")

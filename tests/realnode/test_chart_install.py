@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-from localkube.wait import wait_for
-
 
 @pytest.mark.realnode
 def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluster):
@@ -29,18 +27,7 @@ def test_helm_install_runs_both_replicas_restricted_on_the_real_node(real_cluste
         real_cluster.install_operator(release, ns)
         pods = real_cluster.operator_pods(ns)
         rollout = time.monotonic() - start
-        names = sorted(p["metadata"]["name"] for p in pods)
-        for pod in pods:
-            assert pod["status"]["phase"] == "Running"
-            assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
-            name = pod["metadata"]["name"]
-            assert real_cluster.kubectl("-n", ns, "exec", name, "--", "id", "-u").stdout.strip() == "65532"
-            write = real_cluster.kubectl("-n", ns, "exec", name, "--", "python", "-c", "open('/w', 'w')", check=False)
-            assert write.returncode != 0 and "Read-only file system" in write.stderr, write.stderr
-        holder = wait_for(lambda: (real_cluster.kube.get_or_none(
-            f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/slipway-operator") or {}).get("spec", {})
-            .get("holderIdentity"), 60, "a replica holding the Lease slipway-operator")  # fmt: skip
-        assert holder in names, (holder, names)
+        holder = real_cluster.assert_restricted_replicas(ns, pods)
         metrics = real_cluster.kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/pods/{holder}:8080/proxy/metrics")
         assert "slipway_reconcile_total" in metrics.stdout, metrics.stdout[:500]
         print(f"real node: helm install to both replicas Ready in {rollout:.1f}s; leader {holder}")
