@@ -210,6 +210,7 @@ def test_a_repeated_page_token_stops_the_search_at_the_second_page(serve) -> Non
     assert "POST /api/2.0/mlflow/runs/search answered page 2 with a page token it had answered before" in str(
         refused.value
     )
+    print(f"a repeated page token: {len(server.asked)} requests, then {refused.value.error_code}")
     assert server.asked == ["POST /api/2.0/mlflow/runs/search"] * 2
 
 
@@ -227,6 +228,7 @@ def test_endless_fresh_page_tokens_stop_at_max_pages(serve) -> None:
     server = serve(fresh)
     with pytest.raises(MlflowError, match="answered more than 100 pages: Slipway reads no more") as refused:
         MlflowClient(server.url).search_model_versions("name='m'")
+    print(f"endless fresh page tokens: {len(server.asked)} requests, then {refused.value.error_code}")
     assert refused.value.error_code == "TOO_MANY_PAGES"
     assert len(server.asked) == mlflow_http.MAX_PAGES == 100
 
@@ -260,6 +262,7 @@ def test_no_write_starts_after_the_deadline_and_reads_still_go(serve) -> None:
         client.set_alias("m", "production", 3)
     with pytest.raises(LeaseDeadlinePassed):
         client.update_run("r", status="FINISHED")
+    print(f"writes with the deadline passed: {len(server.asked)} reached the server")
     assert server.asked == []  # not one write reached the server
     assert client.get_run("r").run_id == "r" and client.search_runs(["1"]) == []  # reads: POST search too
     assert server.asked == ["GET /api/2.0/mlflow/runs/get", "POST /api/2.0/mlflow/runs/search"]
@@ -288,6 +291,7 @@ def test_a_write_in_flight_is_cut_at_the_deadline_however_slow_the_server(serve)
             with pytest.raises(MlflowUnavailable):
                 client.set_alias("m", "production", 3)
             took = time.monotonic() - started
+            print(f"a write in flight with 1 s of lease left, {answer.__name__} server: ended after {took:.2f} s")
             assert server.asked == ["POST /api/2.0/mlflow/registered-models/alias"]
             # The write ends by the deadline (1 s), well inside the margin before a standby may lead (5 s).
             assert took < 1.0 + 0.2, (answer.__name__, took)
