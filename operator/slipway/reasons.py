@@ -91,6 +91,10 @@ REASONS: tuple[Reason, ...] = (
     _r("JobSetNotServed", "Stalled", TR, "`spec.runtime: JobSet` on a cluster without JobSet",
        "install JobSet, or set `runtime: Job`"),
     _r("Creating", "Reconciling", TR, "the training Job is being created", "nothing"),
+    _r("CheckpointClaimDeleting", "Reconciling", TR, "the checkpoint claim is being deleted (a claim restored with "
+       "the ownerReference of a TrainingRun that is gone, which Kubernetes' garbage collector deletes at once); "
+       "the Job waits for a new claim", "nothing; restore claims without ownerReferences (as Velero does) to keep "
+       "their checkpoints"),
     _r("CreatingMlflowRun", "Reconciling", TR, "the Job exists, suspended, until its MLflow run is created",
        "nothing; if it lasts, see MLflow"),
     _r("Queued", "Reconciling", TR, "waiting for Kueue to admit the Job; the message quotes Kueue's reason and "

@@ -6,6 +6,7 @@ this TrainingRun's is refused before any Job mounts it."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -198,3 +199,47 @@ def test_a_claim_owned_by_another_object_or_labelled_for_another_trainingrun_is_
         now = core.read_namespaced_persistent_volume_claim(name, namespace)
         assert now.metadata.owner_references == before.metadata.owner_references
         assert now.metadata.labels == before.metadata.labels
+
+
+def test_a_claim_restored_with_a_stale_owner_reference_is_deleted_by_kubernetes_and_the_run_waits_for_it(
+    kube_api, namespace, operator
+):
+    """A restore that keeps ownerReferences (not Velero's) brings the claim back owned by a
+    TrainingRun uid that is gone: Kubernetes' garbage collector marks it deleted at once (here a
+    restore tool's finalizer holds it). The TrainingRun is not Stalled OwnedByOther: it waits,
+    Reconciling CheckpointClaimDeleting, with no Job, and makes a claim of its own once it is gone."""
+    operator()
+    core = client.CoreV1Api(kube_api)
+    gone = "00000000-0000-4000-8000-000000000000"
+    stale = [{"apiVersion": "slipway.dev/v1alpha1", "kind": "TrainingRun", "name": "digits", "uid": gone,
+              "controller": True, "blockOwnerDeletion": True}]  # fmt: skip
+    meta = {"name": CLAIM, "labels": build.labels("digits"), "ownerReferences": stale,
+            "finalizers": ["restore.example.com/hold"]}  # fmt: skip
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    made = time.monotonic()
+    planted = core.create_namespaced_persistent_volume_claim(namespace, {"metadata": meta, "spec": spec})
+    wait_for(lambda: core.read_namespaced_persistent_volume_claim(CLAIM, namespace).metadata.deletion_timestamp,
+             30, "the garbage collector deleting the claim", interval=0.01)  # fmt: skip
+    deleted = time.monotonic() - made
+    apply_object(kube_api, namespace, training_run("digits", steps=2, checkpoint={"size": "1Gi"}))
+    seen: set[str] = set()
+
+    def reasons(o: dict[str, Any]) -> str:
+        """The reason of the TrainingRun's Reconciling condition while true ("" else), noting Stalled's too."""
+        found = [c.get("reason") or "" if c.get("status") == "True" else "" for c in
+                 (condition(o, "Reconciling"), condition(o, "Stalled"))]  # fmt: skip
+        seen.update(r for r in found if r)
+        return found[0]
+
+    wait_status(kube_api, namespace, "TrainingRun", "digits", lambda o: reasons(o) == "CheckpointClaimDeleting", 60,
+                "waiting for the claim being deleted")  # fmt: skip
+    assert not client.BatchV1Api(kube_api).list_namespaced_job(namespace).items
+    core.patch_namespaced_persistent_volume_claim(CLAIM, namespace, {"metadata": {"finalizers": None}})
+    done = wait_status(kube_api, namespace, "TrainingRun", "digits", lambda o: reasons(o) == "" and settled(o), 180,
+                       "trained in a claim of its own")  # fmt: skip
+    claim = claim_of(kube_api, namespace)
+    report(f"claim restored with a stale ownerReference: marked deleted by the garbage collector within "
+           f"{deleted:.3f}s of its creation; TrainingRun reasons seen {sorted(seen)}")  # fmt: skip
+    assert done["status"]["phase"] == "Succeeded" and "OwnedByOther" not in seen
+    assert claim is not None and claim.metadata.uid != planted.metadata.uid
+    assert [r.uid for r in claim.metadata.owner_references] == [done["metadata"]["uid"]]

@@ -19,9 +19,11 @@ The checkpoint claim is adopted when all of this holds (:func:`verdict`):
   uid: an earlier TrainingRun of the same name, which no longer exists (names are unique in a
   namespace, so the one that has the name now is this one). No ownerReference at all is a retained
   claim, or one a Velero restore made (Velero restores no ownerReferences);
-- it is not being deleted (a claim restored with a stale ownerReference is: Kubernetes' garbage
-  collector deletes it at once, before any controller sees it; the pass waits until it is gone and
-  makes a new one).
+- it is not being deleted. A claim restored with a stale ownerReference is: Kubernetes' garbage
+  collector marks it deleted within tens of milliseconds (27 ms on the local cluster), before any
+  controller can adopt it; the pass waits (Reconciling, ``CheckpointClaimDeleting``) until it is
+  gone and makes a new one. The stale-uid rule holds for a claim the garbage collector has not yet
+  reached; to keep checkpoints, restore claims without ownerReferences, as Velero does.
 
 Anything else (owned by any other object, labelled for another TrainingRun or not at all) stays
 refused, ``OwnedByOther``: the pass stops before the Job, so such a claim is never mounted.
@@ -33,12 +35,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import kopf
-
 from slipway import children, kube, metrics, reasons
 from slipway.builders import trainingrun as build
 from slipway.models import TrainingRunSpec
 from slipway.reconcile import Context
+from slipway.status.conditions import reconciling
 
 Verdict = Literal["Ours", "Adopt", "Deleting", "Refuse"]
 DELETING_RECHECK_SECONDS = 2.0
@@ -84,47 +85,52 @@ def owner_references(owner: Mapping[str, Any], retained: bool) -> list[dict[str,
     return [] if retained else [kube.owner_reference(dict(owner))]
 
 
-def ensure(ctx: Context, spec: TrainingRunSpec) -> dict[str, Any] | None:
-    """The checkpoint claim, created, kept, adopted or (whenDeleted changed) handed over or released;
-    None without spec.checkpoint. Raises ``children.OwnedByOther`` for a claim this TrainingRun may
-    not use, before any Job mounts it."""
+def ensure(ctx: Context, spec: TrainingRunSpec) -> float | None:
+    """The checkpoint claim created, kept, adopted, or (whenDeleted changed) handed over or released.
+    Returns None, or the seconds after which to look again while a claim of that name is being
+    deleted (the pass stops there: no Job before its claim). Raises ``children.OwnedByOther`` for a
+    claim this TrainingRun may not use, before any Job mounts it."""
     desired = build.checkpoint_pvc(ctx.name, ctx.namespace, spec)
     if desired is None or spec.checkpoint is None:
         return None
     name = desired["metadata"]["name"]
     children.check_child(ctx.body, desired, build.pvc_name(ctx.name))
     refs = owner_references(ctx.body, spec.checkpoint.retained)
-    observed = ctx.child("pvcs", name)
+    observed = ctx.child("pvcs", name) or _create(ctx, desired, refs)
     if observed is None:
-        body = {**desired, "metadata": {**desired["metadata"], "ownerReferences": refs}}
-        body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired)}
-        try:
-            made = kube.create(ctx.kube, body)
-        except kube.AlreadyExists:
-            observed = kube.get(ctx.kube, "PersistentVolumeClaim", ctx.namespace, name)
-            if observed is None:
-                raise
-        else:
-            metrics.CHILD_ACTIONS.labels("PersistentVolumeClaim", "Create").inc()
-            return made
+        return None  # made now
     found, why = verdict(observed, ctx.body)
     if found == "Deleting":
-        raise kopf.TemporaryError(
-            f"PersistentVolumeClaim {ctx.namespace}/{name} is {why}", delay=DELETING_RECHECK_SECONDS
-        )
+        ctx.write(reconciling("CheckpointClaimDeleting", f"PersistentVolumeClaim {ctx.namespace}/{name} is {why}"))
+        return DELETING_RECHECK_SECONDS
     if found == "Refuse":
         message = (f"PersistentVolumeClaim {ctx.namespace}/{name} already exists and is not this TrainingRun's "
                    f"checkpoint claim: {why}; Slipway never adopts it: delete or rename it")  # fmt: skip
         raise children.OwnedByOther(children.Decision("Refuse", "PersistentVolumeClaim", name, message))
-    written = dict(observed)
     if (observed["metadata"].get("ownerReferences") or []) != refs:
         patch = {"metadata": {"ownerReferences": refs, "resourceVersion": observed["metadata"]["resourceVersion"]}}
-        written = kube.patch(ctx.kube, "PersistentVolumeClaim", ctx.namespace, name, patch)
+        kube.patch(ctx.kube, "PersistentVolumeClaim", ctx.namespace, name, patch)
         metrics.CHILD_ACTIONS.labels("PersistentVolumeClaim", "Update").inc()
     elif found == "Adopt" and ctx.status.get("phase"):
-        return written  # a retained claim, seen by every pass: the Event went with the first
+        return None  # a retained claim, seen by every pass: the Event went with the first
     if found == "Adopt":
         policy = "Retain: it has no owner" if spec.checkpoint.retained else "Delete: now owned by this TrainingRun"
         ctx.event("Normal", reasons.ADOPTED_CHECKPOINT, f"adopted the checkpoint claim {name}: {why}; whenDeleted "
                   f"{policy}; training resumes from the newest checkpoint it holds")  # fmt: skip
-    return written
+    return None
+
+
+def _create(ctx: Context, desired: dict[str, Any], refs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Create the claim with ``refs`` as its ownerReferences: None once made, or the claim of that
+    name found instead (made since the cache was read, by an earlier pass or by someone else)."""
+    body = {**desired, "metadata": {**desired["metadata"], "ownerReferences": refs}}
+    body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired)}
+    try:
+        kube.create(ctx.kube, body)
+    except kube.AlreadyExists:
+        found = kube.get(ctx.kube, "PersistentVolumeClaim", ctx.namespace, desired["metadata"]["name"])
+        if found is None:
+            raise
+        return found
+    metrics.CHILD_ACTIONS.labels("PersistentVolumeClaim", "Create").inc()
+    return None

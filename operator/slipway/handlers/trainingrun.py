@@ -51,7 +51,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     if _shows_finished(ctx, spec, ctx.mlflow, runtime, child, sizing_status) or (  # a predecessor's run finished it
             child is None and runtime == "JobSet" and _jobset_not_served(ctx)):  # fmt: skip
         return None
-    _ensure_pvc_and_service(ctx, spec, runtime)
+    if (claim_wait := _ensure_pvc_and_service(ctx, spec, runtime)) is not None:
+        return claim_wait  # a claim of that name is being deleted: no Job before its claim
     if child is None and ctx.status.get("completionTime"):
         return None  # the Job of a finished run was deleted (TTL, clean-up): never train again into a closed run
     uri = ctx.config.pod_mlflow_url or without_credentials(ctx.mlflow.tracking_uri)
@@ -173,12 +174,16 @@ def _jobset_not_served(ctx: Context) -> bool:
     return True
 
 
-def _ensure_pvc_and_service(ctx: Context, spec: TrainingRunSpec, runtime: str) -> None:
-    """The checkpoint PVC, and for a multi-node Job the headless Service (a JobSet makes its own)."""
-    trainingclaim.ensure(ctx, spec)  # the claim may outlive its TrainingRun (spec.checkpoint.whenDeleted)
+def _ensure_pvc_and_service(ctx: Context, spec: TrainingRunSpec, runtime: str) -> float | None:
+    """The checkpoint PVC, and for a multi-node Job the headless Service (a JobSet makes its own);
+    seconds to wait while a claim of that name is being deleted (trainingclaim.ensure)."""
+    wait = trainingclaim.ensure(ctx, spec)  # the claim may outlive its TrainingRun (spec.checkpoint.whenDeleted)
+    if wait is not None:
+        return wait
     service = build.headless_service(ctx.name, ctx.namespace, spec) if runtime == "Job" else None  # JobSet makes it
     if service is not None:
         ctx.ensure("services", service)
+    return None
 
 
 def _record_run(
