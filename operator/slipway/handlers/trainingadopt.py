@@ -9,8 +9,10 @@ up, in the TrainingRun's own experiment only, when the TrainingRun has no run of
   is found);
 - a run cut short (RUNNING, FAILED or KILLED, with a checkpoint recorded): the new Job reports to
   that run, as a pod that replaces a lost one does, and the trainer resumes from the newest
-  checkpoint in the checkpoint volume (when the volume is still there: it goes with the TrainingRun
-  that owned it, unless a restore brings it back);
+  checkpoint in the checkpoint volume when the claim is still there: kept, with no owner, by
+  ``spec.checkpoint.whenDeleted: Retain``, or restored (Velero restores it with no ownerReference),
+  it is adopted by the TrainingRun of the same name (``trainingclaim``); under ``Delete`` (when
+  unset) it went with the TrainingRun that owned it, and training starts again from step 1 in that run;
 - anything else (no such run, a spec that differs, runs made before work keys): a new run, as before.
 
 Every step is a lookup, so a pass that crashes at any line finds the same run next time."""
