@@ -115,6 +115,14 @@ def test_a_retained_claim_outlives_its_trainingrun_and_the_trainingrun_applied_a
                        before)  # fmt: skip
     after = claim_of(kube_api, namespace)
     assert after is not None and after.metadata.uid == claim.metadata.uid and not after.metadata.owner_references
+    # The same name with a spec that differs is other work: it never resumes from these checkpoints.
+    delete_run(kube_api, namespace)
+    changed = {**body, "spec": {**body["spec"], "args": [*body["spec"]["args"], "--hidden-units", "24"]}}
+    apply_object(kube_api, namespace, changed)
+    stalled = wait_status(kube_api, namespace, "TrainingRun", "digits", refused, 60, "Stalled OwnedByOther")
+    report(f"Retain, applied again with a spec that differs: {condition(stalled, 'Stalled')['message']}")
+    assert "other work" in condition(stalled, "Stalled")["message"]
+    assert not client.BatchV1Api(kube_api).list_namespaced_job(namespace).items
 
 
 def test_a_claim_restored_as_velero_restores_it_is_adopted_and_training_resumes_from_it(
@@ -154,8 +162,10 @@ def restore(
     labels = {**backup.metadata.labels, **velero}
     spec = {"accessModes": backup.spec.access_modes, "storageClassName": backup.spec.storage_class_name,
             "resources": {"requests": backup.spec.resources.requests}, "volumeName": volume}  # fmt: skip
-    core.create_namespaced_persistent_volume_claim(namespace, {"metadata": {"name": CLAIM, "labels": labels},
-                                                               "spec": spec})  # fmt: skip
+    kept = {k: v for k, v in (backup.metadata.annotations or {}).items() if k.startswith("slipway.dev/")}
+    assert kept.get("slipway.dev/work")  # the work key the claim was made for, as Velero restores it
+    restored_claim = {"metadata": {"name": CLAIM, "labels": labels, "annotations": kept}, "spec": spec}
+    core.create_namespaced_persistent_volume_claim(namespace, restored_claim)
     before, since = training_runs(mlflow, model, f"{namespace}/digits"), datetime.now(UTC)
     restored = {"apiVersion": running["apiVersion"], "kind": "TrainingRun", "spec": running["spec"],
                 "metadata": {"name": "digits", "labels": velero}}  # fmt: skip

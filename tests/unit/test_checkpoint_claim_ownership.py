@@ -12,7 +12,7 @@ from slipway.builders import trainingrun as build
 from slipway.handlers.trainingclaim import owner_references, verdict
 from slipway.models import TrainingRunSpec
 
-UID, OLD = "uid-now", "uid-before"
+UID, OLD, WORK = "uid-now", "uid-before", "work-key"
 OWNER = {"apiVersion": "slipway.dev/v1alpha1", "kind": "TrainingRun",
          "metadata": {"name": "digits", "namespace": "team-a", "uid": UID}}  # fmt: skip
 
@@ -48,7 +48,7 @@ def claim(
 def test_a_claim_left_by_an_earlier_trainingrun_of_the_same_name_is_adopted(
     observed: dict[str, Any], expected: str
 ) -> None:
-    assert verdict(observed, OWNER)[0] == expected
+    assert verdict(observed, OWNER, WORK)[0] == expected
 
 
 @pytest.mark.parametrize(
@@ -77,12 +77,12 @@ def test_a_claim_left_by_an_earlier_trainingrun_of_the_same_name_is_adopted(
     ],  # fmt: skip
 )
 def test_any_other_claim_of_that_name_is_refused(observed: dict[str, Any], why: str) -> None:
-    found, message = verdict(observed, OWNER)
+    found, message = verdict(observed, OWNER, WORK)
     assert found == "Refuse" and why in message
 
 
 def test_a_claim_owned_by_this_trainingrun_is_its_own_whatever_its_labels() -> None:
-    assert verdict(claim([ref(uid=UID)], labels={}), OWNER)[0] == "Ours"
+    assert verdict(claim([ref(uid=UID)], labels={}), OWNER, WORK)[0] == "Ours"
 
 
 def test_retain_means_no_owner_and_delete_or_unset_means_this_trainingrun_as_controller() -> None:
@@ -101,7 +101,18 @@ def test_retain_means_no_owner_and_delete_or_unset_means_this_trainingrun_as_con
 
 def test_a_claim_being_deleted_is_waited_for_never_adopted_and_a_foreign_one_stays_refused() -> None:
     deleting = {"deletionTimestamp": "2026-01-01T00:00:00Z"}
-    assert verdict(claim([ref()], **deleting), OWNER)[0] == "Deleting"  # the garbage collector's, at once
-    assert verdict(claim(**deleting), OWNER)[0] == "Deleting"
-    assert verdict(claim([ref(kind="Job", api="batch/v1", uid="live")], **deleting), OWNER)[0] == "Refuse"
-    assert verdict(claim([ref(uid=UID)], **deleting), OWNER)[0] == "Ours"  # its own: kept, as before
+    assert verdict(claim([ref()], **deleting), OWNER, WORK)[0] == "Deleting"  # the garbage collector's, at once
+    assert verdict(claim(**deleting), OWNER, WORK)[0] == "Deleting"
+    assert verdict(claim([ref(kind="Job", api="batch/v1", uid="live")], **deleting), OWNER, WORK)[0] == "Refuse"
+    assert verdict(claim([ref(uid=UID)], **deleting), OWNER, WORK)[0] == "Ours"  # its own: kept, as before
+
+
+def test_a_claim_made_for_other_work_is_refused_one_made_for_the_same_or_before_work_keys_adopted() -> None:
+    def made_for(work: str) -> dict[str, Any]:
+        return claim(annotations={"slipway.dev/work": work})
+
+    found, why = verdict(made_for("another-spec"), OWNER, WORK)
+    assert found == "Refuse" and "other work" in why
+    assert verdict(made_for(WORK), OWNER, WORK)[0] == "Adopt"
+    assert verdict(claim(), OWNER, WORK)[0] == "Adopt"  # made before the annotation
+    assert verdict(claim([ref(uid=UID)], annotations={"slipway.dev/work": "x"}), OWNER, WORK)[0] == "Ours"

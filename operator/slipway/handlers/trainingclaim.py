@@ -19,6 +19,11 @@ The checkpoint claim is adopted when all of this holds (:func:`verdict`):
   uid: an earlier TrainingRun of the same name, which no longer exists (names are unique in a
   namespace, so the one that has the name now is this one). No ownerReference at all is a retained
   claim, or one a Velero restore made (Velero restores no ownerReferences);
+- it was made for the same work: a claim carries the TrainingRun's work key (the annotation
+  ``slipway.dev/work``, as its MLflow run carries it as a tag: namespace, name and the spec fields
+  that define the work); a TrainingRun applied again with a spec that differs would resume from
+  checkpoints of something else, and is refused. Claims made before the annotation have none and
+  are adopted;
 - it is not being deleted. A claim restored with a stale ownerReference is: Kubernetes' garbage
   collector marks it deleted within tens of milliseconds (27 ms on the local cluster), before any
   controller can adopt it; the pass waits (Reconciling, ``CheckpointClaimDeleting``) until it is
@@ -37,6 +42,8 @@ from typing import Any, Literal
 
 from slipway import children, kube, metrics, reasons
 from slipway.builders import trainingrun as build
+from slipway.handlers.trainingadopt import work_of
+from slipway.mlflow.records import WORK_TAG
 from slipway.models import TrainingRunSpec
 from slipway.reconcile import Context
 from slipway.status.conditions import reconciling
@@ -46,9 +53,10 @@ DELETING_RECHECK_SECONDS = 2.0
 GROUP = "slipway.dev"
 
 
-def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any]) -> tuple[Verdict, str]:
+def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any], work: str) -> tuple[Verdict, str]:
     """Whether the existing checkpoint claim ``claim`` is the TrainingRun ``owner``'s (Ours), one
-    it adopts (Adopt: why), or one it refuses (Refuse: why). Pure."""
+    it adopts (Adopt: why), or one it refuses (Refuse: why); ``work`` is the TrainingRun's work key
+    (trainingadopt.work_of), which a claim made for other work does not match. Pure."""
     meta, owner_meta = claim.get("metadata") or {}, owner.get("metadata") or {}
     name, uid = str(owner_meta.get("name")), owner_meta.get("uid")
     refs = list(meta.get("ownerReferences") or [])
@@ -66,6 +74,10 @@ def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any]) -> tuple[Verdict
     if foreign:
         ref = foreign[0]
         return "Refuse", f"owned by {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
+    made_for = (meta.get("annotations") or {}).get(WORK_TAG)
+    if made_for is not None and made_for != work:
+        return "Refuse", ("it holds the checkpoints of other work (made for a spec that differs in the fields "
+                          "that define the work: resuming from them would train something else)")  # fmt: skip
     if meta.get("deletionTimestamp"):
         return "Deleting", "being deleted (its owner is gone): a new claim is made once it is gone"
     if refs:
@@ -95,11 +107,11 @@ def ensure(ctx: Context, spec: TrainingRunSpec) -> float | None:
         return None
     name = desired["metadata"]["name"]
     children.check_child(ctx.body, desired, build.pvc_name(ctx.name))
-    refs = owner_references(ctx.body, spec.checkpoint.retained)
-    observed = ctx.child("pvcs", name) or _create(ctx, desired, refs)
+    refs, work = owner_references(ctx.body, spec.checkpoint.retained), work_of(ctx.namespace, ctx.name, spec)
+    observed = ctx.child("pvcs", name) or _create(ctx, desired, refs, work)
     if observed is None:
         return None  # made now
-    found, why = verdict(observed, ctx.body)
+    found, why = verdict(observed, ctx.body, work)
     if found == "Deleting":
         ctx.write(reconciling("CheckpointClaimDeleting", f"PersistentVolumeClaim {ctx.namespace}/{name} is {why}"))
         return DELETING_RECHECK_SECONDS
@@ -120,11 +132,12 @@ def ensure(ctx: Context, spec: TrainingRunSpec) -> float | None:
     return None
 
 
-def _create(ctx: Context, desired: dict[str, Any], refs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Create the claim with ``refs`` as its ownerReferences: None once made, or the claim of that
-    name found instead (made since the cache was read, by an earlier pass or by someone else)."""
+def _create(ctx: Context, desired: dict[str, Any], refs: list[dict[str, Any]], work: str) -> dict[str, Any] | None:
+    """Create the claim with ``refs`` as its ownerReferences and the work key it holds checkpoints
+    of: None once made, or the claim of that name found instead (made since the cache was read, by
+    an earlier pass or by someone else)."""
     body = {**desired, "metadata": {**desired["metadata"], "ownerReferences": refs}}
-    body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired)}
+    body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired), WORK_TAG: work}
     try:
         kube.create(ctx.kube, body)
     except kube.AlreadyExists:

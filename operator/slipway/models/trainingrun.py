@@ -60,7 +60,8 @@ class Checkpoint(SlipwayModel):
         "(it is owned by it); Retain keeps it, with no owner, so that the TrainingRun applied again (an Argo CD "
         "prune and sync) resumes from its checkpoints; nothing deletes a retained claim but you (kubectl delete "
         "pvc <name>-checkpoints). A claim labelled for this TrainingRun with no owner, or owned by an earlier "
-        "TrainingRun of the same name (a restore), is adopted; any other claim of that name is refused.",
+        "TrainingRun of the same name (a restore), and made for the same work (its slipway.dev/work annotation) "
+        "is adopted; any other claim of that name is refused.",
     )
 
     @property

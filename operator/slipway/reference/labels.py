@@ -74,7 +74,9 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "A hash of the ModelArtifact's namespace, name, spec and resolved source: the same object applied again "
         "from Git (a new uid, no status) finds the versions its predecessor registered and registers none. On a "
         "TrainingRun's run, of its namespace, name and the spec fields that define the work (not scheduling): "
-        "the same TrainingRun applied again shows the run its predecessor finished, or goes on in one cut short."),
+        "the same TrainingRun applied again shows the run its predecessor finished, or goes on in one cut short. "
+        "Also an annotation on the checkpoint claim: a claim adopted by a TrainingRun applied again must carry its "
+        "key, so that no other work resumes from its checkpoints."),
     "slipway.dev/role": ("MLflow tag", "runs and model versions", "operator",
         "What the run or version is for in its object's lifecycle (training, quantization, validation, the versions)."),
     "slipway.dev/validation": ("MLflow tag", "model versions", "operator",
