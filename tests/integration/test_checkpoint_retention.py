@@ -253,3 +253,26 @@ def test_a_claim_restored_with_a_stale_owner_reference_is_deleted_by_kubernetes_
     assert done["status"]["phase"] == "Succeeded" and "OwnedByOther" not in seen
     assert claim is not None and claim.metadata.uid != planted.metadata.uid
     assert [r.uid for r in claim.metadata.owner_references] == [done["metadata"]["uid"]]
+
+
+def test_whendeleted_changed_before_training_starts_hands_the_claim_over_or_releases_it(kube_api, namespace, operator):
+    """On a TrainingRun applied suspended (its spec may change until training starts, status.startTime):
+    Retain to Delete gives the claim the TrainingRun as its controller owner; back to Retain removes
+    it, and deleting the TrainingRun leaves the claim. Once training has started the spec is fixed."""
+    operator()
+    body = training_run("digits", steps=4, checkpoint={"size": "1Gi", "whenDeleted": "Retain"}, suspend=True)
+    uid = apply_object(kube_api, namespace, body)["metadata"]["uid"]
+
+    def owners() -> list[str] | None:
+        claim = claim_of(kube_api, namespace)
+        return None if claim is None else [r.uid for r in claim.metadata.owner_references or [] if r.controller]
+
+    wait_for(lambda: owners() == [], 60, "the claim, with no owner")
+    for when, expected in (("Delete", [uid]), ("Retain", [])):
+        patch = {"spec": {"checkpoint": {"size": "1Gi", "whenDeleted": when}}}
+        custom(kube_api).patch_namespaced_custom_object("slipway.dev", "v1alpha1", namespace, "trainingruns",
+                                                        "digits", patch)  # fmt: skip
+        wait_for(lambda expected=expected: owners() == expected, 30, f"whenDeleted {when}: owners {expected}")
+    assert not (get_object(kube_api, namespace, "TrainingRun", "digits").get("status") or {}).get("startTime")
+    delete_run(kube_api, namespace)
+    assert owners() == []
