@@ -25,7 +25,7 @@ The checkpoint claim is adopted when all of this holds (:func:`verdict`):
   checkpoints of something else, and is refused. Claims made before the annotation have none and
   are adopted;
 - it is not being deleted. A claim restored with a stale ownerReference is: Kubernetes' garbage
-  collector marks it deleted within tens of milliseconds (27 ms on the local cluster), before any
+  collector marks it deleted within a fraction of a second (0.03 to 0.16 s on the local cluster), before any
   controller can adopt it; the pass waits (Reconciling, ``CheckpointClaimDeleting``) until it is
   gone and makes a new one. The stale-uid rule holds for a claim the garbage collector has not yet
   reached; to keep checkpoints, restore claims without ownerReferences, as Velero does.
