@@ -153,7 +153,8 @@ def kubelet_config(
 ) -> dict[str, object]:
     """The kubelet's configuration for this machine: cgroup v1 allowed (``failCgroupV1: false``),
     cgroupfs without QoS cgroups or enforced allocatable, swap tolerated, served on loopback only,
-    clients authenticated by the cluster CA and authorized by the API server (webhook)."""
+    clients authenticated by the cluster CA and authorized by the API server (webhook), the node's own
+    images (``localhost/``) never re-pulled to check credentials."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -183,6 +184,12 @@ def kubelet_config(
         "imageGCLowThresholdPercent": 99,
         "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
         "serializeImagePulls": False,
+        # The images imported from dist/ (localhost/...) are used as they are; an image the kubelet
+        # pulls from a registry is checked as by default. Under the default policy, once the kubelet has
+        # pulled an image by a registry's name (the release test), a pod naming the same image as
+        # localhost/... would be made to pull it from "localhost", which no registry serves.
+        "imagePullCredentialsVerificationPolicy": "NeverVerifyAllowlistedImages",
+        "preloadedImagesVerificationAllowlist": ["localhost/*"],
         "nodeStatusUpdateFrequency": "5s",
         "shutdownGracePeriod": "0s",
     }

@@ -68,6 +68,9 @@ def test_kubelet_serves_on_loopback_only_and_authorizes_through_the_api_server(t
     assert cfg["authorization"] == {"mode": "Webhook"}
     assert cfg["containerRuntimeEndpoint"] == f"unix://{tmp_path / 'containerd.sock'}"
     assert cfg["podLogsDir"] == str(tmp_path / "logs")  # not /var/log/pods
+    # The imported images need no registry, whatever the kubelet pulled from one under another name.
+    assert cfg["imagePullCredentialsVerificationPolicy"] == "NeverVerifyAllowlistedImages"
+    assert cfg["preloadedImagesVerificationAllowlist"] == ["localhost/*"]
 
 
 def test_kube_proxy_listens_on_loopback_for_the_pods_subnet(tmp_path: Path) -> None:

@@ -84,14 +84,23 @@ def assert_pulled(registry: Registry, repository: str, archive: Path, digest: st
 
 
 @contextlib.contextmanager
-def evicted(socket: Path, digests: dict[str, str]) -> Iterator[None]:
-    """Neither image on the node while the block runs (a team's fresh node); imported again after."""
+def evicted(real_cluster, socket: Path, digests: dict[str, str]) -> Iterator[None]:
+    """Neither image on the node while the block runs (a team's fresh node); imported again after, and
+    waited for until the node lists them (the kubelet refreshes its list of images every 30 s), since
+    the other tests find the images' names there."""
     try:
         for digest in digests.values():
             evict_image(socket, digest)
         yield
     finally:
-        import_images(socket, dist_archives())
+        names = set(import_images(socket, dist_archives()))
+        node = f"/api/v1/nodes/{real_cluster.info.nodes[0]}"
+
+        def listed() -> bool:
+            images = real_cluster.kube.get(node)["status"].get("images", [])
+            return names <= {name for image in images for name in image["names"]}
+
+        wait_for(listed, 90, f"the node listing {sorted(names)} again")
 
 
 @dataclass
@@ -118,7 +127,7 @@ def installed(real_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     version, digests = release_alone(here)
     socket = containerd_socket(real_cluster.info.directory)
     ns = f"slipway-rel-{secrets.token_hex(2)}"
-    with loopback_registry(served) as registry, evicted(socket, digests):
+    with loopback_registry(served) as registry, evicted(real_cluster, socket, digests):
         pinned = {kind: f"{registry.host}/team/slipway-{kind}@{digest}" for kind, digest in digests.items()}
         for kind in digests:
             took = registry.push(here / f"slipway-{kind}-{version}.oci.tar", f"team/slipway-{kind}", version)
