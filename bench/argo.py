@@ -386,16 +386,16 @@ def slipway_pod_template(
     priority_class: str = "slipway-inference", credentials_secret: str = "slipway-mlflow-credentials",
 ) -> dict[str, Any]:  # fmt: skip
     """The pod template Slipway renders for ``version`` of ``model`` from the InferenceDeployment
-    ``spec`` (``slipway.builders.inferencedeployment.deployment``, as the operator calls it), made
+    ``spec`` (``slipway.inference.build.deployment``, as the operator calls it), made
     fit for a Rollout: both of Argo's ReplicaSets run one template, so Slipway's per-track parts go
     (the ``slipway.dev/track`` label, which the Rollout's canary/stable metadata set instead, the
     ``SLIPWAY_TRACK`` variable, which the server does not read, the revision label and the
     managed-by label, which would make the pods Slipway's). Image, command, env, probes, port,
     the Prometheus annotations, the priority class and the placement stay as Slipway has them."""
-    from slipway.builders import inferencedeployment as build
     from slipway.builders.common import MANAGED_BY, with_credentials
+    from slipway.inference import build
+    from slipway.inference.model import InferenceDeploymentSpec
     from slipway.mlflow.uris import model_version_uri
-    from slipway.models.inferencedeployment import InferenceDeploymentSpec
 
     parsed = InferenceDeploymentSpec.model_validate(spec)
     uri = model_version_uri(model, version)

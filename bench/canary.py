@@ -33,8 +33,8 @@ THRESHOLD = 0.05
 ERROR_RATE = "0.3"
 RATE = 20.0  # requests per second
 SCRAPE_SECONDS = 5.0  # localkube's ClusterConfig.scrape_interval
-MIN_WINDOW_SECONDS = 20.0  # slipway.analysis.MIN_WINDOW_SECONDS: the rate window is max(interval, this)
-# The labels Prometheus derives from the serving pods' labels (slipway.analysis).
+MIN_WINDOW_SECONDS = 20.0  # slipway.inference.analysis.MIN_WINDOW_SECONDS: the rate window is max(interval, this)
+# The labels Prometheus derives from the serving pods' labels (slipway.inference.analysis).
 TRACK_LABEL, VERSION_LABEL = "slipway.dev/track", "slipway.dev/model-version"
 
 
@@ -80,7 +80,7 @@ class Config:
 
     @property
     def window_seconds(self) -> float:
-        """The analysis' rate() window: ``slipway.analysis.analysis_window(interval)``."""
+        """The analysis' rate() window: ``slipway.inference.analysis.analysis_window(interval)``."""
         return max(parse_seconds(self.interval), MIN_WINDOW_SECONDS)
 
     @property
@@ -117,7 +117,7 @@ class Config:
         }
 
     def error_ratio_query(self, version: str) -> str:
-        """The built-in errorRate PromQL of the canary of ``version`` (``slipway.analysis._error_ratio``)."""
+        """The built-in errorRate PromQL of the canary of ``version`` (``slipway.inference.analysis._error_ratio``)."""
         selector = (
             f'namespace="{self.namespace}", slipway_dev_deployment="{NAME}", slipway_dev_track="canary", '
             f'slipway_dev_model_version="{version}"'

@@ -40,7 +40,7 @@ try:
 except OSError as e:
     assert e.errno == errno.EROFS, e
 subprocess.run([sys.executable, "-m", "slipway", "--help"], check=True, stdout=subprocess.DEVNULL)
-import slipway.cli.main, slipway.handlers, slipway.kube, slipway.operator
+import slipway.cli.main, slipway.kube, slipway.operator, slipway.training.handler, slipway.inference.handler
 if sys.argv[1] == "workloads":
     import numpy, onnx, onnxruntime, skl2onnx, sklearn
     import slipway.workloads.fetch, slipway.workloads.quantize, slipway.workloads.serve

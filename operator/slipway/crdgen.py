@@ -25,14 +25,9 @@ import yaml
 from pydantic import BaseModel
 
 from slipway import GROUP, VERSION, kinds
-from slipway.models import (
-    InferenceDeploymentSpec,
-    InferenceDeploymentStatus,
-    ModelArtifactSpec,
-    ModelArtifactStatus,
-    TrainingRunSpec,
-    TrainingRunStatus,
-)
+from slipway.artifact.model import ModelArtifactSpec, ModelArtifactStatus
+from slipway.inference.model import InferenceDeploymentSpec, InferenceDeploymentStatus
+from slipway.training.model import TrainingRunSpec, TrainingRunStatus
 
 Schema = dict[str, Any]
 

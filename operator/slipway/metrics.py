@@ -10,15 +10,12 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
-from typing import Any, get_args
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
-from slipway.models.inferencedeployment import DeploymentPhase
-from slipway.models.modelartifact import ArtifactPhase
-from slipway.models.trainingrun import TrainingPhase
+from slipway.clock import parse_time
 from slipway.reasons import ROLLBACK_REASONS
-from slipway.status.conditions import parse_time
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
@@ -46,15 +43,21 @@ CHILD_ACTIONS = Counter(
 )
 
 
-# Each kind's phases, from its status model (Baking included).
-PHASES: dict[str, tuple[str, ...]] = {
-    "TrainingRun": get_args(TrainingPhase),
-    "ModelArtifact": get_args(ArtifactPhase),
-    "InferenceDeployment": get_args(DeploymentPhase),
-}
+# Each kind's phases, from its status model (Baking included), and its phase gauge: declared by the
+# kind's package (declare_phases), so that this module names no kind.
+PHASES: dict[str, tuple[str, ...]] = {}
+PHASE: dict[str, Gauge] = {}
 OBJECT = ["kind", "namespace", "name"]
-PHASE = {kind: Gauge(f"slipway_{kind.lower()}_phase", f"1 for the {kind}'s current phase, 0 for its other phases.",
-                     ["namespace", "name", "phase"]) for kind in PHASES}  # fmt: skip
+
+
+def declare_phases(kind: str, phases: tuple[str, ...]) -> None:
+    """A kind's phases: ``slipway_<kind>_phase`` has a series for each of them per object."""
+    if kind not in PHASE:
+        help_text = f"1 for the {kind}'s current phase, 0 for its other phases."
+        PHASE[kind] = Gauge(f"slipway_{kind.lower()}_phase", help_text, ["namespace", "name", "phase"])
+    PHASES[kind] = phases
+
+
 READY = Gauge("slipway_object_ready", "1 while the object's Ready condition is True; reason: that condition's reason.",
               [*OBJECT, "reason"])  # fmt: skip
 STALLED = Gauge("slipway_object_stalled", "1 while the object's Stalled condition is True.", OBJECT)

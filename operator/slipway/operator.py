@@ -17,9 +17,11 @@ from typing import Any
 import kopf
 
 from slipway import cost, kube, metrics, mlflowhook, watches
+from slipway.artifact import handler as modelartifact
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
-from slipway.handlers import inferencedeployment, modelartifact, trainingrun
+from slipway.inference import handler as inferencedeployment
+from slipway.inference import watches as inference_watches  # noqa: F401 - registers its pod index
 from slipway.kube import Kube
 from slipway.leader import Fence, LeaderElector, Timing
 from slipway.lease import LeaseStore
@@ -30,6 +32,8 @@ from slipway.reconcile import REREAD, RETRYING, Context
 from slipway.redact import redact_log_records
 from slipway.resync import Healer
 from slipway.settings import read as read_setting
+from slipway.training import handler as trainingrun
+from slipway.training import watches as training_watches  # noqa: F401 - registers its pod index
 
 PREFIX = "slipway.dev"
 

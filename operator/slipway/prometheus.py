@@ -1,7 +1,7 @@
 """Prometheus' HTTP API over httpx: instant queries, and the canary analysis that asks them.
 
 The only module that talks to Prometheus: the analysis' Prometheus source
-(:mod:`slipway.providers.prometheus`) and OpenCost's prices (:mod:`slipway.opencost`) ask through
+(:mod:`slipway.inference.providers.prometheus`) and OpenCost's prices (:mod:`slipway.opencost`) ask through
 it. Every query sent counts in ``slipway_external_requests_total{service="prometheus"}``.
 
 A spec may name its own Prometheus only if the operator allows that address
@@ -24,7 +24,7 @@ import httpx
 
 from slipway import metrics
 from slipway.config import OperatorConfig
-from slipway.models.inferencedeployment import PROMETHEUS_ADDRESS_PATTERN
+from slipway.models.base import PROMETHEUS_ADDRESS_PATTERN
 from slipway.redact import redact_url, transport_failure
 
 ADDRESS_FIELD = "spec.rollout.analysis.prometheus.address"

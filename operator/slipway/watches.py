@@ -15,8 +15,6 @@ import kopf
 
 from slipway import GROUP, VERSION, kinds, metrics
 from slipway.builders.common import MANAGED_BY
-from slipway.builders.inferencedeployment import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
-from slipway.builders.trainingrun import RUN_LABEL, run_of_pod
 from slipway.controller import Key, fingerprint, owner_keys
 from slipway.mlflowcreds import MLFLOW_CREDENTIALS
 from slipway.tenancy import ALLOWED_MODELS
@@ -115,36 +113,6 @@ async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, *
             owner = memo.cache.get(index, meta["namespace"], ref["name"])
             for key in owner_keys(owner or {}, PLURALS):
                 memo.scheduler.wake(key)
-
-
-@kopf.index("v1", "pods", id="pods", labels={RUN_LABEL: kopf.PRESENT})
-async def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Training pods by run: ``("run", namespace, trainingrun)``."""
-    meta = body["metadata"]
-    return {("run", meta["namespace"], run_of_pod(meta)): cached(body)}
-
-
-@kopf.on.event("v1", "pods", id="wake-trainingrun-of-pod", labels={RUN_LABEL: kopf.PRESENT})
-async def pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    listed(type, memo)
-    meta = body["metadata"]
-    memo.scheduler.wake(("trainingruns", meta["namespace"], run_of_pod(meta)))
-
-
-@kopf.index("v1", "pods", id="servingpods", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
-async def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Serving pods by track: ``("track", namespace, inferencedeployment, track)`` (crash loops,
-    the scheduler's reasons)."""
-    meta = body["metadata"]
-    labels = meta["labels"]
-    return {("track", meta["namespace"], deployment_of_pod(meta), labels.get(TRACK_LABEL, "")): cached(body)}
-
-
-@kopf.on.event("v1", "pods", id="wake-inferencedeployment-of-pod", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
-async def serving_pod_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    listed(type, memo)
-    meta = body["metadata"]
-    memo.scheduler.wake(("inferencedeployments", meta["namespace"], deployment_of_pod(meta)))
 
 
 @kopf.index("v1", "namespaces", id="namespaces")

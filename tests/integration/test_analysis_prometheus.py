@@ -28,10 +28,10 @@ from prometheus_client import start_http_server
 from localkube.mlflow_server import free_port
 from localkube.prometheus import binary as prometheus_binary
 from localkube.wait import wait_for
-from slipway.analysis import AnalysisOutcome
-from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.inference.analysis import AnalysisOutcome
+from slipway.inference.model import Analysis, AnalysisMetric
+from slipway.inference.providers import run_analysis
 from slipway.prometheus import PrometheusClient
-from slipway.providers import run_analysis
 from slipway.workloads.servemetrics import ServingMetrics
 from slipway_testing import report
 
@@ -326,7 +326,7 @@ def test_the_error_ratio_judges_one_scrape_only_once_it_holds_failures(tmp_path:
     already counts ``MIN_FAILURES`` failures, all of them (a 5xx series first seen at 3 is 3 failures);
     with fewer, it waits for a second scrape, since that first scrape may have come before the failures.
     A second scrape judges it whatever it saw."""
-    from slipway.providers.prometheus_queries import MIN_FAILURES, resolve_query
+    from slipway.inference.providers.prometheus_queries import MIN_FAILURES, resolve_query
     from slipway_e2e.monitoring import PROMTOOL
 
     def series(deployment: str, code: str, values: str) -> dict[str, str]:

@@ -15,8 +15,8 @@ from kubernetes import client
 
 from localkube.audit import audited_kubeconfig, requests_by
 from localkube.wait import wait_for
-from slipway.builders import trainingrun as build
 from slipway.mlflow import MlflowClient, tag_filter
+from slipway.training import build
 from slipway_testing import apply_object, condition, custom, get_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster

@@ -18,9 +18,9 @@ from kubernetes import client
 from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.cost import record_attempts, reserved_by
+from slipway.inference.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.mlflow import MlflowClient
 from slipway.prices import Prices
-from slipway.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.status.conditions import parse_time
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import PREEMPTING, apply_object, report, training_run, wait_status

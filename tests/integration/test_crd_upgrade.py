@@ -23,11 +23,11 @@ import yaml
 from pydantic import BaseModel
 
 from localkube.wait import wait_for
+from slipway.artifact.model import ModelArtifactSpec, ModelArtifactStatus
+from slipway.inference.model import InferenceDeploymentSpec, InferenceDeploymentStatus
 from slipway.models.base import StatusModel
-from slipway.models.inferencedeployment import InferenceDeploymentSpec, InferenceDeploymentStatus
-from slipway.models.modelartifact import ModelArtifactSpec, ModelArtifactStatus
-from slipway.models.trainingrun import TrainingRunSpec, TrainingRunStatus
 from slipway.status.writer import repaired
+from slipway.training.model import TrainingRunSpec, TrainingRunStatus
 from slipway_e2e.deploy import kubectl
 from slipway_testing import report
 from slipway_testing.crdcopies import (

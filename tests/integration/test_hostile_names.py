@@ -11,10 +11,10 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.builders import inferencedeployment as idep
-from slipway.builders import trainingrun as tr
 from slipway.builders.common import label_value
+from slipway.inference import build as idep
 from slipway.mlflow import MlflowClient
+from slipway.training import build as tr
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, condition, phase_in, wait_status
 

@@ -10,7 +10,7 @@ import time
 import pytest
 from kubernetes import client
 
-from slipway.builders import trainingrun as build
+from slipway.training import build
 from slipway_testing import apply_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster

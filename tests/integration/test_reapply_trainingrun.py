@@ -17,9 +17,9 @@ from kubernetes import client
 from localkube.audit import audited_kubeconfig, requests_by
 from localkube.faultproxy import FaultProxy
 from localkube.wait import wait_for
-from slipway.handlers.trainingadopt import work_of
 from slipway.mlflow import MlflowClient, tag_filter
-from slipway.models import TrainingRunSpec
+from slipway.training.adopt import work_of
+from slipway.training.model import TrainingRunSpec
 from slipway_testing import apply_object, custom, get_object, report, training_run, wait_status
 
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from localkube.audit import audited_kubeconfig
 from localkube.wait import wait_for
-from slipway.builders import inferencedeployment as build
+from slipway.inference import build
 from slipway_testing import (
     Versions,
     assert_writes_only_in,

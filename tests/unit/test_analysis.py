@@ -1,5 +1,5 @@
 """Canary analysis: query resolution per preset, evaluation of each rule, verdicts, and
-slipway.providers.run_analysis over a Prometheus answering through httpx.MockTransport (the real
+slipway.inference.providers.run_analysis over a Prometheus answering through httpx.MockTransport (the real
 one is in tests/integration; hostile answers from real HTTP servers in test_prometheus_client.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import httpx
 import pytest
 from prometheus_client import REGISTRY
 
-from slipway.analysis import (
+from slipway.clock import rfc3339
+from slipway.inference.analysis import (
     DEFAULT_METRICS,
     AnalysisOutcome,
     Measurement,
@@ -21,17 +22,16 @@ from slipway.analysis import (
     evaluate_metric,
     threshold_text,
 )
-from slipway.clock import rfc3339
-from slipway.models.inferencedeployment import BUILTIN_METRICS, Analysis, AnalysisMetric, AnalysisResult
-from slipway.prometheus import PrometheusClient
-from slipway.providers import run_analysis
-from slipway.providers.prometheus_queries import (
+from slipway.inference.model import BUILTIN_METRICS, Analysis, AnalysisMetric, AnalysisResult
+from slipway.inference.providers import run_analysis
+from slipway.inference.providers.prometheus_queries import (
     _BUILTIN_QUERIES,
     MIN_WINDOW_SECONDS,
     QueryError,
     analysis_window,
     resolve_query,
 )
+from slipway.prometheus import PrometheusClient
 
 NOW = "2025-01-01T00:00:00Z"
 SELECTOR = 'namespace="team-a", slipway_dev_deployment="digits", slipway_dev_track="canary"'
@@ -435,17 +435,17 @@ def test_a_version_narrows_the_track_to_its_pods():
 
 
 def test_the_query_help_names_every_placeholder_a_query_may_use():
-    from slipway.models.inferencedeployment import AnalysisMetric
+    from slipway.inference.model import AnalysisMetric
 
     description = AnalysisMetric.model_fields["query"].description or ""
-    from slipway.providers.prometheus_queries import PLACEHOLDERS
+    from slipway.inference.providers.prometheus_queries import PLACEHOLDERS
 
     for placeholder in PLACEHOLDERS:
         assert "{{ " + placeholder + " }}" in description
 
 
 def test_a_canary_of_the_same_model_version_is_told_apart_by_its_revision():
-    from slipway.providers.prometheus_queries import track_selector
+    from slipway.inference.providers.prometheus_queries import track_selector
 
     by_revision = track_selector("ns", "digits", "canary", version="3", revision="ab12")
     assert 'slipway_dev_revision="ab12"' in by_revision and "model_version" not in by_revision

@@ -1,4 +1,4 @@
-"""Who may use a TrainingRun's checkpoint claim (handlers/trainingclaim.verdict): its own, one it
+"""Who may use a TrainingRun's checkpoint claim (training/claim.verdict): its own, one it
 adopts (labelled for its name, with no owner or an earlier TrainingRun of that name as owner), and
 every other claim of that name refused."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from slipway.builders import trainingrun as build
-from slipway.handlers.trainingclaim import owner_references, verdict
-from slipway.models import TrainingRunSpec
+from slipway.training import build
+from slipway.training.claim import owner_references, verdict
+from slipway.training.model import TrainingRunSpec
 
 UID, OLD, WORK = "uid-now", "uid-before", "work-key"
 OWNER = {"apiVersion": "slipway.dev/v1alpha1", "kind": "TrainingRun",

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from slipway import children
-from slipway.builders import inferencedeployment as build
-from slipway.models import InferenceDeploymentSpec
+from slipway.inference import build
+from slipway.inference.model import InferenceDeploymentSpec
 
 OWNER = "uid-owner"
 SPEC = InferenceDeploymentSpec.model_validate({"model": {"name": "digits", "alias": "candidate"}, "image": "srv:1"})

@@ -13,14 +13,14 @@ import pytest
 
 from localkube.wait import wait_for
 from slipway import cost, opencost
-from slipway.analysis import Measurement, Priced, Pricing, judge, serving_cost
 from slipway.cost import record_attempts, reserved_by, training_cost
-from slipway.models.inferencedeployment import AnalysisMetric
-from slipway.models.trainingrun import TrainingRunStatus
+from slipway.inference.analysis import Measurement, Priced, Pricing, judge, serving_cost
+from slipway.inference.model import AnalysisMetric
+from slipway.inference.rollout.base import Desired
+from slipway.inference.rollout.records import cost_tags
 from slipway.prices import NodePrices, PriceError, Prices, Reserved
 from slipway.prometheus import PrometheusUnavailable, Sample
-from slipway.rollout.base import Desired
-from slipway.rollout.records import cost_tags
+from slipway.training.model import TrainingRunStatus
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 PRICES = Prices.parse({"currency": "USD", "gpuHour": {"default": 2.0, "A100": 3.0}, "cpuHour": 0.04,

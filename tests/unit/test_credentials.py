@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from slipway.builders import trainingrun
 from slipway.builders.common import with_credentials
 from slipway.config import OperatorConfig
-from slipway.models import TrainingRunSpec
+from slipway.training import build as trainingrun
+from slipway.training.model import TrainingRunSpec
 
 
 def test_pods_get_the_address_without_credentials_and_the_secret_by_reference():

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from slipway.models import TrainingRunSpec
 from slipway.status.jobs import should_have_pods, without_pods
-from slipway.status.trainingrun import (
-    FAILED_CREATE_RECHECK_SECONDS,
-    NO_PODS_RECHECK_SECONDS,
-    training_state,
-)
+from slipway.status.pods import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RECHECK_SECONDS
+from slipway.training.model import TrainingRunSpec
+from slipway.training.state import training_state
 
 SPEC = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "img"})
 JOB = {"metadata": {"name": "r-train"}, "spec": {}, "status": {}}
@@ -43,7 +40,7 @@ def test_only_a_job_that_should_have_pods_is_asked_about_them():
 
 
 def test_a_step_job_whose_pods_are_refused_stalls_its_modelartifact():
-    from slipway.status.modelartifact import job_state
+    from slipway.artifact.state import job_state
 
     state = job_state("validate", {"metadata": {"name": "a-validate"}}, "validating", create_failure=REFUSED)
     assert state is not None and state.phase == "Validating"

@@ -15,9 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from slipway import children, kube
 from slipway.controller import CRITICAL, NEW, TIMED, URGENT, PassFn, Scheduler, Slots
+from slipway.inference.model import InferenceDeploymentSpec, InferenceDeploymentStatus
 from slipway.mlflow import MlflowUnavailable
-from slipway.models import InferenceDeploymentSpec
-from slipway.models.inferencedeployment import InferenceDeploymentStatus
 from slipway.reconcile import REREAD, RETRIES, Context, attempt, backoff
 from slipway.status.conditions import ready, reconciling, stalled
 

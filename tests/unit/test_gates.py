@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slipway.models.modelartifact import Gate
-from slipway.prices import Prices
-from slipway.status.gates import (
+from slipway.artifact.gates import (
     COST_PER_MILLION,
     Baseline,
     cost_per_million,
@@ -14,6 +12,8 @@ from slipway.status.gates import (
     evaluate_gates,
     with_derived,
 )
+from slipway.artifact.model import Gate
+from slipway.prices import Prices
 
 PROD = Baseline(ref="production", version="3", metrics={"accuracy": 0.95})
 NO_PROD = Baseline(ref="production", version=None, metrics={})

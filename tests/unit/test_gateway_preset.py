@@ -12,12 +12,12 @@ import typing
 import httpx
 import pytest
 
-from slipway.builders.inferencedeployment import track_service_name
-from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.inference.build import track_service_name
+from slipway.inference.model import Analysis, AnalysisMetric
+from slipway.inference.providers import Services, Target, analyse, source_of
+from slipway.inference.providers.gateway_queries import GATEWAYS, ISTIO, TRAEFIK, backend_selector, gateway_query
+from slipway.inference.providers.prometheus_queries import QueryError
 from slipway.prometheus import PrometheusClient
-from slipway.providers import Services, Target, analyse, source_of
-from slipway.providers.gateway_queries import GATEWAYS, ISTIO, TRAEFIK, backend_selector, gateway_query
-from slipway.providers.prometheus_queries import QueryError
 
 HASH = "f9cab25143929d32ce91"  # 10 bytes of a SHA-256, as Traefik prints them (%.10x)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.models import TrainingRunSpec
-from slipway.status import kueue
-from slipway.status.trainingrun import queue_of, suspend_patch, training_state
+from slipway.training import kueue
+from slipway.training.model import TrainingRunSpec
+from slipway.training.state import queue_of, suspend_patch, training_state
 
 SPEC = TrainingRunSpec.model_validate({"model": {"name": "m"}, "image": "i", "queueName": "gpus"})
 JOB_UID = "job-uid-1"

@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from slipway.artifact import state as states
 from slipway.mlflow import LoggedModel, ModelVersion
 from slipway.mlflow.filters import logged_model_filter
 from slipway.mlflow.logged_models import newest
 from slipway.mlflow.sources import looked_for, tree_digest
-from slipway.status import modelartifact as states
 
-# GET /api/2.0/mlflow/logged-models/<id>, as MLflow 3.17.2 answered it for mlflow.sklearn.log_model(name="model")
 ANSWER = {
     "model": {
         "info": {

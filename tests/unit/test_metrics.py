@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import REGISTRY
 
+import slipway.operator  # noqa: F401 - the kinds declare their phase gauges
 from slipway import metrics
 
 
@@ -94,7 +95,7 @@ def test_costs_are_gauges_a_dashboard_can_plot():
 
 
 def test_every_rollback_reason_the_rollout_records_starts_at_0_and_leaves_with_the_deployment():
-    from slipway.status.rollbacks import ROLLBACK_REASONS
+    from slipway.inference.rollbacks import ROLLBACK_REASONS
 
     assert metrics.ROLLBACK_REASONS is ROLLBACK_REASONS and "BakeFailed" in ROLLBACK_REASONS
     gauges = metrics.ObjectGauges()
@@ -114,7 +115,7 @@ def test_a_rollback_is_counted_once_its_status_write_landed_not_when_a_409_refus
     """The handler writes the decision, then counts: a conflict on that write ends the pass uncounted,
     and the next pass, deciding again, counts it once."""
     from slipway import kube
-    from slipway.handlers import inferencedeployment as handler
+    from slipway.inference import handler
 
     writes: list[str] = []
 

@@ -25,9 +25,9 @@ from slipway.mlflow import (
     Run,
 )
 from slipway.mlflow import http as mlflow_http
-from slipway.models import TrainingRunSpec
-from slipway.status import mlflowrun
-from slipway.status.trainingrun import progress_from_run
+from slipway.training import mlflowrun
+from slipway.training.model import TrainingRunSpec
+from slipway.training.state import progress_from_run
 
 MiB = 2**20
 
@@ -161,7 +161,7 @@ def mlflow_run_metric(key: str, step: int) -> Any:
 
 
 def test_an_unreadable_run_is_a_condition_naming_it_and_the_fix_and_the_pass_goes_on() -> None:
-    from slipway.handlers import trainingrun as handler
+    from slipway.training import handler
 
     class Client:
         def get_run(self, run_id: str) -> Run:

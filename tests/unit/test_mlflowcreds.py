@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from slipway import mlflowcreds
-from slipway.builders import trainingrun
+from slipway.artifact import state as states
 from slipway.builders.common import with_credentials
 from slipway.config import OperatorConfig
 from slipway.mlflow import MlflowError
 from slipway.mlflowcreds import MLFLOW_CREDENTIALS, named_secret, workload_secret
-from slipway.models import TrainingRunSpec
-from slipway.status import modelartifact as states
 from slipway.status.conditions import Cond
+from slipway.training import build as trainingrun
+from slipway.training.model import TrainingRunSpec
 
 OPERATORS = "slipway-mlflow-credentials"  # the setting's default, also the chart's operator Secret
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from slipway.status import modelartifact as states
-from slipway.status.gates import GateOutcome
+from slipway.artifact import state as states
+from slipway.artifact.gates import GateOutcome
 
 
 def job(*conditions: tuple[str, str, str]) -> dict[str, Any]:
@@ -127,7 +127,7 @@ def test_a_malformed_decision_tag_is_an_error_naming_the_tag() -> None:
 
 
 def test_recorded_metrics_are_bounded_and_keep_the_gates() -> None:
-    from slipway.models.modelartifact import Gate
+    from slipway.artifact.model import Gate
 
     values = {f"m{i:05d}": float(i) for i in range(100_000)} | {"zeta": 1.0}
     keys = states.recorded_metrics(values, [Gate(metric="zeta", min=0.5), Gate(metric="absent", min=1)])

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slipway.builders import modelartifact as build
-from slipway.status import modelartifact as states
-from slipway.status.gates import GateOutcome
+from slipway.artifact import build
+from slipway.artifact import state as states
+from slipway.artifact.gates import GateOutcome
 
 
 def conds(state: states.ArtifactState) -> dict[str, tuple[str, str]]:

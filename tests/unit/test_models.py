@@ -10,12 +10,10 @@ from pydantic import ValidationError
 
 from catalog import load_invalid, load_valid
 from slipway import crdgen
-from slipway.models import (
-    InferenceDeploymentSpec,
-    ModelArtifactSpec,
-    TrainingRunSpec,
-)
+from slipway.artifact.model import ModelArtifactSpec
+from slipway.inference.model import InferenceDeploymentSpec
 from slipway.models.base import describe_errors, parse_duration, parse_quantity
+from slipway.training.model import TrainingRunSpec
 
 SPECS = {
     "TrainingRun": TrainingRunSpec,

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from slipway.builders import inferencedeployment as idep
-from slipway.builders import modelartifact as ma
-from slipway.builders import trainingrun as tr
+from slipway.artifact import build as ma
 from slipway.builders.common import dns1035_name, dns1123_name, label_value
-from slipway.models import InferenceDeploymentSpec, TrainingRunSpec
-from slipway.models.inferencedeployment import AnalysisMetric
-from slipway.providers.prometheus_queries import resolve_query
+from slipway.inference import build as idep
+from slipway.inference.model import AnalysisMetric, InferenceDeploymentSpec
+from slipway.inference.providers.prometheus_queries import resolve_query
+from slipway.training import build as tr
+from slipway.training.model import TrainingRunSpec
 
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # IsDNS1123Label, at most 63
 DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # IsDNS1035Label, at most 63

@@ -9,11 +9,11 @@ import copy
 from typing import Any
 
 from slipway import children
-from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
-from slipway.builders.operatorfields import keeping_operator_fields, revision_for
-from slipway.models import InferenceDeploymentSpec
-from slipway.rollout.base import Desired
+from slipway.inference import build
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.operatorfields import keeping_operator_fields, revision_for
+from slipway.inference.rollout.base import Desired
 
 OWNER = "uid-owner"
 SPEC = InferenceDeploymentSpec.model_validate(

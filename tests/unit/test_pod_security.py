@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from slipway.builders import inferencedeployment as idep
-from slipway.builders import modelartifact as ma
-from slipway.builders import trainingrun as tr
-from slipway.models import InferenceDeploymentSpec, TrainingRunSpec
+from slipway.artifact import build as ma
+from slipway.inference import build as idep
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.training import build as tr
+from slipway.training.model import TrainingRunSpec
 
 
 def pods(pod_template: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:

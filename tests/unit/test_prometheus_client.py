@@ -15,11 +15,11 @@ from datetime import UTC, datetime
 import pytest
 
 from slipway import prometheus
-from slipway.analysis import AnalysisOutcome
 from slipway.config import OperatorConfig, parse_url_list
-from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.inference.analysis import AnalysisOutcome
+from slipway.inference.model import Analysis, AnalysisMetric
+from slipway.inference.providers import analyse_canary, run_analysis
 from slipway.prometheus import PrometheusClient, address_refusal
-from slipway.providers import analyse_canary, run_analysis
 
 SECRET = "s3cr3t-internal-value"
 NOW = "2025-01-01T00:00:00Z"
@@ -309,7 +309,7 @@ def test_a_dry_run_query_that_times_out_leaves_the_deciding_metrics_measured(ser
 
 
 def test_without_prometheus_metrics_in_dry_run_hold_nothing() -> None:
-    from slipway.analysis import not_measured
+    from slipway.inference.analysis import not_measured
 
     only_dry = not_measured([AnalysisMetric(name="m", max=1, query="q", dryRun=True)], NOW, "no Prometheus")
     assert only_dry.verdict == "Passed" and only_dry.results[0].to_status()["dryRun"] is True

@@ -1,5 +1,5 @@
-"""Analysis sources behind one registry (slipway.providers): a source added from this file alone, one
-class and one row of PROVIDERS, feeds the real analysis (slipway.analysis) beside Prometheus, each
+"""Analysis sources behind one registry (slipway.inference.providers): a source added from this file alone, one
+class and one row of PROVIDERS, feeds the real analysis (slipway.inference.analysis) beside Prometheus, each
 metric measured by the source that answers it; and the pure evaluation imports nothing that does I/O."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 import httpx
 import pytest
 
-from slipway import providers
-from slipway.analysis import Measurement
 from slipway.config import OperatorConfig
-from slipway.models.inferencedeployment import Analysis, AnalysisMetric
+from slipway.inference import providers
+from slipway.inference.analysis import Measurement
+from slipway.inference.model import Analysis, AnalysisMetric
+from slipway.inference.providers import PROVIDERS, Services, Target, analyse, refusals, source_of
 from slipway.prometheus import PrometheusClient
-from slipway.providers import PROVIDERS, Services, Target, analyse, refusals, source_of
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -169,8 +169,9 @@ def test_every_source_checks_the_spec_it_reads(monkeypatch):
     assert refusals(Analysis(), config) == ["spec.rollout.analysis.preset: the toy source wants preset toy"]
 
 
-PURE = {"slipway", "slipway._version", "slipway.analysis", "slipway.clock", "slipway.models", "slipway.models.base",
-        "slipway.models.inferencedeployment", "slipway.models.modelartifact", "slipway.models.trainingrun"}  # fmt: skip
+PURE = {"slipway", "slipway._version", "slipway.clock", "slipway.models", "slipway.models.base",
+        "slipway.artifact", "slipway.artifact.model", "slipway.inference", "slipway.inference.analysis",
+        "slipway.inference.model", "slipway.status", "slipway.status.conditions"}  # fmt: skip
 IO_PACKAGES = ("httpx", "kubernetes", "yaml", "kopf", "prometheus_client", "requests")
 
 
@@ -182,5 +183,7 @@ def loaded_by(module: str) -> set[str]:
 
 
 def test_the_pure_evaluation_imports_nothing_that_does_io():
-    assert loaded_by("slipway.analysis") <= PURE
-    assert {"slipway.prometheus", "httpx"} <= loaded_by("slipway.providers")  # the probe sees I/O when it is there
+    assert loaded_by("slipway.inference.analysis") <= PURE
+    assert {"slipway.prometheus", "httpx"} <= loaded_by(
+        "slipway.inference.providers"
+    )  # the probe sees I/O when it is there

@@ -9,9 +9,8 @@ from typing import Any
 
 import pytest
 
-from slipway import queueposition
-from slipway.queueposition import Place, Position
-from slipway.status import kueue
+from slipway.training import kueue, queueposition
+from slipway.training.queueposition import Place, Position
 
 SUMMARY = {
     "kind": "PendingWorkloadsSummary",

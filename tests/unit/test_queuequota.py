@@ -1,4 +1,4 @@
-"""The most a Kueue ClusterQueue can ever admit for one Workload (slipway.queuequota), and a run
+"""The most a Kueue ClusterQueue can ever admit for one Workload (slipway.training.queuequota), and a run
 asking for more: Stalled with the numbers, Queued again once the quota grows."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from slipway.models import TrainingRunSpec
-from slipway.queuequota import Quota, quota
-from slipway.status import kueue
-from slipway.status.trainingrun import QUOTA_RECHECK_SECONDS, training_state
+from slipway.training import kueue
+from slipway.training.model import TrainingRunSpec
+from slipway.training.queuequota import Quota, quota
+from slipway.training.state import QUOTA_RECHECK_SECONDS, training_state
 
 GPU = "nvidia.com/gpu"
 

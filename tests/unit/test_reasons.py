@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from slipway import metrics, reasons
+from slipway.inference import rollbacks
 from slipway.reference import pages
 from slipway.reference.__main__ import main as reference_main
-from slipway.status import rollbacks
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "slipway"

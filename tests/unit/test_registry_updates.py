@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from slipway.models.inferencedeployment import InferenceDeploymentStatus
-from slipway.status import registry
+from slipway.inference import registry
+from slipway.inference.model import InferenceDeploymentStatus
 from slipway.status.writer import next_status
 
 NOW = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -92,7 +92,7 @@ def test_a_move_refused_while_its_version_baked_is_not_replayed_after_the_revert
     """The finding: production -> 3 refused (403) at the promotion and parked; version 3's bake fails
     and is reverted to version 2. Ten minutes (or a spec change) later the parked move is due again:
     status holds version 2 for the alias, so it is dropped, never written."""
-    from slipway.rollout.records import alias_target
+    from slipway.inference.rollout.records import alias_target
     from unit.test_rollout import ABORT, V1, V2, baked_spec, baking, observe, plan, track
 
     parked = [registry.refused({**ALIAS, "model": "m", "version": "2"}, "permission denied (HTTP 403)", 1, NOW)]

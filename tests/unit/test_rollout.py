@@ -9,17 +9,16 @@ from typing import Any
 
 import pytest
 
-from slipway import traffic
-from slipway.analysis import AnalysisOutcome, Measurement, MetricResult, evaluate_metric
-from slipway.models import InferenceDeploymentSpec
-from slipway.models.inferencedeployment import AnalysisMetric
-from slipway.rollout.base import Desired, Observed, Track
-from slipway.rollout.budget import canary_sizing, next_replicas
-from slipway.rollout.canary import step_weights
-from slipway.rollout.planner import plan
-from slipway.rollout.records import ROLLBACK_TAG, alias_target, new_rollback
-from slipway.rollout.tracks import desired_from_artifact, track_of, track_statuses
-from slipway.traffic import Sizing, replica_weight
+from slipway.inference import traffic
+from slipway.inference.analysis import AnalysisOutcome, Measurement, MetricResult, evaluate_metric
+from slipway.inference.model import AnalysisMetric, InferenceDeploymentSpec
+from slipway.inference.rollout.base import Desired, Observed, Track
+from slipway.inference.rollout.budget import canary_sizing, next_replicas
+from slipway.inference.rollout.canary import step_weights
+from slipway.inference.rollout.planner import plan
+from slipway.inference.rollout.records import ROLLBACK_TAG, alias_target, new_rollback
+from slipway.inference.rollout.tracks import desired_from_artifact, track_of, track_statuses
+from slipway.inference.traffic import Sizing, replica_weight
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 V1 = Desired("1", "models:/m/1", "m", "rev1")
@@ -625,9 +624,9 @@ def test_only_a_validated_artifact_is_served():
 
 
 def test_pods_the_api_server_refuses_to_create_make_the_track_report_why():
-    from slipway.builders import inferencedeployment as build
-    from slipway.models import InferenceDeploymentSpec
-    from slipway.rollout.tracks import track_of
+    from slipway.inference import build
+    from slipway.inference.model import InferenceDeploymentSpec
+    from slipway.inference.rollout.tracks import track_of
 
     served = InferenceDeploymentSpec.model_validate({"model": {"name": "m", "alias": "a"}, "image": "img:1"})
     deployment = build.deployment("d", "ns", served, "stable", "1", "models:/m/1", None, 2)
@@ -669,7 +668,7 @@ def test_a_bake_follows_the_promotion_the_alias_moves_and_ready_waits():
 
 
 def test_a_bake_judges_absolute_thresholds_only():
-    from slipway.rollout.bake import bake_analysis
+    from slipway.inference.rollout.bake import bake_analysis
 
     settings = bake_analysis(baked_spec())
     assert settings is not None and [m.name for m in settings.metrics] == ["errorRate"]

@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from slipway.models import InferenceDeploymentSpec
-from slipway.rollout.base import Desired, Observed, Track
-from slipway.rollout.planner import plan
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.rollout.base import Desired, Observed, Track
+from slipway.inference.rollout.planner import plan
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 V1 = Desired("1", "models:/m/1", "m", "rev1")

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from slipway.handlers.inferencerestore import drop_moves_made
+from slipway.inference.adopt import drop_moves_made
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.rollout.base import Desired, Observed, Plan, RegistryView, Track
+from slipway.inference.rollout.planner import plan
+from slipway.inference.rollout.records import ROLLBACK_TAG, new_rollback, rollback_record, rollback_tag
+from slipway.inference.rollout.restore import parse_tag, record_from_tag
 from slipway.mlflow import MlflowUnavailable
 from slipway.mlflow.registry import ModelVersion
-from slipway.models import InferenceDeploymentSpec
-from slipway.rollout.base import Desired, Observed, Plan, RegistryView, Track
-from slipway.rollout.planner import plan
-from slipway.rollout.records import ROLLBACK_TAG, new_rollback, rollback_record, rollback_tag
-from slipway.rollout.restore import parse_tag, record_from_tag
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 V1 = Desired("1", "models:/m/1", "m", "rev1")

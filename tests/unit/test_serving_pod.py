@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from slipway.builders import inferencedeployment as build
 from slipway.builders.common import with_credentials
-from slipway.models import InferenceDeploymentSpec
+from slipway.inference import build
+from slipway.inference.model import InferenceDeploymentSpec
 
 BASE: dict[str, Any] = {"model": {"name": "digits", "alias": "candidate"}, "image": "server:1", "port": 9000}
 WORKLOAD_IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"
@@ -144,8 +144,8 @@ def test_serving_pods_get_the_inference_priority_class_unless_the_template_names
 
 
 def test_training_pods_get_the_training_priority_class_unless_the_spec_names_one() -> None:
-    from slipway.builders import trainingrun
-    from slipway.models import TrainingRunSpec
+    from slipway.training import build as trainingrun
+    from slipway.training.model import TrainingRunSpec
 
     spec = TrainingRunSpec.model_validate({"model": {"name": "digits"}, "image": "trainer:1"})
     job = trainingrun.job("run", "ns", spec, None, "slipway-training")
@@ -158,7 +158,7 @@ def test_training_pods_get_the_training_priority_class_unless_the_spec_names_one
 
 
 def test_a_failing_fetch_shows_what_it_said() -> None:
-    from slipway.status.trainingrun import pod_problem
+    from slipway.status.pods import pod_problem
 
     said = "fetching models:/digits/4\nERROR digest mismatch: the files are sha256:ab, the version records sha256:00"
     pod = {
@@ -180,8 +180,8 @@ def test_a_failing_fetch_shows_what_it_said() -> None:
 
 
 def test_training_pods_take_the_pod_template_and_the_specs_own_fields_win() -> None:
-    from slipway.builders import trainingrun
-    from slipway.models import TrainingRunSpec
+    from slipway.training import build as trainingrun
+    from slipway.training.model import TrainingRunSpec
 
     spec = TrainingRunSpec.model_validate(
         {

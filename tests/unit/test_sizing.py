@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from slipway import sizing
-from slipway.models.trainingrun import Sizing
+from slipway.training import sizing
+from slipway.training.model import Sizing
 
 GIB = sizing.GIB
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.inference.model import InferenceDeploymentStatus
 from slipway.status.conditions import ready
 from slipway.status.writer import REPAIRED, next_status, repair
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.models.inferencedeployment import InferenceDeploymentStatus
+from slipway.inference.model import InferenceDeploymentStatus
 from slipway.status.conditions import ready
 from slipway.status.writer import next_status
 

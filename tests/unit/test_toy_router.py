@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from slipway import traffic
-from slipway.models import InferenceDeploymentSpec
-from slipway.rollout.base import Desired, Observed, Track
-from slipway.rollout.planner import plan
-from slipway.traffic import Objects, Sizing
+from slipway.inference import traffic
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.rollout.base import Desired, Observed, Track
+from slipway.inference.rollout.planner import plan
+from slipway.inference.traffic import Objects, Sizing
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 V1 = Desired("1", "models:/m/1", "m", "rev1")

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from slipway.builders import trainingrun as build
-from slipway.models import TrainingRunSpec
+from slipway.training import build
+from slipway.training.model import TrainingRunSpec
 
 URI = "http://mlflow:5000"
 LINK = build.MlflowLink(URI, "run123", "7")

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from slipway.mlflow import Metric, Run
-from slipway.models import TrainingRunSpec
 from slipway.status.conditions import Cond
-from slipway.status.trainingrun import progress_from_run, training_state
+from slipway.training.model import TrainingRunSpec
+from slipway.training.state import progress_from_run, training_state
 
 SPEC = TrainingRunSpec.model_validate(
     {"model": {"name": "m"}, "image": "i", "failurePolicy": {"permanentExitCodes": [3]}}
@@ -188,7 +188,7 @@ def test_progress_and_checkpoint_from_mlflow_run():
 
 
 def test_suspend_patch_follows_spec_and_leaves_kueue_held_jobs_alone() -> None:
-    from slipway.status.trainingrun import USER_SUSPENDED, suspend_patch
+    from slipway.training.state import USER_SUSPENDED, suspend_patch
 
     running = {"metadata": {}, "spec": {"suspend": False}, "status": {}}
     suspend = SPEC.model_copy(update={"suspend": True})
@@ -209,7 +209,7 @@ def test_suspend_patch_follows_spec_and_leaves_kueue_held_jobs_alone() -> None:
 
 
 def test_finished_only_at_the_current_generation() -> None:
-    from slipway.status.trainingrun import finished
+    from slipway.training.state import finished
 
     body = {"metadata": {"generation": 2}, "spec": {}, "status": {"phase": "Succeeded", "observedGeneration": 2}}
     assert finished(body)
@@ -231,7 +231,7 @@ def test_values_training_code_writes_badly_never_break_the_progress():
 
 
 def test_restarts_count_preempted_attempts_the_job_does_not():
-    from slipway.status.trainingrun import with_attempts
+    from slipway.training.state import with_attempts
 
     state = training_state(SPEC, job(failed=1), [pod()])
     assert state.restarts == 1
@@ -286,7 +286,7 @@ def test_a_running_trainingrun_reads_its_mlflow_run_at_most_once_per_progress_po
     """Pods and Jobs wake a run's passes far more often than its progress needs reading."""
     from types import SimpleNamespace
 
-    from slipway.handlers import trainingrun as handler
+    from slipway.training import handler
 
     class Client:
         def __init__(self) -> None:

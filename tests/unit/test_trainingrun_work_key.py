@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from slipway.builders import trainingrun as build
-from slipway.handlers.trainingadopt import adoptable, completed_job, finished_run, gated_own_job, work_of
 from slipway.mlflow import MlflowUnavailable, Run
 from slipway.mlflow.records import WORK_TAG
-from slipway.models import TrainingRunSpec
+from slipway.training import build
+from slipway.training.adopt import adoptable, completed_job, finished_run, gated_own_job, work_of
+from slipway.training.model import TrainingRunSpec
 
 SPEC: dict[str, Any] = {
     "model": {"name": "digits"},

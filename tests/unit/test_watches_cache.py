@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from slipway import watches
+from slipway.training import watches as training_watches
 
 
 def _body(**meta: Any) -> dict[str, Any]:
@@ -30,7 +31,7 @@ def test_cached_drops_managed_fields_and_leaves_the_event_body_alone() -> None:
 
 def test_every_index_keeps_the_slim_body() -> None:
     pod = _body(labels={"slipway.dev/trainingrun": "train-0"})
-    (kept,) = asyncio.run(watches.pods(body=pod)).values()
+    (kept,) = asyncio.run(training_watches.pods(body=pod)).values()
     assert "managedFields" not in kept["metadata"]
     deployment = {**_body(), "apiVersion": f"{watches.GROUP}/{watches.VERSION}", "kind": "InferenceDeployment",
                   "spec": {"model": {"name": "digits", "alias": "candidate"}}}  # fmt: skip

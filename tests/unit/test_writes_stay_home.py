@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from slipway.builders import inferencedeployment as idep
-from slipway.builders import modelartifact as ma
-from slipway.builders import trainingrun as tr
+from slipway.artifact import build as ma
 from slipway.children import CHILD_KINDS, ForeignWrite, check_child
-from slipway.models import InferenceDeploymentSpec, TrainingRunSpec
+from slipway.inference import build as idep
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.training import build as tr
+from slipway.training.model import TrainingRunSpec
 
 DNS = st.from_regex(r"[a-z]([a-z0-9-]{0,30}[a-z0-9])?", fullmatch=True)
 TEXT = st.text(max_size=80)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
 
 from slipway import kinds
-from slipway.models.inferencedeployment import DeploymentPhase, Rollout
-from slipway.models.modelartifact import ArtifactPhase
-from slipway.models.trainingrun import TrainingPhase
-from slipway.rollout.base import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
-from slipway.rollout.canary import step_weights
-from slipway.status import registry
+from slipway.artifact.model import ArtifactPhase
+from slipway.inference import registry
+from slipway.inference.model import DeploymentPhase, Rollout
+from slipway.inference.rollout.base import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
+from slipway.inference.rollout.canary import step_weights
 from slipway.status.conditions import get_condition
+from slipway.training.model import TrainingPhase
 
 if TYPE_CHECKING:
     from slipway.cli.tree import Node
@@ -336,7 +336,7 @@ def wait_target(kind: Kind, text: str) -> str:
 def action_refusal(action: str, obj: Obj) -> str | None:
     """Why ``promote``, ``abort`` or ``retry`` means nothing in the object's current phase (None: it applies).
 
-    As the operator reads the annotations (slipway.rollout): promote skips the remaining steps of
+    As the operator reads the annotations (slipway.inference.rollout): promote skips the remaining steps of
     a canary in flight; abort rolls a canary back, or reverts a promotion or a bake; retry re-rolls the
     revision that was rolled back, while the spec still asks for it."""
     status = obj.get("status") or {}

@@ -1,23 +1,3 @@
-"""Pydantic models of Slipway's three kinds; the CRDs in crds/ are generated from them."""
-
-from slipway.models.base import Condition
-from slipway.models.inferencedeployment import (
-    InferenceDeployment,
-    InferenceDeploymentSpec,
-    InferenceDeploymentStatus,
-)
-from slipway.models.modelartifact import ModelArtifact, ModelArtifactSpec, ModelArtifactStatus
-from slipway.models.trainingrun import TrainingRun, TrainingRunSpec, TrainingRunStatus
-
-__all__ = [
-    "Condition",
-    "InferenceDeployment",
-    "InferenceDeploymentSpec",
-    "InferenceDeploymentStatus",
-    "ModelArtifact",
-    "ModelArtifactSpec",
-    "ModelArtifactStatus",
-    "TrainingRun",
-    "TrainingRunSpec",
-    "TrainingRunStatus",
-]
+"""What the pydantic models of Slipway's kinds share (slipway.models.base); each kind's own model is
+in its package (slipway.training.model, slipway.artifact.model, slipway.inference.model), and the
+CRDs in crds/ are generated from them."""

@@ -139,6 +139,8 @@ class Toleration(SlipwayModel):
 
 
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+# A Prometheus address as spec.rollout.analysis.prometheusAddress and the operator's flag accept it.
+PROMETHEUS_ADDRESS_PATTERN = r"(?i)^https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?(/[a-z0-9._~%/-]*)?$"
 
 
 class Resources(SlipwayModel):

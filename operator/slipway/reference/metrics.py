@@ -6,7 +6,8 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from slipway import metrics
+import slipway.operator  # noqa: F401 - the operator's kinds declare their phase gauges
+from slipway import kinds, metrics
 from slipway.reference.common import GENERATED, escape
 
 SUFFIX = {"counter": "_total", "gauge": "", "histogram": "_bucket, _sum, _count"}
@@ -32,7 +33,8 @@ def _name(metric: MetricWrapperBase) -> str:
 def _values() -> list[str]:
     """The label values the operator creates series with ahead of time, or chooses from a fixed list."""
     lines = []
-    for kind, phases in metrics.PHASES.items():
+    for kind in (k.kind for k in kinds.OWN if k.kind in metrics.PHASES):
+        phases = metrics.PHASES[kind]
         lines.append(f"- `slipway_{kind.lower()}_phase{{phase}}`: " + ", ".join(f"`{p}`" for p in phases))
     reasons = ", ".join(f"`{r}`" for r in metrics.ROLLBACK_REASONS)
     lines.append(f"- `slipway_rollbacks_total{{reason}}`: {reasons} (each made at 0 for every "

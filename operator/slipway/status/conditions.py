@@ -8,7 +8,7 @@ custom code. Functions here are pure and return new lists.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -125,3 +125,8 @@ def settled(body: Mapping[str, Any], phases: Iterable[str]) -> bool:
     status = body.get("status") or {}
     in_flight = (get_condition(status.get("conditions"), RECONCILING) or {}).get("status") == "True"
     return status.get("phase") in set(phases) and not new_generation(body) and not in_flight
+
+
+def bounds_text(minimum: float | None, maximum: float | None, fmt: Callable[[float], str]) -> list[str]:
+    """Absolute bounds as people read them: ``>= 0.9``, ``<= 0.5``."""
+    return [f"{op} {fmt(v)}" for op, v in ((">=", minimum), ("<=", maximum)) if v is not None]

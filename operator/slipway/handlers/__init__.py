@@ -1,1 +1,0 @@
-"""kopf handlers, one module per kind: read, call pure logic, apply."""

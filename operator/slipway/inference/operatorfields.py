@@ -1,0 +1,89 @@
+"""What the operator's own settings put in a serving pod (the fetch-model image, the MLflow address,
+the Secret of MLflow credentials its containers read) is no part of a revision: an existing
+Deployment keeps what it has until its next revision, and a
+revision hashed by an operator that counted its MLflow address in is still recognised (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from slipway.inference.build import REVISION_LABEL, legacy_revisions, revision
+from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.rollout.base import Desired
+
+
+def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``desired`` with what the operator's settings put in the pod template (the fetch image, the
+    MLflow address and the credentials Secret of each container) taken from ``existing`` when that
+    Deployment already serves the same revision: a new operator image, fetch image, MLflow address
+    or credentials rule (an upgrade to Namespace-named credentials) restarts no pod and reaches them
+    with the next revision, or `kubectl rollout restart`."""
+    if existing is None:
+        return desired
+    labels = ((existing.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
+    if labels.get(REVISION_LABEL) != desired["metadata"]["labels"].get(REVISION_LABEL):
+        return desired
+    had = ((existing.get("spec") or {}).get("template") or {}).get("spec") or {}
+    pod = desired["spec"]["template"]["spec"]
+    for key in ("containers", "initContainers"):
+        before = {c.get("name"): c for c in had.get(key) or [] if isinstance(c, Mapping)}
+        for container in pod.get(key) or []:
+            old = before.get(container["name"])
+            if old is None:
+                continue
+            if container["name"] == "fetch-model" and old.get("image"):
+                container["image"] = old["image"]
+            _keep_env(container, old, "MLFLOW_TRACKING_URI")
+            # The MLflow credentials Secret a container reads (the operator's setting, or the one the
+            # Namespace names): envFrom holds nothing else the revision does not already fix.
+            if old.get("envFrom"):
+                container["envFrom"] = [dict(e) for e in old["envFrom"] if isinstance(e, Mapping)]
+            else:
+                container.pop("envFrom", None)
+    return desired
+
+
+def _keep_env(container: dict[str, Any], old: Mapping[str, Any], name: str) -> None:
+    """The variable ``name`` of ``container`` as ``old`` had it (in place; gone if it had none)."""
+    kept = next((e for e in old.get("env") or [] if isinstance(e, Mapping) and e.get("name") == name), None)
+    env = container.get("env") or []
+    at = next((i for i, e in enumerate(env) if e.get("name") == name), None)
+    if at is not None and kept is not None:
+        env[at] = {k: v for k, v in kept.items() if k in ("name", "value", "valueFrom")}
+    elif at is not None:
+        del env[at]
+    elif kept is not None and kept.get("value") is not None:
+        env.append({"name": name, "value": kept["value"]})
+
+
+def revision_for(
+    spec: InferenceDeploymentSpec,
+    found: Desired,
+    mlflow_url: str | None,
+    deployments: Iterable[Mapping[str, Any] | None],
+    status: Mapping[str, Any],
+) -> str:
+    """The revision ``found`` is served as: its hash (:func:`revision`), unless a track Deployment or
+    the status (stable, canary, lastRollback, previousStable) records the same revision under the
+    hash of operators that counted their MLflow address in (:func:`legacy_revisions`): then that
+    one, so that an upgrade starts no canary and forgets no rollback."""
+    current = revision(spec, found.version, found.uri, found.model)
+    recorded: set[str] = set()
+    urls: set[str | None] = {mlflow_url, None}
+    for body in deployments:
+        template = ((body or {}).get("spec") or {}).get("template") or {}
+        recorded.add(str((template.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL) or ""))
+        pod = template.get("spec") or {}
+        for container in [*(pod.get("containers") or []), *(pod.get("initContainers") or [])]:
+            for env in container.get("env") or []:
+                if env.get("name") == "MLFLOW_TRACKING_URI" and env.get("value"):
+                    urls.add(str(env["value"]))
+    for key in ("stable", "canary", "lastRollback", "previousStable"):
+        record = status.get(key)
+        if isinstance(record, Mapping) and record.get("revision"):
+            recorded.add(str(record["revision"]))
+    if current in recorded:
+        return current
+    legacy = legacy_revisions(spec, found.version, found.uri, found.model, urls) & recorded
+    return min(legacy) if legacy else current

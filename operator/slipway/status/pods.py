@@ -1,0 +1,52 @@
+"""Why a pod cannot run, in words a user can act on; shared by the kinds whose children run pods."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+Obj = Mapping[str, Any]
+
+WAITING_PROBLEMS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+                    "CreateContainerError", "CrashLoopBackOff", "NoCommand"}  # fmt: skip
+
+
+def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
+    """The first reason a pod cannot run that a user can act on: (reason, message)."""
+    found = problem_pod(pods)
+    return found[1] if found else None
+
+
+def problem_pod(pods: Sequence[Obj]) -> tuple[Obj, tuple[str, str]] | None:
+    for pod in pods:
+        problem = _problem_of(pod)
+        if problem is not None:
+            return pod, problem
+    return None
+
+
+def _problem_of(pod: Obj) -> tuple[str, str] | None:
+    name = pod["metadata"]["name"]
+    status = pod.get("status") or {}
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            reason = cond.get("reason") or "Unschedulable"
+            return reason, f"pod {name}: {cond.get('message') or reason}"
+    for cs in status.get("initContainerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in WAITING_PROBLEMS:
+            # What the init container said last (e.g. fetch-model's digest mismatch), else the wait.
+            said = (((cs.get("lastState") or {}).get("terminated") or {}).get("message") or "").strip()
+            detail = said.splitlines()[-1][-300:] if said else waiting.get("message") or waiting["reason"]
+            return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {detail}"
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in WAITING_PROBLEMS:
+            return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
+    return None
+
+
+# A Job with no pods is looked at again this often (its FailedCreate Events send the operator no
+# watch event); a refused one, in case the namespace's quota or policy changes.
+NO_PODS_RECHECK_SECONDS = 5.0
+FAILED_CREATE_RECHECK_SECONDS = 30.0

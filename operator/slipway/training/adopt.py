@@ -1,0 +1,176 @@
+"""A TrainingRun deleted and applied again from the same YAML (Argo CD after a prune or a restore; a
+Velero restore with its status stripped and a new uid) adopts the MLflow run its predecessor made,
+instead of training again: runs carry the MLflow tag ``slipway.dev/work`` (:func:`work_of`), looked
+up, in the TrainingRun's own experiment only, when the TrainingRun has no run of its own.
+
+- a FINISHED run: the TrainingRun shows it (Succeeded, its progress and checkpoint, its
+  ModelArtifact if the spec asks for one) and makes no Job, JobSet, Workload nor run (with MLflow
+  not answering, its Job comes first, gated, and is deleted, never having run a pod, once the run
+  is found);
+- a run cut short (RUNNING, FAILED or KILLED, with a checkpoint recorded): the new Job reports to
+  that run, as a pod that replaces a lost one does, and the trainer resumes from the newest
+  checkpoint in the checkpoint volume when the claim is still there: kept, with no owner, by
+  ``spec.checkpoint.whenDeleted: Retain``, or restored (Velero restores it with no ownerReference),
+  it is adopted by the TrainingRun of the same name (``training.claim``); under ``Delete`` (when
+  unset) it went with the TrainingRun that owned it, and training starts again from step 1 in that run;
+- anything else (no such run, a spec that differs, runs made before work keys): a new run, as before.
+
+Every step is a lookup, so a pass that crashes at any line finds the same run next time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from slipway import kube, reasons
+from slipway.clock import rfc3339
+from slipway.mlflow import MlflowClient, MlflowUnavailable, Run, tag_filter
+from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
+from slipway.reconcile import Context
+from slipway.training import build
+from slipway.training.model import TrainingRunSpec
+
+# The spec fields that define the work, as the API spells them: what is trained (model, image,
+# command, args, env, podTemplate.env and envFrom), on what (podTemplate.volumes and volumeMounts:
+# the data), with which hyperparameters (args, env) and at which scale (nodes, resources.gpus:
+# the world size), and where it is recorded (mlflow.experiment). Not counted, because they change
+# nothing about the result: where and when it runs (nodeSelector, tolerations, priorityClassName,
+# queueName, runtime, podTemplate's labels, annotations, nodeSelector, tolerations, affinity and
+# priorityClassName, resources.cpu, memory and gpuResourceName), how failures and pauses are handled
+# (failurePolicy, suspend), the checkpoint volume's size and class, sizing (an estimate) and artifact
+# (what happens after training: its ModelArtifact has a work key of its own).
+WORK_FIELDS = (
+    "model",
+    "image",
+    "command",
+    "args",
+    "env",
+    "nodes",
+    "resources.gpus",
+    "mlflow.experiment",
+    "podTemplate.env",
+    "podTemplate.envFrom",
+    "podTemplate.volumes",
+    "podTemplate.volumeMounts",
+)
+TRAININGRUN_TAG = "slipway.dev/trainingrun"  # namespace/name of the TrainingRun that made the run
+CHECKPOINT_STEP_TAG = "slipway.checkpoint.step"  # set by the trainer with each checkpoint
+
+
+def work_of(namespace: str, name: str, spec: TrainingRunSpec) -> str:
+    """The work key of a TrainingRun: its namespace, name and the :data:`WORK_FIELDS` of its spec
+    (defaults filled in, so ``nodes: 1`` written or left out is the same work)."""
+    written = spec.to_dict()
+    picked: dict[str, Any] = {}
+    for path in WORK_FIELDS:
+        value: Any = written
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if value not in (None, [], {}):
+            picked[path] = value
+    return work_key(namespace, name, picked, "TrainingRun")
+
+
+def experiment_of(spec: TrainingRunSpec) -> str:
+    return spec.mlflow.experiment or spec.model.name
+
+
+def adoptable(client: MlflowClient, experiment_id: str, owner: str, work: str) -> Run | None:
+    """The run a predecessor of the TrainingRun ``owner`` (namespace/name) made for ``work`` in
+    ``experiment_id`` (the TrainingRun's own experiment, checked against the namespace's allow-list
+    before any pass): a FINISHED one first, else the one cut short with the newest checkpoint."""
+    found = [r for r in client.search_runs([experiment_id], filter=tag_filter(WORK_TAG, work))
+             if r.experiment_id == experiment_id and r.tags.get(TRAININGRUN_TAG) == owner]  # fmt: skip
+    done = [r for r in found if r.status == "FINISHED"]
+    if done:
+        return min(done, key=lambda r: (r.start_time or 0, r.run_id))
+    cut = [r for r in found if r.status in ("RUNNING", "FAILED", "KILLED") and _checkpoint_step(r) is not None]
+    return max(cut, key=lambda r: (_checkpoint_step(r) or 0, r.start_time or 0, r.run_id)) if cut else None
+
+
+def _checkpoint_step(run: Run) -> int | None:
+    value = run.tags.get(CHECKPOINT_STEP_TAG, "")
+    return int(value) if value.isdigit() else None
+
+
+def finished_run(
+    ctx: Context, spec: TrainingRunSpec, client: MlflowClient, child: Mapping[str, Any] | None
+) -> Run | None:
+    """The FINISHED run a TrainingRun shows instead of training, or None: train as before.
+
+    With no run in status (no Job yet, a Job made while MLflow did not answer, or a pass that
+    crashed before it wrote the run): a predecessor's, found by the work key (an Event names it).
+    Looked up before the Job is made; with MLflow unreachable the Job comes first, as for any run,
+    and this is asked again before its pods get a run (MLflow is then not asked before a Job for
+    AWAY_SECONDS, so a sweep's Jobs do not each wait on it). With a run in status and no Job: that
+    run again while it is a predecessor's (tagged with another uid) and the TrainingRun Succeeded,
+    so that later passes follow its ModelArtifact."""
+    known = (ctx.status.get("mlflow") or {}).get("runId")
+    if known:
+        if child is not None or ctx.status.get("phase") != "Succeeded":
+            return None
+        run = client.get_run(str(known))
+        return run if run.tags.get(UID_TAG) != ctx.uid and run.status == "FINISHED" else None
+    if child is None and time.monotonic() < _AWAY.get(client.tracking_uri, 0.0):
+        return None
+    try:
+        experiment_id = client.get_or_create_experiment(experiment_of(spec))
+        owner = f"{ctx.namespace}/{ctx.name}"
+        found = adoptable(client, experiment_id, owner, work_of(ctx.namespace, ctx.name, spec))
+    except MlflowUnavailable:
+        if child is None:
+            _AWAY[client.tracking_uri] = time.monotonic() + AWAY_SECONDS
+        return None
+    if found is None or found.status != "FINISHED":
+        return None
+    adopted_event(ctx, found, "its training finished there: nothing trains again")
+    return found
+
+
+AWAY_SECONDS = 30.0
+_AWAY: dict[str, float] = {}  # MLflow tracking URI -> time.monotonic() until which no lookup precedes a Job
+
+
+def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Mapping[str, str]) -> Run:
+    """The MLflow run of a TrainingRun with no run in status: its own (tagged with its uid), else a
+    predecessor's it adopts (:func:`adoptable`), else a new one tagged with its uid and work key."""
+    experiment = experiment_of(spec)
+    experiment_id = client.get_or_create_experiment(experiment)
+    own = client.search_runs([experiment_id], filter=tag_filter(UID_TAG, ctx.uid))
+    work = work_of(ctx.namespace, ctx.name, spec)
+    if not own:
+        run = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work)
+        if run is not None and run.status == "FINISHED":  # found now, after finished_run could not ask
+            raise kopf.TemporaryError(f"MLflow run {run.run_id} finished this work: shown by the next pass", delay=0)
+        if run is not None:
+            adopted_event(ctx, run, f"training goes on in it, from its newest checkpoint (step "
+                          f"{_checkpoint_step(run)}) if the checkpoint volume still holds it")  # fmt: skip
+            return run
+    return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work})
+
+
+def adopted_event(ctx: Context, run: Run, what: str) -> None:
+    ctx.event("Normal", reasons.ADOPTED_RUN, f"adopted MLflow run {run.run_id} ({run.status}, experiment "
+              f"{run.experiment_id}), made for the same namespace, name and spec by an earlier TrainingRun "
+              f"{ctx.namespace}/{ctx.name}: {what}")  # fmt: skip
+
+
+def completed_job(run: Run) -> dict[str, Any]:
+    """What the status is computed from for a run whose training finished without a Job of this
+    TrainingRun: a completed Job's status, with the run's start and end times."""
+    status: dict[str, Any] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    for key, millis in (("startTime", run.start_time), ("completionTime", run.end_time)):
+        if millis:
+            status[key] = rfc3339(datetime.fromtimestamp(millis / 1000, UTC))
+    return {"status": status}
+
+
+def gated_own_job(ctx: Context, child: Mapping[str, Any] | None) -> bool:
+    """Whether ``child`` is this TrainingRun's Job (or JobSet) and still gated: it never ran a pod
+    (pods wait for their MLflow run, build.RUN_GATE)."""
+    return child is not None and kube.controller_uid(dict(child)) == ctx.uid and build.gated(
+        build.pod_template_of(dict(child)))  # fmt: skip

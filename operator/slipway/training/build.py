@@ -1,0 +1,396 @@
+"""TrainingRun -> Job, checkpoint PersistentVolumeClaim and (multi-node) headless Service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from slipway import API_VERSION, kinds
+from slipway.builders import common
+from slipway.builders.common import (
+    MANAGED_BY,
+    apply_pod_template,
+    dns1035_name,
+    dns1123_name,
+    env_list,
+    label_value,
+    resource_requirements,
+)
+from slipway.training.model import TrainingRunSpec
+
+CHECKPOINT_MOUNT = "/checkpoints"
+CHECKPOINT_FS_GROUP = 65532  # the workloads image's user; spec.podTemplate.securityContext.fsGroup wins
+MASTER_PORT = 29500
+RUN_LABEL = "slipway.dev/trainingrun"  # the run's name as a label value (hashed past 63 characters)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # a Job's LocalQueue: Kueue queues the Job there
+RUN_NAME_ANNOTATION = "slipway.dev/trainingrun-name"  # on pods: the run's full name
+MAX_NODES = 1024  # spec.nodes' bound in the CRD
+# An Indexed Job's pods are named by the hostname <job>-<index>, a DNS-1123 label: room for the last index.
+MAX_JOB_NAME = common.MAX_LABEL - len(f"-{MAX_NODES - 1}")
+CONTAINER = "trainer"
+# A JobSet's one replicated Job; its pods' hostnames are <jobset>-<replicated job>-<job index>-<pod index>.
+# JobSet's webhook refuses a JobSet unless that name, with a pod name's 5-character random suffix,
+# is a DNS-1035 label.
+WORKERS = "workers"
+MAX_JOBSET_NAME = common.MAX_LABEL - len(f"-{WORKERS}-0-{MAX_NODES - 1}-abcde")
+JOBSET_API = kinds.JOBSET.api_version
+
+
+# The Job exists before its MLflow run (a sweep's Jobs are created within seconds of apply, MLflow
+# follows): its pods carry this scheduling gate, and read the run from these annotations, until
+# the operator, once the run exists, writes them into the pod template (or, for pods already made,
+# into the pods) and lifts the gate. No pod runs without its MLflow run.
+RUN_GATE = "slipway.dev/mlflow-run"
+RUN_ID_ANNOTATION = "slipway.dev/mlflow-run-id"
+EXPERIMENT_ID_ANNOTATION = "slipway.dev/mlflow-experiment-id"
+
+
+@dataclass(frozen=True)
+class MlflowLink:
+    """What the pod needs to log into the run the operator created."""
+
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+
+    def annotations(self) -> dict[str, str]:
+        return {RUN_ID_ANNOTATION: self.run_id, EXPERIMENT_ID_ANNOTATION: self.experiment_id}
+
+
+def job_name(run: str) -> str:
+    """``<run>-train``, short enough for the hostname of any index of an Indexed Job."""
+    return dns1123_name(run, "train", max_length=MAX_JOB_NAME)
+
+
+def pvc_name(run: str) -> str:
+    return dns1123_name(run, "checkpoints")
+
+
+def service_name(run: str) -> str:
+    """The headless Service, also the pods' ``subdomain``: a DNS-1035 label."""
+    return dns1035_name(run, "workers")
+
+
+def jobset_name(run: str) -> str:
+    """``<run>-train``: a DNS-1035 label (JobSet's names of its Jobs and pods must be ones), short
+    enough for the name of any pod of the JobSet."""
+    return dns1035_name(run, "train", max_length=MAX_JOBSET_NAME)
+
+
+def master_addr(run: str, runtime: str = "Job") -> str:
+    """Rank 0 of a multi-node run: the first pod of the Indexed Job (or of the JobSet's one
+    replicated Job), through the headless Service."""
+    if runtime == "JobSet":
+        return f"{jobset_name(run)}-{WORKERS}-0-0.{service_name(run)}"
+    return f"{job_name(run)}-0.{service_name(run)}"
+
+
+def labels(run: str) -> dict[str, str]:
+    return {**MANAGED_BY, RUN_LABEL: label_value(run)}
+
+
+def run_of_pod(meta: dict[str, Any]) -> str:
+    """The TrainingRun a training pod belongs to (see :func:`parent_name`)."""
+    return common.parent_name(meta, RUN_NAME_ANNOTATION, RUN_LABEL)
+
+
+def checkpoint_pvc(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
+    """The claim that outlives pods; None without spec.checkpoint."""
+    if spec.checkpoint is None:
+        return None
+    claim: dict[str, Any] = {
+        "accessModes": ["ReadWriteMany" if spec.nodes > 1 else "ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.checkpoint.size}},
+    }
+    if spec.checkpoint.storage_class_name:
+        claim["storageClassName"] = spec.checkpoint.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc_name(name), "namespace": namespace, "labels": labels(name)},
+        "spec": claim,
+    }
+
+
+def headless_service(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any] | None:
+    """Stable DNS names for the workers of a multi-node run; None for one node."""
+    if spec.nodes <= 1:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": service_name(name), "namespace": namespace, "labels": labels(name)},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {RUN_LABEL: label_value(name)},
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+        },
+    }
+
+
+def pod_failure_policy(spec: TrainingRunSpec) -> dict[str, Any]:
+    """Preemption never counts; permanent codes fail at once; with retryable codes listed,
+    only those are retried and any other code fails at once."""
+    policy = spec.failure_policy
+    rules: list[dict[str, Any]] = [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    if policy.permanent_exit_codes:
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER,
+                    "operator": "In",
+                    "values": sorted(policy.permanent_exit_codes),
+                },
+            }
+        )
+    if policy.retryable_exit_codes:
+        codes = sorted(policy.retryable_exit_codes)
+        rules.append(
+            {"action": "Count", "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": codes}}
+        )
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": CONTAINER, "operator": "NotIn", "values": list(codes)},
+            }
+        )
+    return {"rules": rules}
+
+
+def training_env(
+    name: str, spec: TrainingRunSpec, tracking_uri: str | None, runtime: str = "Job"
+) -> list[dict[str, Any]]:
+    base: dict[str, str] = {"SLIPWAY_TRAININGRUN": name, "SLIPWAY_MODEL_NAME": spec.model.name}
+    if tracking_uri is not None:
+        base["MLFLOW_TRACKING_URI"] = tracking_uri
+    if spec.checkpoint is not None:
+        base["SLIPWAY_CHECKPOINT_DIR"] = CHECKPOINT_MOUNT
+    env = env_list(base, spec.env)
+    if tracking_uri is not None:  # the run, from the pod's annotations (see RUN_GATE)
+        given = {e["name"] for e in env}
+        from_pod = (("MLFLOW_RUN_ID", RUN_ID_ANNOTATION), ("MLFLOW_EXPERIMENT_ID", EXPERIMENT_ID_ANNOTATION))
+        env += [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+                for var, key in from_pod if var not in given]  # fmt: skip
+    if spec.nodes > 1:
+        # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
+        # through the headless Service as <job>-0.<service>.
+        env += [
+            {"name": "MASTER_ADDR", "value": master_addr(name, runtime)},
+            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+            {"name": "WORLD_SIZE", "value": str(spec.nodes)},
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            },
+        ]
+    return env
+
+
+def job(
+    name: str,
+    namespace: str,
+    spec: TrainingRunSpec,
+    tracking_uri: str | None,
+    priority_class: str = "",
+    runtime: str = "Job",
+) -> dict[str, Any]:
+    """The training Job, suspended and its pods gated until its MLflow run exists (RUN_GATE,
+    :func:`release`); with a Kueue queue it stays suspended for Kueue to admit. Its pods get
+    spec.priorityClassName, else ``priority_class`` (the operator's default, preemptible).
+    ``runtime="JobSet"``: the Job as the JobSet's replicated Job runs it (see :func:`jobset`)."""
+    container = _container(name, spec, tracking_uri, runtime)
+    pod = _pod(name, spec, container, tracking_uri, priority_class)
+    job_labels = labels(name)
+    if spec.queue_name:
+        job_labels[QUEUE_LABEL] = spec.queue_name
+    job_spec: dict[str, Any] = {
+        "backoffLimit": spec.failure_policy.max_restarts,
+        "podFailurePolicy": pod_failure_policy(spec),
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "suspend": True if tracking_uri is not None else spec.suspend or spec.queue_name is not None,
+        "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
+    }
+    apply_pod_template(job_spec["template"], container, spec.pod_template)
+    if spec.checkpoint is not None:
+        # A fresh volume's root belongs to root (mode 0755 on most block storage): the kubelet gives it
+        # to this group, which every container of the pod is in, whatever UID it runs as.
+        security = job_spec["template"]["spec"]["securityContext"]
+        if "fsGroup" not in security:
+            security |= {"fsGroup": CHECKPOINT_FS_GROUP, "fsGroupChangePolicy": "OnRootMismatch"}
+    if spec.nodes > 1:
+        job_spec["completionMode"] = "Indexed"
+    if spec.failure_policy.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = spec.failure_policy.active_deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(name), "namespace": namespace, "labels": job_labels},
+        "spec": job_spec,
+    }
+
+
+def _container(name: str, spec: TrainingRunSpec, tracking_uri: str | None, runtime: str) -> dict[str, Any]:
+    """The trainer's container, with the checkpoint volume mounted if the run keeps checkpoints."""
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": spec.image,
+        "env": training_env(name, spec, tracking_uri, runtime),
+        "resources": resource_requirements(spec.resources),
+    }
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    if spec.checkpoint is not None:
+        container["volumeMounts"] = [{"name": "checkpoints", "mountPath": CHECKPOINT_MOUNT}]
+    return container
+
+
+def _pod(
+    name: str, spec: TrainingRunSpec, container: dict[str, Any], tracking_uri: str | None, priority_class: str
+) -> dict[str, Any]:
+    """The training pods' spec: gated until the MLflow run exists, with the checkpoint volume, the
+    placement, the priority class and, for several nodes, the headless Service's subdomain."""
+    pod: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if tracking_uri is not None:
+        pod["schedulingGates"] = [{"name": RUN_GATE}]
+    volumes = []
+    if spec.checkpoint is not None:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {"claimName": pvc_name(name)}})
+        pod["terminationGracePeriodSeconds"] = spec.checkpoint.grace_seconds
+    if volumes:
+        pod["volumes"] = volumes
+    if spec.node_selector:
+        pod["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod["tolerations"] = [t.to_dict() for t in spec.tolerations]
+    chosen_priority = (
+        spec.priority_class_name or (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
+    )
+    if chosen_priority:
+        pod["priorityClassName"] = chosen_priority
+    if spec.nodes > 1:
+        pod["subdomain"] = service_name(name)
+    return pod
+
+
+def jobset(
+    name: str, namespace: str, spec: TrainingRunSpec, tracking_uri: str | None, priority_class: str = ""
+) -> dict[str, Any]:
+    """A multi-node run as one gang: a JobSet of one Indexed Job of ``spec.nodes`` pods. Any failed
+    pod fails that Job (backoffLimit 0) and the JobSet recreates the whole group, at most
+    ``maxRestarts`` times; a permanent or non-retryable exit code (the Job's podFailurePolicy)
+    fails the JobSet at once. JobSet makes the headless Service (``network.subdomain``). With a
+    Kueue queue it starts suspended and Kueue admits all its pods at once."""
+    inner = job(name, namespace, spec, tracking_uri, priority_class, runtime="JobSet")
+    labels_ = dict(inner["metadata"]["labels"])
+    job_spec = {**inner["spec"], "backoffLimit": 0}
+    suspend = job_spec.pop("suspend")
+    return {
+        "apiVersion": JOBSET_API,
+        "kind": "JobSet",
+        "metadata": {"name": jobset_name(name), "namespace": namespace, "labels": labels_},
+        "spec": {
+            "suspend": suspend,
+            "network": {"enableDNSHostnames": True, "subdomain": service_name(name), "publishNotReadyAddresses": True},
+            "failurePolicy": {
+                "maxRestarts": spec.failure_policy.max_restarts,
+                "rules": [
+                    {
+                        "name": "exitCodeNotRetried",
+                        "action": "FailJobSet",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],  # fmt: skip
+            },
+            "successPolicy": {"operator": "All"},
+            "replicatedJobs": [
+                {"name": WORKERS, "replicas": 1, "template": {"metadata": {"labels": labels(name)}, "spec": job_spec}}
+            ],
+        },
+    }
+
+
+def pod_template_of(child: dict[str, Any]) -> dict[str, Any]:
+    """The pod template of a training Job or JobSet (its one replicated Job)."""
+    spec = child.get("spec") or {}
+    if child.get("kind") == "JobSet":
+        spec = spec["replicatedJobs"][0]["template"]["spec"]
+    return dict(spec.get("template") or {})
+
+
+def gated(template_or_pod: dict[str, Any]) -> bool:
+    """Whether a pod (or pod template) still waits for its MLflow run (RUN_GATE)."""
+    return any(g.get("name") == RUN_GATE for g in (template_or_pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def release(template_or_pod: dict[str, Any], link: MlflowLink) -> dict[str, Any]:
+    """The merge patch of a pod template (or a pod) that gives it its MLflow run and lifts RUN_GATE
+    (other gates, Kueue's or the user's, stay)."""
+    others = [g for g in (template_or_pod.get("spec") or {}).get("schedulingGates") or [] if g.get("name") != RUN_GATE]
+    return {"metadata": {"annotations": link.annotations()}, "spec": {"schedulingGates": others or None}}
+
+
+def pods_to_release(pods: list[dict[str, Any]], owners: set[str], gang: int) -> list[dict[str, Any]]:
+    """The gated pods (RUN_GATE) of the Jobs ``owners`` to release now: a Job's pods whole once it
+    has ``gang`` pods that are not going away, gated or not (a JobSet's gang starts together; one
+    pod released before a failure does not hold back the rest), any at once for ``gang`` 1."""
+    made: dict[str, list[dict[str, Any]]] = {}  # owning Job's uid -> its pods that are not going away
+    for pod in pods:
+        refs = pod["metadata"].get("ownerReferences") or []
+        owner = next((r["uid"] for r in refs if r.get("uid") in owners), None)
+        if owner and not pod["metadata"].get("deletionTimestamp"):
+            made.setdefault(owner, []).append(pod)
+    return [p for siblings in made.values() if len(siblings) >= gang for p in siblings if gated(p)]
+
+
+def release_patch(child: dict[str, Any], link: MlflowLink, resume: bool) -> dict[str, Any]:
+    """The merge patch of a suspended training Job or JobSet that has never run: its pods' MLflow
+    run and RUN_GATE lifted (:func:`release`), and ``resume``: unsuspended."""
+    template = release(pod_template_of(child), link)
+    if child.get("kind") == "JobSet":
+        replicated = child["spec"]["replicatedJobs"]
+        job_template = replicated[0]["template"]
+        job_spec = {**job_template["spec"], "template": _merged(job_template["spec"]["template"], template)}
+        inner = {**replicated[0], "template": {**job_template, "spec": job_spec}}
+        patch: dict[str, Any] = {"spec": {"replicatedJobs": [inner, *replicated[1:]]}}
+    else:
+        patch = {"spec": {"template": template}}
+    if resume:
+        patch["spec"]["suspend"] = False
+    return patch
+
+
+def _merged(template: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """A pod template with a :func:`release` patch applied (a JobSet's replicatedJobs list is
+    replaced whole by a merge patch)."""
+    meta = dict(template.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+    spec = dict(template.get("spec") or {})
+    gates = patch["spec"]["schedulingGates"]
+    if gates:
+        spec["schedulingGates"] = gates
+    else:
+        spec.pop("schedulingGates", None)
+    return {**template, "metadata": meta, "spec": spec}
+
+
+def model_artifact(name: str, namespace: str, spec: TrainingRunSpec) -> dict[str, Any]:
+    """The run's ModelArtifact (spec.artifact), made once training finished: named as the run, its
+    source the run itself (trainingRunRef)."""
+    assert spec.artifact is not None
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ModelArtifact",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels(name)},
+        "spec": {
+            "model": spec.model.to_dict(),
+            "source": {"trainingRunRef": {"name": name}},
+            **spec.artifact.to_dict(),
+        },
+    }
