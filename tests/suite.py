@@ -4,12 +4,13 @@
 2. unit tests (tests/unit, the product; tests/harness, the test harness) — a failure stops here;
    then the MLflow contract tests against the oldest MLflow release Slipway supports (its own
    server, no cluster; tests/tools/mlflow_contract.py), while the cluster starts;
-3. the cluster tiers on one local cluster (reused if `make cluster-up` runs one, else started here,
-   in the background while 1 and 2 run, and stopped at the end): first every test that shares the
-   cluster with others, on several pytest-xdist workers (each test in its own namespace;
-   work-stealing, since one file of rollout tests alone takes minutes), then the tests marked
-   ``serial`` one at a time (they stop cluster components or install the operator cluster-wide);
-4. the real-node phase, once that cluster is down: a cluster of its own whose node is a kubelet on
+3. the cluster tiers, on two local clusters started in the background while 1 and 2 run and stopped
+   at the end (the first is the one of `make cluster-up` if one runs): every test that shares the
+   cluster with others, on several pytest-xdist workers on the first (each test in its own
+   namespace; work-stealing, since one file of rollout tests alone takes minutes), and meanwhile
+   the tests marked ``serial``, one at a time, on the second (they stop cluster components or
+   install the operator cluster-wide; `--serial-after` runs them after the others on the first);
+4. the real-node phase, once those clusters are down: a cluster of its own whose node is a kubelet on
    containerd, running the images `make image` built (tests/realnode).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
@@ -71,11 +72,35 @@ class Phase:
     wall: float = 0.0
     code: int = 0
     results: list[Result] = field(default_factory=list)
+    cpu_busy: float | None = None  # the machine's CPUs busy over the phase's wall time, 0 to 1
 
 
-def run(cmd: list[str], env: dict[str, str] | None = None) -> int:
-    print(f"\n$ {' '.join(cmd)}", flush=True)
-    return subprocess.call(cmd, cwd=ROOT, env=env)
+def cpu_times() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from /proc/stat; (0, 0) where there is none."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_since(before: tuple[int, int]) -> float | None:
+    after = cpu_times()
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else None
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> int:
+    """Run a command in the checkout; with ``log``, its output goes there (a phase running beside
+    another) and is printed whole once it ends."""
+    print(f"\n$ {' '.join(cmd)}" + (f"  > {log.relative_to(ROOT)}" if log else ""), flush=True)
+    if log is None:
+        return subprocess.call(cmd, cwd=ROOT, env=env)
+    with log.open("w") as out:
+        code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    print(f"\n$ {' '.join(cmd)}\n{log.read_text()}", flush=True)
+    return code
 
 
 def junit_results(path: Path) -> list[Result]:
@@ -102,15 +127,18 @@ def save_durations(results: list[Result]) -> None:
     print(f"{len(known)} durations in {DURATIONS.relative_to(ROOT)}", flush=True)
 
 
-def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None) -> Phase:
+def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None, beside: bool = False) -> Phase:
+    """A pytest run and its JUnit report; ``beside``: it runs while another phase does, so its output
+    is kept in a log and printed when it ends."""
     REPORTS.mkdir(parents=True, exist_ok=True)
     report = REPORTS / f"{name.replace(' ', '-')}.xml"
     report.unlink(missing_ok=True)
     phase = Phase(name)
-    started = time.monotonic()
+    started, cpu = time.monotonic(), cpu_times()
     cmd = [sys.executable, "-m", "pytest", "-q", "--durations=10", f"--junitxml={report}", *args]
-    phase.code = run(cmd, env)
+    phase.code = run(cmd, env, log=report.with_suffix(".log") if beside else None)
     phase.wall = time.monotonic() - started
+    phase.cpu_busy = busy_since(cpu)
     phase.results = junit_results(report)
     if phase.code == 5 and not phase.results:  # nothing selected in this phase: not a failure
         phase.code = 0
@@ -123,15 +151,15 @@ def checks() -> int:
 
 
 @contextlib.contextmanager
-def shared_cluster() -> Iterator[Callable[[], Path]]:
-    """The local cluster with its gateway: the one of `make cluster-up` if it is healthy, else one
-    started here (in a temporary directory, in a thread while checks and unit tests run) and stopped
-    afterwards. Yields a function that waits for it and returns its directory."""
+def local_cluster(reuse: bool = True) -> Iterator[Callable[[], Path]]:
+    """A local cluster with its gateway: with ``reuse``, the one of `make cluster-up` if it is healthy;
+    else one started here (in a temporary directory, in a thread while checks and unit tests run) and
+    stopped afterwards. Yields a function that waits for it and returns its directory."""
     from localkube.cluster import ClusterConfig, down, up
     from localkube.gateway import ensure_gateway
     from localkube.state import DEFAULT_DIR, ClusterInfo
 
-    running = ClusterInfo.load(DEFAULT_DIR)
+    running = ClusterInfo.load(DEFAULT_DIR) if reuse else None
     if running is not None and running.audit_log is not None and running.unhealthy_reason() is None:
         print(f"\nreusing the local cluster in {DEFAULT_DIR}", flush=True)
         ensure_gateway(DEFAULT_DIR)
@@ -161,6 +189,14 @@ def shared_cluster() -> Iterator[Callable[[], Path]]:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _no_cluster() -> Iterator[Callable[[], Path]]:
+    def none() -> Path:
+        raise RuntimeError("no second cluster was started")
+
+    yield none
+
+
 def tier(nodeid: str) -> str:
     for prefix, name in (("tests/unit", "unit"), ("tests/harness", "harness"), ("tests/integration", "integration"),
                          ("tests/security", "security"), ("tests/faults", "faults"), ("e2e/tests", "e2e")):  # fmt: skip
@@ -171,10 +207,11 @@ def tier(nodeid: str) -> str:
 
 def summary(phases: list[Phase], total_wall: float, slowest: int = 20) -> str:
     lines = ["", "=" * 30 + " test time " + "=" * 30]
-    lines.append(f"{'phase':<18}{'tests':>7}{'test seconds':>14}{'wall seconds':>14}")
+    lines.append(f"{'phase':<18}{'tests':>7}{'test seconds':>14}{'wall seconds':>14}{'CPU busy':>10}")
     for phase in phases:
         seconds = sum(r.seconds for r in phase.results)
-        lines.append(f"{phase.name:<18}{len(phase.results):>7}{seconds:>14.0f}{phase.wall:>14.0f}")
+        busy = f"{phase.cpu_busy:>9.0%}" if phase.cpu_busy is not None else ""
+        lines.append(f"{phase.name:<18}{len(phase.results):>7}{seconds:>14.0f}{phase.wall:>14.0f}{busy:>10}")
     lines.append(f"{'all':<18}{sum(len(p.results) for p in phases):>7}{'':>14}{total_wall:>14.0f}")
     by_tier: dict[str, list[Result]] = defaultdict(list)
     for phase in phases:
@@ -202,6 +239,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fast", action="store_true", help="checks, unit, chart, plugin and health tests")
     parser.add_argument("--workers", type=int, default=WORKERS, help="xdist workers for the shared-cluster tests")
+    parser.add_argument("--serial-after", dest="serial_beside", action="store_false",
+                        help="run the serial tests after the shared ones, on the same cluster, instead of "
+                             "beside them on a cluster of their own")  # fmt: skip
     parser.add_argument(
         "--save-durations",
         action="store_true",
@@ -217,7 +257,10 @@ def main() -> int:
         print(summary(phases, time.monotonic() - started), flush=True)
         return code
 
-    with shared_cluster() as cluster:
+    # The serial tests stop cluster components or install the operator cluster-wide: they get a
+    # cluster of their own, started beside the shared one, and run while the shared phase does.
+    beside = not a.fast and a.serial_beside
+    with local_cluster() as cluster, local_cluster(reuse=False) if beside else _no_cluster() as serial_cluster:
         check_start = time.monotonic()
         if code := checks():
             print(f"checks failed after {time.monotonic() - check_start:.0f}s: fix them first", flush=True)
@@ -243,13 +286,23 @@ def main() -> int:
         if a.fast:
             phases.append(pytest_phase("fast cluster", [*FAST_PATHS, *a.pytest_args], env))
         else:
-            # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
-            # first, not the longest first as tests/conftest.py orders them.
-            parallel = ["-n", str(a.workers), "--dist", "loadscope", "--no-loadscope-reorder"] if a.workers > 1 else []
-            longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
-            phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
-                                                          *a.pytest_args], longest_first))  # fmt: skip
-            phases.append(pytest_phase("cluster serial", ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args], env))
+            serial_args = ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args]
+
+            def serial_phase() -> Phase:
+                serial_env = {**env, "LOCALKUBE_DIR": str(serial_cluster())}
+                return pytest_phase("cluster serial", serial_args, serial_env, beside=True)
+
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial") as lane:
+                serial = lane.submit(serial_phase) if beside else None
+                # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
+                # first, not the longest first as tests/conftest.py orders them.
+                parallel = (
+                    ["-n", str(a.workers), "--dist", "loadscope", "--no-loadscope-reorder"] if a.workers > 1 else []
+                )
+                longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
+                phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
+                                                              *a.pytest_args], longest_first))  # fmt: skip
+                phases.append(serial.result() if serial else pytest_phase("cluster serial", serial_args, env))
             if a.save_durations:
                 save_durations([r for p in phases[-2:] for r in p.results])
     if not a.fast:  # once the shared cluster is down: a cluster of its own on a real node
