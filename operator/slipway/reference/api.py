@@ -102,7 +102,7 @@ def markdown(kind: crdgen.Kind) -> str:
     lines = [
         f"# {kind.kind}",
         "",
-        GENERATED.format(source="operator/slipway/models (through slipway.crdgen)"),
+        GENERATED.format(source=f"operator/{kind.spec.__module__.replace('.', '/')}.py (through slipway.crdgen)"),
         "",
         f"`apiVersion: {API_VERSION}`, `kind: {kind.kind}`, short name `{kind.short_name}`, plural "
         f"`{kind.plural}`, category `slipway`. {kind.description}",
