@@ -165,7 +165,7 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 # The real-node phase: its own cluster (kubelet, kube-proxy, containerd, runc, CNI bridge) in
 # .cache/cluster-realnode, started and stopped by the phase, running the images of dist/ (make image).
 .PHONY: test-realnode
-test-realnode: install controlplane prometheus metrics-server helm node image  ## the real-node phase alone: restricted pods, Services, the chart and training in containers
+test-realnode: install controlplane prometheus metrics-server helm node image  ## the real-node phase alone: the release pulled from a registry, restricted pods, Services, the chart and training in containers
 	$(PY) -m pytest -p no:xdist -q -m realnode tests/realnode
 
 test-unit: $(VENV)/.installed promql-oracle
