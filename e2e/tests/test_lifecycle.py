@@ -5,7 +5,6 @@ GitOps tools would; every stage's duration is recorded."""
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
@@ -19,7 +18,6 @@ from slipway_e2e import monitoring
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import (
     OPERATOR,
-    ROOT,
     admit_team,
     deploy_operator,
     kubectl,
@@ -28,6 +26,7 @@ from slipway_e2e.deploy import (
 )
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import report
+from slipway_testing.samples import Stages, serving, training
 
 # serial: the operator cluster-wide from manifests/, and the cluster Prometheus' rules reloaded
 pytestmark = [pytest.mark.cluster, pytest.mark.serial]
@@ -44,42 +43,6 @@ def deployed_operator(cluster):
     report(f"\noperator deployed from manifests/ in {time.monotonic() - start:.1f}s")
     yield
     kubectl(cluster, "-n", SYSTEM, "delete", "deployment", OPERATOR, "--wait=true", check=False)
-
-
-def sample(name: str) -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "samples" / name).read_text())  # type: ignore[no-any-return]
-
-
-def training(name: str, model: str, env: dict[str, str] | None = None, trainer: str = "train") -> dict[str, Any]:
-    body = copy.deepcopy(sample("trainingrun-digits.yaml"))
-    body["metadata"] = {"name": name}
-    body["spec"]["command"] = ["python", "-m", f"slipway.workloads.{trainer}"]
-    body["spec"]["model"]["name"] = model
-    body["spec"]["mlflow"]["experiment"] = model
-    body["spec"]["args"] = ["--steps", "12", "--checkpoint-every", "4"]
-    if env:
-        body["spec"]["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    return body
-
-
-def serving(model: str) -> dict[str, Any]:
-    body = copy.deepcopy(sample("inferencedeployment-digits.yaml"))
-    body["spec"]["model"]["name"] = model
-    body["spec"]["rollout"]["steps"] = [{"weight": 20, "pause": "10s"}, {"weight": 50, "pause": "10s"}]
-    body["spec"]["rollout"]["analysis"]["interval"] = "5s"
-    return body
-
-
-class Stages:
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-        self.times: dict[str, float] = {}
-
-    def mark(self, name: str) -> None:
-        self.times[name] = time.monotonic() - self.start
-
-    def report(self) -> str:
-        return "\n".join(f"  {name:<40} {t:6.1f}s" for name, t in self.times.items())
 
 
 def apply(cluster, namespace: str, body: dict[str, Any], tmp_path) -> None:
