@@ -203,7 +203,9 @@ def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are
     operator()
     core = client.CoreV1Api(kube_api)
     custom = client.CustomObjectsApi(kube_api)
-    interval, failure_limit = 5, 1
+    # Two measurements over 1.3 times are tolerated: on a loaded machine one scrape of an equal canary
+    # measured 1.3 times the stable's cost per 1k requests (CI); the dear canary fails every one.
+    interval, failure_limit = 5, 2
     body = llm_deployment(namespace, [{"name": "costPerMillionTokens", "maxRelativeToStable": 1.3},
                                       {"name": "costPer1kRequests", "maxRelativeToStable": 1.3},
                                       {"name": "errorRate", "max": 0.05}], interval, failure_limit)  # fmt: skip
