@@ -10,8 +10,9 @@
    namespace; work-stealing, since one file of rollout tests alone takes minutes), and meanwhile
    the tests marked ``serial``, one at a time, on the second (they stop cluster components or
    install the operator cluster-wide; `--serial-after` runs them after the others on the first);
-4. the real-node phase, once those clusters are down: a cluster of its own whose node is a kubelet on
-   containerd, running the images `make image` built (tests/realnode).
+4. the real-node phase, on the second lane after the serial tests (after everything with
+   `--serial-after`): a cluster of its own whose node is a kubelet on containerd, running the images
+   `make image` built (tests/realnode).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
 per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
@@ -48,9 +49,10 @@ UNIT_PATHS = ["tests/unit", "tests/harness"]
 REALNODE_PATHS = ["tests/realnode"]
 FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl_plugin.py",
               "tests/integration/test_health.py"]  # fmt: skip
-# The cluster tests that share the cluster run on this many workers; with 2 cores, 3 workers keep
-# the CPU busy while most tests wait on the cluster (measured in tests/README.md).
-WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "3"))
+# The cluster tests that share the cluster run on this many workers: most of a cluster test's time
+# is waiting on the cluster; with 3 workers and the serial lane beside them the 2 cores were 76% busy
+# (a fresh-clone run, docs/measurements.md), so a fourth worker has room.
+WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "4"))
 # Each cluster test's seconds in a recent run: the shared phase starts the longest modules first
 # and hands out the rest, a module at a time, as workers free up (xdist's `loadscope`), so no long
 # module starts last and a module's fixtures are made once. The modules whose tests take the
@@ -240,8 +242,8 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help="checks, unit, chart, plugin and health tests")
     parser.add_argument("--workers", type=int, default=WORKERS, help="xdist workers for the shared-cluster tests")
     parser.add_argument("--serial-after", dest="serial_beside", action="store_false",
-                        help="run the serial tests after the shared ones, on the same cluster, instead of "
-                             "beside them on a cluster of their own")  # fmt: skip
+                        help="run the serial tests after the shared ones, on the same cluster, and the real node's "
+                             "after them, instead of beside the shared ones on clusters of their own")  # fmt: skip
     parser.add_argument(
         "--save-durations",
         action="store_true",
@@ -260,6 +262,7 @@ def main() -> int:
     # The serial tests stop cluster components or install the operator cluster-wide: they get a
     # cluster of their own, started beside the shared one, and run while the shared phase does.
     beside = not a.fast and a.serial_beside
+    realnode_args = ["-p", "no:xdist", "-m", "realnode", *REALNODE_PATHS, *a.pytest_args]
     with local_cluster() as cluster, local_cluster(reuse=False) if beside else _no_cluster() as serial_cluster:
         check_start = time.monotonic()
         if code := checks():
@@ -288,12 +291,14 @@ def main() -> int:
         else:
             serial_args = ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args]
 
-            def serial_phase() -> Phase:
+            def second_lane() -> list[Phase]:
+                """The serial tests on the second cluster, then the real node's, beside the shared phase."""
                 serial_env = {**env, "LOCALKUBE_DIR": str(serial_cluster())}
-                return pytest_phase("cluster serial", serial_args, serial_env, beside=True)
+                serial = pytest_phase("cluster serial", serial_args, serial_env, beside=True)
+                return [serial, pytest_phase("real node", realnode_args, beside=True)]
 
             with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial") as lane:
-                serial = lane.submit(serial_phase) if beside else None
+                second = lane.submit(second_lane) if beside else None
                 # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
                 # first, not the longest first as tests/conftest.py orders them.
                 parallel = (
@@ -302,12 +307,11 @@ def main() -> int:
                 longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
                 phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                               *a.pytest_args], longest_first))  # fmt: skip
-                phases.append(serial.result() if serial else pytest_phase("cluster serial", serial_args, env))
+                phases.extend(second.result() if second else [pytest_phase("cluster serial", serial_args, env)])
             if a.save_durations:
-                save_durations([r for p in phases[-2:] for r in p.results])
-    if not a.fast:  # once the shared cluster is down: a cluster of its own on a real node
-        phases.append(pytest_phase("real node", ["-p", "no:xdist", "-m", "realnode", *REALNODE_PATHS,
-                                                 *a.pytest_args]))  # fmt: skip
+                save_durations([r for p in phases if p.name in ("cluster shared", "cluster serial") for r in p.results])
+    if not a.fast and not beside:  # once the shared cluster is down: a cluster of its own on a real node
+        phases.append(pytest_phase("real node", realnode_args))
     return finish(max(p.code for p in phases))
 
 
