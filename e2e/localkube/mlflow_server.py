@@ -6,8 +6,10 @@ mlflow-env``) because its pins conflict with the kubernetes client's.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import time
@@ -54,13 +56,23 @@ class MlflowServer:
     admin: tuple[str, str] | None = None
 
     def stop(self, timeout: float = 15) -> None:
+        """Stop the server and its workers: ``mlflow server`` runs gunicorn or uvicorn as children,
+        which outlive it when only it is signalled; they share its session's process group."""
         if self.process.poll() is None:
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                self._signal(signal.SIGKILL)
                 self.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # workers left behind by a server that exited
+
+    def _signal(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            self.process.send_signal(sig)
 
 
 def auth_env(workdir: Path) -> tuple[dict[str, str], tuple[str, str]]:
