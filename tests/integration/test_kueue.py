@@ -54,6 +54,12 @@ class Recorder:
                 if self.stop.is_set():
                     break
 
+    def saw(self, names: list[str], reason: str, timeout: float = 30) -> None:
+        """Until the watch has shown ``reason`` for each of ``names``: a status a GET already returns
+        reaches a watch a moment later (seconds, on a loaded machine)."""
+        wait_for(lambda: all(any(r == reason for _, r in self.seen[n]) for n in names), timeout,
+                 f"the watch showing {reason}")  # fmt: skip
+
 
 class GpuSampler:
     """GPUs held by the namespace's pods (bound, not finished), sampled every second."""
@@ -102,6 +108,7 @@ def test_ten_runs_share_a_four_gpu_quota_one_admission_at_a_time(kube_api, names
 
         wait_for(all_done, 420, "all 10 runs Succeeded", interval=1)
         took = time.monotonic() - started
+        recorder.saw(names, "Succeeded")
     finally:
         sampler.stop.set()
         recorder.stop.set()
@@ -345,6 +352,7 @@ def test_a_run_its_cluster_queue_can_never_admit_is_stalled_with_the_numbers_unt
 
         wait_status(kube_api, namespace, "TrainingRun", "greedy", done, 180, "the run trained once the quota grew")
         took = time.monotonic() - raised
+        recorder.saw(["greedy"], "Succeeded")
     finally:
         recorder.stop.set()
     reasons = [reason for _, reason in recorder.seen["greedy"]]
