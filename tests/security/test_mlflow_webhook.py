@@ -233,14 +233,21 @@ def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_un
     try:
         setup.register()
         versions = following(setup, kube_api, namespace)
+        assert setup.recorder is not None
+        recorder = setup.recorder
+        # MLflow delivers at its own pace: `candidate` set by publish and `production` moved by the
+        # operator's promotion may still be on their way; both are in before the count starts.
+        wait_for(lambda: {json.loads(body)["data"]["alias"] for _, body in recorder.deliveries}
+                 >= {"candidate", "production"}, 30, "MLflow's deliveries of v1's aliases")  # fmt: skip
+        quiet(setup)
         # A genuine delivery, served: `candidate` set again where it is (the pass reads MLflow, no change).
-        requests = setup.mlflow_requests()
+        requests, woke, delivered = setup.mlflow_requests(), setup.deliveries("woke"), len(recorder.deliveries)
         setup.mlflow.set_alias(versions.model, "candidate", "1")
-        wait_for(lambda: setup.deliveries("woke") == 1, 10, "MLflow's delivery served")
+        wait_for(lambda: setup.deliveries("woke") == woke + 1, 10, "MLflow's delivery served")
         wait_for(lambda: setup.mlflow_requests() > requests, 10, "the woken pass reading the alias")  # seen here
         quiet(setup)  # that pass over
-        assert setup.recorder is not None
-        genuine = setup.recorder.deliveries[-1]
+        assert len(recorder.deliveries) == delivered + 1, recorder.deliveries[delivered:]
+        genuine = recorder.deliveries[-1]
         assert json.loads(genuine[1])["data"] == {"name": versions.model, "alias": "candidate", "version": "1"}
         unchanged_for(setup, kube_api, namespace, 3.0)  # settled: nothing reads MLflow on its own
         now = time.time()
@@ -254,7 +261,7 @@ def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_un
             "model nobody follows": attack(setup, kube_api, namespace, *unfollowed, "unfollowed"),
         }
         times = [move_and_time(setup, versions, kube_api, namespace, 10) for _ in range(MOVES)]
-        assert setup.deliveries("woke") >= 1 + MOVES
+        assert setup.deliveries("woke") >= woke + 1 + MOVES
         assert_secret_nowhere(setup, kube_api, namespace)
     finally:
         setup.stop()
