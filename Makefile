@@ -20,7 +20,7 @@ CRD_DIRS := crds charts/slipway/crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock lock-mlflow image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -34,32 +34,41 @@ install: $(VENV)/.installed mlflow-env  ## Python env for the operator, workload
 # Two distributions: slipway-operator (what ships) and e2e/'s slipway-testcluster (localkube and
 # slipway_e2e, development only). A venv from before the rename holds a distribution `slipway`
 # whose files the new one shares: it goes first.
+# Supply chain: constraints.txt pins every package (pip and setuptools included) with the sha256 of each
+# of its files on the package index. The pins go in first, in pip's hash-checking mode, wheels only
+# (nothing built, so no unhashed build dependency is fetched); then the two editable projects, which
+# cannot be hashed, with no index at all: a dependency pyproject.toml names but the lock lacks fails here.
 $(VENV)/.installed: pyproject.toml e2e/pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip uninstall -q -y slipway 2>/dev/null || true
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs]' -e ./e2e
+	$(PY) -m pip install -q --require-hashes --only-binary :all: --no-deps -r constraints.txt
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q --no-index --no-build-isolation \
+	  -e '.[dev,workloads,docs]' -e ./e2e || { echo "make install: constraints.txt lacks a dependency of pyproject.toml: run make lock" >&2; exit 1; }
+	$(PY) -m pip check
 	touch $@
 
-lock:  ## pin every Python package again (constraints.txt) from a fresh resolve of pyproject.toml's ranges
-	rm -rf $(CACHE)/lock-venv && $(PYTHON) -m venv $(CACHE)/lock-venv
-	PYTHONWARNINGS='ignore:Editable installation' $(CACHE)/lock-venv/bin/pip install -q -e '.[dev,workloads,docs]' -e ./e2e
-	{ sed -n '/^#/p' constraints.txt; $(CACHE)/lock-venv/bin/pip freeze --exclude-editable; } > constraints.txt.new
-	mv constraints.txt.new constraints.txt && rm -rf $(CACHE)/lock-venv
+lock:  ## pin every Python package again (constraints.txt, with hashes) from a fresh resolve of pyproject.toml's ranges
+	PYTHONWARNINGS='ignore:Editable installation' $(PYTHON) release/lock.py constraints.txt -- -e '.[dev,workloads,docs]' -e ./e2e
+
+lock-mlflow:  ## pin the test MLflow servers' virtualenvs again (e2e/constraints-mlflow*.txt, with hashes)
+	$(PYTHON) release/lock.py e2e/constraints-mlflow.txt -- -r e2e/requirements-mlflow.txt
+	$(PYTHON) release/lock.py e2e/constraints-mlflow-oldest.txt -- -r e2e/requirements-mlflow-oldest.txt
 
 # MLflow's server pins python-dateutil<3 while the kubernetes client needs >=3,
 # so the server lives in its own virtualenv; Slipway talks to it over REST.
 mlflow-env: $(CACHE)/mlflow-venv/.installed
 $(CACHE)/mlflow-venv/.installed: e2e/requirements-mlflow.txt e2e/constraints-mlflow.txt
 	$(PYTHON) -m venv $(CACHE)/mlflow-venv
-	$(CACHE)/mlflow-venv/bin/pip install -q -r e2e/requirements-mlflow.txt -c e2e/constraints-mlflow.txt
+	$(CACHE)/mlflow-venv/bin/pip install -q --require-hashes --only-binary :all: --no-deps -r e2e/constraints-mlflow.txt
+	$(CACHE)/mlflow-venv/bin/pip install -q --no-index -r e2e/requirements-mlflow.txt
 	touch $@
 
 # The oldest MLflow release Slipway supports, for the MLflow contract phase (tests/tools/mlflow_contract.py).
 mlflow-oldest-env: $(CACHE)/mlflow-venv-oldest/.installed
 $(CACHE)/mlflow-venv-oldest/.installed: e2e/requirements-mlflow-oldest.txt e2e/constraints-mlflow-oldest.txt
 	$(PYTHON) -m venv $(CACHE)/mlflow-venv-oldest
-	$(CACHE)/mlflow-venv-oldest/bin/pip install -q -r e2e/requirements-mlflow-oldest.txt -c e2e/constraints-mlflow-oldest.txt
+	$(CACHE)/mlflow-venv-oldest/bin/pip install -q --require-hashes --only-binary :all: --no-deps -r e2e/constraints-mlflow-oldest.txt
+	$(CACHE)/mlflow-venv-oldest/bin/pip install -q --no-index -r e2e/requirements-mlflow-oldest.txt
 	touch $@
 
 test-mlflow-contract: $(VENV)/.installed mlflow-env mlflow-oldest-env  ## the MLflow contract tests against the oldest and the newest MLflow Slipway supports
@@ -131,13 +140,22 @@ image: $(VENV)/.installed  ## the operator and workloads images (buildah, no Doc
 # unit tests fail while a file disagrees). `make release` writes dist/VERSION/ (release/bundle.py): both
 # image archives, install.yaml and the chart with the images by digest, the wheel and SHA256SUMS. No
 # registry, no Docker; a VERSION other than the tree's is stamped into a copy, never into the tree.
-.PHONY: version release
+# Supply chain (release/supply.py): each image's SBOM (syft), the base's package list, SHA256SUMS and the
+# archives signed with SIGNING_KEY (an OpenSSH private key); refused from a working tree with changes.
+# Development builds: ALLOW_DIRTY=1 (uncommitted changes), UNSIGNED=1 (no key).
+.PHONY: version release syft
 REGISTRY ?= ghcr.io/slipway-dev
+SYFT := $(CACHE)/syft/syft
 version:  ## print the version (from the git tags); VERSION=X.Y.Z stamps it into the tree for a release commit
 	$(if $(VERSION),$(PY) release/versioning.py --stamp $(VERSION),@$(PY) release/versioning.py)
 
-release: $(VENV)/.installed helm  ## dist/VERSION/ (default: the tree's version): images, install.yaml, chart, SHA256SUMS
-	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY)
+release: $(VENV)/.installed helm syft  ## dist/VERSION/ (default: the tree's version): images, SBOMs, install.yaml, chart, SHA256SUMS, signatures (SIGNING_KEY=)
+	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY) $(if $(SIGNING_KEY),--signing-key $(SIGNING_KEY)) \
+	  $(if $(UNSIGNED),--unsigned) $(if $(ALLOW_DIRTY),--allow-dirty)
+
+syft: $(SYFT)  ## build syft (each image's SBOM in make release) from the Go module proxy (cached)
+$(SYFT): release/build-tool.sh e2e/go-build.sh
+	bash release/build-tool.sh syft $(SYFT)
 
 crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
@@ -153,7 +171,7 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
-test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
+test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image syft  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 
 test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart, plugin and health tests
@@ -165,7 +183,7 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 # The real-node phase: its own cluster (kubelet, kube-proxy, containerd, runc, CNI bridge) in
 # .cache/cluster-realnode, started and stopped by the phase, running the images of dist/ (make image).
 .PHONY: test-realnode
-test-realnode: install controlplane prometheus metrics-server helm node image  ## the real-node phase alone: the release pulled from a registry, restricted pods, Services, the chart and training in containers
+test-realnode: install controlplane prometheus metrics-server helm node image syft  ## the real-node phase alone: the release pulled from a registry, restricted pods, Services, the chart and training in containers
 	$(PY) -m pytest -p no:xdist -q -m realnode tests/realnode
 
 test-unit: $(VENV)/.installed promql-oracle
@@ -195,8 +213,11 @@ bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from 
 	$(PY) -m bench report
 
 bench-env: $(VENV)/.bench-installed
+# The plots' matplotlib is not in the lock (by hand only, never in a test or an image): constraints.txt's
+# versions constrain it, without its hashes (hashes would demand one for matplotlib too).
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c constraints.txt -e '.[dev,workloads,docs,bench]'
+	sed -e '/^ *--hash=/d' -e 's/ *\\$$//' constraints.txt > $(CACHE)/bench-constraints.txt
+	PYTHONWARNINGS='ignore:Editable installation' $(PY) -m pip install -q -c $(CACHE)/bench-constraints.txt -e '.[dev,workloads,docs,bench]'
 	touch $@
 
 argo-rollouts: $(ARGO_ROLLOUTS)  ## build the Argo Rollouts controller (the benchmarks' peer) from the Go module proxy (cached)

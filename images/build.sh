@@ -2,7 +2,10 @@
 # make image: Slipway's operator and workloads images, built with Debian's buildah from
 # images/Dockerfile, without a Docker daemon or a registry:
 #   1. the base: a root filesystem of Debian's packages (images/base.sh, mmdebstrap), cached under
-#      .cache/images/ and imported into buildah as localhost/slipway-base:<hash of base.sh>;
+#      .cache/images/ and imported into buildah as localhost/slipway-base:<hash of base.sh>-<day built>;
+#      built again when images/base.sh changes or when it is BASE_REFRESH_DAYS (default 7; 0: now)
+#      days old, so that Debian's security updates reach the images within a week; its package list
+#      (dpkg -l, in the image as /usr/share/slipway/base-packages.txt) goes to dist/ beside the images;
 #   2. the wheels, built on the host (images/wheels.sh) into build/image/, the build context;
 #   3. both images (buildah bud --layers: a code change rebuilds the last layers only);
 #   4. checks that fail the build: the operator image's file list (images/check.py: no test
@@ -54,23 +57,34 @@ print(f"probe {sys.argv[1]}: UID {os.getuid()}, / read-only, python -m slipway -
       HOME=/tmp python -c "$3" "$4"' probe "$mnt" "$STATE/probe-root" "$code" "$kind"
 }
 
-# 1. The base.
-base_key=$(sha256sum images/base.sh | cut -c1-12)
-base_tar=$STATE/base-$base_key.tar
+# 1. The base: the newest built from this images/base.sh, unless BASE_REFRESH_DAYS old (find -mtime).
+base_hash=$(sha256sum images/base.sh | cut -c1-12)
+mkdir -p "$STATE"
+base_tar=$(bash images/base-pick.sh "$STATE" "$base_hash" "${BASE_REFRESH_DAYS:-7}")
+if [ -z "$base_tar" ]; then
+  base_tar=$STATE/base-$base_hash-$(date -u +%Y%m%d).tar
+  step "base root filesystem (mmdebstrap; log in $STATE/base.log)"
+  bash images/base.sh "$base_tar" > "$STATE/base.log" 2>&1 || { tail -n 30 "$STATE/base.log"; exit 1; }
+  # Older bases, and those of another images/base.sh, go (their images in buildah's storage too).
+  find "$STATE" -maxdepth 1 -name 'base-*.tar' ! -path "$base_tar" -delete
+  for old in $(bh images --format '{{.Name}}:{{.Tag}}' | grep '^localhost/slipway-base:' || true); do
+    bh rmi "$old" >/dev/null 2>&1 || true
+  done
+fi
+base_key=$(basename "$base_tar" .tar); base_key=${base_key#base-}
 base=localhost/slipway-base:$base_key
 if ! bh inspect --type image "$base" >/dev/null 2>&1; then
-  if [ ! -f "$base_tar" ]; then
-    step "base root filesystem (mmdebstrap; log in $STATE/base.log)"
-    mkdir -p "$STATE" && rm -f "$STATE"/base-*.tar  # the base of another images/base.sh goes
-    bash images/base.sh "$base_tar" > "$STATE/base.log" 2>&1 || { tail -n 30 "$STATE/base.log"; exit 1; }
-  fi
   step "importing the base as $base"
   c=$(bh from scratch)
   bh add --quiet "$c" "$base_tar" / >/dev/null
   bh config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --env LANG=C.UTF-8 \
-    --cmd '["python3"]' "$c"
+    --label dev.slipway.base.key="$base_key" --label dev.slipway.base.suite=bookworm \
+    --label dev.slipway.base.packages=/usr/share/slipway/base-packages.txt --cmd '["python3"]' "$c"
   bh commit --quiet --rm "$c" "$base" >/dev/null
 fi
+mkdir -p dist
+tar -xOf "$base_tar" ./usr/share/slipway/base-packages.txt > "dist/slipway-base-$version.packages.txt"
+step "base $base: $(grep -c '^ii ' "dist/slipway-base-$version.packages.txt") Debian packages (dist/slipway-base-$version.packages.txt)"
 
 # 2. The wheels.
 step "wheels"

@@ -58,8 +58,9 @@ def problems(kind: str, root: Path, wheel: Path) -> list[str]:
     in_wheel = {n for n in zipfile.ZipFile(wheel).namelist() if n.startswith("slipway/")}
     out += [f"slipway/{n}: in the image, not in the wheel" for n in sorted(in_image - in_wheel)]
     out += [f"slipway/{n}: in the wheel, not in the image" for n in sorted(in_wheel - in_image)]
-    wanted = {canonical(line.split("==")[0]) for line in
-              (wheel.parents[1] / "deps" / "requirements.txt").read_text().split()} | {"slipway-operator"}  # fmt: skip
+    wanted = {canonical(line.split("==")[0]) for line in  # name==version --hash=sha256:...
+              (wheel.parents[1] / "deps" / "requirements.txt").read_text().splitlines() if "==" in line}  # fmt: skip
+    wanted |= {"slipway-operator"}
     installed = {canonical(p.name.split("-")[0]) for p in site.glob("*.dist-info")}
     out += [f"distribution {n}: installed but not pinned for the {kind} image" for n in sorted(installed - wanted)]
     out += [f"distribution {n}: pinned but not installed" for n in sorted(wanted - installed)]

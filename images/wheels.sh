@@ -4,7 +4,10 @@
 #   OUT/operator/deps   the operator's runtime dependencies, pinned by constraints.txt
 #   OUT/workloads/deps  the same and the workloads extra
 #   OUT/{operator,workloads}/slipway  the slipway-operator wheel of the working tree
-# Each deps folder has a requirements.txt naming its wheels exactly. The dependencies are built
+# Each deps folder has a requirements.txt naming its wheels exactly, each with its sha256 (the image
+# installs them with --require-hashes). The dependencies come in pip's hash-checking mode: every
+# file fetched must have a hash constraints.txt gives, and wheels only (no build, so no unhashed
+# build dependency is fetched). The dependencies are built
 # once per constraints.txt and pyproject.toml (cached under .cache/images/wheels/); the slipway
 # wheel is built every time, from a clean copy of the sources (a stale build/ never leaks into it).
 # Usage: images/wheels.sh OUT   (PYTHON: an interpreter with pip and setuptools>=77; .venv's)
@@ -27,10 +30,12 @@ project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 extra = sys.argv[1]
 print("\n".join(project["dependencies"] + (project["optional-dependencies"][extra] if extra else [])))
 EOF
-  "$py" -m pip wheel --quiet -c constraints.txt -r "$dir.partial/requirements.in" -w "$dir.partial"
-  # The exact set: every wheel by name and version (name-version-...whl).
+  "$py" -m pip wheel --quiet --require-hashes --only-binary :all: -c constraints.txt \
+    -r "$dir.partial/requirements.in" -w "$dir.partial"
+  # The exact set: every wheel by name and version (name-version-...whl) and its sha256.
   for whl in "$dir.partial"/*.whl; do
-    base=$(basename "$whl"); echo "${base%%-*}==$(cut -d- -f2 <<<"$base")"
+    base=$(basename "$whl")
+    echo "${base%%-*}==$(cut -d- -f2 <<<"$base") --hash=sha256:$(sha256sum "$whl" | cut -d' ' -f1)"
   done > "$dir.partial/requirements.txt"
   mv "$dir.partial" "$dir"
   echo "wheels: $kind dependencies: $(ls "$dir"/*.whl | wc -l) wheels, $(du -sh "$dir" | cut -f1)"

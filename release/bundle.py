@@ -7,7 +7,13 @@
     slipway-crds-X.Y.Z.tgz            the CRDs as a chart of their own (helm upgrade upgrades them)
     slipway_operator-X.Y.Z-py3-none-any.whl  the Python package and kubectl plugin (pip, pipx)
     images.txt                        each image's name, digest and archive
+    slipway-{operator,workloads}-X.Y.Z.sbom.cdx.json  each image's SBOM (CycloneDX, syft): Debian and Python packages
+    slipway-base-X.Y.Z.packages.txt   the Debian base both images share: when it was built, from what, dpkg -l
     SHA256SUMS                        sha256sum -c SHA256SUMS
+    SHA256SUMS.sig, *.oci.tar.sig     SSHSIG signatures by the release key (release/supply.py says how to verify)
+
+A release is built from a commit (a working tree with changes is refused without --allow-dirty) and
+signed (--signing-key, an OpenSSH private key; --unsigned for a development build).
 
 No registry and no Docker: the images are built by images/build.sh (buildah) and their digests read
 from the archives. A VERSION other than the tree's (release/versioning.py) is stamped into a copy of
@@ -31,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import supply  # noqa: E402
 import versioning  # noqa: E402
 
 ROOT = versioning.ROOT
@@ -161,8 +168,12 @@ def sha256sums(out: Path) -> str:
     return "".join(lines)
 
 
-def release(version: str, registry: str, skip_images: bool = False) -> Path:
+def release(version: str, registry: str, skip_images: bool = False, signing_key: Path | None = None,
+            allow_dirty: bool = False) -> Path:  # fmt: skip
+    """dist/VERSION/; unsigned when ``signing_key`` is None (main() requires --unsigned for that)."""
     versioning.parse(version)
+    supply.require_clean(ROOT, allow_dirty)
+    supply.require_syft()
     start = time.monotonic()
     src = stage(version)
     if not skip_images:
@@ -177,6 +188,11 @@ def release(version: str, registry: str, skip_images: bool = False) -> Path:
         archive = src / "dist" / f"slipway-{kind}-{version}.oci.tar"
         link(archive, out / archive.name)
         digests[kind] = digest_of(out / archive.name)
+        supply.sbom(out / archive.name, out / f"slipway-{kind}-{version}.sbom.cdx.json")
+    packages = src / "dist" / f"slipway-base-{version}.packages.txt"
+    if not packages.exists():
+        raise SystemExit(f"release: {packages} is missing: make image writes it (the base's package list)")
+    link(packages, out / packages.name)
     for wheel in (src / "build" / "image" / "operator" / "slipway").glob(f"slipway_operator-{version}-*.whl"):
         link(wheel, out / wheel.name)
     (out / "install.yaml").write_text(install_yaml(src, version, registry, digests))
@@ -191,6 +207,10 @@ def release(version: str, registry: str, skip_images: bool = False) -> Path:
     (out / "images.txt").write_text("".join(
         f"slipway-{k} {pinned(k, registry, digests[k])} slipway-{k}-{version}.oci.tar\n" for k in KINDS))  # fmt: skip
     (out / "SHA256SUMS").write_text(sha256sums(out))
+    if signing_key is not None:
+        for path in [out / "SHA256SUMS", *sorted(out.glob("*.oci.tar"))]:
+            supply.sign(signing_key, path)
+        print(f"release: signed by {supply.fingerprint(signing_key)}: SHA256SUMS.sig and each archive's .sig")
     print(f"release: {out.relative_to(ROOT)} in {time.monotonic() - start:.0f}s (images {built:.0f}s)")
     for path in sorted(out.iterdir()):
         print(f"  {path.name}  {path.stat().st_size / 1e6:.1f} MB")
@@ -202,8 +222,12 @@ def main() -> None:
     parser.add_argument("version", nargs="?", default=versioning.stamped(), help="X.Y.Z (default: the tree's)")
     parser.add_argument("--registry", default=DEFAULT_REGISTRY, help="the images' prefix in install.yaml and chart")
     parser.add_argument("--skip-images", action="store_true", help="reuse the archives already in dist/")
+    parser.add_argument("--signing-key", type=Path, help="the release key: an OpenSSH private key (ssh-keygen)")
+    parser.add_argument("--unsigned", action="store_true", help="no signatures: a development build")
+    parser.add_argument("--allow-dirty", action="store_true", help="build from uncommitted changes: development")
     args = parser.parse_args()
-    release(args.version, args.registry.rstrip("/"), args.skip_images)
+    supply.require_key(args.signing_key, args.unsigned)
+    release(args.version, args.registry.rstrip("/"), args.skip_images, args.signing_key, args.allow_dirty)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """A release a team can pin: dist/X.Y.Z/ from `make release`, installed from a directory holding
 nothing else (no checkout, no registry).
 
-The release directory is copied alone into an empty temporary directory; its SHA256SUMS hold; the
+The release directory is copied alone into an empty temporary directory; its SHA256SUMS hold (the
+signatures and a tampered copy are tests/security/test_release_signatures.py's); the
 packaged chart renders both images by the digests read from the archives, and the API server accepts
 what it renders; install.yaml, with only the namespace changed (what docs/install.md tells a user to
 change), is applied server-side into a fresh namespace: the CRDs are established, every object
@@ -84,12 +85,18 @@ def test_the_release_holds_every_file_and_its_sums(release):
         f"slipway-crds-{VERSION}.tgz",
         f"slipway_operator-{VERSION}-py3-none-any.whl",
         "images.txt",
+        f"slipway-operator-{VERSION}.sbom.cdx.json",
+        f"slipway-workloads-{VERSION}.sbom.cdx.json",
+        f"slipway-base-{VERSION}.packages.txt",
         "SHA256SUMS",
+        "SHA256SUMS.sig",
+        f"slipway-operator-{VERSION}.oci.tar.sig",
+        f"slipway-workloads-{VERSION}.oci.tar.sig",
     }
     done = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=here, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(": OK") == len(names) - 1
+    assert done.stdout.count(": OK") == len(names) - 4  # all but SHA256SUMS and the signatures
     listed = dict(line.split()[:2] for line in (here / "images.txt").read_text().splitlines())
     assert listed == {f"slipway-{k}": f"{bundle.DEFAULT_REGISTRY}/slipway-{k}@{digests[k]}" for k in bundle.KINDS}
     report("release: " + ", ".join(f"{p.name} {p.stat().st_size / 1e6:.1f} MB" for p in sorted(here.iterdir())))

@@ -1,5 +1,7 @@
 """A release installed as a team installs it, on the real node, from a registry: dist/X.Y.Z/ of
-`make release` copied alone into an empty directory; both archives pushed as docs/install.md tells a
+`make release` copied alone into an empty directory and verified as docs/install.md tells a team (the
+signatures of SHA256SUMS and of both archives against the release key, here the tests' own, then the
+sums); both archives pushed as docs/install.md tells a
 team (`skopeo copy --preserve-digests`) to a plain-HTTP registry of its own on loopback (Debian's
 docker-registry); the packaged chart installed with `helm install`, the images' repositories set to
 that registry, in a namespace enforcing ``restricted``.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +34,7 @@ from localkube.nodeimages import dist_archives, evict_image, import_images, unpa
 from localkube.realnode import containerd_socket, trust_registry
 from localkube.wait import wait_for
 from slipway_testing.registry import Registry, loopback_registry
-from slipway_testing.release import layers_of, release_alone
+from slipway_testing.release import layers_of, load, release_alone, signing_key
 
 IMPORTS = "import slipway.workloads.fetch, slipway.workloads.quantize, slipway.workloads.serve, " \
           "slipway.workloads.train, slipway.workloads.validate; print('workloads imported')"  # fmt: skip
@@ -119,12 +122,29 @@ class Installed:
         return self.here / f"slipway-{kind}-{self.version}.oci.tar"
 
 
+def verify_before_push(here: Path, version: str) -> None:
+    """What docs/install.md has a team do before it pushes: SHA256SUMS and each archive verified against the
+    release key's public half (here the tests' key, which signed the release), then every sum checked."""
+    supply, (key, public) = load("supply"), signing_key()
+    for name in ["SHA256SUMS", *(f"slipway-{k}-{version}.oci.tar" for k in ("operator", "workloads"))]:
+        ok, said = supply.verify(public, here / name)
+        assert ok, f"{name}.sig does not verify against the release key: {said}"
+    done = subprocess.run(["sha256sum", "--check", "--strict", "SHA256SUMS"], cwd=here, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    print(
+        f"real node: release {version} verified: SHA256SUMS.sig and both archives' .sig by "
+        f"{supply.fingerprint(key)}, {done.stdout.count(': OK')} sums"
+    )
+
+
 @pytest.fixture(scope="module")
 def installed(real_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     """dist/VERSION/ alone, both archives pushed to a registry on loopback the node trusts, neither image
     on the node, and the packaged chart installed from that registry into a namespace enforcing restricted."""
     here, served = tmp_path_factory.mktemp("release"), tmp_path_factory.mktemp("registry")
     version, digests = release_alone(here)
+    verify_before_push(here, version)
     socket = containerd_socket(real_cluster.info.directory)
     ns = f"slipway-rel-{secrets.token_hex(2)}"
     with loopback_registry(served) as registry, evicted(real_cluster, socket, digests):

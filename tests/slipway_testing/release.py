@@ -1,6 +1,8 @@
-"""The release tools (release/versioning.py, release/bundle.py) as modules, for the tests (they are
-scripts of the repository, not part of the package), and dist/X.Y.Z/ of `make release` copied alone
-into a directory holding nothing else, as a team receives it."""
+"""The release tools (release/versioning.py, release/bundle.py, release/supply.py) as modules, for the tests
+(they are scripts of the repository, not part of the package), and dist/X.Y.Z/ of `make release` copied
+alone into a directory holding nothing else, as a team receives it. The tests sign it with a key of their
+own (``signing_key``: an ed25519 key made once under .cache/release-test/), as the release key would,
+and build it from the working tree as it is (--allow-dirty: a development build)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from slipway_testing.cluster import report
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
+KEY = ROOT / ".cache" / "release-test" / "signing-key"
 
 
 def load(name: str) -> ModuleType:
@@ -38,11 +41,30 @@ def load(name: str) -> ModuleType:
     return module
 
 
+def signing_key() -> tuple[Path, str]:
+    """The tests' release key (made once: an ed25519 OpenSSH key without a passphrase) and its public half."""
+    if not KEY.exists():
+        KEY.parent.mkdir(parents=True, exist_ok=True)
+        partial = KEY.with_name("partial")
+        for path in (partial, partial.with_suffix(".pub")):
+            path.unlink(missing_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "slipway-tests", "-f", str(partial)],
+                       check=True)  # fmt: skip
+        partial.with_suffix(".pub").rename(KEY.with_name(KEY.name + ".pub"))
+        partial.rename(KEY)
+    return KEY, KEY.with_name(KEY.name + ".pub").read_text()
+
+
 def fresh(out: Path, version: str) -> bool:
-    """dist/VERSION/ is there, whole, and its install.yaml is what the tree makes of its archives."""
+    """dist/VERSION/ is there, whole, signed by the tests' key, and its install.yaml is what the tree makes of
+    its archives."""
     bundle = load("bundle")
     archives = [out / f"slipway-{k}-{version}.oci.tar" for k in bundle.KINDS]
-    if not all(a.exists() for a in [*archives, out / "install.yaml", out / f"slipway-crds-{version}.tgz"]):
+    sboms = [out / f"slipway-{k}-{version}.sbom.cdx.json" for k in bundle.KINDS]
+    if not all(a.exists() for a in [*archives, *sboms, out / "install.yaml", out / f"slipway-crds-{version}.tgz",
+                                    out / "SHA256SUMS.sig"]):  # fmt: skip
+        return False
+    if not load("supply").verify(signing_key()[1], out / "SHA256SUMS")[0]:
         return False
     digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}
     return bool((out / "install.yaml").read_text() == bundle.install_yaml(ROOT, version, bundle.DEFAULT_REGISTRY,
@@ -54,10 +76,13 @@ def build_release(out: Path, version: str) -> None:
     in dist/ when they are there (seconds), else both images built first (minutes)."""
     if fresh(out, version):
         return
-    reuse = all((ROOT / "dist" / f"slipway-{k}-{version}.oci.tar").exists() for k in load("bundle").KINDS) and any(
+    made = [ROOT / "dist" / f"slipway-{k}-{version}.oci.tar" for k in load("bundle").KINDS]
+    made.append(ROOT / "dist" / f"slipway-base-{version}.packages.txt")  # the base's package list
+    reuse = all(path.exists() for path in made) and any(
         (ROOT / "build" / "image" / "operator" / "slipway").glob(f"slipway_operator-{version}-*.whl")
     )
     args, what = (["--skip-images"], "from make image's archives") if reuse else ([], "with both images built")
+    args += ["--signing-key", str(signing_key()[0]), "--allow-dirty"]
     start = time.monotonic()
     subprocess.run([sys.executable, str(ROOT / "release" / "bundle.py"), version, *args], cwd=ROOT, check=True,
                    timeout=1500)  # fmt: skip
