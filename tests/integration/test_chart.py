@@ -35,6 +35,7 @@ CHART = ROOT / "charts" / "slipway"
 Obj = dict[str, Any]
 Key = tuple[str, str, str]  # kind, namespace ("" when cluster-scoped), name
 SHARED = {"CustomResourceDefinition", "PriorityClass", "Namespace"}  # kept for the session's other tests
+POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # cluster-scoped
 
 
 def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout: float = 120) -> str:
@@ -167,7 +168,7 @@ def test_defaults_render_what_manifests_deployment_has():
     assert only(objs, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
     # Every namespaced object is in the release namespace.
     assert {o["metadata"].get("namespace") for o in objs if o["kind"] not in
-            {"ClusterRole", "ClusterRoleBinding", "PriorityClass"}} == {"slipway-system"}  # fmt: skip
+            {"ClusterRole", "ClusterRoleBinding", "PriorityClass", *POLICY_KINDS}} == {"slipway-system"}  # fmt: skip
 
 
 def test_values_reach_the_operator():
@@ -288,6 +289,24 @@ def test_priority_classes_toggle():
     names = {o["metadata"]["name"] for o in other if o["kind"] == "PriorityClass"}
     assert names == {"ml-platform-slipway-inference", "ml-platform-slipway-training"}
     assert env(other)["SLIPWAY_TRAINING_PRIORITY_CLASS"] == "ml-platform-slipway-training"
+
+
+def test_admission_policies_are_manifests_and_follow_the_release_and_the_groups():
+    chart = {key(o): o for o in render() if o["kind"] in POLICY_KINDS}
+    kust = {key(o): o for o in kustomize() if o["kind"] in POLICY_KINDS}
+    assert len(chart) == 4 and set(chart) == set(kust)
+    for k in chart:  # the same CEL, word for word
+        assert chart[k]["spec"] == kust[k]["spec"], k
+    other = [o for o in render("admissionPolicies.namespaceAdminGroups={platform-admins,system:masters}",
+                               release="ml", namespace="ops") if o["kind"] in POLICY_KINDS]  # fmt: skip
+    writes = only(other, "ValidatingAdmissionPolicy", "ml-slipway-operator-writes")["spec"]
+    assert "'system:serviceaccount:ops:ml-slipway-operator'" in writes["matchConditions"][0]["expression"]
+    keys = only(other, "ValidatingAdmissionPolicy", "ml-slipway-namespace-keys")["spec"]
+    assert "['platform-admins', 'system:masters']" in keys["matchConditions"][0]["expression"]
+    assert "groups platform-admins, system:masters," in keys["validations"][0]["messageExpression"]
+    assert not [o for o in render("admissionPolicies.enabled=false") if o["kind"] in POLICY_KINDS]
+    with pytest.raises(AssertionError, match="namespaceAdminGroups is empty"):
+        render("admissionPolicies.namespaceAdminGroups=null")
 
 
 def test_one_replica_has_no_disruption_budget():
