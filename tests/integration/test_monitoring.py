@@ -22,7 +22,7 @@ def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_alert_rules_load_and_every_dashboard_query_is_valid_promql(tmp_path):
     rules = tmp_path / "rules.yml"
     rules.write_text(yaml.safe_dump({"groups": rule_groups()}))
-    assert "SUCCESS: 7 rules found" in promtool_check(rules)
+    assert "SUCCESS: 8 rules found" in promtool_check(rules)
     queries = dashboard_queries()
     assert len(queries) >= 15
     recording = [{"record": f"slipway:dashboard_panel_{i}", "expr": expr} for i, (_, expr) in enumerate(queries)]
@@ -84,6 +84,11 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
                                'reason="AnalysisInconclusive"}', "values": "0x30"},
                     {"series": 'slipway_inferencedeployment_phase{namespace="team-a",name="llm",phase="Paused"}',
                      "values": "1x30"},
+                    # two replicas; the leader refuses a delivery as stale at minute 10 (its series exported from 0)
+                    {"series": 'slipway_mlflow_webhook_deliveries_total{pod="slipway-operator-a",outcome="stale"}',
+                     "values": "0x9 1x20"},
+                    {"series": 'slipway_mlflow_webhook_deliveries_total{pod="slipway-operator-b",outcome="stale"}',
+                     "values": "0x30"},
                     {"series": 'slipway_leader{pod="slipway-operator-a"}', "values": "1x5 0x25"},
                     {"series": 'slipway_leader{pod="slipway-operator-b"}', "values": "0x30"},
                 ],
@@ -99,6 +104,10 @@ def test_each_alert_fires_on_what_it_names_and_only_then(tmp_path):
                     fires("20m", "SlipwayMlflowUnreachable"),
                     {"eval_time": "10m", "alertname": "SlipwayAnalysisInconclusive", "exp_alerts": []},
                     fires("20m", "SlipwayAnalysisInconclusive", namespace="team-a", name="llm"),
+                    {"eval_time": "9m", "alertname": "SlipwayMlflowWebhookClockSkew", "exp_alerts": []},
+                    fires("10m", "SlipwayMlflowWebhookClockSkew"),
+                    fires("23m", "SlipwayMlflowWebhookClockSkew"),
+                    {"eval_time": "26m", "alertname": "SlipwayMlflowWebhookClockSkew", "exp_alerts": []},
                     {"eval_time": "4m", "alertname": "SlipwayNoLeader", "exp_alerts": []},
                     fires("15m", "SlipwayNoLeader"),
                 ],

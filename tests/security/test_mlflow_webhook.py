@@ -98,8 +98,9 @@ class Setup:
         self.server: MlflowServer = start_mlflow(tmp_path / "mlflow")
         self.hook_port = free_port()
         env = {"SLIPWAY_MLFLOW_URL": self.server.url, "SLIPWAY_ALIAS_POLL_SECONDS": "30"}  # the default
-        if webhook:
-            env |= {"SLIPWAY_MLFLOW_WEBHOOK_SECRET": SECRET, "SLIPWAY_MLFLOW_WEBHOOK_PORT": str(self.hook_port)}
+        if webhook:  # the ids believed are recorded in a Lease of the test's namespace (its operator's)
+            env |= {"SLIPWAY_MLFLOW_WEBHOOK_SECRET": SECRET, "SLIPWAY_MLFLOW_WEBHOOK_PORT": str(self.hook_port),
+                    "SLIPWAY_LEADER_ELECTION_NAMESPACE": namespace}  # fmt: skip
         self.replica = OperatorReplica("hooked", cluster, namespace, tmp_path, standalone=True, env=env)
         self.endpoint = f"http://127.0.0.1:{self.hook_port}/mlflow/webhook"
         self.recorder: Recorder | None = None
@@ -260,6 +261,9 @@ def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_un
             "signed 10 minutes ago": attack(setup, kube_api, namespace, *old, "stale"),
             "model nobody follows": attack(setup, kube_api, namespace, *unfollowed, "unfollowed"),
         }
+        # The one signed 10 minutes ago: its skew in the gauge and in a warning (what clocks apart would show).
+        skew = setup.replica.metric("slipway_mlflow_webhook_clock_skew_seconds")
+        warned = [line for line in setup.replica.log().splitlines() if "refused as stale" in line]
         times = [move_and_time(setup, versions, kube_api, namespace, 10) for _ in range(MOVES)]
         assert setup.deliveries("woke") >= woke + 1 + MOVES
         assert_secret_nowhere(setup, kube_api, namespace)
@@ -267,6 +271,7 @@ def test_an_alias_move_starts_the_canary_at_once_and_forged_replayed_stale_or_un
         setup.stop()
     assert results == {"wrong signature": 401, "MLflow's delivery replayed": 409, "signed 10 minutes ago": 401,
                        "model nobody follows": 200}, results  # fmt: skip
+    assert skew is not None and -700 < skew <= -600 and len(warned) == 1 and "WARNING" in warned[0], (skew, warned)
     p50 = statistics.median(times)
     report(f"\nalias move -> canary started, MLflow webhook: p50 {p50:.2f} s, max {max(times):.2f} s over {MOVES} "
            f"moves ({', '.join(f'{t:.2f}' for t in times)}); attacks {results}, each 0 MLflow requests")  # fmt: skip

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from localkube.wait import wait_for
 from slipway.controller import Cache
 from slipway.mlflowhook import DELIVERY, SIGNATURE, TIMESTAMP, TOLERANCE, Refused, Verifier, handle
 
@@ -112,6 +113,64 @@ def test_a_refused_delivery_is_not_remembered_and_the_memory_is_bounded():
     assert refused.value.status == 429
 
 
+def test_a_delivery_refused_for_its_timestamp_is_counted_and_warned_of_with_its_skew(caplog):
+    from slipway.metrics import WEBHOOK_CLOCK_SKEW, WEBHOOK_DELIVERIES
+
+    stale = WEBHOOK_DELIVERIES.labels(outcome="stale")
+    before = stale._value.get()
+    verifier, scheduler, cache = Verifier(SECRET.encode()), FakeScheduler(), cache_of(*FOLLOWERS)
+    with caplog.at_level("WARNING", logger="slipway.mlflowhook"):
+        # MLflow's clock 7 minutes ahead: three deliveries a few seconds apart, one warning.
+        for n in range(3):
+            assert handle(verifier, cache, scheduler, *signed(MOVE, at=NOW + 420), now=NOW + n) == (401, "stale")
+        assert WEBHOOK_CLOCK_SKEW._value.get() == 418
+        # A minute on, the next one warns again, with how many were refused since.
+        handle(verifier, cache, scheduler, *signed(MOVE, at=NOW - 400), now=NOW + 61)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and "+420 s" in warnings[0] and "-461 s" in warnings[1], warnings
+    assert "3 refused so since the last warning" in warnings[1] and "sync them (NTP)" in warnings[0]
+    assert stale._value.get() == before + 4 and WEBHOOK_CLOCK_SKEW._value.get() == -461
+    assert scheduler.woken == []
+
+
+class Ledger:
+    """The ids other replicas believed (the Lease's annotation, in memory): record refuses one it holds."""
+
+    def __init__(self, *held: str, failing: bool = False) -> None:
+        self.ids, self.failing = set(held), failing
+
+    def record(self, delivery: str, stamp: int, now: float) -> None:
+        if self.failing:
+            raise Refused(503, "unrecorded")
+        if delivery in self.ids:
+            raise Refused(409, "replayed")
+        self.ids.add(delivery)
+
+
+def test_an_id_another_replica_believed_is_refused_and_one_unrecorded_can_come_again():
+    headers, body = signed(MOVE)
+    elsewhere = Verifier(SECRET.encode(), ledger=Ledger(headers[DELIVERY]))
+    with pytest.raises(Refused) as refused:
+        elsewhere.verify(headers, body, NOW)
+    assert (refused.value.status, refused.value.reason) == (409, "replayed")
+    ledger = Ledger(failing=True)
+    verifier = Verifier(SECRET.encode(), ledger=ledger)
+    with pytest.raises(Refused, match="unrecorded"):  # the API server did not take it: MLflow retries it
+        verifier.verify(headers, body, NOW)
+    assert verifier.seen == {}
+    ledger.failing = False
+    assert verifier.verify(headers, body, NOW + 2)["data"] == MOVE and ledger.ids == {headers[DELIVERY]}
+
+
+def test_a_forged_or_stale_delivery_never_reaches_the_ledger():
+    ledger = Ledger(failing=True)  # any call would raise "unrecorded"
+    verifier = Verifier(SECRET.encode(), ledger=ledger)
+    for make, reason in [(lambda: signed(MOVE, secret="wrong"), "bad-signature"),
+                         (lambda: signed(MOVE, at=NOW - 3600), "stale")]:  # fmt: skip
+        with pytest.raises(Refused, match=reason):
+            verifier.verify(*make(), NOW)
+
+
 def test_the_secret_is_in_no_repr():
     assert SECRET not in repr(Verifier(SECRET.encode()))
 
@@ -188,6 +247,34 @@ def test_a_standby_refuses_so_that_mlflow_retries_and_keeps_the_id_unspent():
     assert handle(verifier, cache, FakeScheduler(active=False), headers, body, now=NOW) == (503, "standby")
     leader = FakeScheduler()
     assert handle(verifier, cache, leader, headers, body, now=NOW + 2) == (200, "woke") and leader.woken
+
+
+def test_a_wake_up_runs_on_the_operators_event_loop_and_a_blocked_loop_answers_queued():
+    import asyncio
+    import threading
+
+    from slipway.mlflowhook import on_loop
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        cache, scheduler = cache_of(*FOLLOWERS), FakeScheduler()
+        woke_on: list[Any] = []
+        scheduler.wake = lambda key, delay=0.0: woke_on.append(threading.current_thread())  # type: ignore[method-assign]
+        wake = on_loop(loop, timeout=5)
+        assert handle(Verifier(SECRET.encode()), cache, scheduler, *signed(MOVE), now=NOW, wake=wake) == (200, "woke")
+        assert woke_on == [thread, thread]
+        released = threading.Event()
+        loop.call_soon_threadsafe(released.wait, 10)  # the loop blocked (a handler that blocks it)
+        late = on_loop(loop, timeout=0.2)
+        assert handle(Verifier(SECRET.encode()), cache, scheduler, *signed(MOVE), now=NOW, wake=late) == (202, "queued")
+        released.set()
+        wait_for(lambda: len(woke_on) == 4, 10, "the queued wake-ups")
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 async def test_with_a_secret_the_operator_serves_the_webhook_and_looks_aliases_up_only_as_its_fallback(
