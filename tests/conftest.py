@@ -106,8 +106,10 @@ def operator(cluster, slipway_crds, namespace, kube_api, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
     running: list[OperatorProcess] = []
 
-    def start(mlflow_url: str | None = None, kubeconfig=None) -> OperatorProcess:
-        op = OperatorProcess(cluster, namespace, mlflow_url, kubeconfig)
+    def start(mlflow_url: str | None = None, kubeconfig=None, also: tuple[str, ...] = ()) -> OperatorProcess:
+        for more in also:  # more namespaces it watches, restricted too
+            client.CoreV1Api(kube_api).patch_namespace(more, restricted)
+        op = OperatorProcess(cluster, namespace, mlflow_url, kubeconfig, also)
         op.start()
         running.append(op)
         return op

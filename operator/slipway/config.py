@@ -32,6 +32,14 @@ class OperatorConfig:
     # Gateways of other namespaces every namespace's HTTPRoutes may attach to (namespace/name globs,
     # e.g. gateway-system/public); a namespace's slipway.dev/allowed-gateways adds its own.
     allowed_gateways: tuple[str, ...] = _setting("allowed_gateways")
+    # MLflow experiments and registered models (globs) used although Slipway did not make them (no
+    # proof, slipway.mlflow.proof), and stamped; a Namespace's slipway.dev/adopt-mlflow-names adds more.
+    adopt_mlflow_names: tuple[str, ...] = _setting("adopt_mlflow_names")
+    # The Secret (in the operator's namespace) holding the key of the proofs, if not given directly.
+    mlflow_proof_secret: str = _setting("mlflow_proof_secret")
+    # Label matchers of Traefik's own series (its scrape target's job and namespace), the only ones
+    # the analysis preset gateway reads (slipway.inference.providers.gateway_queries).
+    traefik_selector: str = _setting("traefik_selector")
     # Multi-tenant mode: a namespace without the slipway.dev/allowed-models annotation may use no
     # MLflow model (see slipway.tenancy).
     require_model_allowlist: bool = _setting("require_model_allowlist")
@@ -84,6 +92,8 @@ class OperatorConfig:
     lease_retry_seconds: float = _setting("lease_retry_seconds")
     # Liveness (/healthz) fails while a reconciliation pass has run longer than this: a stuck thread.
     stuck_pass_seconds: float = _setting("stuck_pass_seconds")
+    # A ModelArtifact's model with more files or directories than this is Stalled (TooManyFiles).
+    max_digest_files: int = _setting("max_digest_files")
 
     @property
     def pod_mlflow_url(self) -> str | None:

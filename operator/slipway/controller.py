@@ -19,6 +19,7 @@ import contextvars
 import functools
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,33 @@ PassFn = Callable[[Key], "float | None"]
 READ_ATTEMPTS = 10  # copies of an index store tried while kopf changes it on the event loop
 # Backoff for passes that fail with an unexpected error (seconds), by consecutive failures.
 ERROR_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+# Keys remembered as having had a pass. A wake-up can name an object that does not exist (a child's
+# ownerReference names any owner a tenant writes), and its pass still counts: past this many, the
+# least recently passed is forgotten (its next pass takes the lane of a first pass, nothing else).
+PASSED_LIMIT = 20_000
+
+
+class RecentKeys:
+    """A set of at most ``limit`` keys: adding one past the limit forgets the least recently added."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.keys: OrderedDict[Key, None] = OrderedDict()
+
+    def add(self, key: Key) -> None:
+        self.keys[key] = None
+        self.keys.move_to_end(key)
+        while len(self.keys) > self.limit:
+            self.keys.popitem(last=False)
+
+    def discard(self, key: Key) -> None:
+        self.keys.pop(key, None)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
 
 
 class Scheduler:
@@ -41,7 +69,7 @@ class Scheduler:
     at a time (a wake-up during a pass runs it again right after), ``workers`` passes at once,
     passes woken by a change before those only a requeue timer woke (see :class:`Slots`)."""
 
-    def __init__(self, run: PassFn, workers: int = 4, for_new: int = 0) -> None:
+    def __init__(self, run: PassFn, workers: int = 4, for_new: int = 0, passed_limit: int = PASSED_LIMIT) -> None:
         self.run = run
         self.loop = asyncio.get_running_loop()
         self.slots = Slots(workers, for_new=for_new)
@@ -60,7 +88,7 @@ class Scheduler:
         self.pending: set[Key] = set()
         self.started: dict[Key, float] = {}  # loop time each running pass got its slot (liveness)
         self.critical: set[Key] = set()  # keys whose passes take the critical lane (see Slots)
-        self.passed: set[Key] = set()  # keys that had a pass in this process (the others are new)
+        self.passed = RecentKeys(passed_limit)  # keys that had a pass in this process (the others are new)
 
     def wake(self, key: Key, delay: float = 0.0, *, requeue: bool = False) -> None:
         """Run a pass of ``key`` within ``delay`` seconds (an earlier wake-up wins). ``requeue``:
@@ -220,6 +248,16 @@ class Cache:
             except RuntimeError:
                 continue
         return self._copy(index, key)
+
+    def names(self, index: str) -> list[str]:
+        """The names of every object in ``index`` (its ``("name", namespace, name)`` keys), copied
+        again while kopf changes it, as :meth:`select`."""
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return [key[2] for key in list(self.indexes[index]) if key[0] == "name"]
+            except RuntimeError:
+                continue
+        return [key[2] for key in list(self.indexes[index]) if key[0] == "name"]
 
     def _copy(self, index: str, key: tuple[str, ...]) -> list[dict[str, Any]]:
         store = self.indexes[index].get(key)

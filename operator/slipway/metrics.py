@@ -29,14 +29,27 @@ EXTERNAL_REQUESTS = Counter(
     "HTTP requests sent to external services, by service (mlflow, prometheus) and outcome (ok, error).",
     ["service", "outcome"],
 )
-# One per MLflow webhook delivery received (slipway.mlflowhook); only "woke" led to a pass.
+# One per MLflow webhook delivery received (slipway.mlflowhook); only "woke" and "queued" led to a pass.
+WEBHOOK_OUTCOMES = ("woke", "queued", "unfollowed", "ignored", "unsigned", "bad-signature", "stale", "replayed",
+                    "busy", "unrecorded", "malformed", "too-large", "standby", "rate-limited", "timeout", "evicted",
+                    "overloaded", "bad-request", "error")  # fmt: skip
 WEBHOOK_DELIVERIES = Counter(
     "slipway_mlflow_webhook_deliveries_total",
-    "MLflow webhook deliveries by outcome: woke (deployments following the alias woken), unfollowed (none "
-    "follows it), ignored (another event), or why it was refused: unsigned, bad-signature, stale, replayed, busy, "
-    "malformed, too-large, standby.",
+    "MLflow webhook requests by outcome: woke (deployments following the alias woken), queued (woken once the "
+    "event loop takes it), unfollowed (none follows it), ignored (another event), or why it was refused: unsigned, "
+    "bad-signature, stale (its timestamp over 300 s from this replica's clock), replayed, busy, unrecorded (its "
+    "id could not be recorded), malformed, too-large, standby, rate-limited, timeout (headers or body too slow), "
+    "evicted (closed for a newer connection while still sending), overloaded, bad-request, error.",
     ["outcome"],
 )
+for _webhook_outcome in WEBHOOK_OUTCOMES:  # every series from 0, so that increase() sees the first one
+    WEBHOOK_DELIVERIES.labels(outcome=_webhook_outcome)
+WEBHOOK_CLOCK_SKEW = Gauge(
+    "slipway_mlflow_webhook_clock_skew_seconds",
+    "The last MLflow webhook delivery refused as stale: its timestamp minus this replica's clock (positive: "
+    "MLflow's clock is ahead).",
+)
+WEBHOOK_CONNECTIONS = Gauge("slipway_mlflow_webhook_connections", "Connections open to the MLflow webhook endpoint.")
 LEADER = Gauge("slipway_leader", "1 while this replica leads (holds the Lease and reconciles), 0 while it stands by.")
 CHILD_ACTIONS = Counter(
     "slipway_child_actions_total", "Children created, updated or deleted, by kind and action.", ["kind", "action"]
@@ -162,7 +175,8 @@ def object_series(
         parsed = parse_time(rollback.get("time"))
         when = parsed.timestamp() if parsed else None
         if when is not None:
-            pulled = (namespace, name, str(rollback.get("reason") or ""), str(rollback.get("modelVersion") or ""))
+            # Clipped: a record an earlier release read back from a version's tag may hold its whole text.
+            pulled = (namespace, name, str(rollback.get("reason") or "")[:64], str(rollback.get("modelVersion") or ""))
             series.append((LAST_ROLLBACK, pulled, when))
         for track in ("stable", "canary"):
             served = status.get(track) or {}

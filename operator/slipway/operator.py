@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -16,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from slipway import cost, kube, metrics, mlflowhook, watches
+from slipway import cost, kube, metrics, mlflowhook, proofkey, watches
 from slipway.artifact import handler as modelartifact
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
@@ -234,6 +235,9 @@ async def startup(
         memo.kube = Kube.connect(connections=config.workers + 4)  # passes, and the leader's renewals
     if memo.get("mlflow") is None and config.mlflow_url:
         memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
+    if isinstance(memo.get("mlflow"), MlflowClient) and memo.mlflow.proof is None:  # what it creates, proven
+        memo.mlflow.proof = await asyncio.to_thread(
+            proofkey.load, memo.kube, config.leader_election_namespace, config.mlflow_proof_secret)  # fmt: skip
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
     memo.healer = Healer(memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS,
@@ -257,8 +261,11 @@ async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: 
     if not secret or not config.mlflow_webhook_port:
         return
     memo.config = dataclasses.replace(config, alias_poll_seconds=config.alias_webhook_poll_seconds)
+    # The ids believed are kept in a Lease of the operator's namespace, so that no replica believes one twice.
+    kube = memo.get("kube")
+    ledger = mlflowhook.LeaseLedger(kube.api, config.leader_election_namespace) if kube is not None else None
     memo.webhook = await mlflowhook.serve(secret, memo.cache, memo.scheduler, config.mlflow_webhook_port,
-                                          config.metrics_address)  # fmt: skip
+                                          config.metrics_address, ledger)  # fmt: skip
     logger.info("MLflow webhook on %s:%d%s; alias lookups every %gs as its fallback", config.metrics_address,
                 config.mlflow_webhook_port, mlflowhook.PATH, config.alias_webhook_poll_seconds)  # fmt: skip
 

@@ -56,6 +56,10 @@ REASONS: tuple[Reason, ...] = (
        "a cluster admin adds it to the namespace's annotation"),
     _r("ExperimentNotAllowed", "Stalled", ANY, "the same, for the MLflow experiment a TrainingRun logs to",
        "a cluster admin adds it to `slipway.dev/allowed-models`"),
+    _r("MlflowObjectNotProven", "Stalled", ANY, "an MLflow experiment or registered model of that name exists but "
+       "Slipway did not create it (no valid `slipway.dev/proof` tag): someone else may own it, so it is not used "
+       "(where the allow-list applies)", "delete or rename it in MLflow, or choose another name; if it is the "
+       "team's own, a cluster admin lists it in the Namespace's `slipway.dev/adopt-mlflow-names`"),
     _r("SourceNotAllowed", "Stalled", ANY, "a source's run, experiment or URI is not the namespace's to use "
        "(another team's run, a scheme MLflow does not own, `..`, percent-encoding), or a quantizer's output lies "
        "outside its own run", "name a source of the namespace's own; the message names the field"),
@@ -147,6 +151,12 @@ REASONS: tuple[Reason, ...] = (
     _r("ModelNotFound", "Stalled", MA, "the source names an MLflow 3 LoggedModel (`models:/m-<id>`) MLflow does not "
        "have", "name a LoggedModel that exists (`mlflow.search_logged_models`), or its run"),
     _r("Registering", "Reconciling", MA, "registering the model version in MLflow", "nothing"),
+    _r("Digesting", "Reconciling", MA, "Slipway reads every file of the model to digest it before registering it, a "
+       "few seconds of each pass at a time; the message counts the files read (a restarted operator starts again)",
+       "nothing"),
+    _r("TooManyFiles", "Stalled", MA, "the model holds more files or directories than the operator digests "
+       "(`--max-digest-files`, `SLIPWAY_MAX_DIGEST_FILES`, default 10000); nothing is registered",
+       "log the model as fewer files (an archive), or a cluster admin raises the setting"),
     _r("Quantizing", "Reconciling", MA, "the quantize Job runs", "nothing"),
     _r("Validating", "Reconciling", MA, "the validate Job runs", "nothing"),
     _r("QuantizationFailed", "Stalled", MA, "the quantize Job failed (or set no output tag)", "its pods' logs say "

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from slipway import children, kube, metrics, tenancy
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key
-from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable
+from slipway.mlflow import MlflowClient, MlflowError, MlflowUnavailable, Unproven
 from slipway.models.base import StatusModel, describe_errors
 from slipway.prometheus import PrometheusClient
 from slipway.status.conditions import Cond, new_generation, reconciling, stalled
@@ -25,6 +25,7 @@ from slipway.tenancy import Policy
 M = TypeVar("M", bound=BaseModel)
 Step = Callable[["Context", M], "float | None"]
 Models = Callable[[M], list[tenancy.Use]]
+UNPROVEN_RECHECK_SECONDS = 300.0  # an MLflow object Slipway did not make, until it is renamed or opted in
 MLFLOW_NOT_CONFIGURED = "the operator has no MLflow address: set SLIPWAY_MLFLOW_URL (or --mlflow-url) in its Deployment"
 LEGACY_FINALIZER = "slipway.dev/finalizer"  # added by kopf timers in earlier Slipway versions
 
@@ -265,7 +266,7 @@ def attempt(
         if models is not None:
             namespace = ctx.cache.get("namespaces", "", ctx.namespace)
             ctx.tenancy = tenancy.Policy.of(ctx.namespace, namespace, ctx.config.require_model_allowlist,
-                                            ctx.config.allowed_gateways)  # fmt: skip
+                                            ctx.config.allowed_gateways, ctx.config.adopt_mlflow_names)  # fmt: skip
             ctx.tenancy.check(models(spec))
         if ctx.mlflow is None and needs_mlflow:
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
@@ -280,6 +281,9 @@ def attempt(
     except tenancy.NotAllowed as exc:  # woken by the namespace's annotation when an admin allows it
         ctx.write(stalled(exc.reason, str(exc)))
         return None
+    except Unproven as exc:  # woken by the namespace's annotation too; MLflow sends no event: looked at again
+        ctx.write(stalled(exc.reason, str(exc)))
+        return UNPROVEN_RECHECK_SECONDS
     except kube.Conflict:
         return conflicted(ctx)
     except kube.Unavailable as exc:

@@ -17,8 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from slipway import labelmatchers
 from slipway._version import __version__
 from slipway.redact import redact_url
+
+# Traefik's own series (the analysis preset gateway), as the local cluster scrapes it: a static
+# target of the job "gateway", without the namespace label pod discovery gives. A pod exporting
+# traefik_service_requests_total itself is scraped under its own job (its "job" label renamed
+# exported_job unless the scrape honours labels) and with its namespace: it is never counted.
+TRAEFIK_SELECTOR = 'job="gateway",namespace=""'
 
 
 def parse_list(text: str | None) -> tuple[str, ...]:
@@ -39,6 +46,11 @@ def parse_url_list(text: str | None) -> tuple[str, ...]:
         if not valid:
             raise ValueError(f"{redact_url(url)!r} is not an http(s) URL such as http://prometheus.monitoring:9090")
     return urls
+
+
+def parse_selector(text: str) -> str:
+    """Label matchers of a scrape target (``job="traefik",namespace="traefik"``), in one normal form."""
+    return labelmatchers.check(text, "the selector")
 
 
 def parse_bool(text: str) -> bool:
@@ -125,6 +137,10 @@ SETTINGS: tuple[Setting, ...] = (
     _s("allowed_prometheus_urls", "SLIPWAY_ALLOWED_PROMETHEUS_URLS", (), "comma-separated Prometheus addresses a "
        "spec may name in spec.rollout.analysis.prometheus.address (default: only --prometheus-url, which is always "
        "allowed)", "--allowed-prometheus-urls", parse=parse_url_list, shown_default=""),
+    _s("traefik_selector", "SLIPWAY_TRAEFIK_SELECTOR", TRAEFIK_SELECTOR, "label matchers of Traefik's own series, "
+       "its scrape target's job and namespace (e.g. job=\"traefik\",namespace=\"traefik\"), read by the analysis "
+       "preset gateway: series of any other target (a pod exporting traefik_service_requests_total) are never counted",
+       "--traefik-selector", parse=parse_selector, metavar="MATCHERS"),
     _s("metrics_port", "SLIPWAY_METRICS_PORT", 8080, "port of the operator's own /metrics (0 disables)",
        "--metrics-port", parse=int),
     _s("liveness", "SLIPWAY_LIVENESS", "http://0.0.0.0:8081/healthz", "kopf's liveness endpoint URL", "--liveness",
@@ -151,6 +167,16 @@ SETTINGS: tuple[Setting, ...] = (
        "webhook deliveries with (the chart's mlflow.webhookSecret names the Secret it comes from); set, the operator "
        "serves the webhook and an alias moved in MLflow wakes the deployments following it at once. Never logged",
        shown_default=""),
+    _s("mlflow_proof_key", "SLIPWAY_MLFLOW_PROOF_KEY", "", "the key the operator signs what it creates in MLflow "
+       "with (experiments, registered models, runs, versions: the tag slipway.dev/proof); unset, it is read from "
+       "--mlflow-proof-secret, which the operator creates if missing. Never logged", shown_default=""),
+    _s("mlflow_proof_secret", "SLIPWAY_MLFLOW_PROOF_SECRET", "slipway-mlflow-proof", "the Secret, in the operator's "
+       "namespace (--leader-election-namespace), whose key 'key' holds the MLflow proof key; created with a random "
+       "key when missing", "--mlflow-proof-secret", empty=True),
+    _s("adopt_mlflow_names", "SLIPWAY_ADOPT_MLFLOW_NAMES", (), "comma-separated globs of MLflow experiments and "
+       "registered models that Slipway uses although it did not create them (no slipway.dev/proof tag), stamping "
+       "them as its own; a Namespace's slipway.dev/adopt-mlflow-names adds more for that namespace",
+       "--adopt-mlflow-names", parse=parse_list, shown_default=""),
     _s("mlflow_webhook_port", "SLIPWAY_MLFLOW_WEBHOOK_PORT", 8082, "port of the MLflow webhook endpoint "
        "(POST /mlflow/webhook, on --metrics-address), served while a webhook secret is set (0: never)", parse=int),
     _s("alias_webhook_poll_seconds", "SLIPWAY_ALIAS_WEBHOOK_POLL_SECONDS", 300.0, "how often a deployment that "
@@ -164,6 +190,9 @@ SETTINGS: tuple[Setting, ...] = (
        "is kept for canary decisions, a third for new objects' first passes)", parse=lambda text: max(3, int(text))),
     _s("stuck_pod_grace_seconds", "SLIPWAY_STUCK_POD_GRACE_SECONDS", 300.0, "a training pod that cannot run (bad "
        "image, missing Secret, crash loop) is Stalled after this", parse=float),
+    _s("max_digest_files", "SLIPWAY_MAX_DIGEST_FILES", 10_000, "a ModelArtifact's model with more files (or "
+       "directories) than this is not registered: Stalled, reason TooManyFiles (Slipway digests every file of a "
+       "model it registers, a few seconds of each pass at a time)", "--max-digest-files", parse=int),
 )
 # fmt: on
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -19,6 +19,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from slipway.config import parse_list
+from slipway.mlflow.proof import Guard, Proof
 from slipway.mlflow.uris import decoded, parse_model_uri, parse_run_uri, path_hazard
 from slipway.redact import redact_url
 
@@ -33,6 +34,9 @@ ALLOWED_HOSTNAMES = "slipway.dev/allowed-hostnames"
 # Gateways of other namespaces an HTTPRoute of the namespace may attach to (``namespace/name`` globs),
 # beside the operator's --allowed-gateways; a Gateway in the namespace itself is always allowed.
 ALLOWED_GATEWAYS = "slipway.dev/allowed-gateways"
+# MLflow experiments and registered models (globs) the namespace uses although Slipway did not make
+# them (no slipway.dev/proof tag, slipway.mlflow.proof): an admin's word that the name is the team's own.
+ADOPT_MLFLOW_NAMES = "slipway.dev/adopt-mlflow-names"
 ARTIFACTS_SCHEME = "mlflow-artifacts:"
 
 What = Literal["model", "experiment"]
@@ -87,6 +91,7 @@ class Policy:
     priority_classes: tuple[str, ...] | None = None  # None: any
     gateways: tuple[str, ...] = ()  # other namespaces' Gateways, namespace/name globs
     hostnames: tuple[str, ...] | None = None  # globs of the hostnames its routes may claim; None: not set
+    adopt_names: tuple[str, ...] = ()  # MLflow names used without Slipway's proof (globs)
 
     @classmethod
     def of(
@@ -95,14 +100,22 @@ class Policy:
         namespace: Mapping[str, Any] | None,
         required: bool,
         cluster_gateways: Iterable[str] = (),
+        cluster_adopt_names: Iterable[str] = (),
     ) -> Policy:
         patterns = allowed_patterns(namespace)
+        adopt = (*cluster_adopt_names, *(allowed_patterns(namespace, ADOPT_MLFLOW_NAMES) or []))
         classes = allowed_patterns(namespace, ALLOWED_PRIORITY_CLASSES)
         gateways = [*cluster_gateways, *(allowed_patterns(namespace, ALLOWED_GATEWAYS) or [])]
         hostnames = allowed_patterns(namespace, ALLOWED_HOSTNAMES)
         return cls(namespace_name, tuple(patterns) if patterns is not None else None, required,
                    tuple(classes) if classes is not None else None, tuple(gateways),
-                   tuple(hostnames) if hostnames is not None else None)  # fmt: skip
+                   tuple(hostnames) if hostnames is not None else None, tuple(adopt))  # fmt: skip
+
+    def guard(self, proof: Proof | None, owner: str, trusted: Iterable[str] = ()) -> Guard:
+        """What a pass of ``owner`` (namespace/name) trusts in MLflow: proofs are enforced where the
+        allow-list is (a single-team cluster has no names to squat); ``trusted`` (``experiment:<name>``,
+        ``experiment-id:<id>``, ``model:<name>``) are what the object's own status already records."""
+        return Guard(proof, self.namespace, owner, self.active, frozenset(trusted), self.adopt_names)
 
     def priority_class(self, asked: str | None, field: str, default: str) -> str:
         """The PriorityClass the pods get: the one the spec names (``field``) if the namespace may use

@@ -16,8 +16,8 @@ import kopf
 from slipway import GROUP, VERSION, kinds, metrics
 from slipway.builders.common import MANAGED_BY
 from slipway.controller import Key, fingerprint, owner_keys
-from slipway.mlflowcreds import MLFLOW_CREDENTIALS
-from slipway.tenancy import ALLOWED_MODELS
+
+SLIPWAY_ANNOTATIONS = f"{GROUP}/"
 
 PLURALS = kinds.PLURALS
 INDEXES = tuple(index for k in kinds.ALL for index in k.indexes)
@@ -123,11 +123,12 @@ async def namespaces(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[st
 
 @kopf.on.event("v1", "namespaces", id="wake-objects-of-namespace")
 async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """A new model allow-list or MLflow credentials Secret: every Slipway object of the namespace is
-    checked again."""
+    """A change to any of the namespace's ``slipway.dev/*`` annotations (its model allow-list, MLflow
+    credentials Secret, MLflow names opted in, PriorityClasses, Gateways): every Slipway object of the
+    namespace is checked again."""
     name = body["metadata"]["name"]
     annotations = body["metadata"].get("annotations") or {}
-    allowed = (annotations.get(ALLOWED_MODELS), annotations.get(MLFLOW_CREDENTIALS))
+    allowed = tuple(sorted((k, v) for k, v in annotations.items() if k.startswith(SLIPWAY_ANNOTATIONS)))
     seen: dict[Key, tuple[Any, ...]] = memo.seen
     key: Key = ("namespaces", "", name)
     if seen.get(key) == allowed:

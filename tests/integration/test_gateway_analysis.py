@@ -5,7 +5,8 @@ scraped by the cluster's Prometheus). A healthy version is promoted step by step
 fails a share of its requests with 500 is rolled back by the gateway's error rate.
 
 The test has a gateway of its own (:func:`localkube.gateway.private_gateway`, Traefik with
-Prometheus metrics, watching this namespace only), scraped as a job of its own."""
+Prometheus metrics, watching this namespace only), scraped as a job of its own, which the operator
+reads (``SLIPWAY_TRAEFIK_SELECTOR``)."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ class Steps:
 
 
 def test_mlflow_models_serve_is_canaried_and_rolled_back_by_the_gateways_metrics(
-    kube_api, namespace, operator, cluster, mlflow: MlflowClient
+    kube_api, namespace, operator, cluster, mlflow: MlflowClient, monkeypatch
 ):
     model = f"scorer-{namespace}"
     versions = mlflow_client(LOG, cluster.mlflow_url, f"gateway-{namespace}", model, str(FAILING))["versions"]
@@ -156,6 +157,7 @@ def test_mlflow_models_serve_is_canaried_and_rolled_back_by_the_gateways_metrics
         client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
             "gateway.networking.k8s.io", "v1", namespace, "gateways", gateway("web", namespace, gw.port)
         )
+        monkeypatch.setenv("SLIPWAY_TRAEFIK_SELECTOR", f'job="{gw.job}",namespace=""')  # its own scrape job
         operator()
         mlflow.set_alias(model, "candidate", versions[0])
         apply_object(kube_api, namespace, deployment(model, cluster.mlflow_url))

@@ -11,7 +11,9 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
+from slipway.artifact.model import ModelArtifactSpec
 from slipway.mlflow import MlflowClient, model_version_filter
+from slipway.mlflow.records import ROLE_TAG, UID_TAG, WORK_TAG, work_key
 from slipway_testing import apply_object, custom, get_object, model_artifact, phase_in, report, wait_status
 
 pytestmark = pytest.mark.cluster
@@ -77,3 +79,36 @@ def test_a_model_artifact_applied_again_registers_nothing_and_moves_no_alias(
         delete_and_wait(kube_api, namespace, "digits")
         apply_object(kube_api, namespace, {**body, "spec": {**body["spec"], "aliases": ["candidate"]}})
         wait_for(lambda: len(versions(mlflow, model)) == len(before[0]) + 1, 120, "a new version for a new spec")
+
+
+def test_a_version_registered_under_the_earlier_work_key_is_adopted_not_registered_again(
+    kube_api, namespace, operator, mlflow, trained
+):
+    """Until the work key hashed the spec as written it hashed the spec with its defaults: a version an
+    earlier build registered (tagged with that key, by another uid, decided, its alias moved) is adopted
+    by the same YAML applied after the upgrade: no version registered, no alias moved again."""
+    model = f"digits-{namespace}"
+    body = model_artifact("digits", model, {"mlflowRun": {"runId": trained}}, aliases=["candidate"])
+    spec = ModelArtifactSpec.model_validate(body["spec"])
+    uri = f"runs:/{trained}/model"
+    # The earlier build's key, as its handler computed it: the spec with every default, dumped.
+    earlier = work_key(namespace, "digits", spec.model_dump(mode="json", by_alias=True, exclude_none=True), uri)
+    mlflow.get_or_create_registered_model(model)
+    tags = {UID_TAG: "uid-of-the-earlier-build", ROLE_TAG: "source", WORK_TAG: earlier,
+            "slipway.dev/modelartifact": f"{namespace}/digits", "slipway.dev/validation": "passed",
+            "slipway.dev/gates": "[]", "slipway.dev/aliases-set": "candidate"}  # fmt: skip
+    made = mlflow.create_model_version(model, uri, trained, tags).version
+    mlflow.set_alias(model, "candidate", made)
+    by_hand = mlflow.create_model_version(model, uri, trained, {}).version
+    mlflow.set_alias(model, "candidate", by_hand)  # a person moved it since: it stays
+    before = versions(mlflow, model)
+    operator()
+    apply_object(kube_api, namespace, body)
+    status = wait_status(kube_api, namespace, "ModelArtifact", "digits", phase_in("Validated", "Rejected", "Failed"),
+                         120, "a decision")["status"]  # fmt: skip
+    after = versions(mlflow, model)
+    candidate = mlflow.get_version_by_alias(model, "candidate")
+    report(f"earlier work key: versions {len(before)} -> {len(after)}, adopted version {status.get('modelVersion')} "
+           f"(registered as {made}), candidate on {candidate.version if candidate else None}")  # fmt: skip
+    assert status["phase"] == "Validated" and status["modelVersion"] == made, status
+    assert after == before and candidate is not None and candidate.version == by_hand

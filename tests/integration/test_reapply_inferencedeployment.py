@@ -237,10 +237,10 @@ def test_a_stable_left_behind_is_not_adopted_and_a_tagged_version_gets_no_canary
                                                      "digits", propagation_policy="Orphan")  # fmt: skip
     left = lambda: "digits-stable" in {n for n, _ in orphans(kube_api, namespace)}  # noqa: E731
     wait_for(lambda: left() and not exists(kube_api, namespace), 60, "digits deleted, its stable left behind")
-    # Meanwhile `candidate` moved to a version an InferenceDeployment elsewhere rolled back (its tag, as written).
+    # Meanwhile `candidate` moved to a version an earlier `digits` of this namespace rolled back (its tag, as written).
     v2 = versions.publish()
-    mlflow.set_model_version_tag(versions.model, v2, TAG, "reason=AnalysisFailed, revision=elsewhere, "
-                                 "time=2026-12-05T01:00:00Z, metric=errorRate, value=0.3")  # fmt: skip
+    mlflow.set_model_version_tag(versions.model, v2, TAG, f"deployment={namespace}/digits, reason=AnalysisFailed, "
+                                 "revision=r0, time=2026-12-05T01:00:00Z, metric=errorRate, value=0.3")  # fmt: skip
     counts.registered = counts.count_versions()
     reapply(kube_api, namespace, body, counts)
     taken = lambda o: condition(o, "Stalled").get("reason") == "OwnedByOther"  # noqa: E731

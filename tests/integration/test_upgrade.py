@@ -128,7 +128,7 @@ def restored(api, namespace: str, mlflow: MlflowClient, trained: str) -> str:
     r1 = versions.publish()
     mlflow.set_alias(versions.model, "production", r1)
     r2 = versions.publish()
-    tag = "reason=Aborted, revision=before-the-restore, time=2026-12-01T00:00:00Z"
+    tag = f"deployment={namespace}/restored, reason=Aborted, revision=before-the-restore, time=2026-12-01T00:00:00Z"
     mlflow.set_model_version_tag(versions.model, r2, "slipway.dev/rollback", tag)
     apply_object(api, namespace, serving_spec("restored", versions.model, steps=[{"weight": 50, "pause": "30m"}]))
     wait_for(lambda: (status(api, namespace, "restored").get("lastRollback") or {}).get("tag") == tag

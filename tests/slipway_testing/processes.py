@@ -19,6 +19,10 @@ from kopf.testing import KopfRunner
 
 from slipway_testing.cluster import ROOT
 
+# The key of the MLflow proofs (slipway.mlflow.proof) of the operators the tests run, as an operator
+# pod gets it from its Secret: the same for every operator, so one restarted or replaced honours them.
+TEST_PROOF_KEY = "slipway-tests-mlflow-proof-key"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -27,11 +31,15 @@ def free_port() -> int:
 
 
 class OperatorProcess:
-    """The operator under kopf's test runner (a thread of this process), watching one namespace."""
+    """The operator under kopf's test runner (a thread of this process), watching one namespace (and ``also``)."""
 
-    def __init__(self, cluster: Any, namespace: str, mlflow_url: str | None = None, kubeconfig: Any = None) -> None:
+    def __init__(
+        self, cluster: Any, namespace: str, mlflow_url: str | None = None, kubeconfig: Any = None,
+        also: tuple[str, ...] = (),
+    ) -> None:  # fmt: skip
         self.cluster = cluster
         self.namespace = namespace
+        self.also = also  # more namespaces it watches
         self.mlflow_url = mlflow_url or cluster.mlflow_url
         self.kubeconfig = kubeconfig or cluster.kubeconfig  # another identity, e.g. an audited one
         self.runner: KopfRunner | None = None
@@ -41,7 +49,9 @@ class OperatorProcess:
         os.environ["SLIPWAY_MLFLOW_URL"] = self.mlflow_url or ""
         os.environ["SLIPWAY_PROMETHEUS_URL"] = self.cluster.prometheus_url or ""
         os.environ["SLIPWAY_METRICS_PORT"] = "0"
+        os.environ.setdefault("SLIPWAY_MLFLOW_PROOF_KEY", TEST_PROOF_KEY)  # one key for every operator of the run
         args = ["run", "--standalone", "--namespace", self.namespace, "-m", "slipway.operator"]
+        args += [arg for more in self.also for arg in ("--namespace", more)]
         args += ["--liveness", f"http://127.0.0.1:{free_port()}/healthz"]
         self.runner = KopfRunner(args, timeout=60)
         self.runner.__enter__()
@@ -86,6 +96,7 @@ class OperatorReplica:
             "SLIPWAY_MLFLOW_URL": cluster.mlflow_url or "",
             "SLIPWAY_PROMETHEUS_URL": cluster.prometheus_url or "",
             "SLIPWAY_METRICS_ADDRESS": "127.0.0.1",
+            "SLIPWAY_MLFLOW_PROOF_KEY": os.environ.get("SLIPWAY_MLFLOW_PROOF_KEY", TEST_PROOF_KEY),
             "POD_NAME": name,
             **(env or {}),
         }

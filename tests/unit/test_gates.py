@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from slipway.artifact.gates import (
@@ -157,3 +159,66 @@ def test_max_relative_to_baseline_needs_a_baseline_and_follows_on_missing_baseli
     assert missing == "baseline production does not exist yet: failed by onMissingBaseline=fail"
     zero = Baseline(ref="production", version="3", metrics={COST_PER_MILLION: 0.0})
     assert "not positive, no ratio" in evaluate_gate(g, 0.01, zero).message
+
+
+# ------------------------------------------------------------ non-finite values (NaN, +/-Infinity)
+
+NON_FINITE = [
+    (float("nan"), "NaN (not a number)"),
+    (float("inf"), "Infinity"),
+    (float("-inf"), "-Infinity"),
+    (1.7976931348623157e308, "Infinity"),  # how MLflow's SQL store returns a logged Infinity
+    (-1.7976931348623157e308, "-Infinity"),
+]
+KINDS = {  # every kind of gate, each one a finite value such as 0.9 would pass
+    "min": {"metric": "accuracy", "min": 0.85},
+    "max": {"metric": "accuracy", "max": 0.99},
+    "maxRelativeDrop": {"metric": "accuracy", "maxRelativeDrop": 0.5, "baseline": "production"},
+    "maxRelativeToBaseline": {"metric": "accuracy", "maxRelativeToBaseline": 2.0, "baseline": "production"},
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("value", "reads"), NON_FINITE)
+def test_a_non_finite_value_fails_every_kind_of_gate_saying_so(kind, value, reads):
+    assert evaluate_gate(gate(**KINDS[kind]), 0.9, PROD).passed  # the gate passes a finite value
+    outcome = evaluate_gate(gate(**KINDS[kind]), value, PROD)
+    assert not outcome.passed
+    assert outcome.message == f"accuracy is {reads}: a non-finite value never passes a gate"
+    status = outcome.to_status()  # JSON has no NaN: the value is left out, the message says what it was
+    assert "value" not in status and status["message"] == outcome.message
+    assert json.loads(json.dumps(status, allow_nan=False)) == status
+
+
+@pytest.mark.parametrize("kind", ["maxRelativeDrop", "maxRelativeToBaseline"])
+@pytest.mark.parametrize(("value", "reads"), NON_FINITE)
+@pytest.mark.parametrize(("policy", "passed"), [("pass", True), ("fail", False)])
+def test_a_non_finite_baseline_value_counts_as_missing(kind, value, reads, policy, passed):
+    g = gate(**KINDS[kind], onMissingBaseline=policy)
+    baseline = Baseline(ref="production", version="3", metrics={"accuracy": value})
+    outcome = evaluate_gate(g, 0.9, baseline)
+    assert outcome.passed is passed
+    assert outcome.message == (
+        f"baseline production (version 3) has no usable accuracy: the baseline's value is {reads}, not finite: "
+        f"{'passed' if passed else 'failed'} by onMissingBaseline={policy}"
+    )
+    assert "baselineValue" not in outcome.to_status()
+    json.dumps(outcome.to_status(), allow_nan=False)
+
+
+def test_a_refused_baseline_tag_is_missing_with_its_reason():
+    g = gate(metric="accuracy", maxRelativeDrop=0.02, baseline="production", onMissingBaseline="fail")
+    why = "its MLflow tag slipway.metric.accuracy is 'nan', NaN (not a number), not finite"
+    baseline = Baseline(ref="production", version="3", metrics={}, refused={"accuracy": why})
+    outcome = evaluate_gate(g, 0.9, baseline)
+    assert not outcome.passed
+    assert outcome.message == f"baseline production (version 3) has no usable accuracy: {why}: failed by " \
+        "onMissingBaseline=fail"  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "reads"), NON_FINITE)
+def test_a_non_finite_throughput_derives_no_cost(value, reads):
+    derived, unavailable = with_derived({"predictionsPerCpuSecond": value}, PRICES)
+    assert COST_PER_MILLION not in derived  # an infinite throughput would have made it free
+    outcome = evaluate_gates([gate(metric=COST_PER_MILLION, max=1.0)], derived, {}, unavailable)[0]
+    assert not outcome.passed and "a throughput is not finite" in outcome.message

@@ -12,10 +12,18 @@ import typing
 import httpx
 import pytest
 
+from slipway.config import OperatorConfig
 from slipway.inference.build import track_service_name
 from slipway.inference.model import Analysis, AnalysisMetric
 from slipway.inference.providers import Services, Target, analyse, source_of
-from slipway.inference.providers.gateway_queries import GATEWAYS, ISTIO, TRAEFIK, backend_selector, gateway_query
+from slipway.inference.providers.gateway_queries import (
+    GATEWAYS,
+    ISTIO,
+    TRAEFIK,
+    backend_selector,
+    colliding_namespaces,
+    gateway_query,
+)
 from slipway.inference.providers.prometheus_queries import QueryError
 from slipway.prometheus import PrometheusClient
 
@@ -82,20 +90,25 @@ def test_names_are_escaped_and_spelled_as_traefik_spells_them():
     assert matches(selector, traefik_service("acme", "m-v2", service, 1))
     assert not matches(selector, traefik_service("acme", "mXv2", service, 1))
     # No character of the operator's values can end the string or the matcher list.
-    assert selector.count('"') == 2 and "}" not in selector.replace("{20}", "")
+    backend = selector.removeprefix('job="gateway",namespace="", ')
+    assert backend.count('"') == 2 and "}" not in backend.replace("{20}", "")
 
 
-def test_istio_confines_by_its_destination_namespace_label():
+def test_istio_reads_the_destinations_own_report_scraped_in_its_namespace():
     selector = backend_selector(ISTIO, "acme", "digits", "canary")
-    assert selector.startswith('destination_service_namespace="acme", ')
+    assert selector.startswith('namespace="acme", reporter="destination", destination_service_namespace="acme", ')
     assert re.fullmatch(regex_of(selector, "destination_service_name"), "digits-canary")
     assert not re.fullmatch(regex_of(selector, "destination_service_name"), "digits-canaryX")
 
 
 def test_queries_read_the_gateways_counters_and_histograms():
     error = gateway_query(AnalysisMetric(name="errorRate", max=0.05), TRAEFIK, "acme", "digits", "canary", "30s")
-    assert 'traefik_service_requests_total{service=~"' in error and 'code=~"5.."}' in error
-    assert "namespace=" not in error  # the gateway's series carry the gateway's namespace, not the tenant's
+    # Only Traefik's own scrape target: its job, without the namespace label a scraped pod's series carry.
+    every, own = (
+        "traefik_service_requests_total{",
+        'traefik_service_requests_total{job="gateway",namespace="", service=~"',
+    )
+    assert 'code=~"5.."}' in error and error.count(every) == error.count(own) > 0, error
     p95 = gateway_query(AnalysisMetric(name="latencyP95Seconds", max=1), TRAEFIK, "acme", "digits", "canary", "30s")
     assert p95.startswith("histogram_quantile(0.95, sum by (le) (rate(traefik_service_request_duration_seconds_bucket")
     ms = gateway_query(AnalysisMetric(name="latencyP99Seconds", max=1), ISTIO, "acme", "digits", "stable", "30s")
@@ -145,3 +158,67 @@ def test_with_no_gateway_series_the_analysis_is_inconclusive_never_passed():
     client, _ = prometheus(None)
     settings = Analysis(preset="gateway", metrics=[AnalysisMetric(name="errorRate", max=0.05)])
     assert analyse(Target(settings, "acme", "digits"), Services(None, client, 5), "now").verdict == "Inconclusive"
+
+
+def test_traefik_series_are_read_from_the_operators_selector_only():
+    own = 'job="traefik",namespace="traefik"'
+    selector = backend_selector(TRAEFIK, "acme", "digits", "canary", own)
+    assert selector.startswith(f"{own}, service=~")
+    p95 = gateway_query(AnalysisMetric(name="latencyP95Seconds", max=1), TRAEFIK, "acme", "d", "canary", "30s", own)
+    assert f"traefik_service_request_duration_seconds_bucket{{{own}, service=~" in p95
+    # Istio's series are the destination's pods' own: the operator's Traefik selector is not theirs.
+    assert own not in backend_selector(ISTIO, "acme", "digits", "canary", own)
+
+
+def test_a_bad_traefik_selector_is_refused_naming_the_variable(monkeypatch):
+    assert OperatorConfig().traefik_selector == 'job="gateway",namespace=""'
+    monkeypatch.setenv("SLIPWAY_TRAEFIK_SELECTOR", ' job = "traefik" , namespace="traefik"')
+    assert OperatorConfig().traefik_selector == 'job="traefik",namespace="traefik"'
+    for bad in ('job="x"} or vector(1) or {a="b"', '__name__="up"', "job=traefik"):
+        monkeypatch.setenv("SLIPWAY_TRAEFIK_SELECTOR", bad)
+        with pytest.raises(ValueError, match="SLIPWAY_TRAEFIK_SELECTOR"):
+            OperatorConfig()
+
+
+@pytest.mark.parametrize(
+    ("namespace", "deployment", "others", "colliding"),
+    [
+        ("t", "a-x", ["t-a", "t-b", "tt", "u", "t"], ["t-a"]),  # t-a's route x is spelled t-a-x as well
+        ("t-a", "x", ["t", "t-ab", "a", "t-a-x-y"], ["t"]),  # t's route a-x: the same, the other way
+        ("t", "x", ["t-x", "t-x-gw", "t-x-gw-a", "t-x-g", "t-xy"], ["t-x", "t-x-gw", "t-x-gw-a"]),  # "-gw-" filled in
+        ("team", "digits", ["team-b", "other", "kube-system", "default"], []),
+    ],
+)
+def test_namespaces_whose_routes_traefik_could_spell_alike_are_named(namespace, deployment, others, colliding):
+    assert colliding_namespaces(TRAEFIK, namespace, deployment, others) == colliding
+    assert colliding_namespaces(ISTIO, namespace, deployment, others) == []  # the namespace is a label of its own
+
+
+def test_every_other_namespaces_route_traefik_spells_as_ours_is_caught():
+    # Every namespace, route and Service name of two short words: wherever the victim's selector would
+    # match another namespace's backend, that namespace is one colliding_namespaces names.
+    words = ["t", "a", "x", "gw", "t-a", "a-x", "x-gw", "t-x", "gw-a", "a-canary", "x-canary"]
+    matched, caught = 0, 0
+    for victim_ns, route in (("t", "a-x"), ("t-a", "x"), ("t", "x")):
+        canary = backend_selector(TRAEFIK, victim_ns, route, "canary")
+        for ns in {w for w in words if w != victim_ns}:
+            for other_route in words:
+                for service in words:
+                    if matches(canary, traefik_service(ns, other_route, service, 1)):
+                        matched += 1
+                        caught += ns in colliding_namespaces(TRAEFIK, victim_ns, route, [ns])
+    assert matched > 0 and caught == matched, (matched, caught)
+
+
+def test_a_colliding_namespace_makes_the_analysis_inconclusive_and_nothing_is_asked():
+    client, asked = prometheus(0.0)
+    settings = Analysis(preset="gateway", metrics=[AnalysisMetric(name="errorRate", max=0.05)])
+    lent = Services(None, client, 5, namespaces=lambda: ["t", "t-a", "kube-system"])
+    outcome = analyse(Target(settings, "t", "a-x", {"canary": "2", "stable": "1"}), lent, "now")
+    assert outcome.verdict == "Inconclusive" and asked == []
+    message = outcome.results[0].message
+    assert "namespace t-a" in message and "httproute-t-a-x-gw-" in message and "rename" in message
+    # Without it the same analysis is judged, from the operator's selector.
+    lent = Services(OperatorConfig(traefik_selector='job="traefik"'), client, 5, namespaces=lambda: ["t"])
+    assert analyse(Target(settings, "t", "a-x", {"canary": "2"}), lent, "now").verdict == "Passed"
+    assert asked and all('{job="traefik", service=~"' in q for q in asked), asked

@@ -50,6 +50,7 @@ LAYERS: dict[str, set[str]] = {
         "opencost",
         "tenancy",
         "mlflowcreds",
+        "proofkey",
     },  # fmt: skip
     # the frame every kind runs in: the reconcile pass, the child rule, watches, the cache heal
     "frame": {"children", "reconcile", "resync", "watches", "mlflowhook"},

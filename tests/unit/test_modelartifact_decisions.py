@@ -102,7 +102,7 @@ def test_recorded_aliases_and_metrics() -> None:
     assert states.recorded_aliases({}) is None
     assert states.recorded_aliases({states.ALIASES_TAG: "-"}) == []
     assert states.recorded_aliases({states.ALIASES_TAG: "candidate,production"}) == ["candidate", "production"]
-    assert states.metric_values({"slipway.metric.accuracy": "0.93", "other": "x"}) == {"accuracy": 0.93}
+    assert states.metric_values({"slipway.metric.accuracy": "0.93", "other": "x"}) == ({"accuracy": 0.93}, {})
 
 
 def test_digest_fields() -> None:
@@ -138,3 +138,29 @@ def test_decided_at_generation() -> None:
     body = {"metadata": {"generation": 1}, "status": {"phase": "Rejected", "observedGeneration": 1}}
     assert states.decided_at_generation(body)
     assert not states.decided_at_generation({**body, "status": {"phase": "Validating", "observedGeneration": 1}})
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("nan", "'nan', NaN (not a number), not finite"),
+        ("NaN", "'NaN', NaN (not a number), not finite"),
+        ("inf", "'inf', Infinity, not finite"),
+        ("-Infinity", "'-Infinity', -Infinity, not finite"),
+        ("1e999", "'1e999', Infinity, not finite"),
+        ("1.7976931348623157e+308", "'1.7976931348623157e+308', Infinity, not finite"),
+        ("high", "'high', not a number"),
+    ],
+)
+def test_a_metric_tag_that_is_not_a_finite_number_is_refused_not_parsed(text: str, why: str) -> None:
+    tags = {"slipway.metric.accuracy": text, "slipway.metric.loss": "0.25"}
+    values, refused = states.metric_values(tags)
+    assert values == {"loss": 0.25}
+    assert refused == {"accuracy": f"its MLflow tag slipway.metric.accuracy is {why}"}
+
+
+def test_non_finite_metrics_are_not_recorded_as_tags() -> None:
+    from slipway.artifact.model import Gate
+
+    values = {"accuracy": float("nan"), "loss": float("inf"), "f1": 0.5}
+    assert states.recorded_metrics(values, [Gate(metric="accuracy", min=0.5)]) == ["f1"]

@@ -156,3 +156,26 @@ def test_queries_a_team_writes_still_parse_once_confined():
     answers = promql_parse([confine(q, NS) for q in queries])
     assert [a["default"].get("error") for a in answers] == [None] * len(queries)
     assert not [escapes(a) for a in answers if escapes(a)]
+
+
+def test_the_gateway_presets_queries_parse_and_read_only_the_gateways_own_series():
+    from slipway.inference.model import AnalysisMetric
+    from slipway.inference.providers.gateway_queries import GATEWAY_METRICS, GATEWAYS, gateway_query
+
+    own = 'job="traefik",namespace="traefik"'
+    cases = [(name, gateway, AnalysisMetric(name=metric, max=1), track) for name, gateway in GATEWAYS.items()
+             for metric in GATEWAY_METRICS for track in ("canary", "stable")]  # fmt: skip
+    sent = [(name, gateway_query(metric, gateway, NS, "digits.v2", track, "30s", own))
+            for name, gateway, metric, track in cases]  # fmt: skip
+    answers = promql_parse([query for _, query in sent])
+    required = {"traefik": [("job", "=", "traefik"), ("namespace", "=", "traefik")],
+                "istio": [("namespace", "=", NS), ("reporter", "=", "destination"),
+                          ("destination_service_namespace", "=", NS)]}  # fmt: skip
+    selectors = 0
+    for (name, query), answer in zip(sent, answers, strict=True):
+        assert "error" not in answer["default"], (query, answer)
+        for selector in answer["default"]["selectors"]:
+            matchers = [(m["name"], m["type"], m["value"]) for m in selector]
+            assert all(m in matchers for m in required[name]), (query, selector)
+            selectors += 1
+    assert selectors >= 2 * len(sent)

@@ -899,3 +899,10 @@ def test_a_revert_on_record_whose_deployment_write_failed_is_carried_out_again_n
     # Once it serves version 1, version 2 stays rolled back.
     done = plan(observe(s, stable=track(V1), status=on_record))
     assert (done.phase, done.revert_stable, done.canary) == ("RolledBack", False, None)
+
+
+def test_a_first_revision_whose_pods_cannot_start_says_why_while_it_rolls_out():
+    refused = ("CrashLoopBackOff", "pod s-1: init container fetch-model: configuration error: digest mismatch")
+    p = plan(observe(spec(), desired=V1, stable=track(V1, 0, 1, problem=refused), status={"phase": "Progressing"}))
+    assert p.phase == "Progressing" and cond(p, "Ready").status == "False"
+    assert "0/1 replicas ready; CrashLoopBackOff: pod s-1: init container fetch-model" in cond(p, "Reconciling").message

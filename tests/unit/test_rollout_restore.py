@@ -15,7 +15,8 @@ from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.rollout.base import Desired, Observed, Plan, RegistryView, Track
 from slipway.inference.rollout.planner import plan
 from slipway.inference.rollout.records import ROLLBACK_TAG, new_rollback, rollback_record, rollback_tag
-from slipway.inference.rollout.restore import parse_tag, record_from_tag
+from slipway.inference.rollout.restore import record_from_tag
+from slipway.inference.rollout.rollbacktag import RollbackTag, parse_tag
 from slipway.mlflow import MlflowUnavailable
 from slipway.mlflow.registry import ModelVersion
 
@@ -23,7 +24,8 @@ NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 V1 = Desired("1", "models:/m/1", "m", "rev1")
 V2 = Desired("2", "models:/m/2", "m", "rev2")
 RETRY = {"slipway.dev/retry": "true"}
-TAG = "reason=ProgressDeadlineExceeded, revision=old-rev2, time=2025-12-31T10:00:00Z"
+ME = "ns/d"  # the deployment under test, as its tags name it
+TAG = f"deployment={ME}, reason=ProgressDeadlineExceeded, revision=old-rev2, time=2025-12-31T10:00:00Z"
 
 
 def spec(**rollout: Any) -> InferenceDeploymentSpec:
@@ -40,7 +42,8 @@ def track(d: Desired, ready: int = 2) -> Track:
 
 def fresh(view: RegistryView | None, annotations: dict[str, str] | None = None, **kw: Any) -> Observed:
     """A re-created object's first pass: no stable Deployment, no status."""
-    return Observed(spec(), V2, None, None, None, kw.get("status") or {}, annotations or {}, NOW, registry=view)
+    status = kw.get("status") or {}
+    return Observed(spec(), V2, None, None, None, status, annotations or {}, NOW, registry=view, deployment=ME)
 
 
 def next_pass(first: Plan, stable: Track | None, annotations: dict[str, str] | None = None) -> Observed:
@@ -48,25 +51,40 @@ def next_pass(first: Plan, stable: Track | None, annotations: dict[str, str] | N
     status = {"phase": first.phase, **first.status}
     if stable is not None:
         status["stable"] = {"revision": stable.revision, "modelVersion": stable.version}
-    return Observed(spec(), V2, None, stable, None, status, annotations or {}, NOW)
+    return Observed(spec(), V2, None, stable, None, status, annotations or {}, NOW, deployment=ME)
 
 
 def test_the_tag_is_read_back_as_the_rollback_wrote_it() -> None:
     record = rollback_record(V2, "AnalysisFailed", NOW, "errorRate", 0.3)
-    tag = rollback_tag(V2, record)["value"]
-    assert parse_tag(tag) == {"reason": "AnalysisFailed", "revision": "rev2", "time": "2026-01-01T12:00:00Z",
-                              "metric": "errorRate", "value": "0.3"}  # fmt: skip
-    back = record_from_tag(V2, tag, fresh(None))
+    tag = rollback_tag(V2, record, ME)["value"]
+    assert parse_tag(tag) == RollbackTag(ME, "AnalysisFailed", "rev2", "2026-01-01T12:00:00Z", "errorRate", 0.3)
+    back = record_from_tag(V2, parse_tag(tag), fresh(None))
     assert {k: back[k] for k in ("reason", "metric", "value", "time", "revision", "modelVersion")} == {
         "reason": "AnalysisFailed", "metric": "errorRate", "value": 0.3, "time": "2026-01-01T12:00:00Z",
         "revision": "rev2", "modelVersion": "2"}  # fmt: skip
     assert back["tag"] == tag
 
 
-@pytest.mark.parametrize("tag", ["", "garbage", "reason=, value=nan", "value=inf, metric="])
-def test_a_tag_written_by_hand_still_refuses(tag: str) -> None:
-    back = record_from_tag(V2, tag or "x", fresh(None))
-    assert back["reason"] and back["time"] and back["revision"] == "rev2" and "value" not in back
+@pytest.mark.parametrize("rest", ["", "garbage", "reason=, value=nan", "value=inf, metric=", "reason=Made up"])
+def test_a_tag_naming_this_deployment_written_by_hand_still_refuses(rest: str) -> None:
+    refused = plan(fresh(RegistryView(f"deployment={ME}, {rest}", None)))
+    back = refused.status["lastRollback"]
+    assert refused.phase == "RolledBack" and back["reason"] == "RolledBack" and back["time"]
+    assert back["revision"] == "rev2" and "value" not in back and back["tag"] == f"deployment={ME}"
+
+
+@pytest.mark.parametrize("tag", ["reason=Aborted, revision=r, time=2025-12-31T10:00:00Z",  # before tags named one
+                                 "deployment=other/d, reason=Aborted", "deployment=ns/d2, reason=Aborted",
+                                 "deployment=NS/D, reason=Aborted", "reason=Aborted, deployment=",
+                                 "metric=x, deployment=other/d, deployment=ns/d"])  # fmt: skip
+def test_a_tag_naming_another_deployment_or_none_is_not_honoured(tag: str) -> None:
+    served = plan(fresh(RegistryView(tag, V1)))  # production served first, no refusal
+    assert (served.phase, served.stable, "lastRollback" in served.status) == ("Progressing", V1, False)
+    alone = plan(fresh(RegistryView(tag, None)))  # nothing else: the version is served
+    assert (alone.phase, alone.stable) == ("Progressing", V2)
+    beside = plan(Observed(spec(), V2, None, track(V1), None, {}, {}, NOW, registry=RegistryView(tag, None),
+                           deployment=ME))  # fmt: skip
+    assert beside.canary == V2 and beside.phase != "RolledBack"
 
 
 def test_a_rolled_back_version_is_refused_and_production_served() -> None:
@@ -137,7 +155,7 @@ def test_a_stable_on_record_comes_back_first_whatever_mlflow_says() -> None:
 
 
 def test_a_stable_left_behind_that_status_does_not_record_starts_no_canary_of_a_tagged_version() -> None:
-    obs = Observed(spec(), V2, None, track(V1), None, {}, {}, NOW, registry=RegistryView(TAG, None))
+    obs = Observed(spec(), V2, None, track(V1), None, {}, {}, NOW, registry=RegistryView(TAG, None), deployment=ME)
     refused = plan(obs)
     assert (refused.phase, refused.canary, refused.stable) == ("RolledBack", None, None)
     assert refused.status["lastRollback"]["tag"] == TAG
@@ -146,7 +164,7 @@ def test_a_stable_left_behind_that_status_does_not_record_starts_no_canary_of_a_
     )
     # Retried, or no tag: a canary as for any other version.
     for asked, view in ((RETRY, RegistryView(TAG, None)), ({}, RegistryView(None, None))):
-        canaried = plan(Observed(spec(), V2, None, track(V1), None, {}, asked, NOW, registry=view))
+        canaried = plan(Observed(spec(), V2, None, track(V1), None, {}, asked, NOW, registry=view, deployment=ME))
         assert canaried.canary == V2 and canaried.phase != "RolledBack"
 
 

@@ -22,11 +22,13 @@ FLAGS = {"--standalone", "--leader-election-namespace", "--lease-duration", "--l
          "--lease-renew-interval", "--lease-retry-period", "--stuck-pass-seconds", "--mlflow-url",
          "--mlflow-public-url", "--prices-file", "--prometheus-url", "--require-model-allowlist", "--allowed-gateways",
          "--allowed-prometheus-urls", "--metrics-port", "--liveness", "--verbose", "-v", "--namespace", "-n",
-         "--all-namespaces", "-A", "-h", "--help"}  # fmt: skip
+         "--all-namespaces", "-A", "-h", "--help", "--traefik-selector", "--max-digest-files",
+         "--mlflow-proof-secret", "--adopt-mlflow-names"}  # fmt: skip
 # What each setting's variable reads as, a text that is not the default.
 SAMPLES = {float: ("7.5", 7.5), int: ("9", 9), settings.parse_bool: ("yes", True),
            settings.parse_list: (" a/b ,, c/d", ("a/b", "c/d")),
-           settings.parse_url_list: ("http://p:9090", ("http://p:9090",)), str: ("xyz", "xyz")}  # fmt: skip
+           settings.parse_url_list: ("http://p:9090", ("http://p:9090",)), str: ("xyz", "xyz"),
+           settings.parse_selector: (' job = "t" ', 'job="t"')}  # fmt: skip
 
 
 @pytest.fixture

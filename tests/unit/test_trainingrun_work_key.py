@@ -13,6 +13,7 @@ import pytest
 
 from slipway.mlflow import MlflowUnavailable, Run
 from slipway.mlflow.records import WORK_TAG
+from slipway.tenancy import Policy
 from slipway.training import build
 from slipway.training.adopt import adoptable, completed_job, finished_run, gated_own_job, work_of
 from slipway.training.model import TrainingRunSpec
@@ -112,8 +113,14 @@ def test_of_runs_cut_short_the_newest_checkpoint_is_resumed() -> None:
 
 
 def test_a_run_without_checkpoint_or_of_another_trainingrun_is_not_adopted() -> None:
-    assert pick(run("bare", "RUNNING"), run("other", "FINISHED", owner="team-a/other")) is None
+    assert pick(run("bare", "FAILED"), run("other", "FINISHED", owner="team-a/other")) is None
     assert pick(run("sched", "SCHEDULED", step=3)) is None
+
+
+def test_a_run_left_running_without_a_checkpoint_is_adopted_after_any_checkpointed_one() -> None:
+    # Its TrainingRun (or namespace) went before its pods ran: training goes on in it, not in a second run.
+    assert pick(run("bare", "RUNNING"), run("other", "RUNNING", owner="team-a/other")) == "bare"
+    assert pick(run("bare", "RUNNING"), run("cut", "KILLED", step=2)) == "cut"
 
 
 def test_a_finished_run_is_shown_as_a_completed_job_with_its_times() -> None:
@@ -130,11 +137,16 @@ class Mlflow:
         self.runs, self.away, self.calls = runs, away, 0
         self.tracking_uri = f"http://mlflow-{id(self)}:5000"
 
+    proof = None  # no proofs (single-team mode checks none)
+
     def get_or_create_experiment(self, name: str) -> str:
         self.calls += 1
         if self.away:
             raise MlflowUnavailable(f"MLflow at {self.tracking_uri} did not answer in time")
         return "7"
+
+    def experiment_for(self, name: str, guard: object) -> str:
+        return self.get_or_create_experiment(name)
 
     def search_runs(self, experiment_ids: list[str], filter: str = "") -> list[Run]:
         self.calls += 1
@@ -142,7 +154,8 @@ class Mlflow:
 
 
 def context() -> SimpleNamespace:
-    ctx = SimpleNamespace(status={}, namespace="team-a", name="digits", uid="u-new", events=[])
+    ctx = SimpleNamespace(status={}, namespace="team-a", name="digits", uid="u-new", events=[],
+                          tenancy=Policy("team-a", None))  # fmt: skip
     ctx.event = lambda type_, reason, message: ctx.events.append((type_, reason, message))
     return ctx
 

@@ -7,12 +7,19 @@ such as accuracy), and ``maxRelativeToBaseline`` on the ratio candidate / baseli
 where lower is better, such as costPerMillionPredictions, which is derived here from the
 evaluator's throughput and the price table). A baseline that does not exist yet, or lacks the metric, is
 the named outcome ``onMissingBaseline``: pass or fail, never a crash.
+
+A value that is not finite (NaN, +/-Infinity: a diverged fine-tune, an accuracy over an empty split)
+never passes: a comparison with NaN is false either way, so without this check it would pass every
+bound. MLflow's SQL store keeps Infinity as the largest double (+/-1.79769e+308), which counts as
+Infinity here. A baseline whose value is not finite counts as missing.
 """
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from slipway.artifact.model import Gate
 from slipway.prices import DEFAULT_PRODUCT, Prices
@@ -26,6 +33,17 @@ class Baseline:
     ref: str  # the alias or version the user named
     version: str | None  # None: the alias points nowhere (yet)
     metrics: Mapping[str, float]
+    refused: Mapping[str, str] = field(default_factory=dict)  # why a recorded metric is not used, by name
+
+
+def non_finite(value: float) -> str | None:
+    """How a value that no gate can pass reads ("NaN (not a number)", "Infinity", "-Infinity"), or None
+    for a finite one. MLflow's SQL store returns Infinity as +/-sys.float_info.max: Infinity too."""
+    if math.isnan(value):
+        return "NaN (not a number)"
+    if math.isinf(value) or abs(value) >= sys.float_info.max:
+        return "Infinity" if value > 0 else "-Infinity"
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,9 +58,10 @@ class GateOutcome:
     def to_status(self) -> dict[str, object]:
         out: dict[str, object] = {"metric": self.metric, "threshold": self.threshold, "passed": self.passed,
                                   "message": self.message}  # fmt: skip
-        if self.value is not None:
+        # JSON has no NaN nor Infinity: a non-finite value is left out, and the message says what it was.
+        if self.value is not None and non_finite(self.value) is None:
             out["value"] = self.value
-        if self.baseline_value is not None:
+        if self.baseline_value is not None and non_finite(self.baseline_value) is None:
             out["baselineValue"] = self.baseline_value
         return out
 
@@ -74,6 +93,9 @@ def evaluate_gate(
         why = (unavailable or {}).get(gate.metric)
         return outcome(False, f"{gate.metric}: {why}" if why
                        else f"the evaluator did not report {gate.metric}; log it to the validation run")  # fmt: skip
+    what = non_finite(value)
+    if what is not None:
+        return outcome(False, f"{gate.metric} is {what}: a non-finite value never passes a gate")
     if gate.min is not None and value < gate.min:
         return outcome(False, f"{gate.metric} {_fmt(value)} is below the minimum {_fmt(gate.min)}")
     if gate.max is not None and value > gate.max:
@@ -81,15 +103,12 @@ def evaluate_gate(
     if gate.max_relative_drop is None and gate.max_relative_to_baseline is None:
         return outcome(True, f"{gate.metric} {_fmt(value)} meets {threshold}")
     base_value = baseline.metrics.get(gate.metric) if baseline and baseline.version else None
-    if base_value is None:
-        missing = (
-            f"baseline {gate.baseline} does not exist yet"
-            if not baseline or not baseline.version
-            else f"baseline {gate.baseline} (version {baseline.version}) has no {gate.metric}"
-        )
+    missing = _missing_baseline(gate, baseline, base_value)
+    if missing is not None:
         if gate.on_missing_baseline == "pass":
             return outcome(True, f"{missing}: passed by onMissingBaseline=pass")
         return outcome(False, f"{missing}: failed by onMissingBaseline=fail")
+    assert base_value is not None  # _missing_baseline said why otherwise
     of = f"{_fmt(base_value)} of {gate.baseline} (version {baseline.version if baseline else '?'})"
     said = []
     if gate.max_relative_drop is not None:
@@ -111,6 +130,20 @@ def evaluate_gate(
                    base_value)  # fmt: skip
 
 
+def _missing_baseline(gate: Gate, baseline: Baseline | None, base_value: float | None) -> str | None:
+    """Why the baseline has no value a relative gate can compare with, or None when it has one."""
+    if not baseline or not baseline.version:
+        return f"baseline {gate.baseline} does not exist yet"
+    named = f"baseline {gate.baseline} (version {baseline.version})"
+    if base_value is None:
+        refused = baseline.refused.get(gate.metric)
+        return f"{named} has no usable {gate.metric}: {refused}" if refused else f"{named} has no {gate.metric}"
+    what = non_finite(base_value)
+    if what is not None:
+        return f"{named} has no usable {gate.metric}: the baseline's value is {what}, not finite"
+    return None
+
+
 COST_PER_MILLION = "costPerMillionPredictions"
 THROUGHPUT_METRICS = {"predictionsPerCpuSecond": "cpu", "predictionsPerGpuSecond": "gpu"}
 
@@ -127,6 +160,9 @@ def cost_per_million(values: Mapping[str, float], prices: Prices) -> tuple[float
     if missing:
         where = prices.source or "the price table (--prices-file, Helm value prices)"
         return None, f"no price: set {', '.join(missing)} in {where}"
+    if any(non_finite(rate) for rate in measured.values()):
+        logged = ", ".join(f"{key} {values[key]}" for key in THROUGHPUT_METRICS if key in values)
+        return None, f"a throughput is not finite ({logged}): a non-finite value never passes a gate"
     if any(not (rate > 0) for rate in measured.values()):
         logged = ", ".join(f"{key} {values[key]}" for key in THROUGHPUT_METRICS if key in values)
         return None, f"a throughput is not positive ({logged})"

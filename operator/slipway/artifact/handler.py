@@ -1,7 +1,7 @@
 """ModelArtifact passes: register, quantize, validate, decide — woken by its Jobs and TrainingRun.
 
 MLflow is the record: versions and step runs are tagged with the artifact's uid, versions also with
-its work key (namespace, name, spec and resolved source: the same YAML applied again adopts them),
+its work key (namespace, name, spec as written and resolved source: the same YAML applied again adopts them),
 and looked up before any create; the gate decision is a version tag, and aliases move once, right after the
 decision. Status is a cache of that record; a pass that runs again after a crash at any line
 picks up where MLflow and the cluster say the artifact is. The decisions between steps are pure
@@ -18,10 +18,11 @@ from slipway.artifact import build
 from slipway.artifact import state as states
 from slipway.artifact.gates import Baseline, GateOutcome, evaluate_gates, with_derived
 from slipway.artifact.model import ArtifactPhase, ModelArtifactSpec, ModelArtifactStatus
+from slipway.artifact.work import work_keys
 from slipway.builders.common import with_credentials
 from slipway.mlflow import MlflowClient, MlflowError, MlflowNotFound, ModelVersion, Run, parse_model_uri, parse_run_uri
-from slipway.mlflow.records import work_key
-from slipway.mlflow.sources import MAX_DIGEST_BYTES, MAX_DIGEST_FILES, looked_for
+from slipway.mlflow.digests import is_digest
+from slipway.mlflow.sources import MAX_DIGEST_BYTES, Digesting, SourceChanged, TooManyFiles, looked_for
 from slipway.reconcile import Context, run_pass
 from slipway.redact import redact_url, without_credentials
 from slipway.status import jobs
@@ -32,6 +33,12 @@ metrics.declare_phases("ModelArtifact", get_args(ArtifactPhase))
 
 OWNER_TAG = "slipway.dev/modelartifact"
 EMPTY_SOURCE_RECHECK_SECONDS = 60.0  # a run may still be logging its model
+# Digesting a version's files: at most this long a pass (and a tenth of the liveness limit), then the
+# next pass carries on this soon, so that one model of 10,000 files holds one worker a few seconds at
+# a time and the others' passes run between.
+DIGEST_PASS_SECONDS = 10.0
+DIGEST_REQUEUE_SECONDS = 0.5
+DIGESTING = "digesting"  # ctx.memory: the Digesting in progress (lost with the process: started again)
 
 
 class Waiting(Exception):
@@ -72,10 +79,14 @@ class Lifecycle:
         self.model = spec.model.name
         self.fields: dict[str, Any] = {}
         self.resolved: states.Source | None = None  # the source this pass resolved
+        # What it trusts in MLflow (slipway.mlflow.proof): the model (and its experiment) its status
+        # records a version of, registered before proofs existed, is trusted and stamped.
+        trusted = [f"model:{self.model}", f"experiment:{self.model}"] if ctx.status.get("modelVersion") else []
+        self.guard = ctx.tenancy.guard(client.proof, f"{ctx.namespace}/{ctx.name}", trusted)
 
     def run(self) -> None:
         source = self.resolved = self.source()
-        self.mlflow.get_or_create_registered_model(self.model)
+        self.mlflow.model_for(self.model, self.guard)
         version = self.version("source", source, {})
         self.fields |= {"model_version": version.version, "uri": version.uri}
         self.fields |= states.digest_fields(source.digest or version.tags.get(states.SOURCE_DIGEST_TAG),
@@ -88,6 +99,9 @@ class Lifecycle:
             self.fields |= states.digest_fields(
                 candidate.tags.get("slipway.digest"), candidate.tags.get("slipway.sizeBytes")
             )
+        files_digest = candidate.tags.get(states.SOURCE_DIGEST_TAG)
+        if is_digest(files_digest):  # what serving pods check every file against (status: held in Kubernetes)
+            self.fields["files_digest"] = files_digest
         outcomes = self.validate(candidate)
         passed = all(o.passed for o in outcomes)
         moved = states.recorded_aliases(candidate.tags)
@@ -193,54 +207,71 @@ class Lifecycle:
 
     def version(self, role: str, source: states.Source, tags: dict[str, str]) -> ModelVersion:
         """The version registered for ``role``, registering ``source`` if an earlier pass did not."""
-        found = self.mlflow.version_of(self.model, self.ctx.uid, role, self.work(self.resolved))
+        found = self.mlflow.version_of(self.model, self.ctx.uid, role, self.work(self.resolved), self.guard)
         if found is not None:
             return found
         owner = {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}", **tags}
-        if role == "source" and source.digest is None:
-            owner |= self.source_tags(source)
+        owner |= self.source_tags(source, role)
+        keys = self.work(self.resolved)
         version = self.mlflow.register_version(self.model, source.uri, source.run_id, self.ctx.uid, role, owner,
-                                               model_id=source.model_id, work=self.work(self.resolved))  # fmt: skip
+                                               model_id=source.model_id, work=keys[0] if keys else None,
+                                               guard=self.guard)  # fmt: skip
         self.ctx.event(
             "Normal", "Registered", f"registered {source.uri} as {self.model} version {version.version} ({role})"
         )
         return version
 
-    def work(self, source: states.Source | None) -> str | None:
-        """What this artifact's versions are keyed on besides its uid (see :func:`work_key`): its
-        namespace, name, spec and the source it resolved to."""
+    def work(self, source: states.Source | None) -> list[str]:
+        """What this artifact's versions are keyed on besides its uid (see :mod:`slipway.artifact.work`):
+        its namespace, name, the spec as the user wrote it and the source it resolved to; the key of
+        the earlier rule after it, so a version registered under that one is adopted."""
         if source is None:
-            return None
-        spec = self.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
-        return work_key(self.ctx.namespace, self.ctx.name, spec, source.uri)
+            return []
+        return work_keys(self.ctx.namespace, self.ctx.name, self.spec, source.uri)
 
-    def source_tags(self, source: states.Source) -> dict[str, str]:
-        """Slipway's digest, size and file count of a source its producer recorded none for (a model
-        logged by MLflow's own client), computed over all its files; {} for a URI MLflow does not serve."""
+    def source_tags(self, source: states.Source, role: str) -> dict[str, str]:
+        """Slipway's digest, size and file count of a version's files (whatever its producer recorded),
+        read a few seconds of each pass at a time (Waiting, reason Digesting, until done); {} for a URI
+        MLflow does not serve."""
+        quantized = role == "quantized"
+        what = (f"the quantizer's output {redact_url(source.uri)}" if quantized
+                else f"spec.source: {redact_url(source.uri)}")  # fmt: skip
+        work = self.ctx.memory.get(DIGESTING)
+        if not isinstance(work, Digesting) or work.uri != source.uri or work.owner != self.ctx.uid:
+            work = self.ctx.memory[DIGESTING] = Digesting(source.uri, owner=self.ctx.uid)
+        config = self.ctx.config
         try:
-            tree = self.mlflow.file_tree(source.uri)
+            tree = self.mlflow.digest_within(work, min(DIGEST_PASS_SECONDS, config.stuck_pass_seconds / 10),
+                                             config.max_digest_files)  # fmt: skip
         except MlflowError as exc:
             if exc.error_code != "UNSUPPORTED_ARTIFACT_URI":
-                raise
+                raise  # MLflow unavailable: the progress is kept for the pass that retries
+            self.ctx.memory.pop(DIGESTING, None)
             return {}
+        except TooManyFiles as exc:
+            self.ctx.memory.pop(DIGESTING, None)
+            raise Waiting(states.too_many_files(what, exc.what, exc.limit, quantized)) from None
+        except SourceChanged as exc:
+            self.ctx.memory.pop(DIGESTING, None)
+            again = f"{exc}: the files changed while they were read; reading them all again"
+            raise Waiting(states.digesting(what, again, quantized), DIGEST_REQUEUE_SECONDS) from None
+        if tree is None:
+            raise Waiting(states.digesting(what, work.progress(), quantized), DIGEST_REQUEUE_SECONDS)
+        self.ctx.memory.pop(DIGESTING, None)
         if tree.files == 0:  # emptied since it was found
             raise Waiting(states.empty_source("spec.source", redact_url(source.uri)), EMPTY_SOURCE_RECHECK_SECONDS)
         tags = {states.SOURCE_SIZE_TAG: str(tree.size_bytes), states.SOURCE_FILES_TAG: str(tree.files)}
         if tree.digest is None:
-            self.ctx.event(
-                "Warning",
-                "DigestSkipped",
-                f"{redact_url(source.uri)}: not digested, its files are more than the operator reads ("
-                f"{MAX_DIGEST_FILES} files, {MAX_DIGEST_BYTES} bytes): at least {tree.files} files, {tree.size_bytes} "
-                "bytes",
-            )
+            self.ctx.event("Warning", "DigestSkipped", f"{redact_url(source.uri)}: not digested, its files are more "
+                           f"than the operator reads ({MAX_DIGEST_BYTES} bytes): {tree.files} files, "
+                           f"{tree.size_bytes} bytes")  # fmt: skip
         return tags | ({states.SOURCE_DIGEST_TAG: tree.digest} if tree.digest else {})
 
     def step(self, step: str, waiting: str, env: dict[str, str]) -> Run:
         """Run a step's Job (its MLflow run found by tags, else created); its run once it completed."""
         name = f"{self.ctx.namespace}-{self.ctx.name}-{step}"
         run = self.mlflow.run_of(
-            self.model, self.ctx.uid, step, name, {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}"}
+            self.model, self.ctx.uid, step, name, {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}"}, self.guard
         )
         settings = self.spec.quantization if step == "quantize" else self.spec.validation
         config = self.ctx.config
@@ -265,7 +296,7 @@ class Lifecycle:
         return self.mlflow.get_run(run.run_id)
 
     def quantize(self, parent: ModelVersion) -> ModelVersion:
-        done = self.mlflow.version_of(self.model, self.ctx.uid, "quantized", self.work(self.resolved))
+        done = self.mlflow.version_of(self.model, self.ctx.uid, "quantized", self.work(self.resolved), self.guard)
         if done is not None:
             return done
         method = self.spec.quantization.method
@@ -360,7 +391,7 @@ class Lifecycle:
             version = None
         if version is None:
             return Baseline(ref, None, {})
-        values = states.metric_values(version.tags)
-        if not values and version.run_id:
+        values, refused = states.metric_values(version.tags)
+        if not values and not refused and version.run_id:
             values = {k: m.value for k, m in self.mlflow.get_run(version.run_id).metrics.items()}
-        return Baseline(ref, version.version, with_derived(values, prices)[0])
+        return Baseline(ref, version.version, with_derived(values, prices)[0], refused)

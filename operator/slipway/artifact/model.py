@@ -228,6 +228,12 @@ class ModelArtifactStatus(StatusModel):
     uri: str | None = Field(default=None, description="URI of the artifact that was validated.")
     digest: str | None = Field(default=None, description="sha256 of the artifact files, as sha256:<hex>.")
     size_bytes: int | None = Field(default=None, description="Size of the artifact files.")
+    files_digest: str | None = Field(
+        default=None,
+        description="Slipway's digest over every file of the validated version (sha256:<hex> of the sorted "
+        "sha256sum lines), computed when the version was registered: serving pods of this artifact refuse "
+        "files that do not have it.",
+    )
     gates: list[GateResult] | None = Field(default=None, description="The outcome of each gate.")
     cost: LineageCost | None = Field(default=None, description="What the version cost to make.")
     observed_generation: int | None = Field(default=None, description="The generation last reconciled.")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slipway.artifact.gates import GateOutcome
+from slipway.artifact.gates import GateOutcome, non_finite
 from slipway.mlflow.http import MlflowError
 from slipway.redact import redact_url
 from slipway.status import jobs
@@ -58,6 +58,26 @@ def empty_source(field: str, looked_for: str, reason: str = "EmptySource") -> Ar
                "mlflow.sklearn.log_model(model, name=...) in that run), or name where it is; nothing was "
                "registered and no alias moved")  # fmt: skip
     return _state("Registering", stalled, reason, message)
+
+
+def digesting(what: str, progress: str, quantized: bool = False) -> ArtifactState:
+    """Slipway reads the files of a version to register, a few seconds of each pass at a time."""
+    message = (f"{what}: {progress}; carried on in the next pass (the count is the operator's: a restarted "
+               "operator starts again)")  # fmt: skip
+    if quantized:
+        return _state("Quantizing", reconciling, "Digesting", message, (True, False, False))
+    return _state("Registering", reconciling, "Digesting", message)
+
+
+def too_many_files(what: str, counted: str, limit: int, quantized: bool = False) -> ArtifactState:
+    """The files of a version to register are more than the operator digests: nothing is registered.
+    ``what``: the source in words (its field first); ``counted``: "files" or "directories"."""
+    message = (f"{what} holds more than {limit} {counted}, more than the operator digests (its setting "
+               f"--max-digest-files, SLIPWAY_MAX_DIGEST_FILES: {limit}); Slipway reads every file of a model it "
+               "registers: log the model as fewer files (an archive), or a cluster admin raises the setting; "
+               "nothing was registered and no alias moved")  # fmt: skip
+    done = (True, False, False) if quantized else (False, False, False)
+    return _state("Quantizing" if quantized else "Registering", stalled, "TooManyFiles", message, done)
 
 
 def quantizing(message: str) -> ArtifactState:
@@ -245,9 +265,27 @@ def aliases_to_move(aliases: list[str], held: Mapping[str, str | None], version:
     return [a for a in aliases if a not in kept], kept
 
 
-def metric_values(tags: Mapping[str, str]) -> dict[str, float]:
-    """Validation metrics recorded on a version (tags ``slipway.metric.<name>``)."""
-    return {k[len(METRIC_TAG) :]: float(v) for k, v in tags.items() if k.startswith(METRIC_TAG)}
+def metric_values(tags: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]:
+    """Validation metrics recorded on a version (tags ``slipway.metric.<name>``), and why a tag is
+    not used, by metric: a tag that is not a finite number ("nan", "inf", text someone wrote in
+    MLflow) is refused, as if the metric were not reported, never parsed into a value a gate compares."""
+    values: dict[str, float] = {}
+    refused: dict[str, str] = {}
+    for key, text in tags.items():
+        if not key.startswith(METRIC_TAG):
+            continue
+        name, shown = key[len(METRIC_TAG) :], text if len(text) <= 40 else text[:37] + "..."
+        try:
+            number = float(text)
+        except ValueError:
+            refused[name] = f"its MLflow tag {key} is {shown!r}, not a number"
+            continue
+        what = non_finite(number)
+        if what is not None:
+            refused[name] = f"its MLflow tag {key} is {shown!r}, {what}, not finite"
+        else:
+            values[name] = number
+    return values, refused
 
 
 MAX_RECORDED_METRICS = 32
@@ -255,9 +293,10 @@ MAX_RECORDED_METRICS = 32
 
 def recorded_metrics(values: Mapping[str, float], gates: Sequence[Any]) -> list[str]:
     """The validation metrics tagged on the version: every gate's, then others by name, at most
-    MAX_RECORDED_METRICS in all (a validator logging 100k metrics costs 32 tag writes, not 100k)."""
-    gated = sorted({g.metric for g in gates} & set(values))
-    others = sorted(k for k in values if k not in gated and len(k) <= 250)
+    MAX_RECORDED_METRICS in all, finite ones only (a validator logging 100k metrics costs 32 tag writes, not 100k)."""
+    finite = {k for k, v in values.items() if non_finite(v) is None}  # a NaN is in the gates' messages
+    gated = sorted({g.metric for g in gates} & finite)
+    others = sorted(k for k in finite if k not in gated and len(k) <= 250)
     return gated + others[: max(0, MAX_RECORDED_METRICS - len(gated))]
 
 

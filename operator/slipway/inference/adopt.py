@@ -26,6 +26,7 @@ from slipway.reconcile import Context
 
 ALIAS_TAGS = "alias_tags"  # ctx.memory: the tags of the version the followed alias named at its last read
 ALIAS_UID = "alias_uid"  # ctx.memory: the uid of the object that read it (a re-created object reads again)
+PROVEN = "model_proven"  # ctx.memory: (uid, model, version) whose registered model was found Slipway's
 
 
 def registry_view(
@@ -92,3 +93,17 @@ def drop_moves_made(client: MlflowClient, status: Mapping[str, Any], decision: P
             continue
         if found is not None and str(found.version) == str(update["version"]):
             decision.registry.remove(update)
+
+
+def proven_model(ctx: Context, client: MlflowClient, model: str, version: str) -> None:
+    """Unproven (Stalled, naming the model) where the allow-list applies and the registered model an
+    alias is followed in was not made by Slipway (slipway.mlflow.proof): someone else may have created
+    the name and point its aliases. A model the status already serves (made before proofs) is trusted.
+    Read once per object and version the alias names."""
+    key = (ctx.uid, model, version)
+    if ctx.memory.get(PROVEN) == key:
+        return
+    served = {(ctx.status.get(track) or {}).get("modelName") for track in ("stable", "canary")}
+    trusted = [f"model:{model}"] if model in served else []
+    client.proven_model(model, ctx.tenancy.guard(client.proof, f"{ctx.namespace}/{ctx.name}", trusted))
+    ctx.memory[PROVEN] = key

@@ -19,6 +19,7 @@ from slipway.builders.common import (
     resource_requirements,
 )
 from slipway.inference.model import InferenceDeploymentSpec
+from slipway.mlflow.digests import FILES_DIGEST_ENV
 
 DEPLOYMENT_LABEL = "slipway.dev/deployment"  # the name as a label value (hashed past 63 characters)
 DEPLOYMENT_NAME_ANNOTATION = "slipway.dev/deployment-name"  # on pods: the full name
@@ -130,17 +131,20 @@ def liveness_path(spec: InferenceDeploymentSpec) -> str:
     return "/healthz" if readiness_path(spec) == "/readyz" else "/health"
 
 
-def fetch_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]], workload_image: str) -> dict[str, Any]:
-    """The init container that puts the served version's files at spec.modelLoad.path."""
+def fetch_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]], image: str,
+                    digest: str = "") -> dict[str, Any]:  # fmt: skip
+    """The init container putting the version's files at spec.modelLoad.path, checked against ``digest``."""
     assert spec.model_load is not None
     mounts = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path}]
-    fetch_env = [e for e in env if e["name"].startswith(("SLIPWAY_MODEL_", "MLFLOW_"))]
+    own = ("SLIPWAY_MODEL_", "MLFLOW_")
+    fetch_env = [e for e in env if e["name"].startswith(own) and e["name"] != FILES_DIGEST_ENV]
+    fetch_env += [{"name": FILES_DIGEST_ENV, "value": digest}] if digest else []
     if spec.model_load.cache_claim_name:
         mounts.append({"name": CACHE_VOLUME, "mountPath": CACHE_PATH})
         fetch_env.append({"name": "SLIPWAY_MODEL_CACHE", "value": CACHE_PATH})
     return {
         "name": "fetch-model",
-        "image": workload_image,
+        "image": image,
         "command": list(FETCH_COMMAND),
         "env": fetch_env,
         "volumeMounts": mounts,
@@ -164,17 +168,19 @@ def deployment(
     *,
     revision_id: str = "",
     fetch_image: str = "",
+    files_digest: str = "",
 ) -> dict[str, Any]:
     """One track's Deployment, serving ``version`` of ``model_name`` (default: spec.model.name).
-    ``replicas`` None leaves the count as it is. With spec.modelLoad, an init container of
-    ``fetch_image`` (default ``workload_image``, Slipway's) fetches the model first. The pods get
-    ``priority_class`` (the operator's default, above training's) unless spec.podTemplate names one.
-    ``revision_id``: the revision's label when the caller resolved it (see :func:`legacy_revisions`)."""
+    ``replicas`` None leaves the count as it is. With spec.modelLoad, an init container of ``fetch_image``
+    (default ``workload_image``, Slipway's) fetches the model first and checks it against ``files_digest``
+    (the version's: no part of the revision). The pods get ``priority_class`` (the operator's default,
+    above training's) unless spec.podTemplate names one. ``revision_id``: the revision's label when the
+    caller resolved it (see :func:`legacy_revisions`)."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     labels[REVISION_LABEL] = revision_id or revision(spec, version, uri, model_name)
     env = _server_env(spec, track, version, uri, mlflow_url, model_name)
     container = _server_container(spec, env)
-    pod_spec = _pod_spec(spec, container, priority_class, fetch_image or workload_image or spec.image)
+    pod_spec = _pod_spec(spec, container, priority_class, fetch_image or workload_image or spec.image, files_digest)
     body: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -254,7 +260,7 @@ def _server_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]]) 
 
 
 def _pod_spec(
-    spec: InferenceDeploymentSpec, container: dict[str, Any], priority_class: str, image: str
+    spec: InferenceDeploymentSpec, container: dict[str, Any], priority_class: str, image: str, files_digest: str = ""
 ) -> dict[str, Any]:
     """The server pods' spec: the drain's grace period; with spec.modelLoad, an init container of
     ``image`` that fetches the model into a volume the server reads; the priority class."""
@@ -267,7 +273,7 @@ def _pod_spec(
         if spec.model_load.cache_claim_name:
             claim = {"claimName": spec.model_load.cache_claim_name}
             pod_spec["volumes"].append({"name": CACHE_VOLUME, "persistentVolumeClaim": claim})
-        pod_spec["initContainers"] = [fetch_container(spec, container["env"], image)]
+        pod_spec["initContainers"] = [fetch_container(spec, container["env"], image, files_digest)]
     chosen_priority = (spec.pod_template and spec.pod_template.priority_class_name) or priority_class
     if chosen_priority:
         pod_spec["priorityClassName"] = chosen_priority

@@ -15,14 +15,15 @@ from typing import Any, get_args
 from slipway import cost, kube, metrics, mlflowcreds, opencost
 from slipway.builders.common import with_credentials
 from slipway.inference import analysis, build, providers, registry, traffic
-from slipway.inference.adopt import ALIAS_TAGS, ALIAS_UID, drop_moves_made, registry_view
+from slipway.inference.adopt import ALIAS_TAGS, ALIAS_UID, drop_moves_made, proven_model, registry_view
 from slipway.inference.model import DeploymentPhase, InferenceDeploymentSpec, InferenceDeploymentStatus, ServingCost
-from slipway.inference.operatorfields import keeping_operator_fields, revision_for
+from slipway.inference.operatorfields import files_digest, keeping_operator_fields, revision_for
 from slipway.inference.rollout.bake import bake_analysis
 from slipway.inference.rollout.base import Desired, Observed, Plan, Track
 from slipway.inference.rollout.budget import total_replicas
 from slipway.inference.rollout.planner import plan
 from slipway.inference.rollout.records import alias_target, new_rollback
+from slipway.inference.rollout.rollbacktag import owner
 from slipway.inference.rollout.tracks import desired_from_artifact, track_of, track_statuses, with_revision
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models.base import parse_duration
@@ -62,6 +63,7 @@ class Reconciler:
         self.name, self.namespace = ctx.name, ctx.namespace
         self.model_name: str = spec.model.name or ""  # for an artifactRef: read from the artifact
         self.costs: dict[str, Any] = {}  # track -> status.<track>.cost, measured by this pass's analysis
+        self.digests: dict[str, str] = {}  # revision -> its version's files digest (the ModelArtifact's status)
         # What the namespace's admin allows (tenancy.Policy): the serving pods' PriorityClass, the Gateways.
         asked = spec.pod_template.priority_class_name if spec.pod_template else None
         self.priority_class = ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName",
@@ -76,7 +78,7 @@ class Reconciler:
         annotations = dict(self.ctx.body["metadata"].get("annotations") or {})
         observed = Observed(spec=self.spec, desired=desired, desired_problem=problem, stable=tracks["stable"],
                             canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
-                            now=datetime.now(UTC))  # fmt: skip
+                            now=datetime.now(UTC), deployment=owner(self.namespace, self.name))  # fmt: skip
         # No stable of its own (new, or re-created without status): what MLflow records decides the first one.
         observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, list(deployments.values()))
         decision = plan(observed)
@@ -222,6 +224,8 @@ class Reconciler:
         self.model_name = found.model
         tracks = [self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS]
         served_as = revision_for(self.spec, found, self.ctx.config.pod_mlflow_url, tracks, self.ctx.status)
+        if found.digest:
+            self.digests[served_as] = found.digest
         return with_revision(found, served_as), None
 
     def alias_target(self, model: str, alias: str) -> Desired | None:
@@ -240,6 +244,8 @@ class Reconciler:
                 if memory.get("alias") == (model, alias):
                     return memory["alias_version"]  # type: ignore[no-any-return]
                 return self.last_known(model)
+            if found is not None:
+                proven_model(self.ctx, self.mlflow, model, found.version)
             memory["alias_version"] = Desired(found.version, found.uri, model) if found else None
             memory[ALIAS_TAGS], memory[ALIAS_UID] = (dict(found.tags) if found else {}), self.ctx.uid
             memory["alias"], memory["alias_time"] = (model, alias), now
@@ -262,7 +268,8 @@ class Reconciler:
         versions = {t: v for t, (v, _) in tracks.items()}
         revisions = {t: r for t, (_, r) in tracks.items() if r}
         target = providers.Target(settings, self.namespace, self.name, versions, revisions)
-        lent = providers.Services(self.ctx.config, self.ctx.prometheus, self.ctx.config.http_timeout_seconds)
+        lent = providers.Services(self.ctx.config, self.ctx.prometheus, self.ctx.config.http_timeout_seconds,
+                                  lambda: self.ctx.cache.names("namespaces"))  # fmt: skip
         outcome = providers.analyse(target, lent, now, "stable" if bake else "canary", self.pricing(tracks))
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
@@ -347,10 +354,12 @@ class Reconciler:
         """The track's Deployment serving ``desired`` with ``replicas`` pods (its share of spec.replicas);
         ``budget``: the stable's rolling-update budget while it rolls beside canary pods."""
         config = self.ctx.config
+        tracks = [self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS]
         body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
                                 config.pod_mlflow_url, replicas, desired.model, config.workload_image,
                                 self.priority_class, budget, revision_id=desired.revision,
-                                fetch_image=config.fetch_image)  # fmt: skip
+                                fetch_image=config.fetch_image,
+                                files_digest=files_digest(desired, self.digests, tracks))  # fmt: skip
         body = with_credentials(body, mlflowcreds.of_pods(self.ctx))
         existing = self.ctx.child("deployments", build.deployment_name(self.name, track))
         return self.ctx.ensure("deployments", keeping_operator_fields(body, existing))

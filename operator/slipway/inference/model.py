@@ -612,9 +612,10 @@ class Rollback(StatusModel):
     time: str = Field(description="When it happened.")
     tag: str | None = Field(
         default=None,
-        description="The version's slipway.dev/rollback tag this record was read back from: the object was "
-        "re-created without its status (applied again from Git, restored without status) and refuses what an "
-        "earlier one rolled back.",
+        description="The version's slipway.dev/rollback tag this record was read back from (its known fields, "
+        "each bounded, as the operator writes them): the object was re-created without its status (applied "
+        "again from Git, restored without status) and refuses what an earlier one of the same namespace and "
+        "name rolled back.",
     )
 
 

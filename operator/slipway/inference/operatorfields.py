@@ -11,6 +11,7 @@ from typing import Any
 from slipway.inference.build import REVISION_LABEL, legacy_revisions, revision
 from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.rollout.base import Desired
+from slipway.mlflow.digests import FILES_DIGEST_ENV, is_digest
 
 
 def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -87,3 +88,20 @@ def revision_for(
         return current
     legacy = legacy_revisions(spec, found.version, found.uri, found.model, urls) & recorded
     return min(legacy) if legacy else current
+
+
+def files_digest(desired: Desired, resolved: Mapping[str, str], deployments: Iterable[Mapping[str, Any] | None]) -> str:
+    """What fetch-model checks ``desired``'s files against: the digest its ModelArtifact's status holds
+    (``resolved``: revision -> digest, as this pass resolved it), else the one a track Deployment of the
+    same revision already passes (a promotion builds the stable from the canary's revision); "" if none."""
+    if desired.digest or desired.revision in resolved:
+        return desired.digest or resolved[desired.revision]
+    for body in deployments:
+        template = ((body or {}).get("spec") or {}).get("template") or {}
+        if (template.get("metadata") or {}).get("labels", {}).get(REVISION_LABEL) != desired.revision:
+            continue
+        for container in (template.get("spec") or {}).get("initContainers") or []:
+            for env in container.get("env") or [] if container.get("name") == "fetch-model" else []:
+                if env.get("name") == FILES_DIGEST_ENV and is_digest(env.get("value")):
+                    return str(env["value"])
+    return ""

@@ -13,6 +13,8 @@ Kubernetes client. :class:`MlflowClient` is the one object callers use; it is co
 - :mod:`.sources` — a model to register found as MLflow's client finds it, and its files' digest;
 - :mod:`.records` — Slipway's own runs and versions, tagged with an object's uid and looked
   up before any create;
+- :mod:`.proof` — the proof (an HMAC under the operator's key) that Slipway made an experiment,
+  model, run or version;
 
 with two pure helpers: :mod:`.uris` (the ``models:/`` and ``runs:/`` URI parser) and
 :mod:`.filters` (search filters).
@@ -31,6 +33,7 @@ from slipway.mlflow.http import (
     MlflowUnavailable,
 )
 from slipway.mlflow.logged_models import LoggedModel, LoggedModels
+from slipway.mlflow.proof import PROOF_TAG, Guard, Proof, Unproven
 from slipway.mlflow.records import ROLE_TAG, UID_TAG, Records
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
 from slipway.mlflow.sources import FileTree, Found, ModelSources
@@ -40,6 +43,7 @@ from slipway.mlflow.uris import ModelUri, RunUri, model_version_uri, parse_model
 __all__ = [
     "API",
     "ARTIFACT_PROXY",
+    "PROOF_TAG",
     "ROLE_TAG",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
@@ -47,6 +51,7 @@ __all__ = [
     "ArtifactFile",
     "FileTree",
     "Found",
+    "Guard",
     "LeaseDeadlinePassed",
     "LoggedModel",
     "LoggedModels",
@@ -59,9 +64,11 @@ __all__ = [
     "ModelSources",
     "ModelUri",
     "ModelVersion",
+    "Proof",
     "RegisteredModel",
     "Run",
     "RunUri",
+    "Unproven",
     "model_version_filter",
     "model_version_uri",
     "now_millis",

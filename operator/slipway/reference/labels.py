@@ -32,6 +32,15 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "A Secret of the namespace (MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN) whose MLflow "
         "identity the namespace's pods use, by reference; never the operator's. Without it: the "
         "SLIPWAY_MLFLOW_CREDENTIALS_SECRET Secret of the namespace in single-team mode, none in multi-tenant mode."),
+    "slipway.dev/adopt-mlflow-names": ("annotation", "Namespace", "cluster admin",
+        "Globs of MLflow experiments and registered models the namespace's objects use although Slipway did not "
+        "create them (no `slipway.dev/proof`), stamping them as Slipway's; beside --adopt-mlflow-names."),
+    "slipway.dev/proof": ("MLflow tag", "experiments, registered models, runs and model versions Slipway creates",
+        "operator", "An HMAC-SHA256, under a key only the operator holds, of what the object is (kind, namespace "
+        "and name; for a run or version also its object, id, role and work key). Where the allow-list applies, "
+        "an experiment, model, run or version found without a valid one is not used."),
+    "slipway.dev/namespace": ("MLflow tag", "experiments and registered models Slipway creates", "operator",
+        "The namespace the experiment or model was created for (covered by its `slipway.dev/proof`)."),
     "slipway.dev/promote": ("annotation", "InferenceDeployment", "user (`kubectl slipway promote`)",
         "`true`: skip the remaining canary steps and promote now. The operator removes it once it has acted."),
     "slipway.dev/abort": ("annotation", "InferenceDeployment", "user (`kubectl slipway abort`)",
@@ -66,6 +75,10 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
     "slipway.dev/model-uri": ("annotation", "serving pods", "operator", "The URI of the model version served."),
     "slipway.dev/applied-hash": ("annotation", "every child", "operator",
         "The hash of what Slipway last applied: a child whose hash differs from the desired one is updated."),
+    "slipway.dev/mlflow-webhook-deliveries": ("annotation", "the Lease slipway-mlflow-webhook in the operator's "
+        "namespace", "operator", "The MLflow webhook delivery ids believed in the last 10 minutes, with their "
+        "timestamps (JSON): every replica refuses a delivery whose id is there, so none is believed twice, "
+        "across failovers and restarts too."),
     "slipway.dev/finalizer": ("finalizer", "the three kinds (earlier Slipway versions)", "operator",
         "Added by earlier versions' timers; the operator removes it on the object's first pass."),
     "slipway.dev/uid": ("MLflow tag", "runs and model versions", "operator",
@@ -86,7 +99,9 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
     "slipway.dev/aliases-set": ("MLflow tag", "model versions", "operator",
         "The aliases moved to the version once validated (`-` for none)."),
     "slipway.dev/rollback": ("MLflow tag", "model versions", "operator",
-        "Set on a version a canary or a bake rolled back: the rollback's record (its reason, metric and value)."),
+        "Set on a version a canary or a bake rolled back: the rollback's record (the InferenceDeployment's "
+        "`namespace/name`, its reason, metric and value). Only that InferenceDeployment, re-created without "
+        "its status, refuses the version for it."),
 }  # fmt: skip
 
 

@@ -13,7 +13,13 @@ up, in the TrainingRun's own experiment only, when the TrainingRun has no run of
   ``spec.checkpoint.whenDeleted: Retain``, or restored (Velero restores it with no ownerReference),
   it is adopted by the TrainingRun of the same name (``training.claim``); under ``Delete`` (when
   unset) it went with the TrainingRun that owned it, and training starts again from step 1 in that run;
+- a run still RUNNING that never recorded a checkpoint (its TrainingRun, or its namespace, was deleted
+  before its pods ran, e.g. while the operator was down): the new Job reports to that run, from step 1,
+  so no second run is made and none is left RUNNING;
 - anything else (no such run, a spec that differs, runs made before work keys): a new run, as before.
+
+Where the allow-list applies, only a run carrying Slipway's proof for this namespace/name and work key
+is adopted (slipway.mlflow.proof): the tags a trainer can read, copied onto a planted run, are not enough.
 
 Every step is a lookup, so a pass that crashes at any line finds the same run next time."""
 
@@ -28,7 +34,7 @@ import kopf
 
 from slipway import kube, reasons
 from slipway.clock import rfc3339
-from slipway.mlflow import MlflowClient, MlflowUnavailable, Run, tag_filter
+from slipway.mlflow import Guard, MlflowClient, MlflowUnavailable, Run, tag_filter
 from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
 from slipway.reconcile import Context
 from slipway.training import build
@@ -79,17 +85,33 @@ def experiment_of(spec: TrainingRunSpec) -> str:
     return spec.mlflow.experiment or spec.model.name
 
 
-def adoptable(client: MlflowClient, experiment_id: str, owner: str, work: str) -> Run | None:
+def guard_of(ctx: Context, client: MlflowClient) -> Guard:
+    """What this TrainingRun trusts in MLflow (slipway.mlflow.proof): the experiment its status
+    records (made before proofs existed) is trusted, and stamped."""
+    recorded = (ctx.status.get("mlflow") or {}).get("experimentId")
+    trusted = [f"experiment-id:{recorded}"] if recorded else []
+    return ctx.tenancy.guard(client.proof, f"{ctx.namespace}/{ctx.name}", trusted)
+
+
+def adoptable(
+    client: MlflowClient, experiment_id: str, owner: str, work: str, guard: Guard | None = None
+) -> Run | None:
     """The run a predecessor of the TrainingRun ``owner`` (namespace/name) made for ``work`` in
     ``experiment_id`` (the TrainingRun's own experiment, checked against the namespace's allow-list
-    before any pass): a FINISHED one first, else the one cut short with the newest checkpoint."""
+    before any pass), with its proof where proofs are enforced (``guard``): a FINISHED one first, else
+    the one cut short with the newest checkpoint, else one still RUNNING that never checkpointed (its
+    TrainingRun went before its pods ran or logged a checkpoint: it goes on in that run, not a second)."""
     found = [r for r in client.search_runs([experiment_id], filter=tag_filter(WORK_TAG, work))
-             if r.experiment_id == experiment_id and r.tags.get(TRAININGRUN_TAG) == owner]  # fmt: skip
+             if r.experiment_id == experiment_id and r.tags.get(TRAININGRUN_TAG) == owner
+             and (guard is None or guard.run_holds(r.experiment_id, r.run_id, r.tags, "", work))]  # fmt: skip
     done = [r for r in found if r.status == "FINISHED"]
     if done:
         return min(done, key=lambda r: (r.start_time or 0, r.run_id))
     cut = [r for r in found if r.status in ("RUNNING", "FAILED", "KILLED") and _checkpoint_step(r) is not None]
-    return max(cut, key=lambda r: (_checkpoint_step(r) or 0, r.start_time or 0, r.run_id)) if cut else None
+    if cut:
+        return max(cut, key=lambda r: (_checkpoint_step(r) or 0, r.start_time or 0, r.run_id))
+    left = [r for r in found if r.status == "RUNNING"]
+    return min(left, key=lambda r: (r.start_time or 0, r.run_id)) if left else None
 
 
 def _checkpoint_step(run: Run) -> int | None:
@@ -118,9 +140,10 @@ def finished_run(
     if child is None and time.monotonic() < _AWAY.get(client.tracking_uri, 0.0):
         return None
     try:
-        experiment_id = client.get_or_create_experiment(experiment_of(spec))
+        guard = guard_of(ctx, client)
+        experiment_id = client.experiment_for(experiment_of(spec), guard)
         owner = f"{ctx.namespace}/{ctx.name}"
-        found = adoptable(client, experiment_id, owner, work_of(ctx.namespace, ctx.name, spec))
+        found = adoptable(client, experiment_id, owner, work_of(ctx.namespace, ctx.name, spec), guard)
     except MlflowUnavailable:
         if child is None:
             _AWAY[client.tracking_uri] = time.monotonic() + AWAY_SECONDS
@@ -139,18 +162,21 @@ def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Map
     """The MLflow run of a TrainingRun with no run in status: its own (tagged with its uid), else a
     predecessor's it adopts (:func:`adoptable`), else a new one tagged with its uid and work key."""
     experiment = experiment_of(spec)
-    experiment_id = client.get_or_create_experiment(experiment)
+    guard = guard_of(ctx, client)
+    experiment_id = client.experiment_for(experiment, guard)
     own = client.search_runs([experiment_id], filter=tag_filter(UID_TAG, ctx.uid))
     work = work_of(ctx.namespace, ctx.name, spec)
     if not own:
-        run = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work)
+        run = adoptable(client, experiment_id, f"{ctx.namespace}/{ctx.name}", work, guard)
         if run is not None and run.status == "FINISHED":  # found now, after finished_run could not ask
             raise kopf.TemporaryError(f"MLflow run {run.run_id} finished this work: shown by the next pass", delay=0)
         if run is not None:
-            adopted_event(ctx, run, f"training goes on in it, from its newest checkpoint (step "
-                          f"{_checkpoint_step(run)}) if the checkpoint volume still holds it")  # fmt: skip
+            step = _checkpoint_step(run)
+            adopted_event(ctx, run, "training goes on in it, " + (
+                f"from its newest checkpoint (step {step}) if the checkpoint volume still holds it" if step is not None
+                else "from the start: it never recorded a checkpoint"))  # fmt: skip
             return run
-    return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work})
+    return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work}, guard)
 
 
 def adopted_event(ctx: Context, run: Run, what: str) -> None:

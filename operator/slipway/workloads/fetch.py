@@ -5,10 +5,15 @@
 The init container of an InferenceDeployment with ``spec.modelLoad`` (as KServe's storage
 initializer is): the server container then reads the files, read-only, at ``--dest``, whatever
 its image. For a ``models:/name/version`` (or ``@alias``) URI the files are those of the
-version's source, and the digest they must have is the version's ``slipway.digest`` tag (the
-one ModelArtifact registration records); ``SLIPWAY_MODEL_DIGEST`` overrides it. A mismatch
-exits 2 and leaves nothing at ``--dest``: a server never starts on files that are not the
-version's.
+version's source.
+
+Every file is checked against ``SLIPWAY_MODEL_FILES_DIGEST``, Slipway's digest over a version's
+files (:mod:`slipway.mlflow.digests`), which the operator sets from the ModelArtifact's
+``status.filesDigest``: held in Kubernetes, so that files re-uploaded to MLflow after validation
+are refused. Without it, the version's ``slipway.source.digest`` tag is that digest (MLflow's
+word); without either, the model file is checked against ``SLIPWAY_MODEL_DIGEST``, else the
+version's ``slipway.digest`` tag (a quantized version's). A mismatch exits 2 and leaves nothing
+at ``--dest``: a server never starts on files that are not the version's.
 
 With ``--cache`` (a PersistentVolumeClaim shared by the pods), a version already in the cache
 with the right digest is copied from there instead of downloaded; one that is not is
@@ -19,7 +24,10 @@ Environment (each flag falls back to it):
   SLIPWAY_MODEL_URI       --model-uri
   SLIPWAY_MODEL_PATH      --dest (default /models/current)
   SLIPWAY_MODEL_CACHE     --cache
-  SLIPWAY_MODEL_DIGEST    the expected digest (default: the version's slipway.digest tag)
+  SLIPWAY_MODEL_FILES_DIGEST  Slipway's digest every file must have (default: the version's
+                          slipway.source.digest tag)
+  SLIPWAY_MODEL_DIGEST    the model file's digest, checked when there is no files digest
+                          (default: the version's slipway.digest tag)
 
 Writes ``slipway-fetch.json`` beside the files: uri, version, digest, bytes, seconds, and
 whether the cache answered. Exit codes: 0, 2 (bad configuration, digest mismatch), 75 (MLflow
@@ -35,13 +43,14 @@ import re
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from slipway.mlflow import parse_model_uri
+from slipway.mlflow import MlflowClient, ModelVersion, parse_model_uri
+from slipway.mlflow.digests import FILES_DIGEST_ENV, directory_digest, is_digest
 from slipway.workloads.common import (
     MODEL_FILE,
     ConfigError,
-    download_model,
     env_str,
     file_digest,
     mlflow_client,
@@ -52,6 +61,7 @@ from slipway.workloads.common import (
 log = logging.getLogger("slipway.workloads.fetch")
 
 DIGEST_TAG = "slipway.digest"
+SOURCE_DIGEST_TAG = "slipway.source.digest"  # Slipway's digest over a version's files, as the operator tags it
 RECEIPT = "slipway-fetch.json"
 
 
@@ -96,15 +106,70 @@ def _copy_tree(source: Path, dest: Path) -> int:
     return total
 
 
-def _verified(model_dir: Path, expected: str | None) -> str:
-    """The digest of the model file in ``model_dir``; ConfigError if it is not ``expected``."""
+@dataclass(frozen=True)
+class Expected:
+    """What the fetched files must be: Slipway's digest over every file (and where it came from), else
+    the model file's digest; neither: not checked."""
+
+    files: str | None = None
+    origin: str = ""  # from the pod spec, or from the MLflow tag
+    model_file: str | None = None
+
+    @staticmethod
+    def of(version: ModelVersion | None) -> Expected:
+        """From the pod spec (SLIPWAY_MODEL_FILES_DIGEST), else the version's tags."""
+        files = env_str(FILES_DIGEST_ENV)
+        if files is not None:
+            if not is_digest(files):
+                raise ConfigError(f"{FILES_DIGEST_ENV} is {files[:80]!r}, not sha256:<64 hex digits>")
+            return Expected(files, "from the pod spec")
+        tags = version.tags if version is not None else {}
+        if is_digest(tags.get(SOURCE_DIGEST_TAG)):
+            return Expected(tags[SOURCE_DIGEST_TAG], f"from MLflow tag {SOURCE_DIGEST_TAG}")
+        return Expected(model_file=env_str("SLIPWAY_MODEL_DIGEST") or tags.get(DIGEST_TAG) or None)
+
+
+def verify_files(root: Path, expected: str, origin: str = "expected") -> str:
+    """Slipway's digest over every file under ``root`` (the receipt left out); ConfigError, naming
+    both digests, unless it is ``expected``."""
+    digest, count = directory_digest(root, leave_out=[RECEIPT])
+    if digest != expected:
+        raise ConfigError(f"digest mismatch: the {count} files fetched are {digest}, not {expected}, the validated "
+                          f"version's ({origin}); the server is not started")  # fmt: skip
+    return digest
+
+
+def _verified(model_dir: Path, want: Expected) -> str:
+    """The digest of the files in ``model_dir``; ConfigError if they are not what ``want`` says."""
+    if want.files:
+        return verify_files(model_dir, want.files, want.origin)
     files = [model_dir / MODEL_FILE] if (model_dir / MODEL_FILE).is_file() else sorted(model_dir.rglob("*.onnx"))
     if len(files) != 1:
         raise ConfigError(f"the model holds {len(files)} .onnx files; expected one {MODEL_FILE}")
     digest = file_digest(files[0])
-    if expected and digest != expected:
-        raise ConfigError(f"digest mismatch: the files are {digest}, the version records {expected}")
+    if want.model_file and digest != want.model_file:
+        raise ConfigError(f"digest mismatch: the files are {digest}, the version records {want.model_file}")
     return digest
+
+
+def _download(client: MlflowClient, uri: str, into: Path) -> Path:
+    """Download ``uri`` into ``into``; the directory holding what it names (a file: alone in it)."""
+    local = client.download_artifacts(uri, into)
+    return local.parent if local.is_file() else local
+
+
+def _version(client: MlflowClient, uri: str) -> ModelVersion | None:
+    """The registered version a ``models:/`` URI names (None for another URI)."""
+    named = parse_model_uri(uri)
+    if named is None:
+        return None
+    if named.alias is not None:
+        version = client.get_version_by_alias(named.name, named.alias)
+    else:
+        version = client.get_model_version(named.name, named.registered_version or "")
+    if version is None:
+        raise ConfigError(f"{uri}: the alias points at no version")
+    return version
 
 
 def fetch(args: argparse.Namespace) -> dict[str, object]:
@@ -121,46 +186,38 @@ def _fetch(args: argparse.Namespace) -> dict[str, object]:
     dest = Path(args.dest)
     client = mlflow_client()
     named = parse_model_uri(args.model_uri)
-    version = None
-    if named is not None:
-        version = (
-            client.get_version_by_alias(named.name, named.alias)
-            if named.alias is not None
-            else client.get_model_version(named.name, named.registered_version or "")
-        )
-        if version is None:
-            raise ConfigError(f"{args.model_uri}: the alias points at no version")
+    version = _version(client, args.model_uri)
     source = version.uri if version is not None else args.model_uri
-    expected = env_str("SLIPWAY_MODEL_DIGEST") or (version.tags.get(DIGEST_TAG) if version else None)
-    if not expected:
+    want = Expected.of(version)
+    if want.files:
+        log.info("every file of %s is checked against %s, from %s", args.model_uri, want.files, want.origin)
+    elif not want.model_file:
         log.warning("%s records no digest (tag %s): the files are not checked", args.model_uri, DIGEST_TAG)
     cached = None
     if args.cache and named is not None and version is not None:
         cached = _cache_dir(Path(args.cache), named.name, version.version)
-    from_cache = False
-    if cached is not None:
         cached.parent.mkdir(parents=True, exist_ok=True)
+    from_cache = False
     if cached is not None and cached.is_dir():
         try:
-            _verified(cached, expected)
+            _verified(cached, want)
             from_cache = True
         except ConfigError as exc:
             log.warning("cache %s is not usable (%s): downloading again", cached, exc)
             shutil.rmtree(cached, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=".slipway-fetch-", dir=cached.parent if cached else None) as tmp:
+        origin = cached
         if not from_cache:
-            model_file = download_model(client, source, Path(tmp))
-            digest = _verified(model_file.parent, expected)
+            origin = _download(client, source, Path(tmp) / "download")
+            _verified(origin, want)
             if cached is not None:
-                cached.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copytree(model_file.parent, Path(tmp) / "complete")
+                shutil.copytree(origin, Path(tmp) / "complete")
                 shutil.rmtree(cached, ignore_errors=True)
                 (Path(tmp) / "complete").rename(cached)  # a version appears in the cache whole or not at all
-            origin = cached if cached is not None else model_file.parent
-        else:
-            origin = cached  # type: ignore[assignment]
+                origin = cached
+        assert origin is not None
         size = _copy_tree(origin, dest)
-        digest = _verified(dest, expected)
+        digest = _verified(dest, want)
     receipt = {
         "uri": args.model_uri,
         "version": version.version if version else None,

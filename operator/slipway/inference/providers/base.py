@@ -10,7 +10,7 @@ spec it refuses, and opens providers for one analysis of one InferenceDeployment
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -35,11 +35,13 @@ class Target:
 @dataclass(frozen=True)
 class Services:
     """What the operator lends a source: its settings (None: no allow-list is checked), its own
-    Prometheus (``--prometheus-url``, None without one), and how long one request may take."""
+    Prometheus (``--prometheus-url``, None without one), how long one request may take, and the
+    names of the cluster's namespaces (from its cache; None: not known, as outside the operator)."""
 
     config: OperatorConfig | None
     prometheus: PrometheusClient | None
     timeout: float
+    namespaces: Callable[[], Collection[str]] | None = None
 
 
 # What a source opened for one analysis: a maker of providers (each call a new one, keeping its own

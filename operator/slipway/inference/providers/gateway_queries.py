@@ -9,22 +9,35 @@ latency histogram and its unit, the label naming the backend, and how a backend 
 HTTPRoute is spelled in it. The track's Service is ``<deployment>-<track>``, the HTTPRoute is
 named after the InferenceDeployment, both in its namespace.
 
-Tenancy: the gateway's series carry the gateway's own namespace (its pod's), not the tenant's, so
-:func:`slipway.promql.confine` cannot confine them. Instead every matcher is written here from
-the operator's values alone (the namespace, the route's and the Service's names, all escaped):
-the namespace is part of the spelling of the backend (Traefik: twice, as the route's and the
-Service's namespace, anchored at both ends) or a label of its own (Istio). A metric with a
-``query`` of the user's own is still PromQL of the Prometheus source, confined as always.
+Tenancy: every matcher is written here from the operator's values alone (the namespace, the
+route's and the Service's names, all escaped), and only the series of whoever counts the requests
+are read, never a counterfeit any scraped pod could export under the same name:
+
+- Traefik's series carry the gateway's own scrape target, not the tenant's namespace, so
+  :func:`slipway.promql.confine` cannot confine them: the operator's ``--traefik-selector``
+  (its job and namespace, :data:`slipway.settings.TRAEFIK_SELECTOR` by default) selects them, as
+  ``openCostSelector`` selects OpenCost's. The namespace is part of the backend's spelling, twice
+  (the route's and the Service's namespace), anchored at both ends. Traefik joins names with
+  dashes, so a route of another namespace can be spelled alike (namespace ``t`` with route
+  ``a-x``, namespace ``t-a`` with route ``x``): :func:`colliding_namespaces` names the namespaces
+  that could, and the analysis is then Inconclusive (never a verdict from their traffic).
+- Istio's are read as the destination's sidecar reports them (``reporter="destination"``), scraped
+  from the destination's own pods: the scrape's ``namespace`` label is the InferenceDeployment's,
+  as is ``destination_service_namespace``; a pod of another namespace cannot export them.
+
+A metric with a ``query`` of the user's own is still PromQL of the Prometheus source, confined as always.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from slipway.inference.build import track_service_name
 from slipway.inference.model import AnalysisMetric
 from slipway.inference.providers.prometheus_queries import BUILTIN_QUERIES, Preset, QueryError
+from slipway.settings import TRAEFIK_SELECTOR
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,13 @@ class GatewayMetrics:
     backend: str
     namespace_label: str | None = None  # a label holding the backend Service's namespace, if the gateway has one
     latency_unit: float = 1.0  # seconds per unit of the latency histogram
+    # Matchers every series read carries (Istio: the destination's own report).
+    fixed: str = ""
+    # Whose series: True, the destination's pods' (their scrape's namespace label is the
+    # deployment's); False, the gateway's own scrape target (the operator's selector).
+    scraped_in_namespace: bool = False
+    # The backend's spelling joins the namespace and the route's name with "-" (colliding_namespaces).
+    dash_joined: bool = False
 
 
 # Traefik v3's Kubernetes Gateway provider names an HTTPRoute's backend service
@@ -53,10 +73,12 @@ TRAEFIK = GatewayMetrics(
     backend_label="service",
     backend="httproute-{namespace}-{route}-gw-[a-z0-9-]+-ep-[A-Za-z0-9-]+-[0-9]+-[0-9a-f]{{20}}"
     "-svc-{namespace}-{service}-[0-9]+@kubernetesgateway",
+    dash_joined=True,
 )
 
-# Istio's standard metrics (the ingress gateway reports as reporter="source"): the destination
-# Service's name and namespace are labels of their own; durations in milliseconds.
+# Istio's standard metrics, as the destination's sidecar reports them (the ingress gateway reports
+# as reporter="source", scraped from the gateway's namespace): the destination Service's name and
+# namespace are labels of their own; durations in milliseconds.
 ISTIO = GatewayMetrics(
     requests="istio_requests_total",
     code_label="response_code",
@@ -65,6 +87,8 @@ ISTIO = GatewayMetrics(
     backend="{service}",
     namespace_label="destination_service_namespace",
     latency_unit=0.001,
+    fixed='reporter="destination"',
+    scraped_in_namespace=True,
 )
 
 GATEWAYS: dict[str, GatewayMetrics] = {"traefik": TRAEFIK, "istio": ISTIO}
@@ -88,21 +112,64 @@ def _normalized(name: str) -> str:
     return "-".join(part for part in re.split(r"[^0-9A-Za-z]+", name) if part)
 
 
-def backend_selector(gateway: GatewayMetrics, namespace: str, deployment: str, track: str) -> str:
-    """The label matchers (without braces) of the gateway's series of one track's Service."""
+def backend_selector(
+    gateway: GatewayMetrics, namespace: str, deployment: str, track: str, own: str = TRAEFIK_SELECTOR
+) -> str:
+    """The label matchers (without braces) of the gateway's series of one track's Service; ``own``
+    (checked label matchers, :func:`slipway.labelmatchers.check`) selects the gateway's own scrape
+    target where its series are not scraped from the deployment's namespace."""
     spelled = gateway.backend.format(
         namespace=_escaped(namespace),
         route=_escaped(_normalized(deployment)),
         service=_escaped(track_service_name(deployment, track)),
     )
-    selector = f"{gateway.backend_label}=~{_label_value(spelled)}"
+    scraped = f"namespace={_label_value(namespace)}" if gateway.scraped_in_namespace else own
+    matchers = [scraped, gateway.fixed]
     if gateway.namespace_label is not None:
-        selector = f"{gateway.namespace_label}={_label_value(namespace)}, {selector}"
-    return selector
+        matchers.append(f"{gateway.namespace_label}={_label_value(namespace)}")
+    matchers.append(f"{gateway.backend_label}=~{_label_value(spelled)}")
+    return ", ".join(m for m in matchers if m)
+
+
+def colliding_namespaces(
+    gateway: GatewayMetrics, namespace: str, deployment: str, namespaces: Iterable[str]
+) -> list[str]:
+    """The other namespaces of ``namespaces`` whose HTTPRoutes the gateway could spell as this
+    deployment's backends. Traefik's spelling begins ``httproute-<ns>-<route>-gw-``: another
+    namespace's begins alike when its name and a dash begin ``<ns>-<route>-gw-`` (``t`` and route
+    ``a-x`` for ``t-a`` and route ``x``) or are begun by it (``t-x-gw-...``, whose route's name and
+    Service's can then fill the rest)."""
+    if not gateway.dash_joined:
+        return []
+    begins = f"{namespace}-{_normalized(deployment)}-gw-"
+    found = set()
+    for other in namespaces:
+        for spelled in {other, _normalized(other)}:
+            if other != namespace and (begins.startswith(f"{spelled}-") or f"{spelled}-".startswith(begins)):
+                found.add(other)
+    return sorted(found)
+
+
+def collision_message(namespace: str, deployment: str, others: list[str]) -> str:
+    """Why a gateway analysis of ``namespace``/``deployment`` is not judged, naming the fix."""
+    named = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return (
+        f"the gateway's series of {namespace}/{deployment} cannot be told from those of namespace {named}: Traefik "
+        f"joins a route's namespace and name with '-', and an HTTPRoute there can be spelled "
+        f"httproute-{namespace}-{_normalized(deployment)}-gw-... too, so no verdict is drawn from them; rename the "
+        "InferenceDeployment or a namespace (no namespace's name and '-' may begin the other's spelling), or use "
+        "a gateway that labels the namespace (istio)"
+    )
 
 
 def gateway_query(
-    metric: AnalysisMetric, gateway: GatewayMetrics, namespace: str, deployment: str, track: str, window: str
+    metric: AnalysisMetric,
+    gateway: GatewayMetrics,
+    namespace: str,
+    deployment: str,
+    track: str,
+    window: str,
+    own: str = TRAEFIK_SELECTOR,
 ) -> str:
     """The PromQL of built-in ``metric`` for one track, from the gateway's series."""
     if metric.name not in GATEWAY_METRICS:
@@ -118,7 +185,8 @@ def gateway_query(
         ttft="",
         tpot=(),
     )
-    query = BUILTIN_QUERIES[metric.name](preset, backend_selector(gateway, namespace, deployment, track), window)
+    selector = backend_selector(gateway, namespace, deployment, track, own)
+    query = BUILTIN_QUERIES[metric.name](preset, selector, window)
     if metric.name != "errorRate" and gateway.latency_unit != 1.0:
         return f"({query}) * {gateway.latency_unit:g}"
     return query

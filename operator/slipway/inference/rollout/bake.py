@@ -121,7 +121,7 @@ class Baking:
         before = f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')}"
         text = (f"reverted {describe(self.desired)} during its bake ({cause}); the stable track is restored to "
                 f"{before} (revision {self.previous.get('revision')})")  # fmt: skip
-        registry = [rollback_tag(self.desired, record)]
+        registry = [rollback_tag(self.desired, record, self.obs.deployment)]
         alias = self.obs.spec.rollout.promote_alias
         if alias and self.previous.get("modelVersion") and self.previous.get("modelName") == self.desired.model:
             registry.append({"action": "SetAlias", "model": self.desired.model,

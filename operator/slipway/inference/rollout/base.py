@@ -27,6 +27,7 @@ class Desired:
     uri: str
     model: str = ""
     revision: str = ""
+    digest: str = ""  # Slipway's digest over the version's files, from its ModelArtifact's status (none: unknown)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class Track:
 @dataclass(frozen=True)
 class RegistryView:
     """What MLflow records, read only while an InferenceDeployment has no stable of its own
-    (slipway.inference.rollout.restore): the desired version's ``slipway.dev/rollback`` tag (None: no tag) and
+    (slipway.inference.rollout.restore): the desired version's ``slipway.dev/rollback`` tag as MLflow holds it
+    (None: no tag; honoured only if it names this deployment, see slipway.inference.rollout.rollbacktag) and
     the version the promote alias names now, with its revision for this spec (None: no such alias)."""
 
     rollback_tag: str | None = None
@@ -93,6 +95,7 @@ class Observed:
     now: datetime
     analysis: AnalysisOutcome | None = None
     registry: RegistryView | None = None  # read only while there is no stable of its own; None: not read
+    deployment: str = ""  # namespace/name: what its rollback tags name, the only tags its restore honours
 
 
 @dataclass

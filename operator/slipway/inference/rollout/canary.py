@@ -274,6 +274,7 @@ class Canary:
     ) -> Plan:  # fmt: skip
         record = rollback_record(self.desired, reason, self.now, metric, value)
         text = f"rolled back {describe(self.desired)}: {message}; stable keeps serving {describe_track(self.stable)}"
+        tag = rollback_tag(self.desired, record, self.obs.deployment)
         return make_plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
-                         rollout=self.desired, registry=[rollback_tag(self.desired, record)], durable=True,
+                         rollout=self.desired, registry=[tag], durable=True,
                          status=self.status(lastRollback=record, **changes))  # fmt: skip

@@ -18,8 +18,8 @@ from slipway.inference.rollout.base import (
 from slipway.inference.rollout.budget import size_tracks
 from slipway.inference.rollout.canary import Canary
 from slipway.inference.rollout.promotion import Promotion
-from slipway.inference.rollout.records import ROLLBACK_TAG
 from slipway.inference.rollout.restore import refused_beside, restored
+from slipway.inference.rollout.rollbacktag import ROLLBACK_TAG, clipped
 from slipway.inference.rollout.settled import first_revision, health_status
 from slipway.status.conditions import reconciling, stalled
 
@@ -63,11 +63,12 @@ def _plan_for(obs: Observed) -> Plan:
             retried.status["lastRollback"] = {**last, "retried": True}
             retried.consumed_annotation = RETRY_ANNOTATION
             return retried
-        cause = str(last.get("reason"))
+        # Clipped: a record an earlier release read back from a tag may hold its whole text.
+        cause = clipped(last.get("reason"), 64)
         if last.get("metric"):
-            cause += f": {last['metric']}={last.get('value')}"
+            cause += f": {clipped(last['metric'], 63)}={clipped(last.get('value'), 32)}"
         if last.get("tag"):  # read back from MLflow: this object was re-created without its status
-            cause += f"; MLflow tag {ROLLBACK_TAG} on version {desired.version}: {last['tag']}"
+            cause += f"; MLflow tag {ROLLBACK_TAG} on version {desired.version}: {clipped(last['tag'])}"
         message = (
             f"{describe(desired)} was rolled back ({cause}); stable serves {describe_track(stable)}; publish a new "
             f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"

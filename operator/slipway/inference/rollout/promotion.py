@@ -78,8 +78,9 @@ class Promotion:
         text = f"reverted the promotion of {describe(self.desired)}: {message}; the stable track is restored to " \
                f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')} " \
                f"(revision {self.previous.get('revision')})"  # fmt: skip
+        tag = rollback_tag(self.desired, record, self.obs.deployment)
         return make_plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
-                         revert_stable=True, rollout=self.desired, registry=[rollback_tag(self.desired, record)],
+                         revert_stable=True, rollout=self.desired, registry=[tag],
                          durable=True, status={"lastRollback": record, "lastProgressTime": None})  # fmt: skip
 
 

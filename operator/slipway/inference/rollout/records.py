@@ -12,8 +12,9 @@ from typing import Any
 from slipway.clock import rfc3339
 from slipway.inference.rollbacks import RollbackReason
 from slipway.inference.rollout.base import Desired, Observed, Plan
+from slipway.inference.rollout.rollbacktag import ROLLBACK_TAG, render
 
-ROLLBACK_TAG = "slipway.dev/rollback"
+__all__ = ["ROLLBACK_TAG"]
 
 
 def alias_target(obs: Observed, result: Plan) -> tuple[str, str] | None:
@@ -59,10 +60,11 @@ def rollback_record(
     return record
 
 
-def rollback_tag(desired: Desired, record: Mapping[str, Any]) -> dict[str, Any]:
-    detail = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("modelName", "modelVersion"))
+def rollback_tag(desired: Desired, record: Mapping[str, Any], deployment: str) -> dict[str, Any]:
+    """The version's rollback tag, naming ``deployment`` (namespace/name), the one whose restore honours
+    it (slipway.inference.rollout.rollbacktag)."""
     return {"action": "SetTag", "model": desired.model, "version": desired.version, "key": ROLLBACK_TAG,
-            "value": detail}  # fmt: skip
+            "value": render(deployment, record)}  # fmt: skip
 
 
 COST_TAGS = {"perHour": "slipway.cost.servingPerHour", "per1kRequests": "slipway.cost.per1kRequests",

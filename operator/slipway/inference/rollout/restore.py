@@ -2,10 +2,12 @@
 Git, or restored without its status): what MLflow records decides its first stable, not the model
 reference alone (pure).
 
-- The version the spec asks for carries the ``slipway.dev/rollback`` tag (an earlier object rolled
-  it back): it is refused as ``status.lastRollback`` refuses it, and the record is copied into
-  ``status.lastRollback`` so that every later pass refuses it without asking MLflow again;
-  ``slipway.dev/retry`` tries it again (through a canary once a stable serves).
+- The version the spec asks for carries the ``slipway.dev/rollback`` tag naming this deployment
+  (namespace/name: an earlier object of this name rolled it back; a tag naming another deployment,
+  or none, is not honoured, see slipway.inference.rollout.rollbacktag): it is refused as
+  ``status.lastRollback`` refuses it, and the record (bounded) is copied into ``status.lastRollback``
+  so that every later pass refuses it without asking MLflow again; ``slipway.dev/retry``
+  tries it again (through a canary once a stable serves).
 - The promote alias names another version: that one is served first, as production serves it now;
   the version asked for is canaried against it on the next pass (or refused, as above).
 - Otherwise the first revision goes to the stable track, as for a new object.
@@ -13,7 +15,6 @@ reference alone (pure).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from slipway.clock import rfc3339
@@ -27,43 +28,23 @@ from slipway.inference.rollout.base import (
     describe_track,
     make_plan,
 )
-from slipway.inference.rollout.records import ROLLBACK_TAG
+from slipway.inference.rollout.rollbacktag import ROLLBACK_TAG, RollbackTag, owned_tag
 from slipway.inference.rollout.settled import first_revision, health_status
 from slipway.status.conditions import reconciling, stalled
 
 
-def parse_tag(value: str) -> dict[str, str]:
-    """The fields of a rollback tag as :func:`slipway.inference.rollout.records.rollback_tag` writes them:
-    ``reason=AnalysisFailed, revision=…, time=…, metric=errorRate, value=0.3``."""
-    fields: dict[str, str] = {}
-    for part in value.split(","):
-        key, sep, text = part.strip().partition("=")
-        if sep and key.strip():
-            fields[key.strip()] = text.strip()
-    return fields
-
-
-def record_from_tag(desired: Desired, tag: str, obs: Observed) -> dict[str, Any]:
-    """A status.lastRollback for ``desired`` from its tag: the tag's reason, time, metric and value,
-    the revision this spec serves it as (the one later passes compare), and the tag itself."""
-    fields = parse_tag(tag)
-    record: dict[str, Any] = {"reason": fields.get("reason") or "RolledBack", "modelName": desired.model,
+def record_from_tag(desired: Desired, tag: RollbackTag, obs: Observed) -> dict[str, Any]:
+    """A status.lastRollback for ``desired`` from its tag's whitelisted fields: the reason, time, metric
+    and value, the revision this spec serves it as (the one later passes compare), and the tag as read
+    (rendered again from those fields: bounded, whatever MLflow holds)."""
+    record: dict[str, Any] = {"reason": tag.reason or "RolledBack", "modelName": desired.model,
                               "modelVersion": desired.version, "revision": desired.revision,
-                              "time": fields.get("time") or rfc3339(obs.now), "tag": tag}  # fmt: skip
-    if fields.get("metric"):
-        record["metric"] = fields["metric"]
-    value = _number(fields.get("value"))
-    if value is not None:
-        record["value"] = value
+                              "time": tag.time or rfc3339(obs.now), "tag": tag.text()}  # fmt: skip
+    if tag.metric:
+        record["metric"] = tag.metric
+    if tag.value is not None:
+        record["value"] = tag.value
     return record
-
-
-def _number(text: str | None) -> float | None:
-    try:
-        value = float(text or "")
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
 
 
 def tag_cause(record: dict[str, Any], version: str) -> str:
@@ -74,6 +55,12 @@ def tag_cause(record: dict[str, Any], version: str) -> str:
     return f"{cause}; MLflow tag {ROLLBACK_TAG} on version {version}: {record.get('tag')}"
 
 
+def own_tag(obs: Observed) -> RollbackTag | None:
+    """The desired version's rollback tag if it names this deployment (no other's is honoured)."""
+    view = obs.registry
+    return owned_tag(view.rollback_tag, obs.deployment) if view is not None else None
+
+
 def restored(obs: Observed, desired: Desired) -> Plan | None:
     """The first stable of an object with no stable of its own and none on record, from what MLflow
     records (see the module's docstring). None: nothing recorded, the first revision as usual."""
@@ -81,8 +68,9 @@ def restored(obs: Observed, desired: Desired) -> Plan | None:
     if view is None or (obs.status.get("stable") or {}).get("revision"):
         return None
     promoted = view.promoted if view.promoted is not None and view.promoted.version != desired.version else None
-    if view.rollback_tag and not _released(obs, desired):
-        return _rolled_back(obs, desired, view.rollback_tag, promoted)
+    tag = own_tag(obs)
+    if tag is not None and not _released(obs, desired):
+        return _rolled_back(obs, desired, tag, promoted)
     if promoted is not None:
         return _production_first(obs, desired, promoted)
     return None
@@ -92,12 +80,12 @@ def refused_beside(obs: Observed, desired: Desired, stable: Track) -> Plan | Non
     """A stable Deployment is there that status does not record (one a deleted object left behind):
     a tagged version is refused just the same, no canary of it, the stable left as it is. None: not
     read, no tag, or slipway.dev/retry (the canary goes on as for any other version)."""
-    view = obs.registry
-    if view is None or not view.rollback_tag or (obs.status.get("stable") or {}).get("revision"):
+    tag = own_tag(obs)
+    if tag is None or (obs.status.get("stable") or {}).get("revision"):
         return None
     if obs.annotations.get(RETRY_ANNOTATION) or _released(obs, desired):
         return None
-    record = record_from_tag(desired, view.rollback_tag, obs)
+    record = record_from_tag(desired, tag, obs)
     return _refusal(obs, desired, record, None, f"stable serves {describe_track(stable)}")
 
 
@@ -115,7 +103,7 @@ def _production_first(obs: Observed, desired: Desired, promoted: Desired) -> Pla
                      status={"lastProgressTime": rfc3339(obs.now)})  # fmt: skip
 
 
-def _rolled_back(obs: Observed, desired: Desired, tag: str, promoted: Desired | None) -> Plan:
+def _rolled_back(obs: Observed, desired: Desired, tag: RollbackTag, promoted: Desired | None) -> Plan:
     """Refused as status.lastRollback refuses it (the record kept there from now on), serving what
     the promote alias names if anything; with slipway.dev/retry, released: a canary follows once a
     stable serves (with nothing else to serve, it goes to the stable track as a first revision)."""

@@ -42,6 +42,7 @@ def settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
     if not stable.complete:
         if previous.get("phase") == "Progressing" or not stable.generation_observed or stable.updated < stable.replicas:
             message = f"rolling out {describe(desired)}: {stable.ready}/{stable.replicas} replicas ready"
+            message += f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""  # why not, in words
             return make_plan("Progressing", reconciling, "RollingOut", message, stable=desired)
         return degraded(obs, desired, stable)
     message = f"serving {describe(desired)} ({stable.ready}/{stable.replicas} replicas ready)"

@@ -10,6 +10,7 @@ from typing import Any
 from slipway.inference.build import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.inference.model import TrackStatus
 from slipway.inference.rollout.base import Desired, Plan, Track
+from slipway.mlflow.digests import is_digest
 from slipway.status.conditions import get_condition, parse_time
 
 
@@ -77,7 +78,8 @@ def desired_from_artifact(artifact: Mapping[str, Any] | None, namespace: str, na
         )
     model = artifact["spec"]["model"]["name"]
     version = status.get("quantizedVersion") or status["modelVersion"]
-    return Desired(str(version), f"models:/{model}/{version}", model), ""
+    digest = str(status.get("filesDigest") or "")
+    return Desired(str(version), f"models:/{model}/{version}", model, digest=digest if is_digest(digest) else ""), ""
 
 
 def with_revision(desired: Desired, revision: str) -> Desired:
