@@ -565,7 +565,9 @@ def shutdown(pass_seconds: float, drain_seconds: float, monkeypatch: pytest.Monk
             await operator.cleanup(memo=memo)
 
     asyncio.run(main())
-    return [entry for i, entry in enumerate(log) if entry != "renewed" or log[i - 1] != "renewed"]
+    # From the pass's start: on a loaded machine a renewal may land between the lead and the pass.
+    log = log[log.index("pass starts") :]
+    return [entry for i, entry in enumerate(log) if entry != "renewed" or (i and log[i - 1] != "renewed")]
 
 
 def test_on_shutdown_the_lease_is_renewed_while_passes_finish_and_released_after(
