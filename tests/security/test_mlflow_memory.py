@@ -1,5 +1,5 @@
 """A tenant's trainer cannot take the operator's memory through MLflow: the namespace editor's
-TrainingRun trains while its trainer logs 300,000 metric keys to the run (a metric key per step, by
+TrainingRun trains while its trainer logs 100,000 metric keys to the run (a metric key per step, by
 accident or not), and the operator (``python -m slipway`` as a process, as its pod runs it),
 reading that run every progress poll, stays far below its 512 Mi limit (its RSS sampled every
 50 ms throughout); the TrainingRun says why its progress stopped, naming the run and the fix, and
@@ -27,7 +27,7 @@ from slipway_testing import OperatorReplica, condition, training_run, wait_statu
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION = "slipway.dev", "v1alpha1"
-KEYS = 300_000
+KEYS = 100_000  # an answer of about 14 MiB, over three times the operator's 4 MiB cap
 LIMIT_MIB = 512  # the operator's memory limit in the chart
 MiB = 2**20
 
@@ -66,7 +66,7 @@ def cut_reads(replica: OperatorReplica) -> float:
 
 
 @pytest.mark.timeout(1500)  # 300 batches into a local MLflow (SQLite): 2 to 10 minutes
-def test_a_trainer_logging_300000_metric_keys_leaves_the_operator_far_below_its_limit(
+def test_a_trainer_logging_100000_metric_keys_leaves_the_operator_far_below_its_limit(
     cluster, slipway_crds, namespace, kube_api, tenant, tmp_path
 ):
     restricted = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -99,7 +99,7 @@ def attack(mlflow_url: str, namespace: str, kube_api, tenant, replica: OperatorR
             mlflow.log_batch(run_id, metrics=[(f"loss_step_{i}", 0.5, i, 1700000000000) for i in range(n, n + 1000)])
 
         with (
-            MlflowClient(mlflow_url, timeout=60, retries=3) as mlflow,
+            MlflowClient(mlflow_url, timeout=60, retries=10) as mlflow,  # SQLite answers 503 while locked, under load
             concurrent.futures.ThreadPoolExecutor(2) as pool,
         ):
             list(pool.map(batch, range(0, KEYS, 1000)))
@@ -111,7 +111,7 @@ def attack(mlflow_url: str, namespace: str, kube_api, tenant, replica: OperatorR
 
         obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys", unreadable, 120, "MlflowRunRead=False")
         # Read again every 10 progress polls (20 s here): cut at the limit, or not answered in the operator's
-        # 10 s (the local MLflow takes about 16 s to build the 41 MiB answer of 300,000 keys).
+        # 10 s (the local MLflow took about 16 s to build the 41 MiB answer of 300,000 keys).
         cuts = cut_reads(replica)
         wait_for(lambda: cut_reads(replica) >= cuts + 2, 120, "2 more reads of the run, abandoned")
     finally:

@@ -205,7 +205,9 @@ def test_in_multi_tenant_mode_a_namespace_naming_no_credentials_gives_its_pods_n
 ):
     core = client.CoreV1Api(kube_api)
     core.create_namespaced_secret(namespace, teams.slipway.secret(OPERATORS_SECRET))  # beside, never read
-    core.patch_namespace(namespace, {"metadata": {"annotations": {"slipway.dev/allowed-models": "t2, t2-*"}}})
+    # The MLflow admin made t2's experiment and model, not Slipway: the cluster admin opts them in.
+    annotations = {"slipway.dev/allowed-models": "t2, t2-*", "slipway.dev/adopt-mlflow-names": "t2, t2-model"}
+    core.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
     env = {"SLIPWAY_MLFLOW_URL": teams.url, "MLFLOW_TRACKING_USERNAME": teams.slipway.name,
            "MLFLOW_TRACKING_PASSWORD": teams.slipway.password, "SLIPWAY_REQUIRE_MODEL_ALLOWLIST": "true"}  # fmt: skip
     replica = OperatorReplica("multi-tenant", cluster, namespace, tmp_path, standalone=True, env=env)
