@@ -30,9 +30,27 @@ EXTERNAL_REQUESTS = Counter(
     ["service", "outcome"],
 )
 # One per MLflow webhook delivery received (slipway.mlflowhook); only "woke" and "queued" led to a pass.
-WEBHOOK_OUTCOMES = ("woke", "queued", "unfollowed", "ignored", "unsigned", "bad-signature", "stale", "replayed",
-                    "busy", "unrecorded", "malformed", "too-large", "standby", "rate-limited", "timeout", "evicted",
-                    "overloaded", "bad-request", "error")  # fmt: skip
+WEBHOOK_OUTCOMES = (
+    "woke",
+    "queued",
+    "unfollowed",
+    "ignored",
+    "unsigned",
+    "bad-signature",
+    "stale",
+    "replayed",
+    "busy",
+    "unrecorded",
+    "malformed",
+    "too-large",
+    "standby",
+    "rate-limited",
+    "timeout",
+    "evicted",
+    "overloaded",
+    "bad-request",
+    "error",
+)
 WEBHOOK_DELIVERIES = Counter(
     "slipway_mlflow_webhook_deliveries_total",
     "MLflow webhook requests by outcome: woke (deployments following the alias woken), queued (woken once the "

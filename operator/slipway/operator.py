@@ -237,7 +237,8 @@ async def startup(
         memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
     if isinstance(memo.get("mlflow"), MlflowClient) and memo.mlflow.proof is None:  # what it creates, proven
         memo.mlflow.proof = await asyncio.to_thread(
-            proofkey.load, memo.kube, config.leader_election_namespace, config.mlflow_proof_secret)  # fmt: skip
+            proofkey.load, memo.kube, config.leader_election_namespace, config.mlflow_proof_secret
+        )
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
     memo.healer = Healer(memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS,
@@ -264,8 +265,9 @@ async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: 
     # The ids believed are kept in a Lease of the operator's namespace, so that no replica believes one twice.
     kube = memo.get("kube")
     ledger = mlflowhook.LeaseLedger(kube.api, config.leader_election_namespace) if kube is not None else None
-    memo.webhook = await mlflowhook.serve(secret, memo.cache, memo.scheduler, config.mlflow_webhook_port,
-                                          config.metrics_address, ledger)  # fmt: skip
+    memo.webhook = await mlflowhook.serve(
+        secret, memo.cache, memo.scheduler, config.mlflow_webhook_port, config.metrics_address, ledger
+    )
     logger.info("MLflow webhook on %s:%d%s; alias lookups every %gs as its fallback", config.metrics_address,
                 config.mlflow_webhook_port, mlflowhook.PATH, config.alias_webhook_poll_seconds)  # fmt: skip
 

@@ -265,8 +265,13 @@ def attempt(
         spec = parse_spec(spec_model, ctx.body)
         if models is not None:
             namespace = ctx.cache.get("namespaces", "", ctx.namespace)
-            ctx.tenancy = tenancy.Policy.of(ctx.namespace, namespace, ctx.config.require_model_allowlist,
-                                            ctx.config.allowed_gateways, ctx.config.adopt_mlflow_names)  # fmt: skip
+            ctx.tenancy = tenancy.Policy.of(
+                ctx.namespace,
+                namespace,
+                ctx.config.require_model_allowlist,
+                ctx.config.allowed_gateways,
+                ctx.config.adopt_mlflow_names,
+            )
             ctx.tenancy.check(models(spec))
         if ctx.mlflow is None and needs_mlflow:
             ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))

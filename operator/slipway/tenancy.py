@@ -107,9 +107,15 @@ class Policy:
         classes = allowed_patterns(namespace, ALLOWED_PRIORITY_CLASSES)
         gateways = [*cluster_gateways, *(allowed_patterns(namespace, ALLOWED_GATEWAYS) or [])]
         hostnames = allowed_patterns(namespace, ALLOWED_HOSTNAMES)
-        return cls(namespace_name, tuple(patterns) if patterns is not None else None, required,
-                   tuple(classes) if classes is not None else None, tuple(gateways),
-                   tuple(hostnames) if hostnames is not None else None, tuple(adopt))  # fmt: skip
+        return cls(
+            namespace_name,
+            tuple(patterns) if patterns is not None else None,
+            required,
+            tuple(classes) if classes is not None else None,
+            tuple(gateways),
+            tuple(hostnames) if hostnames is not None else None,
+            tuple(adopt),
+        )
 
     def guard(self, proof: Proof | None, owner: str, trusted: Iterable[str] = ()) -> Guard:
         """What a pass of ``owner`` (namespace/name) trusts in MLflow: proofs are enforced where the

@@ -62,8 +62,10 @@ def empty_source(field: str, looked_for: str, reason: str = "EmptySource") -> Ar
 
 def digesting(what: str, progress: str, quantized: bool = False) -> ArtifactState:
     """Slipway reads the files of a version to register, a few seconds of each pass at a time."""
-    message = (f"{what}: {progress}; carried on in the next pass (the count is the operator's: a restarted "
-               "operator starts again)")  # fmt: skip
+    message = (
+        f"{what}: {progress}; carried on in the next pass (the count is the operator's: a restarted "
+        "operator starts again)"
+    )
     if quantized:
         return _state("Quantizing", reconciling, "Digesting", message, (True, False, False))
     return _state("Registering", reconciling, "Digesting", message)
@@ -72,10 +74,12 @@ def digesting(what: str, progress: str, quantized: bool = False) -> ArtifactStat
 def too_many_files(what: str, counted: str, limit: int, quantized: bool = False) -> ArtifactState:
     """The files of a version to register are more than the operator digests: nothing is registered.
     ``what``: the source in words (its field first); ``counted``: "files" or "directories"."""
-    message = (f"{what} holds more than {limit} {counted}, more than the operator digests (its setting "
-               f"--max-digest-files, SLIPWAY_MAX_DIGEST_FILES: {limit}); Slipway reads every file of a model it "
-               "registers: log the model as fewer files (an archive), or a cluster admin raises the setting; "
-               "nothing was registered and no alias moved")  # fmt: skip
+    message = (
+        f"{what} holds more than {limit} {counted}, more than the operator digests (its setting "
+        f"--max-digest-files, SLIPWAY_MAX_DIGEST_FILES: {limit}); Slipway reads every file of a model it "
+        "registers: log the model as fewer files (an archive), or a cluster admin raises the setting; "
+        "nothing was registered and no alias moved"
+    )
     done = (True, False, False) if quantized else (False, False, False)
     return _state("Quantizing" if quantized else "Registering", stalled, "TooManyFiles", message, done)
 
@@ -200,9 +204,11 @@ def foreign_output(run_id: str, uri: str, artifact_root: str) -> ArtifactState:
     shown = redact_url(uri if len(uri) <= 200 else uri[:197] + "...")
     root = redact_url(artifact_root.rstrip("/")) if artifact_root else ""
     expected = f"runs:/{run_id}/<path>" + (f" or {root}/<path>" if root else "")
-    message = (f"MLflow tag {QUANTIZE_URI_TAG} of the quantize run {run_id} is {shown!r}, outside that run's own "
-               f"artifacts; the quantizer must log its model in its own run and set the tag to {expected}; "
-               "nothing was registered and no alias moved")  # fmt: skip
+    message = (
+        f"MLflow tag {QUANTIZE_URI_TAG} of the quantize run {run_id} is {shown!r}, outside that run's own "
+        f"artifacts; the quantizer must log its model in its own run and set the tag to {expected}; "
+        "nothing was registered and no alias moved"
+    )
     return _state("Failed", stalled, "SourceNotAllowed", message, (True, False, False))
 
 

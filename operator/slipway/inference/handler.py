@@ -76,9 +76,17 @@ class Reconciler:
         deployments = {t: self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS}
         tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
         annotations = dict(self.ctx.body["metadata"].get("annotations") or {})
-        observed = Observed(spec=self.spec, desired=desired, desired_problem=problem, stable=tracks["stable"],
-                            canary=tracks["canary"], status=self.ctx.status, annotations=annotations,
-                            now=datetime.now(UTC), deployment=owner(self.namespace, self.name))  # fmt: skip
+        observed = Observed(
+            spec=self.spec,
+            desired=desired,
+            desired_problem=problem,
+            stable=tracks["stable"],
+            canary=tracks["canary"],
+            status=self.ctx.status,
+            annotations=annotations,
+            now=datetime.now(UTC),
+            deployment=owner(self.namespace, self.name),
+        )
         # No stable of its own (new, or re-created without status): what MLflow records decides the first one.
         observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, list(deployments.values()))
         decision = plan(observed)
@@ -268,8 +276,12 @@ class Reconciler:
         versions = {t: v for t, (v, _) in tracks.items()}
         revisions = {t: r for t, (_, r) in tracks.items() if r}
         target = providers.Target(settings, self.namespace, self.name, versions, revisions)
-        lent = providers.Services(self.ctx.config, self.ctx.prometheus, self.ctx.config.http_timeout_seconds,
-                                  lambda: self.ctx.cache.names("namespaces"))  # fmt: skip
+        lent = providers.Services(
+            self.ctx.config,
+            self.ctx.prometheus,
+            self.ctx.config.http_timeout_seconds,
+            lambda: self.ctx.cache.names("namespaces"),
+        )
         outcome = providers.analyse(target, lent, now, "stable" if bake else "canary", self.pricing(tracks))
         for result in outcome.results:
             metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
@@ -355,11 +367,23 @@ class Reconciler:
         ``budget``: the stable's rolling-update budget while it rolls beside canary pods."""
         config = self.ctx.config
         tracks = [self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS]
-        body = build.deployment(self.name, self.namespace, self.spec, track, desired.version, desired.uri,
-                                config.pod_mlflow_url, replicas, desired.model, config.workload_image,
-                                self.priority_class, budget, revision_id=desired.revision,
-                                fetch_image=config.fetch_image,
-                                files_digest=files_digest(desired, self.digests, tracks))  # fmt: skip
+        body = build.deployment(
+            self.name,
+            self.namespace,
+            self.spec,
+            track,
+            desired.version,
+            desired.uri,
+            config.pod_mlflow_url,
+            replicas,
+            desired.model,
+            config.workload_image,
+            self.priority_class,
+            budget,
+            revision_id=desired.revision,
+            fetch_image=config.fetch_image,
+            files_digest=files_digest(desired, self.digests, tracks),
+        )
         body = with_credentials(body, mlflowcreds.of_pods(self.ctx))
         existing = self.ctx.child("deployments", build.deployment_name(self.name, track))
         return self.ctx.ensure("deployments", keeping_operator_fields(body, existing))

@@ -89,8 +89,9 @@ class Records(Tracking, Registry):
                 guard = _trusting(guard, f"experiment:{name}")
             if guard.needs_stamp("experiment", name, tags):
                 self._stamp_experiment(experiment_id, name, guard)
-            return self.get_or_create_experiment(name) if experiment.get("lifecycle_stage") == "deleted" \
-                else experiment_id  # fmt: skip
+            return (
+                self.get_or_create_experiment(name) if experiment.get("lifecycle_stage") == "deleted" else experiment_id
+            )
         raise MlflowError(f"MLflow experiment {name!r} could neither be found nor created")
 
     def _stamp_experiment(self, experiment_id: str, name: str, guard: Guard) -> None:

@@ -138,8 +138,9 @@ class ModelSources(Artifacts, LoggedModels):
             return FileTree(len(files), size, None)
         return FileTree(len(files), size, tree_digest((p, self._file_sha256(_join(root, p))) for p, _ in files))
 
-    def digest_within(self, work: Digesting, seconds: float, max_files: int,
-                      clock: Callable[[], float] = time.monotonic) -> FileTree | None:  # fmt: skip
+    def digest_within(
+        self, work: Digesting, seconds: float, max_files: int, clock: Callable[[], float] = time.monotonic
+    ) -> FileTree | None:
         """Carry ``work`` on for about ``seconds`` (at least one request): the tree once every file
         is read (its digest None past MAX_DIGEST_BYTES), else None and ``work`` holds the progress.
         TooManyFiles past ``max_files`` files or directories; SourceChanged when a file is not the

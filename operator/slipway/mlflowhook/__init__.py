@@ -35,8 +35,22 @@ from slipway.mlflowhook.verify import (
     sign,
 )
 
-__all__ = ["DELIVERY", "EVENTS", "PATH", "SIGNATURE", "TIMESTAMP", "TOLERANCE", "Endpoint", "LeaseLedger", "Limits",
-           "Refused", "Verifier", "handle", "serve", "sign"]  # fmt: skip
+__all__ = [
+    "DELIVERY",
+    "EVENTS",
+    "PATH",
+    "SIGNATURE",
+    "TIMESTAMP",
+    "TOLERANCE",
+    "Endpoint",
+    "LeaseLedger",
+    "Limits",
+    "Refused",
+    "Verifier",
+    "handle",
+    "serve",
+    "sign",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +94,13 @@ def deliver(payload: Mapping[str, Any], cache: Cache, scheduler: Scheduler) -> s
         cache.alias_stale.add(key)
         scheduler.wake(key)
     if keys:
-        log.info("MLflow webhook: alias %s of model %s %s: waking %s", event[1], event[0], payload.get("action"),
-                 ", ".join(f"{k[1]}/{k[2]}" for k in keys))  # fmt: skip
+        log.info(
+            "MLflow webhook: alias %s of model %s %s: waking %s",
+            event[1],
+            event[0],
+            payload.get("action"),
+            ", ".join(f"{k[1]}/{k[2]}" for k in keys),
+        )
     return "woke" if keys else "unfollowed"
 
 
@@ -106,8 +125,15 @@ def on_loop(loop: asyncio.AbstractEventLoop, timeout: float = HANDOFF_SECONDS) -
     return run
 
 
-def handle(verifier: Verifier, cache: Cache, scheduler: Scheduler, headers: Mapping[str, str], body: bytes,
-           now: float | None = None, wake: Deliver = deliver) -> tuple[int, str]:  # fmt: skip
+def handle(
+    verifier: Verifier,
+    cache: Cache,
+    scheduler: Scheduler,
+    headers: Mapping[str, str],
+    body: bytes,
+    now: float | None = None,
+    wake: Deliver = deliver,
+) -> tuple[int, str]:
     """One delivery: (HTTP status, outcome). A standby (not leading) refuses with 503 before it checks
     anything, so MLflow retries the same delivery (its retries reach another replica or the poll does)."""
     try:
@@ -124,8 +150,15 @@ def handle(verifier: Verifier, cache: Cache, scheduler: Scheduler, headers: Mapp
     return status, outcome
 
 
-async def serve(secret: str, cache: Cache, scheduler: Scheduler, port: int, address: str,
-                ledger: Ledger | None = None, limits: Limits | None = None) -> Endpoint:  # fmt: skip
+async def serve(
+    secret: str,
+    cache: Cache,
+    scheduler: Scheduler,
+    port: int,
+    address: str,
+    ledger: Ledger | None = None,
+    limits: Limits | None = None,
+) -> Endpoint:
     """Serve ``POST PATH`` on ``address:port`` from a thread of its own; wake-ups run on the running
     event loop (kopf's). ``ledger``: where believed ids outlive this replica (None: its memory
     alone). The endpoint, to be cleaned up on exit."""

@@ -35,8 +35,16 @@ ATTEMPTS = 4  # conflicts in a row before a delivery is answered 503 (MLflow ret
 class LeaseLedger:
     """Records delivery ids in a Lease (blocking: the webhook's own thread calls it)."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, name: str = LEDGER_NAME, *,
-                 keep: float = 2 * TOLERANCE, max_ids: int = MAX_IDS, timeout: float = 5.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str = LEDGER_NAME,
+        *,
+        keep: float = 2 * TOLERANCE,
+        max_ids: int = MAX_IDS,
+        timeout: float = 5.0,
+    ) -> None:
         self.coordination = client.CoordinationV1Api(api)
         self.namespace, self.name = namespace, name
         self.keep, self.max_ids, self.timeout = keep, max_ids, timeout
@@ -86,18 +94,24 @@ class LeaseLedger:
     def _write(self, lease: Any, seen: dict[str, int]) -> Any:
         text = json.dumps(seen, separators=(",", ":"), sort_keys=True)
         if lease is None:
-            meta = client.V1ObjectMeta(name=self.name, namespace=self.namespace, labels=LABELS,
-                                       annotations={ANNOTATION: text})  # fmt: skip
+            meta = client.V1ObjectMeta(
+                name=self.name, namespace=self.namespace, labels=LABELS, annotations={ANNOTATION: text}
+            )
             body = client.V1Lease(metadata=meta, spec=client.V1LeaseSpec())
             return self.coordination.create_namespaced_lease(self.namespace, body, _request_timeout=self.timeout)
         lease.metadata.annotations = {**(lease.metadata.annotations or {}), ANNOTATION: text}
-        return self.coordination.replace_namespaced_lease(self.name, self.namespace, lease,
-                                                          _request_timeout=self.timeout)  # fmt: skip
+        return self.coordination.replace_namespaced_lease(
+            self.name, self.namespace, lease, _request_timeout=self.timeout
+        )
 
     def _failed(self, why: str) -> None:
         if why != self._error:  # once per distinct error, not every delivery
-            log.warning("MLflow webhook: cannot record delivery ids in %s: %s; deliveries are answered 503 "
-                        "(MLflow retries them) until it can; alias lookups go on", self.where, why)  # fmt: skip
+            log.warning(
+                "MLflow webhook: cannot record delivery ids in %s: %s; deliveries are answered 503 "
+                "(MLflow retries them) until it can; alias lookups go on",
+                self.where,
+                why,
+            )
         self._error = why
         raise Refused(503, "unrecorded")
 
@@ -108,8 +122,7 @@ def ids(lease: Any) -> dict[str, int]:
     try:
         found = json.loads(annotations.get(ANNOTATION) or "{}")
     except ValueError:
-        log.warning("MLflow webhook: the annotation %s of %s is not JSON; starting it again", ANNOTATION,
-                    LEDGER_NAME)  # fmt: skip
+        log.warning("MLflow webhook: the annotation %s of %s is not JSON; starting it again", ANNOTATION, LEDGER_NAME)
         return {}
     if not isinstance(found, dict):
         return {}

@@ -116,8 +116,11 @@ class Verifier:
                 "clock (tolerance %g s; %d refused so since the last warning). A steady offset means MLflow's "
                 "and the operator's clocks differ: sync them (NTP); until then alias moves are seen only by the "
                 "fallback lookup. A delivery hours old is a replay of a captured one.",
-                delivery, skew, self.tolerance, self.skewed,
-            )  # fmt: skip
+                delivery,
+                skew,
+                self.tolerance,
+                self.skewed,
+            )
             self.warned_at, self.skewed = now, 0
         raise Refused(401, "stale")
 

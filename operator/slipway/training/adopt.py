@@ -101,9 +101,13 @@ def adoptable(
     before any pass), with its proof where proofs are enforced (``guard``): a FINISHED one first, else
     the one cut short with the newest checkpoint, else one still RUNNING that never checkpointed (its
     TrainingRun went before its pods ran or logged a checkpoint: it goes on in that run, not a second)."""
-    found = [r for r in client.search_runs([experiment_id], filter=tag_filter(WORK_TAG, work))
-             if r.experiment_id == experiment_id and r.tags.get(TRAININGRUN_TAG) == owner
-             and (guard is None or guard.run_holds(r.experiment_id, r.run_id, r.tags, "", work))]  # fmt: skip
+    found = [
+        r
+        for r in client.search_runs([experiment_id], filter=tag_filter(WORK_TAG, work))
+        if r.experiment_id == experiment_id
+        and r.tags.get(TRAININGRUN_TAG) == owner
+        and (guard is None or guard.run_holds(r.experiment_id, r.run_id, r.tags, "", work))
+    ]
     done = [r for r in found if r.status == "FINISHED"]
     if done:
         return min(done, key=lambda r: (r.start_time or 0, r.run_id))
@@ -172,9 +176,16 @@ def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Map
             raise kopf.TemporaryError(f"MLflow run {run.run_id} finished this work: shown by the next pass", delay=0)
         if run is not None:
             step = _checkpoint_step(run)
-            adopted_event(ctx, run, "training goes on in it, " + (
-                f"from its newest checkpoint (step {step}) if the checkpoint volume still holds it" if step is not None
-                else "from the start: it never recorded a checkpoint"))  # fmt: skip
+            adopted_event(
+                ctx,
+                run,
+                "training goes on in it, "
+                + (
+                    f"from its newest checkpoint (step {step}) if the checkpoint volume still holds it"
+                    if step is not None
+                    else "from the start: it never recorded a checkpoint"
+                ),
+            )
             return run
     return client.run_of(experiment, ctx.uid, None, f"{ctx.namespace}-{ctx.name}", {**tags, WORK_TAG: work}, guard)
 

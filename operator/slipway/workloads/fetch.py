@@ -134,8 +134,10 @@ def verify_files(root: Path, expected: str, origin: str = "expected") -> str:
     both digests, unless it is ``expected``."""
     digest, count = directory_digest(root, leave_out=[RECEIPT])
     if digest != expected:
-        raise ConfigError(f"digest mismatch: the {count} files fetched are {digest}, not {expected}, the validated "
-                          f"version's ({origin}); the server is not started")  # fmt: skip
+        raise ConfigError(
+            f"digest mismatch: the {count} files fetched are {digest}, not {expected}, the validated "
+            f"version's ({origin}); the server is not started"
+        )
     return digest
 
 

@@ -63,8 +63,13 @@ def rollback_record(
 def rollback_tag(desired: Desired, record: Mapping[str, Any], deployment: str) -> dict[str, Any]:
     """The version's rollback tag, naming ``deployment`` (namespace/name), the one whose restore honours
     it (slipway.inference.rollout.rollbacktag)."""
-    return {"action": "SetTag", "model": desired.model, "version": desired.version, "key": ROLLBACK_TAG,
-            "value": render(deployment, record)}  # fmt: skip
+    return {
+        "action": "SetTag",
+        "model": desired.model,
+        "version": desired.version,
+        "key": ROLLBACK_TAG,
+        "value": render(deployment, record),
+    }
 
 
 COST_TAGS = {"perHour": "slipway.cost.servingPerHour", "per1kRequests": "slipway.cost.per1kRequests",

@@ -37,9 +37,14 @@ def record_from_tag(desired: Desired, tag: RollbackTag, obs: Observed) -> dict[s
     """A status.lastRollback for ``desired`` from its tag's whitelisted fields: the reason, time, metric
     and value, the revision this spec serves it as (the one later passes compare), and the tag as read
     (rendered again from those fields: bounded, whatever MLflow holds)."""
-    record: dict[str, Any] = {"reason": tag.reason or "RolledBack", "modelName": desired.model,
-                              "modelVersion": desired.version, "revision": desired.revision,
-                              "time": tag.time or rfc3339(obs.now), "tag": tag.text()}  # fmt: skip
+    record: dict[str, Any] = {
+        "reason": tag.reason or "RolledBack",
+        "modelName": desired.model,
+        "modelVersion": desired.version,
+        "revision": desired.revision,
+        "time": tag.time or rfc3339(obs.now),
+        "tag": tag.text(),
+    }
     if tag.metric:
         record["metric"] = tag.metric
     if tag.value is not None:
