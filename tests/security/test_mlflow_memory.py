@@ -1,5 +1,5 @@
 """A tenant's trainer cannot take the operator's memory through MLflow: the namespace editor's
-TrainingRun trains while its trainer logs 100,000 metric keys to the run (a metric key per step, by
+TrainingRun trains while its trainer logs 40,000 metric keys to the run (a metric key per step, by
 accident or not), and the operator (``python -m slipway`` as a process, as its pod runs it),
 reading that run every progress poll, stays far below its 512 Mi limit (its RSS sampled every
 50 ms throughout); the TrainingRun says why its progress stopped, naming the run and the fix, and
@@ -27,7 +27,9 @@ from slipway_testing import OperatorReplica, condition, training_run, wait_statu
 pytestmark = pytest.mark.cluster
 
 GROUP, VERSION = "slipway.dev", "v1alpha1"
-KEYS = 100_000  # an answer of about 14 MiB, over three times the operator's 4 MiB cap
+# An answer of about 5.6 MiB, over the operator's 4 MiB cap, that MLflow still builds within the operator's
+# 10 s on a loaded machine (100,000 keys, 14 MiB, took longer in CI: the read timed out instead of being cut).
+KEYS = 40_000
 LIMIT_MIB = 512  # the operator's memory limit in the chart
 MiB = 2**20
 
@@ -66,7 +68,7 @@ def cut_reads(replica: OperatorReplica) -> float:
 
 
 @pytest.mark.timeout(1500)  # 300 batches into a local MLflow (SQLite): 2 to 10 minutes
-def test_a_trainer_logging_100000_metric_keys_leaves_the_operator_far_below_its_limit(
+def test_a_trainer_logging_40000_metric_keys_leaves_the_operator_far_below_its_limit(
     cluster, slipway_crds, namespace, kube_api, tenant, tmp_path
 ):
     restricted = {"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}
@@ -129,6 +131,6 @@ def attack(mlflow_url: str, namespace: str, kube_api, tenant, replica: OperatorR
     obj = wait_status(kube_api, namespace, "TrainingRun", "many-keys", lambda o: True, 10, "its status")
     assert obj["status"]["phase"] == "Running" and condition(obj, "Stalled").get("status") != "True", obj["status"]
     assert condition(obj, "Reconciling").get("reason") != "MlflowUnavailable", obj["status"]
-    # The run (about 25 MiB as MLflow answers it) is never held: a read costs at most a few MiB.
+    # The run (about 5.6 MiB as MLflow answers it) is never held: a read costs at most a few MiB.
     assert peak - first < 64, (first, peak)
     assert peak < LIMIT_MIB / 2, (first, peak)
