@@ -101,8 +101,11 @@ class OperatorConfig:
         return without_credentials(self.mlflow_url) if self.mlflow_url else None
 
     def __post_init__(self) -> None:
-        for flag, url in (("--mlflow-url", self.mlflow_url), ("--mlflow-public-url", self.mlflow_public_url),
-                          ("--prometheus-url", self.prometheus_url)):  # fmt: skip
+        for flag, url in (
+            ("--mlflow-url", self.mlflow_url),
+            ("--mlflow-public-url", self.mlflow_public_url),
+            ("--prometheus-url", self.prometheus_url),
+        ):
             if url and ambiguous_userinfo(url):
                 raise ValueError(
                     f"{flag} {redact_url(url)!r}: its user info holds '/', '?' or '#', which would be read as the "

@@ -119,8 +119,9 @@ def _ended(pod: Mapping[str, Any]) -> str | None:
 def _outcome(pod: Mapping[str, Any]) -> str:
     status = pod.get("status") or {}
     phase = status.get("phase") or "Pending"
-    disrupted = any(c.get("type") == "DisruptionTarget" and c.get("status") == "True"
-                    for c in status.get("conditions") or [])  # fmt: skip
+    disrupted = any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
     if disrupted and phase != "Succeeded":
         return "Preempted"
     return str(phase)
@@ -151,8 +152,14 @@ def record_attempts(
         if product is None and (node or "") in (products or {}):
             product = (products or {})[node or ""]  # "" when the node has no label: looked up once
         reserved = reserved_by(pod, product or None)
-        attempt.update(node=node, gpus=reserved.gpus, cpu=round(reserved.cpus, 3),
-                       memoryGiB=round(reserved.memory_gib, 3), startTime=start, outcome=_outcome(pod))  # fmt: skip
+        attempt.update(
+            node=node,
+            gpus=reserved.gpus,
+            cpu=round(reserved.cpus, 3),
+            memoryGiB=round(reserved.memory_gib, 3),
+            startTime=start,
+            outcome=_outcome(pod),
+        )
         if product is not None:
             attempt["gpuProduct"] = product
         end = _ended(pod)
@@ -176,8 +183,13 @@ def hours(attempt: Mapping[str, Any], now: datetime) -> float:
 
 
 def _reserved(attempt: Mapping[str, Any]) -> Reserved:
-    return Reserved(int(attempt.get("gpus") or 0), float(attempt.get("cpu") or 0),
-                    float(attempt.get("memoryGiB") or 0), attempt.get("gpuProduct"), attempt.get("node"))  # fmt: skip
+    return Reserved(
+        int(attempt.get("gpus") or 0),
+        float(attempt.get("cpu") or 0),
+        float(attempt.get("memoryGiB") or 0),
+        attempt.get("gpuProduct"),
+        attempt.get("node"),
+    )
 
 
 WASTED = ("Failed", "Preempted", "Deleted")
@@ -225,9 +237,12 @@ def training_cost(
     if not prices.configured and not frozen_any:
         result["message"] = prices.unconfigured(" to see what runs cost")
         return result
-    result.update(currency=prices.currency or None, total=round(total, 6),
-                  wastedShare=round(wasted / total, 4) if total > 0 else 0.0,
-                  summary=f"{total:.2f} {prices.currency}".strip())  # fmt: skip
+    result.update(
+        currency=prices.currency or None,
+        total=round(total, 6),
+        wastedShare=round(wasted / total, 4) if total > 0 else 0.0,
+        summary=f"{total:.2f} {prices.currency}".strip(),
+    )
     if missing:
         result["message"] = f"missing from {prices.missing_from(short)}: {', '.join(missing)} (counted as 0)"
     return result
@@ -294,8 +309,13 @@ def job_cost(job: Mapping[str, Any], prices: Prices, now: datetime) -> float | N
     status = job.get("status") or {}
     start = parse_time(status.get("startTime"))
     end = parse_time(status.get("completionTime")) or next(
-        (parse_time(c.get("lastTransitionTime")) for c in status.get("conditions") or []
-         if c.get("type") == "Failed" and c.get("status") == "True"), None)  # fmt: skip
+        (
+            parse_time(c.get("lastTransitionTime"))
+            for c in status.get("conditions") or []
+            if c.get("type") == "Failed" and c.get("status") == "True"
+        ),
+        None,
+    )
     spec = job.get("spec") or {}
     reserved = reserved_by(spec.get("template") or {})
     if start is None or end is None or prices.missing(reserved):

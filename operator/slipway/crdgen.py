@@ -276,8 +276,13 @@ def file_name(kind: Kind) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m slipway.crdgen", description=__doc__.splitlines()[0])
-    parser.add_argument("directories", type=Path, nargs="+", metavar="DIRECTORY",
-                        help="where the CRD files live (crds/, the charts' crds/ and files/)")  # fmt: skip
+    parser.add_argument(
+        "directories",
+        type=Path,
+        nargs="+",
+        metavar="DIRECTORY",
+        help="where the CRD files live (crds/, the charts' crds/ and files/)",
+    )
     parser.add_argument("--check", action="store_true", help="fail if the files differ from the models")
     args = parser.parse_args(argv)
     drift = []

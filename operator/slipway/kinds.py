@@ -70,54 +70,153 @@ _OWN_SUBRESOURCES: Mapping[str, tuple[str, ...]] = {"status": ("patch",), "final
 _CHILD = ("get", "list", "watch", "create")
 
 # Slipway's own kinds, in the order a model moves through them.
-TRAINING_RUN = Kind("TrainingRun", GROUP, VERSION, "trainingruns", "tr", indexes=("trainingruns",), verbs=_OWN_VERBS,
-                    subresources=_OWN_SUBRESOURCES)  # fmt: skip
-MODEL_ARTIFACT = Kind("ModelArtifact", GROUP, VERSION, "modelartifacts", "ma", indexes=("modelartifacts",),
-                      rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=(*_OWN_VERBS, "create"),
-                      subresources=_OWN_SUBRESOURCES)  # fmt: skip
-INFERENCE_DEPLOYMENT = Kind("InferenceDeployment", GROUP, VERSION, "inferencedeployments", "idep",
-                            indexes=("inferencedeployments",), verbs=_OWN_VERBS,
-                            subresources=_OWN_SUBRESOURCES)  # fmt: skip
+TRAINING_RUN = Kind(
+    "TrainingRun",
+    GROUP,
+    VERSION,
+    "trainingruns",
+    "tr",
+    indexes=("trainingruns",),
+    verbs=_OWN_VERBS,
+    subresources=_OWN_SUBRESOURCES,
+)
+MODEL_ARTIFACT = Kind(
+    "ModelArtifact",
+    GROUP,
+    VERSION,
+    "modelartifacts",
+    "ma",
+    indexes=("modelartifacts",),
+    rule=UpdateRule(create_only=True),
+    parents=("TrainingRun",),
+    verbs=(*_OWN_VERBS, "create"),
+    subresources=_OWN_SUBRESOURCES,
+)
+INFERENCE_DEPLOYMENT = Kind(
+    "InferenceDeployment",
+    GROUP,
+    VERSION,
+    "inferencedeployments",
+    "idep",
+    indexes=("inferencedeployments",),
+    verbs=_OWN_VERBS,
+    subresources=_OWN_SUBRESOURCES,
+)
 OWN = (TRAINING_RUN, MODEL_ARTIFACT, INFERENCE_DEPLOYMENT)
 
 # The children Slipway makes, each labelled app.kubernetes.io/managed-by=slipway.
-JOB = Kind("Job", "batch", "v1", "jobs", typed=("batch", "namespaced_job"), indexes=("jobs",), managed=True,
-           rule=UpdateRule(create_only=True), parents=("TrainingRun", "ModelArtifact"),
-           verbs=(*_CHILD, "patch"))  # fmt: skip
-JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", indexes=("jobsets",), managed=True,
-              rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=(*_CHILD, "patch"))  # fmt: skip
-PVC = Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims",
-           typed=("core", "namespaced_persistent_volume_claim"), indexes=("pvcs",), managed=True,
-           rule=UpdateRule(create_only=True), parents=("TrainingRun",), verbs=(*_CHILD, "patch"))  # fmt: skip
-SERVICE = Kind("Service", "", "v1", "services", typed=("core", "namespaced_service"), indexes=("services",),
-               managed=True, rule=UpdateRule(removable=frozenset({"publishNotReadyAddresses"})),
-               parents=("TrainingRun", "InferenceDeployment"), verbs=(*_CHILD, "update", "delete"))  # fmt: skip
-DEPLOYMENT = Kind("Deployment", "apps", "v1", "deployments", typed=("apps", "namespaced_deployment"),
-                  indexes=("deployments",), managed=True, rule=UpdateRule(), parents=("InferenceDeployment",),
-                  verbs=(*_CHILD, "update", "patch"))  # fmt: skip
-HPA = Kind("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers",
-           typed=("autoscaling", "namespaced_horizontal_pod_autoscaler"), indexes=("hpas",), managed=True,
-           rule=UpdateRule(removable=frozenset({"behavior", "metrics"})), parents=("InferenceDeployment",),
-           verbs=(*_CHILD, "update"))  # fmt: skip
-HTTPROUTE = Kind("HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes", indexes=("httproutes",),
-                 managed=True, rule=UpdateRule(removable=frozenset({"hostnames"})), parents=("InferenceDeployment",),
-                 verbs=(*_CHILD, "update", "delete"))  # fmt: skip
+JOB = Kind(
+    "Job",
+    "batch",
+    "v1",
+    "jobs",
+    typed=("batch", "namespaced_job"),
+    indexes=("jobs",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("TrainingRun", "ModelArtifact"),
+    verbs=(*_CHILD, "patch"),
+)
+JOBSET = Kind(
+    "JobSet",
+    "jobset.x-k8s.io",
+    "v1alpha2",
+    "jobsets",
+    indexes=("jobsets",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("TrainingRun",),
+    verbs=(*_CHILD, "patch"),
+)
+PVC = Kind(
+    "PersistentVolumeClaim",
+    "",
+    "v1",
+    "persistentvolumeclaims",
+    typed=("core", "namespaced_persistent_volume_claim"),
+    indexes=("pvcs",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("TrainingRun",),
+    verbs=(*_CHILD, "patch"),
+)
+SERVICE = Kind(
+    "Service",
+    "",
+    "v1",
+    "services",
+    typed=("core", "namespaced_service"),
+    indexes=("services",),
+    managed=True,
+    rule=UpdateRule(removable=frozenset({"publishNotReadyAddresses"})),
+    parents=("TrainingRun", "InferenceDeployment"),
+    verbs=(*_CHILD, "update", "delete"),
+)
+DEPLOYMENT = Kind(
+    "Deployment",
+    "apps",
+    "v1",
+    "deployments",
+    typed=("apps", "namespaced_deployment"),
+    indexes=("deployments",),
+    managed=True,
+    rule=UpdateRule(),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "update", "patch"),
+)
+HPA = Kind(
+    "HorizontalPodAutoscaler",
+    "autoscaling",
+    "v2",
+    "horizontalpodautoscalers",
+    typed=("autoscaling", "namespaced_horizontal_pod_autoscaler"),
+    indexes=("hpas",),
+    managed=True,
+    rule=UpdateRule(removable=frozenset({"behavior", "metrics"})),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "update"),
+)
+HTTPROUTE = Kind(
+    "HTTPRoute",
+    "gateway.networking.k8s.io",
+    "v1",
+    "httproutes",
+    indexes=("httproutes",),
+    managed=True,
+    rule=UpdateRule(removable=frozenset({"hostnames"})),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "update", "delete"),
+)
 CHILDREN = (JOB, PVC, SERVICE, DEPLOYMENT, HPA, HTTPROUTE, JOBSET)
 
 # What the operator reads beside them.
-POD = Kind("Pod", "", "v1", "pods", typed=("core", "namespaced_pod"), indexes=("pods", "servingpods"), managed=True,
-           verbs=("list", "watch", "patch"))  # fmt: skip
+POD = Kind(
+    "Pod",
+    "",
+    "v1",
+    "pods",
+    typed=("core", "namespaced_pod"),
+    indexes=("pods", "servingpods"),
+    managed=True,
+    verbs=("list", "watch", "patch"),
+)
 EVENT = Kind("Event", "", "v1", "events", typed=("core", "namespaced_event"), verbs=("create", "list"))
 NODE = Kind("Node", "", "v1", "nodes", verbs=("list",))
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", indexes=("namespaces",), verbs=("list", "watch"))
-CRD = Kind("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions",
-           verbs=("list", "watch"))  # fmt: skip
+CRD = Kind(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", verbs=("list", "watch")
+)
 WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", indexes=("workloads",), verbs=("list", "watch"))
 LOCAL_QUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", verbs=("get", "list"))
 CLUSTER_QUEUE = Kind("ClusterQueue", "kueue.x-k8s.io", "v1beta2", "clusterqueues", verbs=("get", "list"))
 COHORT = Kind("Cohort", "kueue.x-k8s.io", "v1beta2", "cohorts", verbs=("get", "list"))
-PENDING_WORKLOADS = Kind("PendingWorkloadsSummary", "visibility.kueue.x-k8s.io", "v1beta2", "localqueues",
-                         subresources={"pendingworkloads": ("get",)})  # fmt: skip
+PENDING_WORKLOADS = Kind(
+    "PendingWorkloadsSummary",
+    "visibility.kueue.x-k8s.io",
+    "v1beta2",
+    "localqueues",
+    subresources={"pendingworkloads": ("get",)},
+)
 OTHERS = (POD, EVENT, NODE, NAMESPACE, CRD, WORKLOAD, LOCAL_QUEUE, CLUSTER_QUEUE, COHORT, PENDING_WORKLOADS)
 
 ALL = (*OWN, *CHILDREN, *OTHERS)
@@ -133,6 +232,7 @@ def children_of(parent: str) -> dict[str, str]:
 def rbac_grants() -> set[tuple[str, str, str]]:
     """Every (API group, resource, verb) the operator needs cluster-wide, from the table."""
     grants = {(k.group, k.plural, verb) for k in ALL for verb in k.verbs}
-    grants |= {(k.group, f"{k.plural}/{sub}", verb) for k in ALL for sub, verbs in k.subresources.items()
-               for verb in verbs}  # fmt: skip
+    grants |= {
+        (k.group, f"{k.plural}/{sub}", verb) for k in ALL for sub, verbs in k.subresources.items() for verb in verbs
+    }
     return grants

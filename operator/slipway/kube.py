@@ -55,8 +55,9 @@ class Kube:
             config.load_incluster_config(client_configuration=settings)
         else:
             # KUBECONFIG read now: the client's own default is fixed when it is first imported.
-            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"),
-                                    client_configuration=settings)  # fmt: skip
+            config.load_kube_config(
+                config_file=kubeconfig or os.environ.get("KUBECONFIG"), client_configuration=settings
+            )
         if connections:
             settings.connection_pool_maxsize = max(settings.connection_pool_maxsize, connections)
         # The client's connection pool sets TCP keep-alive itself: a peer that vanished is noticed.
@@ -214,8 +215,12 @@ def creation_failure(kube: Kube, obj: dict[str, Any]) -> str | None:
     refuses: Pod Security, a quota, a missing ServiceAccount), None when there is none."""
     meta = obj["metadata"]
     selector = f"involvedObject.uid={meta['uid']},reason=FailedCreate"
-    answer = call(f"list the FailedCreate Events of {obj.get('kind')} {meta['namespace']}/{meta['name']}",
-                  kube.core.list_namespaced_event, meta["namespace"], field_selector=selector)  # fmt: skip
+    answer = call(
+        f"list the FailedCreate Events of {obj.get('kind')} {meta['namespace']}/{meta['name']}",
+        kube.core.list_namespaced_event,
+        meta["namespace"],
+        field_selector=selector,
+    )
     events = sorted(answer.items, key=lambda e: str(e.last_timestamp or e.event_time or e.metadata.creation_timestamp))
     return str(events[-1].message) if events else None
 
@@ -295,8 +300,11 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 def gpu_products(kube: Kube) -> dict[str, str]:
     """Node name -> its GPU product (the label nvidia.com/gpu.product), for nodes that have one."""
-    return {n["metadata"]["name"]: label for n in list_nodes(kube)
-            if (label := (n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL))}  # fmt: skip
+    return {
+        n["metadata"]["name"]: label
+        for n in list_nodes(kube)
+        if (label := (n["metadata"].get("labels") or {}).get(GPU_PRODUCT_LABEL))
+    }
 
 
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
@@ -345,8 +353,12 @@ def post_event(kube: Kube, involved: dict[str, Any], type_: str, reason: str, me
         "lastTimestamp": now,
         "count": 1,
     }
-    call(f"post Event {reason} on {meta['namespace']}/{meta['name']}", kube.core.create_namespaced_event,
-         meta["namespace"], body)  # fmt: skip
+    call(
+        f"post Event {reason} on {meta['namespace']}/{meta['name']}",
+        kube.core.create_namespaced_event,
+        meta["namespace"],
+        body,
+    )
 
 
 SERVED_TTL_SECONDS = 60.0

@@ -304,8 +304,10 @@ class Fence:
         while not self.stopped.wait(self.period):
             if self.elector.expired(self.elector.timing.fence_grace):
                 since = self.elector.clock() - self.elector.renewed_at
-                self.trip(f"{self.elector.where} not renewed for {since:.1f}s (deadline "
-                          f"{self.elector.timing.renew_deadline:g}s; the event loop did not notice)")  # fmt: skip
+                self.trip(
+                    f"{self.elector.where} not renewed for {since:.1f}s (deadline "
+                    f"{self.elector.timing.renew_deadline:g}s; the event loop did not notice)"
+                )
                 return
 
 

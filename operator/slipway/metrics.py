@@ -89,30 +89,46 @@ def declare_phases(kind: str, phases: tuple[str, ...]) -> None:
     PHASES[kind] = phases
 
 
-READY = Gauge("slipway_object_ready", "1 while the object's Ready condition is True; reason: that condition's reason.",
-              [*OBJECT, "reason"])  # fmt: skip
+READY = Gauge(
+    "slipway_object_ready",
+    "1 while the object's Ready condition is True; reason: that condition's reason.",
+    [*OBJECT, "reason"],
+)
 STALLED = Gauge("slipway_object_stalled", "1 while the object's Stalled condition is True.", OBJECT)
-CANARY_WEIGHT = Gauge("slipway_inferencedeployment_canary_weight",
-                      "The canary's real share of traffic (percent).", ["namespace", "name"])  # fmt: skip
-REQUESTED_WEIGHT = Gauge("slipway_inferencedeployment_requested_weight",
-                         "The current step's weight (percent).", ["namespace", "name"])  # fmt: skip
-TRACK_INFO = Gauge("slipway_inferencedeployment_track_info",
-                   "1 for the model version each track serves (track: stable or canary).",
-                   ["namespace", "name", "track", "model", "version"])  # fmt: skip
-LAST_ROLLBACK = Gauge("slipway_inferencedeployment_last_rollback_timestamp_seconds",
-                      "When the last rollback happened, with its reason and the model version it pulled.",
-                      ["namespace", "name", "reason", "version"])  # fmt: skip
-SERVING_COST = Gauge("slipway_inferencedeployment_serving_cost",
-                     "Each track's serving cost at its last analysis (unit: per_hour, per_1k_requests, "
-                     "per_million_tokens; in the price table's currency).",
-                     ["namespace", "name", "track", "unit", "currency"])  # fmt: skip
-TRAINING_COST = Gauge("slipway_trainingrun_cost", "What the training run has cost so far, every attempt.",
-                      ["namespace", "name", "currency"])  # fmt: skip
-TRAINING_GPU_HOURS = Gauge("slipway_trainingrun_gpu_hours", "GPU-hours the run's pods reserved, every attempt.",
-                           ["namespace", "name"])  # fmt: skip
+CANARY_WEIGHT = Gauge(
+    "slipway_inferencedeployment_canary_weight", "The canary's real share of traffic (percent).", ["namespace", "name"]
+)
+REQUESTED_WEIGHT = Gauge(
+    "slipway_inferencedeployment_requested_weight", "The current step's weight (percent).", ["namespace", "name"]
+)
+TRACK_INFO = Gauge(
+    "slipway_inferencedeployment_track_info",
+    "1 for the model version each track serves (track: stable or canary).",
+    ["namespace", "name", "track", "model", "version"],
+)
+LAST_ROLLBACK = Gauge(
+    "slipway_inferencedeployment_last_rollback_timestamp_seconds",
+    "When the last rollback happened, with its reason and the model version it pulled.",
+    ["namespace", "name", "reason", "version"],
+)
+SERVING_COST = Gauge(
+    "slipway_inferencedeployment_serving_cost",
+    "Each track's serving cost at its last analysis (unit: per_hour, per_1k_requests, "
+    "per_million_tokens; in the price table's currency).",
+    ["namespace", "name", "track", "unit", "currency"],
+)
+TRAINING_COST = Gauge(
+    "slipway_trainingrun_cost",
+    "What the training run has cost so far, every attempt.",
+    ["namespace", "name", "currency"],
+)
+TRAINING_GPU_HOURS = Gauge(
+    "slipway_trainingrun_gpu_hours", "GPU-hours the run's pods reserved, every attempt.", ["namespace", "name"]
+)
 TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
-TRAINING_PROGRESS = Gauge("slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.",
-                          ["namespace", "name"])  # fmt: skip
+TRAINING_PROGRESS = Gauge(
+    "slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.", ["namespace", "name"]
+)
 
 
 # Every reason a rollback (or a reverted promotion or bake) can have (slipway.reasons, the rows marked
@@ -181,10 +197,16 @@ def object_series(
         (PHASE[kind], (namespace, name, p), 1.0 if p == phase else 0.0) for p in PHASES.get(kind, ())
     ]
     if ready:
-        series.append((READY, (kind, namespace, name, str(ready.get("reason") or "")),
-                       1.0 if ready.get("status") == "True" else 0.0))  # fmt: skip
-    series.append((STALLED, (kind, namespace, name), 1.0 if (conditions.get("Stalled") or {}).get("status") == "True"
-                   else 0.0))  # fmt: skip
+        series.append(
+            (
+                READY,
+                (kind, namespace, name, str(ready.get("reason") or "")),
+                1.0 if ready.get("status") == "True" else 0.0,
+            )
+        )
+    series.append(
+        (STALLED, (kind, namespace, name), 1.0 if (conditions.get("Stalled") or {}).get("status") == "True" else 0.0)
+    )
     if kind == "InferenceDeployment":
         canary = status.get("canary") or {}
         series.append((CANARY_WEIGHT, (namespace, name), float(canary.get("weight") or 0)))
@@ -202,8 +224,11 @@ def object_series(
                 labels = (namespace, name, track, str(served.get("modelName") or ""), str(served["modelVersion"]))
                 series.append((TRACK_INFO, labels, 1.0))
             spent = served.get("cost") or {}
-            for unit, key in (("per_hour", "perHour"), ("per_1k_requests", "per1kRequests"),
-                              ("per_million_tokens", "perMillionTokens")):  # fmt: skip
+            for unit, key in (
+                ("per_hour", "perHour"),
+                ("per_1k_requests", "per1kRequests"),
+                ("per_million_tokens", "perMillionTokens"),
+            ):
                 if isinstance(spent.get(key), int | float):
                     labels = (namespace, name, track, unit, str(spent.get("currency") or ""))
                     series.append((SERVING_COST, labels, float(spent[key])))

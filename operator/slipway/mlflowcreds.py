@@ -74,9 +74,12 @@ def noting_missing(ctx: Context, phase: str, conditions: list[Cond]) -> list[Con
     if phase != "Failed" or not ctx.config.require_model_allowlist or of_pods(ctx) is not None:
         return conditions
     note = missing(ctx.namespace)
-    return [dataclasses.replace(c, message=f"{c.message}; {note}")
-            if c.type in ("Ready", "Stalled") and c.message and c.reason not in NOT_BY_PODS else c
-            for c in conditions]  # fmt: skip
+    return [
+        dataclasses.replace(c, message=f"{c.message}; {note}")
+        if c.type in ("Ready", "Stalled") and c.message and c.reason not in NOT_BY_PODS
+        else c
+        for c in conditions
+    ]
 
 
 class _State(Protocol):

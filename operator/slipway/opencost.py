@@ -35,8 +35,11 @@ from slipway.prometheus import PrometheusError, Sample
 log = logging.getLogger(__name__)
 
 TTL_SECONDS = 60.0
-SERIES = {"node_gpu_hourly_cost": "gpu_hour", "node_cpu_hourly_cost": "cpu_hour",
-          "node_ram_hourly_cost": "memory_gib_hour"}  # fmt: skip
+SERIES = {
+    "node_gpu_hourly_cost": "gpu_hour",
+    "node_cpu_hourly_cost": "cpu_hour",
+    "node_ram_hourly_cost": "memory_gib_hour",
+}
 
 
 def query(selector: str = OPENCOST_SELECTOR) -> str:
@@ -135,8 +138,13 @@ def _warn_once(read: _Read, problem: str, kept: bool) -> None:
             return
         read.failing = True
     using = "the node prices last read from it" if kept else "the price table alone"
-    log.warning("OpenCost's node prices (price file openCost: true) not read: %s; using %s until it answers "
-                "(asked again every %gs)", problem, using, TTL_SECONDS)  # fmt: skip
+    log.warning(
+        "OpenCost's node prices (price file openCost: true) not read: %s; using %s until it answers "
+        "(asked again every %gs)",
+        problem,
+        using,
+        TTL_SECONDS,
+    )
 
 
 def _where(client: Querier) -> str:

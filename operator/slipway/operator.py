@@ -61,9 +61,11 @@ def kopf_refusal(found: str | None = None) -> str | None:
     found = found or kopf_version()
     if found in TESTED_KOPF:
         return None
-    return (f"kopf {found} is not a version Slipway was tested with ({', '.join(TESTED_KOPF)}): its start-up "
-            "patch is off, so a fresh operator with many objects starts slower; install the pinned versions "
-            "(pip install -c constraints.txt)")  # fmt: skip
+    return (
+        f"kopf {found} is not a version Slipway was tested with ({', '.join(TESTED_KOPF)}): its start-up "
+        "patch is off, so a fresh operator with many objects starts slower; install the pinned versions "
+        "(pip install -c constraints.txt)"
+    )
 
 
 def wake_index_waiters_only_on_change() -> bool:
@@ -191,8 +193,18 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
             return None  # deleted: its children go with it (ownerReferences)
         status_model, step = PASSES[key[0]]
         # A copy of its own: the pass stages changes on it, and kopf's index entry must stay as the watch saw it.
-        ctx = Context(key, copy.deepcopy(body), status_model, memo.kube, memo.cache, memo.config, memo.get("mlflow"),
-                      memo.get("prometheus"), memory=memory, backlog=memo.scheduler.backlog)  # fmt: skip
+        ctx = Context(
+            key,
+            copy.deepcopy(body),
+            status_model,
+            memo.kube,
+            memo.cache,
+            memo.config,
+            memo.get("mlflow"),
+            memo.get("prometheus"),
+            memory=memory,
+            backlog=memo.scheduler.backlog,
+        )
         requeue = step(ctx)
         if key[0] == "inferencedeployments":  # a canary's passes take the critical lane, and so does the
             # retry of one (a rollback on record whose scale-down got a 409 or a 503); a first revision
@@ -200,8 +212,9 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
             status = ctx.body.get("status") or {}
             canary = bool((status.get("canary") or {}).get("revision"))
             retrying = key in memo.scheduler.critical and bool(memory.get(RETRYING))
-            memo.scheduler.mark_critical(key, (canary and status.get("phase") in inferencedeployment.ACTIVE)
-                                         or retrying)  # fmt: skip
+            memo.scheduler.mark_critical(
+                key, (canary and status.get("phase") in inferencedeployment.ACTIVE) or retrying
+            )
         return requeue
 
     return run
@@ -229,8 +242,10 @@ async def startup(
         also = "; OpenCost's node prices from Prometheus where it has them" if prices.open_cost else ""
         logger.info("prices from %s (%s)%s", config.prices_file, prices.currency or "no currency named", also)
     if prices.open_cost and not config.prometheus_url:
-        logger.warning("the price file says openCost: true but the operator has no --prometheus-url: "
-                       "OpenCost's node prices cannot be read, the price table alone is used")  # fmt: skip
+        logger.warning(
+            "the price file says openCost: true but the operator has no --prometheus-url: "
+            "OpenCost's node prices cannot be read, the price table alone is used"
+        )
     if memo.get("kube") is None:
         memo.kube = Kube.connect(connections=config.workers + 4)  # passes, and the leader's renewals
     if memo.get("mlflow") is None and config.mlflow_url:
@@ -241,8 +256,9 @@ async def startup(
         )
     if memo.get("prometheus") is None and config.prometheus_url:
         memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
-    memo.healer = Healer(memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS,
-                         watches.MANAGED_SELECTOR)  # fmt: skip
+    memo.healer = Healer(
+        memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS, watches.MANAGED_SELECTOR
+    )
     if memo.get("serve_metrics", True) and config.metrics_port:
         metrics.serve(config.metrics_port, config.metrics_address)
         logger.info("operator metrics on %s:%d/metrics", config.metrics_address, config.metrics_port)
@@ -268,8 +284,13 @@ async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: 
     memo.webhook = await mlflowhook.serve(
         secret, memo.cache, memo.scheduler, config.mlflow_webhook_port, config.metrics_address, ledger
     )
-    logger.info("MLflow webhook on %s:%d%s; alias lookups every %gs as its fallback", config.metrics_address,
-                config.mlflow_webhook_port, mlflowhook.PATH, config.alias_webhook_poll_seconds)  # fmt: skip
+    logger.info(
+        "MLflow webhook on %s:%d%s; alias lookups every %gs as its fallback",
+        config.metrics_address,
+        config.mlflow_webhook_port,
+        mlflowhook.PATH,
+        config.alias_webhook_poll_seconds,
+    )
 
 
 def known_keys(cache: Cache) -> list[Key]:
@@ -289,8 +310,9 @@ DRAIN_SECONDS = 20.0  # on shutdown, passes get this long to finish (the pod's g
 def exit_now(why: str) -> None:
     """Stop every side effect at once: end the process (its container restarts and stands by).
     Passes in flight die mid-line, which every pass is written to survive (restart-safe)."""
-    logging.getLogger(__name__).critical("exiting with status %d so that no pass writes again: %s",
-                                         EXIT_LEASE_LOST, why)  # fmt: skip
+    logging.getLogger(__name__).critical(
+        "exiting with status %d so that no pass writes again: %s", EXIT_LEASE_LOST, why
+    )
     for stream in (sys.stderr, sys.stdout):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -360,8 +382,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         memo.fence.stop()
         if not drained:
             running = ", ".join("/".join(key) for key in sorted(memo.scheduler.running))
-            exit_now(f"passes still running after {DRAIN_SECONDS:g}s of shutdown ({running}): "
-                     "the Lease is left to expire")  # fmt: skip
+            exit_now(
+                f"passes still running after {DRAIN_SECONDS:g}s of shutdown ({running}): the Lease is left to expire"
+            )
         await elector.release()
     if memo.get("webhook") is not None:
         await memo.webhook.cleanup()

@@ -83,11 +83,15 @@ class Prices:
         currency = doc.get("currency") or ""
         if not isinstance(currency, str):
             raise PriceError(f"{source}: currency must be a string such as USD")
-        return cls(currency=currency, gpu_hour=prices, source=source,
-                   cpu_hour=_optional_price(doc.get("cpuHour"), f"{source}: cpuHour"),
-                   memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"),
-                   open_cost=_flag(doc.get("openCost"), f"{source}: openCost"),
-                   open_cost_selector=_selector(doc.get("openCostSelector", OPENCOST_SELECTOR), source))  # fmt: skip
+        return cls(
+            currency=currency,
+            gpu_hour=prices,
+            source=source,
+            cpu_hour=_optional_price(doc.get("cpuHour"), f"{source}: cpuHour"),
+            memory_gib_hour=_optional_price(doc.get("memoryGiBHour"), f"{source}: memoryGiBHour"),
+            open_cost=_flag(doc.get("openCost"), f"{source}: openCost"),
+            open_cost_selector=_selector(doc.get("openCostSelector", OPENCOST_SELECTOR), source),
+        )
 
     @property
     def configured(self) -> bool:

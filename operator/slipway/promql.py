@@ -44,8 +44,22 @@ _RANGE_WORDS = {"step", "range", "min", "max", "max_of", "min_of"}
 # Prometheus' keywords that its grammar never takes as a metric name.
 _NEVER_METRIC = {"bool", "on", "ignoring", "group_left", "group_right", "atan2"}
 _LABEL_LISTS = {"on", "ignoring", "group_left", "group_right"}
-_AGGREGATIONS = {"sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk",
-                 "quantile", "limitk", "limit_ratio"}  # fmt: skip
+_AGGREGATIONS = {
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "group",
+    "stddev",
+    "stdvar",
+    "count",
+    "count_values",
+    "bottomk",
+    "topk",
+    "quantile",
+    "limitk",
+    "limit_ratio",
+}
 _FILLS = {"fill", "fill_left", "fill_right"}
 _MATCH_OPS = {"=", "!=", "=~", "!~"}
 _REFUSED_FUNCTIONS = {
@@ -155,8 +169,13 @@ def _matchers(tokens: list[Token], namespace: str) -> str:
             _unquote(texts[0])
             kept.append(texts[0])
             continue
-        if (len(item) != 3 or item[0][0] not in ("ident", "string") or ":" in texts[0]
-                or texts[1] not in _MATCH_OPS or item[2][0] != "string"):  # fmt: skip
+        if (
+            len(item) != 3
+            or item[0][0] not in ("ident", "string")
+            or ":" in texts[0]
+            or texts[1] not in _MATCH_OPS
+            or item[2][0] != "string"
+        ):
             raise ConfinementError(f"cannot read the label matcher {' '.join(texts)!r}")
         label = _unquote(texts[0]) if item[0][0] == "string" else texts[0]
         if label == NAMESPACE_LABEL:

@@ -39,10 +39,14 @@ def _r(name: str, conditions: str, kinds: tuple[str, ...], meaning: str, fix: st
 
 
 _WAITING = "a pod cannot start: its image, a referenced Secret or ConfigMap, or its command is wrong, or it crash-loops"
-_WAITING_FIX = ("`kubectl describe pod`; Reconciling at first, Stalled once stuck for "
-                "`SLIPWAY_STUCK_POD_GRACE_SECONDS` (300); fixing it lets the pod go on")  # fmt: skip
-_ROLLED = ("`status.lastRollback` and `status.analysis[]` show the metric and value; publish a new version, change the "
-           "spec, or annotate `slipway.dev/retry=true`")  # fmt: skip
+_WAITING_FIX = (
+    "`kubectl describe pod`; Reconciling at first, Stalled once stuck for "
+    "`SLIPWAY_STUCK_POD_GRACE_SECONDS` (300); fixing it lets the pod go on"
+)
+_ROLLED = (
+    "`status.lastRollback` and `status.analysis[]` show the metric and value; publish a new version, change the "
+    "spec, or annotate `slipway.dev/retry=true`"
+)
 
 # fmt: off
 REASONS: tuple[Reason, ...] = (

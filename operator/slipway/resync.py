@@ -46,10 +46,12 @@ def _typed(api: str, suffix: str) -> Lister:
 def _custom(group: str, version: str, plural: str) -> Lister:
     def lister(k: kube.Kube, namespace: str | None, selector: str) -> Any:
         if namespace:
-            return k.custom.list_namespaced_custom_object(group, version, namespace, plural, label_selector=selector,
-                                                          _request_timeout=kube.REQUEST_TIMEOUT)  # fmt: skip
-        return k.custom.list_cluster_custom_object(group, version, plural, label_selector=selector,
-                                                   _request_timeout=kube.REQUEST_TIMEOUT)  # fmt: skip
+            return k.custom.list_namespaced_custom_object(
+                group, version, namespace, plural, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT
+            )
+        return k.custom.list_cluster_custom_object(
+            group, version, plural, label_selector=selector, _request_timeout=kube.REQUEST_TIMEOUT
+        )
 
     return lister
 
@@ -105,8 +107,16 @@ def cached_objects(cache: Cache, index: str) -> list[Mapping[str, Any]]:
 class Healer:
     """Runs one round of lists ``DELAY`` seconds after kopf's last listing event; marks what is gone."""
 
-    def __init__(self, kube_client: kube.Kube, cache: Cache, scheduler: Scheduler, namespaces: Iterable[str],
-                 plurals: Mapping[str, str], selector: str, delay: float = DELAY) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kube_client: kube.Kube,
+        cache: Cache,
+        scheduler: Scheduler,
+        namespaces: Iterable[str],
+        plurals: Mapping[str, str],
+        selector: str,
+        delay: float = DELAY,
+    ) -> None:
         self.kube, self.cache, self.scheduler = kube_client, cache, scheduler
         self.namespaces: list[str | None] = [*namespaces] or [None]
         self.plurals, self.selector, self.delay = plurals, selector, delay
@@ -156,8 +166,13 @@ class Healer:
         meta = obj.get("metadata") or {}
         self.cache.gone.add(uid)
         self.forgotten += 1
-        log.info("cache heal: %s %s/%s (uid %s) was deleted while a watch was away: forgotten", obj.get("kind"),
-                 meta.get("namespace"), meta.get("name"), uid)  # fmt: skip
+        log.info(
+            "cache heal: %s %s/%s (uid %s) was deleted while a watch was away: forgotten",
+            obj.get("kind"),
+            meta.get("namespace"),
+            meta.get("name"),
+            uid,
+        )
         wake: list[Key] = list(owner_keys(obj, self.plurals))
         plural = self.plurals.get(str(obj.get("kind")))
         if plural and str(obj.get("apiVersion", "")).startswith(f"{GROUP}/"):

@@ -34,9 +34,12 @@ class SingleFlight(Generic[K, V]):
         self._lock = threading.Lock()
 
     def get(
-        self, key: K, read: Callable[[], V | None], timeout: float | None = None,
+        self,
+        key: K,
+        read: Callable[[], V | None],
+        timeout: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-    ) -> V | None:  # fmt: skip
+    ) -> V | None:
         """``key``'s answer: kept, being read (waited for, at most ``timeout`` seconds: then
         concurrent.futures.TimeoutError), or read now by ``read``. A read that raised raises again
         for every caller until it expires."""

@@ -130,8 +130,10 @@ class Policy:
         classes = self.priority_classes
         if classes is None and self.required:
             classes = (default,) if default else ()
-            why = (f"it has no {ALLOWED_PRIORITY_CLASSES} annotation and the operator runs with "
-                   f"--require-model-allowlist: only the operator's default, {default or 'none'}")  # fmt: skip
+            why = (
+                f"it has no {ALLOWED_PRIORITY_CLASSES} annotation and the operator runs with "
+                f"--require-model-allowlist: only the operator's default, {default or 'none'}"
+            )
         else:
             why = f"its {ALLOWED_PRIORITY_CLASSES} annotation allows {', '.join(classes or ()) or 'none'}"
         if asked:
@@ -167,9 +169,11 @@ class Policy:
         for i, hostname in enumerate(hostnames):
             if _matches(hostname, allowed):
                 continue
-            where = (f"its {ALLOWED_HOSTNAMES} annotation allows {', '.join(allowed) or 'none'}"
-                     if self.hostnames is not None else f"it has no {ALLOWED_HOSTNAMES} annotation and the operator "
-                     "runs with --require-model-allowlist")  # fmt: skip
+            where = (
+                f"its {ALLOWED_HOSTNAMES} annotation allows {', '.join(allowed) or 'none'}"
+                if self.hostnames is not None
+                else f"it has no {ALLOWED_HOSTNAMES} annotation and the operator runs with --require-model-allowlist"
+            )
             raise NotAllowed(
                 f"{field}[{i}]: hostname {hostname} is not allowed in namespace {self.namespace} ({where}); name "
                 "an allowed hostname, or a cluster admin adds it to the annotation (comma-separated globs)",
@@ -224,13 +228,19 @@ def uri_target(uri: str, field: str) -> UriTarget:
     shown = redact_url(uri)
     hazard = path_hazard(uri)
     if hazard is not None:
-        raise NotAllowed(f"{field}: {shown!r} is refused: {hazard}; name the artifact directly, with no '.', '..', "
-                         "'//' or backslash, encoded or not", "SourceNotAllowed")  # fmt: skip
+        raise NotAllowed(
+            f"{field}: {shown!r} is refused: {hazard}; name the artifact directly, with no '.', '..', "
+            "'//' or backslash, encoded or not",
+            "SourceNotAllowed",
+        )
     target = _target(uri, field)
     plain = decoded(uri)
     if plain is not None and plain != uri and _target(plain, field) != target:
-        raise NotAllowed(f"{field}: {shown!r} names its model, run or experiment percent-encoded, which MLflow may "
-                         "read as another; write the name as it is", "SourceNotAllowed")  # fmt: skip
+        raise NotAllowed(
+            f"{field}: {shown!r} names its model, run or experiment percent-encoded, which MLflow may "
+            "read as another; write the name as it is",
+            "SourceNotAllowed",
+        )
     return target
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -215,3 +216,54 @@ def test_modules_and_functions_stay_small():
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     assert too_long == []
+
+
+# The frame: what runs every kind's passes. It reads the registry of kinds (slipway.registry) and
+# names none of them: no kind, no plural, no kind-specific field (the operator's entry point imports
+# the kind packages, which register themselves, by package name).
+FRAME = {"controller", "children", "reconcile", "resync", "watches", "mlflowhook", "registry", "operator"}
+KIND_WORD = re.compile(r"training_?runs?|model_?artifacts?|inference_?deployments?|idep\b", re.IGNORECASE)
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    bodies = [n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+    return {
+        id(node.body[0].value)
+        for node in bodies
+        if node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def kind_names_in_frame() -> list[str]:
+    """Every name and string (docstrings and comments aside) in the frame that spells a kind."""
+    found = []
+    for name, path in _modules().items():
+        if _top(_unit(name)) not in FRAME:
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                words = [node.value]
+            elif isinstance(node, ast.Name):
+                words = [node.id]
+            elif isinstance(node, ast.Attribute):
+                words = [node.attr]
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                words = [node.name]
+            elif isinstance(node, ast.alias):
+                words = [node.asname or node.name]
+            else:
+                continue
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {w}" for w in words if KIND_WORD.search(w)]
+    return found
+
+
+def test_the_frame_spells_no_kind():
+    assert kind_names_in_frame() == []
+
+
+def test_the_kind_word_finder_finds_kinds():
+    spelled = ["TrainingRun", "modelartifacts", "INFERENCE_DEPLOYMENT", "trainingrun", "idep"]
+    assert all(KIND_WORD.search(w) for w in spelled)
+    assert not any(KIND_WORD.search(w) for w in ["training", "artifact", "inference", "deployments", "runs"])

@@ -24,12 +24,16 @@ def step_failure_policy(container: str) -> dict[str, Any]:
     return {
         "rules": [
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
-            {"action": "Ignore", "onExitCodes": {"containerName": container, "operator": "In",
-                                                 "values": [EXIT_MLFLOW_UNAVAILABLE]}},
-            {"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "In",
-                                                  "values": [EXIT_CONFIG]}},
+            {
+                "action": "Ignore",
+                "onExitCodes": {"containerName": container, "operator": "In", "values": [EXIT_MLFLOW_UNAVAILABLE]},
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": container, "operator": "In", "values": [EXIT_CONFIG]},
+            },
         ]
-    }  # fmt: skip
+    }
 
 
 def job_name(artifact: str, step: str) -> str:

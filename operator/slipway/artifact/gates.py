@@ -56,8 +56,12 @@ class GateOutcome:
     message: str
 
     def to_status(self) -> dict[str, object]:
-        out: dict[str, object] = {"metric": self.metric, "threshold": self.threshold, "passed": self.passed,
-                                  "message": self.message}  # fmt: skip
+        out: dict[str, object] = {
+            "metric": self.metric,
+            "threshold": self.threshold,
+            "passed": self.passed,
+            "message": self.message,
+        }
         # JSON has no NaN nor Infinity: a non-finite value is left out, and the message says what it was.
         if self.value is not None and non_finite(self.value) is None:
             out["value"] = self.value
@@ -91,8 +95,12 @@ def evaluate_gate(
 
     if value is None:
         why = (unavailable or {}).get(gate.metric)
-        return outcome(False, f"{gate.metric}: {why}" if why
-                       else f"the evaluator did not report {gate.metric}; log it to the validation run")  # fmt: skip
+        return outcome(
+            False,
+            f"{gate.metric}: {why}"
+            if why
+            else f"the evaluator did not report {gate.metric}; log it to the validation run",
+        )
     what = non_finite(value)
     if what is not None:
         return outcome(False, f"{gate.metric} is {what}: a non-finite value never passes a gate")
@@ -114,20 +122,30 @@ def evaluate_gate(
     if gate.max_relative_drop is not None:
         drop = (base_value - value) / abs(base_value) if base_value else 0.0
         if drop > gate.max_relative_drop:
-            return outcome(False, f"{gate.metric} {_fmt(value)} dropped {_fmt(drop * 100)}% from {of}, more than "
-                           f"{_fmt(gate.max_relative_drop * 100)}%", base_value)  # fmt: skip
+            return outcome(
+                False,
+                f"{gate.metric} {_fmt(value)} dropped {_fmt(drop * 100)}% from {of}, more than "
+                f"{_fmt(gate.max_relative_drop * 100)}%",
+                base_value,
+            )
         said.append(f"drop {_fmt(max(drop, 0) * 100)}% within {_fmt(gate.max_relative_drop * 100)}%")
     if gate.max_relative_to_baseline is not None:
         if base_value <= 0:
-            return outcome(False, f"{gate.metric}: the baseline's value {of} is not positive, no ratio to it",
-                           base_value)  # fmt: skip
+            return outcome(
+                False, f"{gate.metric}: the baseline's value {of} is not positive, no ratio to it", base_value
+            )
         ratio = value / base_value
         if ratio > gate.max_relative_to_baseline:
-            return outcome(False, f"{gate.metric} {_fmt(value)} is {_fmt(ratio)} x {of}, more than "
-                           f"{_fmt(gate.max_relative_to_baseline)} x", base_value)  # fmt: skip
+            return outcome(
+                False,
+                f"{gate.metric} {_fmt(value)} is {_fmt(ratio)} x {of}, more than "
+                f"{_fmt(gate.max_relative_to_baseline)} x",
+                base_value,
+            )
         said.append(f"{_fmt(ratio)} x within {_fmt(gate.max_relative_to_baseline)} x")
-    return outcome(True, f"{gate.metric} {_fmt(value)} vs {_fmt(base_value)} of {gate.baseline}: {', '.join(said)}",
-                   base_value)  # fmt: skip
+    return outcome(
+        True, f"{gate.metric} {_fmt(value)} vs {_fmt(base_value)} of {gate.baseline}: {', '.join(said)}", base_value
+    )
 
 
 def _missing_baseline(gate: Gate, baseline: Baseline | None, base_value: float | None) -> str | None:
@@ -188,5 +206,7 @@ def evaluate_gates(
     unavailable: Mapping[str, str] | None = None,
 ) -> list[GateOutcome]:
     """Every gate's outcome; ``baselines`` is keyed by the gate's ``baseline`` reference."""
-    return [evaluate_gate(g, metrics.get(g.metric), baselines.get(g.baseline) if g.baseline else None, unavailable)
-            for g in gates]  # fmt: skip
+    return [
+        evaluate_gate(g, metrics.get(g.metric), baselines.get(g.baseline) if g.baseline else None, unavailable)
+        for g in gates
+    ]

@@ -89,8 +89,10 @@ class Lifecycle:
         self.mlflow.model_for(self.model, self.guard)
         version = self.version("source", source, {})
         self.fields |= {"model_version": version.version, "uri": version.uri}
-        self.fields |= states.digest_fields(source.digest or version.tags.get(states.SOURCE_DIGEST_TAG),
-                                            source.size_bytes or version.tags.get(states.SOURCE_SIZE_TAG))  # fmt: skip
+        self.fields |= states.digest_fields(
+            source.digest or version.tags.get(states.SOURCE_DIGEST_TAG),
+            source.size_bytes or version.tags.get(states.SOURCE_SIZE_TAG),
+        )
         candidate = version
         q = self.spec.quantization
         if states.needs_quantization(q.method, q.image, q.command):
@@ -127,8 +129,9 @@ class Lifecycle:
         else:
             assert src.training_run_ref is not None
             ref = src.training_run_ref.name
-            found = states.trainingrun_source(self.ctx.cache.get("trainingruns", self.ctx.namespace, ref),
-                                              self.ctx.namespace, ref)  # fmt: skip
+            found = states.trainingrun_source(
+                self.ctx.cache.get("trainingruns", self.ctx.namespace, ref), self.ctx.namespace, ref
+            )
             if isinstance(found, states.ArtifactState):
                 raise Waiting(found)
             run_id, path = found, "model"
@@ -147,8 +150,13 @@ class Lifecycle:
         if found is None:
             raise Waiting(states.empty_source(field, looked_for(run.run_id, path)), EMPTY_SOURCE_RECHECK_SECONDS)
         tags = run.tags if found.model_id is None else {}  # the trainer's tags describe its run artifacts
-        return states.Source(found.uri, found.run_id, tags.get("slipway.model.digest"),
-                             tags.get("slipway.model.sizeBytes"), model_id=found.model_id)  # fmt: skip
+        return states.Source(
+            found.uri,
+            found.run_id,
+            tags.get("slipway.model.digest"),
+            tags.get("slipway.model.sizeBytes"),
+            model_id=found.model_id,
+        )
 
     def uri_source(self, uri: str, field: str) -> states.Source:
         """``runs:/`` as a run's model; ``models:/m-<id>`` as that LoggedModel; any other URI as it is
@@ -161,8 +169,12 @@ class Lifecycle:
             try:
                 logged = self.mlflow.get_logged_model(model.name)
             except MlflowNotFound:
-                raise Waiting(states.empty_source(field, f"LoggedModel {model.name}, which MLflow does not have",
-                                                  "ModelNotFound"), EMPTY_SOURCE_RECHECK_SECONDS) from None  # fmt: skip
+                raise Waiting(
+                    states.empty_source(
+                        field, f"LoggedModel {model.name}, which MLflow does not have", "ModelNotFound"
+                    ),
+                    EMPTY_SOURCE_RECHECK_SECONDS,
+                ) from None
             found = self.mlflow.logged(logged)
             source = states.Source(found.uri, found.run_id, model_id=found.model_id)
         else:
@@ -189,8 +201,10 @@ class Lifecycle:
             try:
                 logged = self.mlflow.get_logged_model(target.logged_model)
             except MlflowNotFound:
-                raise policy.source_refusal(field, f"LoggedModel {target.logged_model} is not one MLflow knows, "
-                                            "so its experiment cannot be checked") from None  # fmt: skip
+                raise policy.source_refusal(
+                    field,
+                    f"LoggedModel {target.logged_model} is not one MLflow knows, so its experiment cannot be checked",
+                ) from None
             self.check_experiment(logged.experiment_id, field, f"LoggedModel {logged.model_id}")
 
     def check_run(self, run: Run, field: str) -> None:
@@ -202,8 +216,9 @@ class Lifecycle:
         name = self.mlflow.experiment_name(experiment_id)
         if name is None or not policy.allows(name):
             shown = f"experiment {name!r}" if name is not None else "an experiment MLflow does not know"
-            raise policy.source_refusal(field, f"{what} belongs to {shown} (id {experiment_id}), not one this "
-                                        "namespace may use")  # fmt: skip
+            raise policy.source_refusal(
+                field, f"{what} belongs to {shown} (id {experiment_id}), not one this namespace may use"
+            )
 
     def version(self, role: str, source: states.Source, tags: dict[str, str]) -> ModelVersion:
         """The version registered for ``role``, registering ``source`` if an earlier pass did not."""
@@ -213,9 +228,17 @@ class Lifecycle:
         owner = {OWNER_TAG: f"{self.ctx.namespace}/{self.ctx.name}", **tags}
         owner |= self.source_tags(source, role)
         keys = self.work(self.resolved)
-        version = self.mlflow.register_version(self.model, source.uri, source.run_id, self.ctx.uid, role, owner,
-                                               model_id=source.model_id, work=keys[0] if keys else None,
-                                               guard=self.guard)  # fmt: skip
+        version = self.mlflow.register_version(
+            self.model,
+            source.uri,
+            source.run_id,
+            self.ctx.uid,
+            role,
+            owner,
+            model_id=source.model_id,
+            work=keys[0] if keys else None,
+            guard=self.guard,
+        )
         self.ctx.event(
             "Normal", "Registered", f"registered {source.uri} as {self.model} version {version.version} ({role})"
         )
@@ -234,15 +257,19 @@ class Lifecycle:
         read a few seconds of each pass at a time (Waiting, reason Digesting, until done); {} for a URI
         MLflow does not serve."""
         quantized = role == "quantized"
-        what = (f"the quantizer's output {redact_url(source.uri)}" if quantized
-                else f"spec.source: {redact_url(source.uri)}")  # fmt: skip
+        what = (
+            f"the quantizer's output {redact_url(source.uri)}"
+            if quantized
+            else f"spec.source: {redact_url(source.uri)}"
+        )
         work = self.ctx.memory.get(DIGESTING)
         if not isinstance(work, Digesting) or work.uri != source.uri or work.owner != self.ctx.uid:
             work = self.ctx.memory[DIGESTING] = Digesting(source.uri, owner=self.ctx.uid)
         config = self.ctx.config
         try:
-            tree = self.mlflow.digest_within(work, min(DIGEST_PASS_SECONDS, config.stuck_pass_seconds / 10),
-                                             config.max_digest_files)  # fmt: skip
+            tree = self.mlflow.digest_within(
+                work, min(DIGEST_PASS_SECONDS, config.stuck_pass_seconds / 10), config.max_digest_files
+            )
         except MlflowError as exc:
             if exc.error_code != "UNSUPPORTED_ARTIFACT_URI":
                 raise  # MLflow unavailable: the progress is kept for the pass that retries
@@ -262,9 +289,13 @@ class Lifecycle:
             raise Waiting(states.empty_source("spec.source", redact_url(source.uri)), EMPTY_SOURCE_RECHECK_SECONDS)
         tags = {states.SOURCE_SIZE_TAG: str(tree.size_bytes), states.SOURCE_FILES_TAG: str(tree.files)}
         if tree.digest is None:
-            self.ctx.event("Warning", "DigestSkipped", f"{redact_url(source.uri)}: not digested, its files are more "
-                           f"than the operator reads ({MAX_DIGEST_BYTES} bytes): {tree.files} files, "
-                           f"{tree.size_bytes} bytes")  # fmt: skip
+            self.ctx.event(
+                "Warning",
+                "DigestSkipped",
+                f"{redact_url(source.uri)}: not digested, its files are more "
+                f"than the operator reads ({MAX_DIGEST_BYTES} bytes): {tree.files} files, "
+                f"{tree.size_bytes} bytes",
+            )
         return tags | ({states.SOURCE_DIGEST_TAG: tree.digest} if tree.digest else {})
 
     def step(self, step: str, waiting: str, env: dict[str, str]) -> Run:
@@ -276,14 +307,24 @@ class Lifecycle:
         settings = self.spec.quantization if step == "quantize" else self.spec.validation
         config = self.ctx.config
         tracking = config.pod_mlflow_url or without_credentials(self.mlflow.tracking_uri)
-        env = {"MLFLOW_TRACKING_URI": tracking, "MLFLOW_RUN_ID": run.run_id,
-               "SLIPWAY_MODELARTIFACT": self.ctx.name, **env}  # fmt: skip
+        env = {
+            "MLFLOW_TRACKING_URI": tracking,
+            "MLFLOW_RUN_ID": run.run_id,
+            "SLIPWAY_MODELARTIFACT": self.ctx.name,
+            **env,
+        }
         job = self.ctx.child("jobs", build.job_name(self.ctx.name, step))
         if job is None:
-            desired = build.step_job(self.ctx.name, self.ctx.namespace, step,
-                                     image=getattr(settings, "image", None) or config.workload_image,
-                                     command=getattr(settings, "command", None), args=getattr(settings, "args", None),
-                                     env=env, extra_env=getattr(settings, "env", None))  # fmt: skip
+            desired = build.step_job(
+                self.ctx.name,
+                self.ctx.namespace,
+                step,
+                image=getattr(settings, "image", None) or config.workload_image,
+                command=getattr(settings, "command", None),
+                args=getattr(settings, "args", None),
+                env=env,
+                extra_env=getattr(settings, "env", None),
+            )
             job = self.ctx.ensure("jobs", with_credentials(desired, mlflowcreds.of_pods(self.ctx)))
         podless = jobs.without_pods(job)
         looked = podless and jobs.old_enough_for_pods(job, datetime.now(UTC))
@@ -324,8 +365,9 @@ class Lifecycle:
             baselines = {ref: self.baseline(ref, prices) for ref in refs}
             outcomes = evaluate_gates(self.spec.validation.gates, values, baselines, unavailable)
             for key in states.recorded_metrics(values, self.spec.validation.gates):
-                self.mlflow.set_model_version_tag(self.model, candidate.version, states.METRIC_TAG + key,
-                                                  repr(values[key]))  # fmt: skip
+                self.mlflow.set_model_version_tag(
+                    self.model, candidate.version, states.METRIC_TAG + key, repr(values[key])
+                )
             size = states.digest_fields(None, values.get("sizeBytes")).get("size_bytes")
             if size is not None:
                 self.fields.setdefault("size_bytes", size)
@@ -385,8 +427,11 @@ class Lifecycle:
         """The version a relative gate compares with, and its validation metrics (a cost derived again
         at today's prices, so that both sides of a ratio have the same ones)."""
         try:
-            version = (self.mlflow.get_model_version(self.model, ref) if ref.isdigit()
-                       else self.mlflow.get_version_by_alias(self.model, ref))  # fmt: skip
+            version = (
+                self.mlflow.get_model_version(self.model, ref)
+                if ref.isdigit()
+                else self.mlflow.get_version_by_alias(self.model, ref)
+            )
         except MlflowNotFound:
             version = None
         if version is None:

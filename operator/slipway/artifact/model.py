@@ -59,9 +59,11 @@ class ArtifactSource(SlipwayModel):
     """Where the model comes from: exactly one of trainingRunRef, mlflowRun or uri."""
 
     model_config = cel(
-        ("[has(self.trainingRunRef), has(self.mlflowRun), has(self.uri)].filter(x, x).size() == 1",
-         SOURCE_RULE_MESSAGE),
-    )  # fmt: skip
+        (
+            "[has(self.trainingRunRef), has(self.mlflowRun), has(self.uri)].filter(x, x).size() == 1",
+            SOURCE_RULE_MESSAGE,
+        ),
+    )
 
     training_run_ref: LocalObjectReference | None = Field(
         default=None, description="A TrainingRun in this namespace; its MLflow run's model is registered."
@@ -99,12 +101,16 @@ class Gate(SlipwayModel):
     """A condition a metric must meet for the candidate to pass."""
 
     model_config = cel(
-        ("has(self.min) || has(self.max) || has(self.maxRelativeDrop) || has(self.maxRelativeToBaseline)",
-         GATE_THRESHOLD_MESSAGE),
-        ("(!has(self.maxRelativeDrop) && !has(self.maxRelativeToBaseline)) || has(self.baseline)",
-         GATE_BASELINE_MESSAGE),
+        (
+            "has(self.min) || has(self.max) || has(self.maxRelativeDrop) || has(self.maxRelativeToBaseline)",
+            GATE_THRESHOLD_MESSAGE,
+        ),
+        (
+            "(!has(self.maxRelativeDrop) && !has(self.maxRelativeToBaseline)) || has(self.baseline)",
+            GATE_BASELINE_MESSAGE,
+        ),
         ("!has(self.min) || !has(self.max) || self.min <= self.max", GATE_RANGE_MESSAGE),
-    )  # fmt: skip
+    )
 
     metric: str = Field(
         description="Metric the evaluator logs: accuracy, latencyP95Seconds, sizeBytes, predictionsPerCpuSecond, "

@@ -54,9 +54,11 @@ def source_failed(reason: str, message: str) -> ArtifactState:
 def empty_source(field: str, looked_for: str, reason: str = "EmptySource") -> ArtifactState:
     """The source holds no file: nothing is registered, and it is looked for again (a run may still
     be logging its model)."""
-    message = (f"{field}: no model files found; looked for {looked_for}; log the model there (e.g. "
-               "mlflow.sklearn.log_model(model, name=...) in that run), or name where it is; nothing was "
-               "registered and no alias moved")  # fmt: skip
+    message = (
+        f"{field}: no model files found; looked for {looked_for}; log the model there (e.g. "
+        "mlflow.sklearn.log_model(model, name=...) in that run), or name where it is; nothing was "
+        "registered and no alias moved"
+    )
     return _state("Registering", stalled, reason, message)
 
 
@@ -163,8 +165,10 @@ def job_state(
     """Why a step's Job is not done (failed, its pods refused by the API server, or still running), or
     None once it completed."""
     if create_failure is not None:
-        message = (f"the API server refuses the pods of the {step} Job {job['metadata']['name']}: {create_failure}; "
-                   "fix the namespace's quota or policy and the Job creates them")  # fmt: skip
+        message = (
+            f"the API server refuses the pods of the {step} Job {job['metadata']['name']}: {create_failure}; "
+            "fix the namespace's quota or policy and the Job creates them"
+        )
         phase, done = (
             ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
         )
@@ -225,7 +229,7 @@ def recorded_outcomes(tags: Mapping[str, str]) -> list[GateOutcome] | None:
                 _number(g.get("baselineValue")),
                 bool(g["passed"]),
                 str(g.get("message", "")),
-            )  # fmt: skip
+            )
             for g in json.loads(tags[GATES_TAG])
         ]
     except (ValueError, TypeError, KeyError, AttributeError) as exc:

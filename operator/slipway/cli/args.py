@@ -61,8 +61,13 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help_: str, description: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_, description=description, epilog=EPILOG,
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+        sub = commands.add_parser(
+            name,
+            help=help_,
+            description=description,
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         _common(sub, suppress=True)
         return sub
 
@@ -92,13 +97,22 @@ def _get(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
 def _steering(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     """promote, abort, retry (annotations) and pause, resume (spec.rollout.paused)."""
     for action, what in (
-        ("promote", "skip the remaining canary steps and promote now (annotation slipway.dev/promote=true). "
-                    "Applies while a canary is in flight: Progressing, Analyzing or Paused."),
-        ("abort", "roll the canary back now, or revert a promotion or a bake in progress (annotation "
-                  "slipway.dev/abort=true). Applies while a canary is in flight, Promoting or Baking."),
-        ("retry", "roll out again the revision that was rolled back (annotation slipway.dev/retry=true). "
-                  "Applies when the phase is RolledBack and that rollback was not retried yet."),
-    ):  # fmt: skip
+        (
+            "promote",
+            "skip the remaining canary steps and promote now (annotation slipway.dev/promote=true). "
+            "Applies while a canary is in flight: Progressing, Analyzing or Paused.",
+        ),
+        (
+            "abort",
+            "roll the canary back now, or revert a promotion or a bake in progress (annotation "
+            "slipway.dev/abort=true). Applies while a canary is in flight, Promoting or Baking.",
+        ),
+        (
+            "retry",
+            "roll out again the revision that was rolled back (annotation slipway.dev/retry=true). "
+            "Applies when the phase is RolledBack and that rollback was not retried yet.",
+        ),
+    ):
         description = (
             f"InferenceDeployment: {what} The operator removes the annotation once it has acted. "
             "Refused (exit 3) when it cannot apply in the current phase."
@@ -111,10 +125,13 @@ def _steering(command: Callable[[str, str, str], argparse.ArgumentParser]) -> No
         "sync; set spec.rollout.paused in Git there instead."
     )
     for action, what in (
-        ("pause", "hold the rollout at its current step: spec.rollout.paused=true (the phase becomes Paused; "
-                  "a paused rollout never times out)."),
+        (
+            "pause",
+            "hold the rollout at its current step: spec.rollout.paused=true (the phase becomes Paused; "
+            "a paused rollout never times out).",
+        ),
         ("resume", "continue a paused rollout: spec.rollout.paused=false."),
-    ):  # fmt: skip
+    ):
         sub = command(action, what.split(":")[0], f"InferenceDeployment: {what} {gitops}")
         sub.add_argument("ref", nargs="+", metavar="NAME", help="an InferenceDeployment: NAME or idep/NAME")
 
@@ -130,6 +147,11 @@ def _wait(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
         "already reached counts: to wait for a rollout you started, wait once it is in flight.",
     )
     wait.add_argument("ref", nargs="+", metavar="KIND/NAME", help="e.g. idep/digits")
-    wait.add_argument("--for", dest="target", default="Ready", metavar="Ready|PHASE",
-                      help="Ready (default), or a phase of the kind, e.g. Promoted, Validated, Succeeded")  # fmt: skip
+    wait.add_argument(
+        "--for",
+        dest="target",
+        default="Ready",
+        metavar="Ready|PHASE",
+        help="Ready (default), or a phase of the kind, e.g. Promoted, Validated, Succeeded",
+    )
     wait.add_argument("--timeout", type=duration, default=300.0, help="give up after this long (default 5m)")

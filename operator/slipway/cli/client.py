@@ -73,13 +73,19 @@ def api_failure(exc: Any, what: str, session: Session, kind: Kind | None = None)
     ns = session.namespace
     if status == 404 and kind is not None:
         if (body.get("details") or {}).get("name"):
-            return Failure(f"{what}: {kind.kind} {ns}/{body['details']['name']} not found; check the name and "
-                           f"-n/--namespace (kubectl get {kind.plural} -n {ns} lists them)")  # fmt: skip
-        return Failure(f"{what}: the API server does not serve {kind.plural}.{GROUP}/{VERSION}: are the Slipway "
-                       "CRDs installed (kubectl apply -k manifests/)?")  # fmt: skip
+            return Failure(
+                f"{what}: {kind.kind} {ns}/{body['details']['name']} not found; check the name and "
+                f"-n/--namespace (kubectl get {kind.plural} -n {ns} lists them)"
+            )
+        return Failure(
+            f"{what}: the API server does not serve {kind.plural}.{GROUP}/{VERSION}: are the Slipway "
+            "CRDs installed (kubectl apply -k manifests/)?"
+        )
     if status in (401, 403):
-        return Failure(f"{what}: the API server refused ({status}: {message}); your kubeconfig's user needs RBAC for "
-                       f"{kind.plural if kind else 'Slipway objects'} in namespace {ns}")  # fmt: skip
+        return Failure(
+            f"{what}: the API server refused ({status}: {message}); your kubeconfig's user needs RBAC for "
+            f"{kind.plural if kind else 'Slipway objects'} in namespace {ns}"
+        )
     if status is None:
         return Failure(f"{what}: no answer from the API server ({exc}); check --kubeconfig and --context")
     return Failure(f"{what}: the API server answered {status}: {message}")
@@ -153,10 +159,17 @@ class Cache:
         while not self.stop.is_set():
             try:
                 stream = watch.Watch().stream(
-                    self.session.custom.list_namespaced_custom_object, GROUP, VERSION, self.session.namespace,
-                    kind.plural, resource_version=version, timeout_seconds=60, allow_watch_bookmarks=True,
-                    _request_timeout=(REQUEST_TIMEOUT, 90), **self.selectors(),
-                )  # fmt: skip
+                    self.session.custom.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self.session.namespace,
+                    kind.plural,
+                    resource_version=version,
+                    timeout_seconds=60,
+                    allow_watch_bookmarks=True,
+                    _request_timeout=(REQUEST_TIMEOUT, 90),
+                    **self.selectors(),
+                )
                 for event in stream:
                     obj = event["object"]
                     if event["type"] == "ERROR":

@@ -96,8 +96,10 @@ def cmd_wait(session: Session, args: argparse.Namespace, out: TextIO) -> int:
             if obj is None:
                 if seen:
                     raise Failure(f"{where} was deleted while waiting for {target}")
-                raise Failure(f"{where} not found; check the name and -n/--namespace "
-                              f"(kubectl get {kind.plural} -n {session.namespace} lists them)")  # fmt: skip
+                raise Failure(
+                    f"{where} not found; check the name and -n/--namespace "
+                    f"(kubectl get {kind.plural} -n {session.namespace} lists them)"
+                )
             seen = True
             state = view.wait_state(obj, target)
             if state.progress != progress:
@@ -111,8 +113,10 @@ def cmd_wait(session: Session, args: argparse.Namespace, out: TextIO) -> int:
                 raise Failure(f"{where} is Stalled while waiting for {target}: {state.stalled}", STALLED)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise Failure(f"timed out after {args.timeout:g}s waiting for {where} to be {target}; "
-                              f"it is {state.line}", TIMED_OUT)  # fmt: skip
+                raise Failure(
+                    f"timed out after {args.timeout:g}s waiting for {where} to be {target}; it is {state.line}",
+                    TIMED_OUT,
+                )
             cache.next_change(remaining)
     finally:
         cache.stop.set()
@@ -124,9 +128,14 @@ def _patch(session: Session, name: str, body: dict[str, Any], what: str) -> None
 
     try:
         session.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, session.namespace, INFERENCE_DEPLOYMENT.plural, name, body,
+            GROUP,
+            VERSION,
+            session.namespace,
+            INFERENCE_DEPLOYMENT.plural,
+            name,
+            body,
             _request_timeout=REQUEST_TIMEOUT,
-        )  # fmt: skip
+        )
     except (ApiException, HTTPError) as exc:
         if getattr(exc, "status", None) == 409:
             raise
@@ -166,8 +175,10 @@ def cmd_annotate(session: Session, args: argparse.Namespace, out: TextIO) -> int
             "metadata": {"annotations": {annotation: "true"}, "resourceVersion": obj["metadata"]["resourceVersion"]}
         }
         _patch(session, name, body, f"{args.command} {name}")
-        out.write(f"{where}: {args.command} requested ({annotation}=true); the operator removes the annotation once "
-                  f"it has acted. Follow it: kubectl slipway get idep/{name} -w\n")  # fmt: skip
+        out.write(
+            f"{where}: {args.command} requested ({annotation}=true); the operator removes the annotation once "
+            f"it has acted. Follow it: kubectl slipway get idep/{name} -w\n"
+        )
         return OK
 
     return _with_conflict_retry(attempt)
@@ -185,8 +196,10 @@ def cmd_pause(session: Session, args: argparse.Namespace, out: TextIO) -> int:
         if bool(((obj.get("spec") or {}).get("rollout") or {}).get("paused")) == paused:
             out.write(f"{where}: spec.rollout.paused is already {str(paused).lower()}\n")
             return OK
-        body = {"metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-                "spec": {"rollout": {"paused": paused}}}  # fmt: skip
+        body = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": {"rollout": {"paused": paused}},
+        }
         _patch(session, name, body, f"{args.command} {name}")
         effect = "held at its current step" if paused else "resumed"
         out.write(f"{where}: spec.rollout.paused={str(paused).lower()} ({effect})\n")
@@ -195,8 +208,15 @@ def cmd_pause(session: Session, args: argparse.Namespace, out: TextIO) -> int:
     return _with_conflict_retry(attempt)
 
 
-COMMANDS = {"get": cmd_get, "wait": cmd_wait, "promote": cmd_annotate, "abort": cmd_annotate, "retry": cmd_annotate,
-            "pause": cmd_pause, "resume": cmd_pause}  # fmt: skip
+COMMANDS = {
+    "get": cmd_get,
+    "wait": cmd_wait,
+    "promote": cmd_annotate,
+    "abort": cmd_annotate,
+    "retry": cmd_annotate,
+    "pause": cmd_pause,
+    "resume": cmd_pause,
+}
 
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO, connect_: Callable[..., Session] = connect) -> int:

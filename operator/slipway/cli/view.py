@@ -179,9 +179,15 @@ def cost_line(spent: Mapping[str, Any]) -> str:
 def serving_cost_line(spent: Mapping[str, Any]) -> str:
     """status.<track>.cost in one line: per hour, per 1K requests, per 1M tokens, and what is missing."""
     currency = f" {spent['currency']}" if spent.get("currency") else ""
-    parts = [f"{_fmt(spent[key])}{currency} {label}" for key, label in
-             (("perHour", "per hour"), ("per1kRequests", "per 1K requests"), ("perMillionTokens", "per 1M tokens"))
-             if spent.get(key) is not None]  # fmt: skip
+    parts = [
+        f"{_fmt(spent[key])}{currency} {label}"
+        for key, label in (
+            ("perHour", "per hour"),
+            ("per1kRequests", "per 1K requests"),
+            ("perMillionTokens", "per 1M tokens"),
+        )
+        if spent.get(key) is not None
+    ]
     if spent.get("message"):
         parts.append(str(spent["message"]))
     return ", ".join(parts) + (f"  (at {spent['time']})" if spent.get("time") else "")
@@ -252,8 +258,11 @@ def _deployment_details(obj: Obj) -> list[tuple[str, str]]:
     return lines
 
 
-DETAILS = {TRAINING_RUN.kind: _run_details, MODEL_ARTIFACT.kind: _artifact_details,
-           INFERENCE_DEPLOYMENT.kind: _deployment_details}  # fmt: skip
+DETAILS = {
+    TRAINING_RUN.kind: _run_details,
+    MODEL_ARTIFACT.kind: _artifact_details,
+    INFERENCE_DEPLOYMENT.kind: _deployment_details,
+}
 
 
 def header(node: Node) -> str:

@@ -47,8 +47,9 @@ def registry_view(
         tags = version_tags(ctx, client, desired)
     promoted = promoted_version(ctx, client, spec, desired)
     if promoted is not None:
-        promoted = with_revision(promoted, revision_for(spec, promoted, ctx.config.pod_mlflow_url, deployments,
-                                                        ctx.status))  # fmt: skip
+        promoted = with_revision(
+            promoted, revision_for(spec, promoted, ctx.config.pod_mlflow_url, deployments, ctx.status)
+        )
     return RegistryView(rollback_tag=tags.get(ROLLBACK_TAG) or None, promoted=promoted)
 
 

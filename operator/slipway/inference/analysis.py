@@ -112,8 +112,9 @@ def evaluate_metric(
     def result(verdict: Verdict, message: str) -> MetricResult:
         if metric.dry_run:
             message = f"{message} (dry run: shown, never decides)"
-        return MetricResult(name, canary.query, canary.value, threshold, verdict, now, message, stable_value,
-                            metric.dry_run)  # fmt: skip
+        return MetricResult(
+            name, canary.query, canary.value, threshold, verdict, now, message, stable_value, metric.dry_run
+        )
 
     if canary.error is not None:
         return result("Inconclusive", f"{name}: no answer for the canary, so no verdict: {canary.error}")
@@ -259,8 +260,10 @@ class Pricing:
     pods: Mapping[str, int] = field(default_factory=dict)
 
 
-_COST_FIELDS = {"costPer1kRequests": ("requestsPerPodSecond", "per1kRequests"),
-                "costPerMillionTokens": ("tokensPerPodSecond", "perMillionTokens")}  # fmt: skip
+_COST_FIELDS = {
+    "costPer1kRequests": ("requestsPerPodSecond", "per1kRequests"),
+    "costPerMillionTokens": ("tokensPerPodSecond", "perMillionTokens"),
+}
 _THROUGHPUT = {unit: AnalysisMetric.model_construct(name=unit, query=None, dry_run=False) for unit in PER_UNIT}
 
 
@@ -322,7 +325,10 @@ def not_measured(metrics: Sequence[AnalysisMetric | str], now: datetime | str, m
     """An Inconclusive analysis: nothing could be measured (e.g. no source can be asked). Metrics in
     dry run stay in dry run: they hold nothing."""
     when = rfc3339(now)
-    results = [MetricResult(m, "", None, "", "Inconclusive", when, message) if isinstance(m, str) else
-               MetricResult(m.name, "", None, "", "Inconclusive", when, message, dry_run=m.dry_run)
-               for m in metrics]  # fmt: skip
+    results = [
+        MetricResult(m, "", None, "", "Inconclusive", when, message)
+        if isinstance(m, str)
+        else MetricResult(m.name, "", None, "", "Inconclusive", when, message, dry_run=m.dry_run)
+        for m in metrics
+    ]
     return AnalysisOutcome(tuple(results) or (MetricResult("analysis", "", None, "", "Inconclusive", when, message),))

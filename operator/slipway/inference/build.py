@@ -131,8 +131,9 @@ def liveness_path(spec: InferenceDeploymentSpec) -> str:
     return "/healthz" if readiness_path(spec) == "/readyz" else "/health"
 
 
-def fetch_container(spec: InferenceDeploymentSpec, env: list[dict[str, Any]], image: str,
-                    digest: str = "") -> dict[str, Any]:  # fmt: skip
+def fetch_container(
+    spec: InferenceDeploymentSpec, env: list[dict[str, Any]], image: str, digest: str = ""
+) -> dict[str, Any]:
     """The init container putting the version's files at spec.modelLoad.path, checked against ``digest``."""
     assert spec.model_load is not None
     mounts = [{"name": MODEL_VOLUME, "mountPath": spec.model_load.path}]
@@ -393,8 +394,12 @@ def previous_of(name: str, namespace: str, served: Mapping[str, Any] | None) -> 
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": deployment_name(name, "stable"), "namespace": namespace, "labels": labels,
-                     "annotations": annotations},
+        "metadata": {
+            "name": deployment_name(name, "stable"),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
         "spec": {"selector": {"matchLabels": selector(name, "stable")}, "template": template}
         | ({"strategy": strategy} if isinstance(strategy, dict) else {}),
-    }  # fmt: skip
+    }

@@ -66,8 +66,9 @@ class Reconciler:
         self.digests: dict[str, str] = {}  # revision -> its version's files digest (the ModelArtifact's status)
         # What the namespace's admin allows (tenancy.Policy): the serving pods' PriorityClass, the Gateways.
         asked = spec.pod_template.priority_class_name if spec.pod_template else None
-        self.priority_class = ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName",
-                                                         ctx.config.inference_priority_class)  # fmt: skip
+        self.priority_class = ctx.tenancy.priority_class(
+            asked, "spec.podTemplate.priorityClassName", ctx.config.inference_priority_class
+        )
         self.router = traffic.router(spec.traffic.mode)
         self.router.check(spec, ctx.namespace, ctx.tenancy)
 
@@ -118,8 +119,14 @@ class Reconciler:
         self.write(decision, tracks, pending, parked)
         return self.next_pass(decision, pending, parked)
 
-    def put_on_record(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
-                      parked: list[dict[str, Any]], rollback: dict[str, Any] | None) -> None:  # fmt: skip
+    def put_on_record(
+        self,
+        decision: Plan,
+        tracks: dict[str, Track | None],
+        pending: list[dict[str, Any]],
+        parked: list[dict[str, Any]],
+        rollback: dict[str, Any] | None,
+    ) -> None:
         """Write the decision to status now; a rollback it records is counted once that write landed
         (a conflict, 409, ends the pass here and the next one decides again: never counted twice)."""
         self.write(decision, tracks, pending, parked)
@@ -136,15 +143,25 @@ class Reconciler:
         parked, retried = registry.due_again(self.ctx.status, generation, datetime.now(UTC))
         stored = list(self.ctx.status.get("pendingRegistryUpdates") or []) + retried
         target = alias_target(observed, decision)
-        stored, parked, dropped = registry.sift(stored, parked, decision.registry, self.spec.rollout.promote_alias,
-                                                target)  # fmt: skip
+        stored, parked, dropped = registry.sift(
+            stored, parked, decision.registry, self.spec.rollout.promote_alias, target
+        )
         for update in dropped:
-            self.ctx.event("Normal", "RegistryUpdateDropped", f"{registry.describe(update)} is no longer written: "
-                           "a newer decision replaced it or status no longer holds it")  # fmt: skip
+            self.ctx.event(
+                "Normal",
+                "RegistryUpdateDropped",
+                f"{registry.describe(update)} is no longer written: "
+                "a newer decision replaced it or status no longer holds it",
+            )
         return stored + [u for u in decision.registry if u not in stored], parked
 
-    def write(self, decision: Plan, tracks: dict[str, Track | None], pending: list[dict[str, Any]],
-              parked: list[dict[str, Any]]) -> None:  # fmt: skip
+    def write(
+        self,
+        decision: Plan,
+        tracks: dict[str, Track | None],
+        pending: list[dict[str, Any]],
+        parked: list[dict[str, Any]],
+    ) -> None:
         stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
         measured = self.costs
         for track, shown in (("stable", stable), ("canary", canary)):
@@ -167,10 +184,17 @@ class Reconciler:
         # the HPA's measure.)
         only = "stable" if decision.held_out else None
         selector = ",".join(f"{k}={v}" for k, v in build.selector(self.name, only).items())
-        self.ctx.write([*decision.conditions, registry.condition(pending, parked)], phase=decision.phase,
-                       stable=stable, canary=canary, pending_registry_updates=pending or None,
-                       refused_registry_updates=parked or None, replicas=replicas, selector=selector,
-                       **decision.status)  # fmt: skip
+        self.ctx.write(
+            [*decision.conditions, registry.condition(pending, parked)],
+            phase=decision.phase,
+            stable=stable,
+            canary=canary,
+            pending_registry_updates=pending or None,
+            refused_registry_updates=parked or None,
+            replicas=replicas,
+            selector=selector,
+            **decision.status,
+        )
 
     def carry_out(
         self, pending: list[dict[str, Any]], parked: list[dict[str, Any]]
@@ -181,8 +205,11 @@ class Reconciler:
         done, pending, refused = self.mlflow.apply_updates(pending) if pending else ([], [], [])
         for update in done:
             if update["action"] == "SetAlias":
-                self.ctx.event("Normal", "AliasMoved", f"MLflow alias {update['alias']} of {update['model']} now "
-                               f"points at version {update['version']}")  # fmt: skip
+                self.ctx.event(
+                    "Normal",
+                    "AliasMoved",
+                    f"MLflow alias {update['alias']} of {update['model']} now points at version {update['version']}",
+                )
                 metrics.PROMOTIONS.labels(self.namespace, self.name).inc()
         generation = self.ctx.body["metadata"].get("generation")
         for update, answer in refused:

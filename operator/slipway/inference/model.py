@@ -42,8 +42,15 @@ BUDGET_MESSAGE = (
     "tracks): allow one extra pod, or one pod not ready"
 )
 GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
-BUILTIN_METRICS = ("errorRate", "latencyP95Seconds", "latencyP99Seconds", "ttftP95Seconds", "tpotP95Seconds",
-                   "costPer1kRequests", "costPerMillionTokens")  # fmt: skip
+BUILTIN_METRICS = (
+    "errorRate",
+    "latencyP95Seconds",
+    "latencyP99Seconds",
+    "ttftP95Seconds",
+    "tpotP95Seconds",
+    "costPer1kRequests",
+    "costPerMillionTokens",
+)
 # A Prometheus address: scheme, host (DNS name or IP), optional port and path; nothing that could
 # carry a credential or make the client's URL differ from what an allow-list compares. One
 # expression for Python (the operator) and RE2 (the API server's CEL).
@@ -278,12 +285,18 @@ class Rollout(SlipwayModel):
 
     model_config = cel(
         ("!has(self.steps) || (!has(self.stepWeight) && !has(self.maxWeight))", STEPS_EXCLUSIVE_MESSAGE),
-        ("!has(self.steps) || (self.steps.map(s, s.weight).isSorted() && "
-         "self.steps.all(a, self.steps.exists_one(b, b.weight == a.weight)))", STEPS_ASCENDING_MESSAGE),
+        (
+            "!has(self.steps) || (self.steps.map(s, s.weight).isSorted() && "
+            "self.steps.all(a, self.steps.exists_one(b, b.weight == a.weight)))",
+            STEPS_ASCENDING_MESSAGE,
+        ),
         ("!has(self.stepWeight) || !has(self.maxWeight) || self.stepWeight <= self.maxWeight", STEP_WEIGHT_MESSAGE),
-        ("(has(self.maxSurgeReplicas) ? self.maxSurgeReplicas : 1) + "
-         "(has(self.maxUnavailableReplicas) ? self.maxUnavailableReplicas : 0) >= 1", BUDGET_MESSAGE),
-    )  # fmt: skip
+        (
+            "(has(self.maxSurgeReplicas) ? self.maxSurgeReplicas : 1) + "
+            "(has(self.maxUnavailableReplicas) ? self.maxUnavailableReplicas : 0) >= 1",
+            BUDGET_MESSAGE,
+        ),
+    )
 
     steps: list[RolloutStep] | None = Field(
         default=None,
@@ -341,9 +354,10 @@ class Rollout(SlipwayModel):
         "not one MLflow reserves (latest, v<digits>).",
         max_length=255,
         pattern=r"^([A-Za-z_][A-Za-z0-9_-]*)?$",
-        json_schema_extra={"x-kubernetes-validations": [{"rule": f"self == '' || ({ALIAS_CEL})",
-                                                         "message": ALIAS_MESSAGE}]},
-    )  # fmt: skip
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": f"self == '' || ({ALIAS_CEL})", "message": ALIAS_MESSAGE}]
+        },
+    )
 
     @field_validator("promote_alias")
     @classmethod

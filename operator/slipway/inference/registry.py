@@ -108,9 +108,13 @@ def condition(pending: list[dict[str, Any]], parked: list[dict[str, Any]]) -> Co
     if parked:
         first = parked[0]
         more = f" (and {len(parked) - 1} more)" if len(parked) > 1 else ""
-        return Cond(CONDITION, "False", REFUSED,
-                    f"MLflow refused {describe(first)}{more}: {first.get('error')}; see status.refusedRegistryUpdates. "
-                    "Slipway tries again when the spec changes or every 10 minutes; the rollout goes on")  # fmt: skip
+        return Cond(
+            CONDITION,
+            "False",
+            REFUSED,
+            f"MLflow refused {describe(first)}{more}: {first.get('error')}; see status.refusedRegistryUpdates. "
+            "Slipway tries again when the spec changes or every 10 minutes; the rollout goes on",
+        )
     if pending:
         waiting = f"{len(pending)} MLflow update(s) waiting for MLflow to answer (status.pendingRegistryUpdates)"
         return Cond(CONDITION, "False", "Pending", waiting)

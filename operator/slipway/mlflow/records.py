@@ -158,8 +158,14 @@ class Records(Tracking, Registry):
         found = self.search_runs([experiment_id], filter=query)
         winner = canonical_run([mine, *(r for r in found if r.run_id != mine.run_id)])
         if winner.run_id != mine.run_id:
-            log.warning("MLflow run %s duplicates run %s (same %s=%s): deleted, %s kept", mine.run_id,
-                        winner.run_id, UID_TAG, uid, winner.run_id)  # fmt: skip
+            log.warning(
+                "MLflow run %s duplicates run %s (same %s=%s): deleted, %s kept",
+                mine.run_id,
+                winner.run_id,
+                UID_TAG,
+                uid,
+                winner.run_id,
+            )
             self.delete_run(mine.run_id)
         return winner
 
@@ -219,8 +225,15 @@ class Records(Tracking, Registry):
         mine = self._proven_version(mine, role, guard)
         winner = self.version_of(model, uid, role, work, guard) or mine
         if int(mine.version) > int(winner.version):
-            log.warning("MLflow model %s version %s duplicates version %s (same %s=%s, %s): deleted", model,
-                        mine.version, winner.version, UID_TAG, uid, role)  # fmt: skip
+            log.warning(
+                "MLflow model %s version %s duplicates version %s (same %s=%s, %s): deleted",
+                model,
+                mine.version,
+                winner.version,
+                UID_TAG,
+                uid,
+                role,
+            )
             self.delete_model_version(model, mine.version)
         return winner if int(winner.version) < int(mine.version) else mine
 

@@ -93,8 +93,10 @@ class Digesting:
 
 def looked_for(run_id: str, path: str) -> str:
     """What a run's model was looked for as, in words for a condition."""
-    return (f"run {run_id}'s artifacts at {path!r} (MLflow 2, Slipway's trainer) and a LoggedModel named "
-            f"{path!r} whose source run is {run_id} (MLflow 3's log_model(name={path!r}))")  # fmt: skip
+    return (
+        f"run {run_id}'s artifacts at {path!r} (MLflow 2, Slipway's trainer) and a LoggedModel named "
+        f"{path!r} whose source run is {run_id} (MLflow 3's log_model(name={path!r}))"
+    )
 
 
 class ModelSources(Artifacts, LoggedModels):

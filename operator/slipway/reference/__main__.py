@@ -12,8 +12,13 @@ from slipway.reference import pages
 def main(argv: list[str] | None = None) -> int:
     what = "Write the generated pages of docs/reference/ from the code."
     parser = argparse.ArgumentParser(prog="python -m slipway.reference", description=what)
-    parser.add_argument("directory", type=Path, nargs="?", default=Path("docs/reference"),
-                        help="where the pages live (default docs/reference)")  # fmt: skip
+    parser.add_argument(
+        "directory",
+        type=Path,
+        nargs="?",
+        default=Path("docs/reference"),
+        help="where the pages live (default docs/reference)",
+    )
     parser.add_argument("--check", action="store_true", help="fail if a page differs from what the code generates")
     args = parser.parse_args(argv)
     stale = []

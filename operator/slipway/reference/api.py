@@ -36,8 +36,11 @@ def _limits(node: Schema) -> str:
         out.append(f"{'>' if node.get('exclusiveMinimum') else '≥'} {low}")
     if high is not None:
         out.append(f"{'<' if node.get('exclusiveMaximum') else '≤'} {high}")
-    for low_key, high_key, what in (("minLength", "maxLength", "length"), ("minItems", "maxItems", "items"),
-                                    ("minProperties", "maxProperties", "entries")):  # fmt: skip
+    for low_key, high_key, what in (
+        ("minLength", "maxLength", "length"),
+        ("minItems", "maxItems", "items"),
+        ("minProperties", "maxProperties", "entries"),
+    ):
         low_n, high_n = node.get(low_key), node.get(high_key)
         if low_n is not None and high_n is not None:
             out.append(f"{what} {low_n}..{high_n}")
@@ -79,8 +82,10 @@ def _table(root: Schema, top: str) -> list[str]:
     lines = ["| field | type | default | bounds | description |", "|---|---|---|---|---|"]
     for path, node, required in list(fields(root, top))[1:]:
         name = f"`{path}`" + (" (required)" if required else "")
-        lines.append(f"| {name} | {_type(node)} | {_code(node.get('default'))} | {_cell(_limits(node))} | "
-                     f"{_cell(node.get('description', ''))} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {_type(node)} | {_code(node.get('default'))} | {_cell(_limits(node))} | "
+            f"{_cell(node.get('description', ''))} |"
+        )
     return lines
 
 
@@ -118,8 +123,22 @@ def markdown(kind: crdgen.Kind) -> str:
     ]
     rules = _rules(schema, "")
     if rules:
-        lines += ["", "### Rules checked at admission", "", "Besides the bounds above, the API server refuses:", "",
-                  *rules]  # fmt: skip
-    lines += ["", "## status", "", _cell(status.get("description", "")), "",
-              "Written by the operator alone (the status subresource).", "", *_table(status, "status")]  # fmt: skip
+        lines += [
+            "",
+            "### Rules checked at admission",
+            "",
+            "Besides the bounds above, the API server refuses:",
+            "",
+            *rules,
+        ]
+    lines += [
+        "",
+        "## status",
+        "",
+        _cell(status.get("description", "")),
+        "",
+        "Written by the operator alone (the status subresource).",
+        "",
+        *_table(status, "status"),
+    ]
     return "\n".join(lines) + "\n"

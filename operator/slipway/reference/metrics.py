@@ -37,9 +37,11 @@ def _values() -> list[str]:
         phases = metrics.PHASES[kind]
         lines.append(f"- `slipway_{kind.lower()}_phase{{phase}}`: " + ", ".join(f"`{p}`" for p in phases))
     reasons = ", ".join(f"`{r}`" for r in metrics.ROLLBACK_REASONS)
-    lines.append(f"- `slipway_rollbacks_total{{reason}}`: {reasons} (each made at 0 for every "
-                 "InferenceDeployment before its first pass, so a first rollback is an increase; removed when "
-                 "it is deleted)")  # fmt: skip
+    lines.append(
+        f"- `slipway_rollbacks_total{{reason}}`: {reasons} (each made at 0 for every "
+        "InferenceDeployment before its first pass, so a first rollback is an increase; removed when "
+        "it is deleted)"
+    )
     return lines
 
 

@@ -40,8 +40,9 @@ def old_enough_for_pods(job: Mapping[str, Any], now: datetime, grace: float = FI
     """The Job has existed, or run since it was last resumed, ``grace`` seconds (or its age is
     unknown): missing pods may be refused ones. A Job resumed a moment ago, which the Job controller
     has not seen yet (its Suspended condition still True), is not."""
-    suspended = next((c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Suspended"),
-                     None)  # fmt: skip
+    suspended = next(
+        (c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Suspended"), None
+    )
     if suspended is not None and suspended.get("status") == "True":
         return False
     created = (job.get("metadata") or {}).get("creationTimestamp")

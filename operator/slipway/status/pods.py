@@ -7,8 +7,15 @@ from typing import Any
 
 Obj = Mapping[str, Any]
 
-WAITING_PROBLEMS = {"ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
-                    "CreateContainerError", "CrashLoopBackOff", "NoCommand"}  # fmt: skip
+WAITING_PROBLEMS = {
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "CrashLoopBackOff",
+    "NoCommand",
+}
 
 
 def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:

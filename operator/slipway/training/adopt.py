@@ -191,9 +191,13 @@ def run_for(ctx: Context, spec: TrainingRunSpec, client: MlflowClient, tags: Map
 
 
 def adopted_event(ctx: Context, run: Run, what: str) -> None:
-    ctx.event("Normal", reasons.ADOPTED_RUN, f"adopted MLflow run {run.run_id} ({run.status}, experiment "
-              f"{run.experiment_id}), made for the same namespace, name and spec by an earlier TrainingRun "
-              f"{ctx.namespace}/{ctx.name}: {what}")  # fmt: skip
+    ctx.event(
+        "Normal",
+        reasons.ADOPTED_RUN,
+        f"adopted MLflow run {run.run_id} ({run.status}, experiment "
+        f"{run.experiment_id}), made for the same namespace, name and spec by an earlier TrainingRun "
+        f"{ctx.namespace}/{ctx.name}: {what}",
+    )
 
 
 def completed_job(run: Run) -> dict[str, Any]:
@@ -209,5 +213,8 @@ def completed_job(run: Run) -> dict[str, Any]:
 def gated_own_job(ctx: Context, child: Mapping[str, Any] | None) -> bool:
     """Whether ``child`` is this TrainingRun's Job (or JobSet) and still gated: it never ran a pod
     (pods wait for their MLflow run, build.RUN_GATE)."""
-    return child is not None and kube.controller_uid(dict(child)) == ctx.uid and build.gated(
-        build.pod_template_of(dict(child)))  # fmt: skip
+    return (
+        child is not None
+        and kube.controller_uid(dict(child)) == ctx.uid
+        and build.gated(build.pod_template_of(dict(child)))
+    )

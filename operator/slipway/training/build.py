@@ -171,8 +171,11 @@ def training_env(
     if tracking_uri is not None:  # the run, from the pod's annotations (see RUN_GATE)
         given = {e["name"] for e in env}
         from_pod = (("MLFLOW_RUN_ID", RUN_ID_ANNOTATION), ("MLFLOW_EXPERIMENT_ID", EXPERIMENT_ID_ANNOTATION))
-        env += [{"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
-                for var, key in from_pod if var not in given]  # fmt: skip
+        env += [
+            {"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{key}']"}}}
+            for var, key in from_pod
+            if var not in given
+        ]
     if spec.nodes > 1:
         # What torchrun reads: rank 0 is the first pod of the Indexed Job, reachable
         # through the headless Service as <job>-0.<service>.
@@ -306,7 +309,7 @@ def jobset(
                         "action": "FailJobSet",
                         "onJobFailureReasons": ["PodFailurePolicy"],
                     }
-                ],  # fmt: skip
+                ],
             },
             "successPolicy": {"operator": "All"},
             "replicatedJobs": [

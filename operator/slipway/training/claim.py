@@ -76,8 +76,10 @@ def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any], work: str) -> tu
         return "Refuse", f"owned by {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
     made_for = (meta.get("annotations") or {}).get(WORK_TAG)
     if made_for is not None and made_for != work:
-        return "Refuse", ("it holds the checkpoints of other work (made for a spec that differs in the fields "
-                          "that define the work: resuming from them would train something else)")  # fmt: skip
+        return "Refuse", (
+            "it holds the checkpoints of other work (made for a spec that differs in the fields "
+            "that define the work: resuming from them would train something else)"
+        )
     if meta.get("deletionTimestamp"):
         return "Deleting", "being deleted (its owner is gone): a new claim is made once it is gone"
     if refs:
@@ -116,8 +118,10 @@ def ensure(ctx: Context, spec: TrainingRunSpec) -> float | None:
         ctx.write(reconciling("CheckpointClaimDeleting", f"PersistentVolumeClaim {ctx.namespace}/{name} is {why}"))
         return DELETING_RECHECK_SECONDS
     if found == "Refuse":
-        message = (f"PersistentVolumeClaim {ctx.namespace}/{name} already exists and is not this TrainingRun's "
-                   f"checkpoint claim: {why}; Slipway never adopts it: delete or rename it")  # fmt: skip
+        message = (
+            f"PersistentVolumeClaim {ctx.namespace}/{name} already exists and is not this TrainingRun's "
+            f"checkpoint claim: {why}; Slipway never adopts it: delete or rename it"
+        )
         raise children.OwnedByOther(children.Decision("Refuse", "PersistentVolumeClaim", name, message))
     if (observed["metadata"].get("ownerReferences") or []) != refs:
         patch = {"metadata": {"ownerReferences": refs, "resourceVersion": observed["metadata"]["resourceVersion"]}}
@@ -127,8 +131,12 @@ def ensure(ctx: Context, spec: TrainingRunSpec) -> float | None:
         return None  # a retained claim, seen by every pass: the Event went with the first
     if found == "Adopt":
         policy = "Retain: it has no owner" if spec.checkpoint.retained else "Delete: now owned by this TrainingRun"
-        ctx.event("Normal", reasons.ADOPTED_CHECKPOINT, f"adopted the checkpoint claim {name}: {why}; whenDeleted "
-                  f"{policy}; training resumes from the newest checkpoint it holds")  # fmt: skip
+        ctx.event(
+            "Normal",
+            reasons.ADOPTED_CHECKPOINT,
+            f"adopted the checkpoint claim {name}: {why}; whenDeleted "
+            f"{policy}; training resumes from the newest checkpoint it holds",
+        )
     return None
 
 

@@ -19,13 +19,17 @@ def status_cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict
     are read only when a GPU's price depends on its product, once per pod."""
     recorded = ctx.status.get("cost") or {}
     attempts = recorded.get("attempts") or []
-    prices = opencost.with_node_prices(cost.prices_of(ctx.config.prices_file), ctx.prometheus,
-                                       ctx.config.http_timeout_seconds)  # fmt: skip
+    prices = opencost.with_node_prices(
+        cost.prices_of(ctx.config.prices_file), ctx.prometheus, ctx.config.http_timeout_seconds
+    )
     products: dict[str, str] = {}
     if prices.configured and cost.needs_products(prices):
         known = {a.get("pod") for a in attempts if a.get("gpuProduct") is not None}
-        unknown = [p for p in pods if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName")
-                   and cost.reserved_by(p).gpus]  # fmt: skip
+        unknown = [
+            p
+            for p in pods
+            if p["metadata"]["name"] not in known and (p.get("spec") or {}).get("nodeName") and cost.reserved_by(p).gpus
+        ]
         if unknown:
             products = kube.gpu_products(ctx.kube)
             products.update({p["spec"]["nodeName"]: "" for p in unknown if p["spec"]["nodeName"] not in products})
@@ -34,8 +38,11 @@ def status_cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict
     return cost.training_cost(attempts, prices, now, recorded.get("folded"), present)
 
 
-COST_METRICS = {"slipway.cost.total": "total", "slipway.cost.gpuHours": "gpuHours",
-                "slipway.cost.wastedShare": "wastedShare"}  # fmt: skip
+COST_METRICS = {
+    "slipway.cost.total": "total",
+    "slipway.cost.gpuHours": "gpuHours",
+    "slipway.cost.wastedShare": "wastedShare",
+}
 
 
 def log_cost(client: MlflowClient, run: RunSeen, spent: dict[str, Any], completion: str | None) -> None:

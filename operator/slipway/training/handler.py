@@ -52,7 +52,8 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
         ctx.write(stalled("MlflowNotConfigured", MLFLOW_NOT_CONFIGURED))
         return None
     if _shows_finished(ctx, spec, ctx.mlflow, runtime, child, sizing_status) or (  # a predecessor's run finished it
-            child is None and runtime == "JobSet" and _jobset_not_served(ctx)):  # fmt: skip
+        child is None and runtime == "JobSet" and _jobset_not_served(ctx)
+    ):
         return None
     if (claim_wait := _ensure_pvc_and_service(ctx, spec, runtime)) is not None:
         return claim_wait  # a claim of that name is being deleted: no Job before its claim
@@ -66,8 +67,11 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
             # A sweep being applied: the other Jobs first. The Job's watch event wakes this run for its
             # status and MLflow run (the timer only if that event were lost), once the cache has it.
             return JOB_MADE_RECHECK_SECONDS
-    members = [m for m in ctx.cache.owned_by("jobs", child["metadata"]["uid"]) if runtime == "JobSet"
-               and m["metadata"].get("namespace") == ctx.namespace]  # fmt: skip
+    members = [
+        m
+        for m in ctx.cache.owned_by("jobs", child["metadata"]["uid"])
+        if runtime == "JobSet" and m["metadata"].get("namespace") == ctx.namespace
+    ]
     pods = ctx.cache.select("pods", "run", ctx.namespace, ctx.name)
     run: RunSeen | None = None
     cached = False
@@ -83,16 +87,32 @@ def reconcile(ctx: Context, spec: TrainingRunSpec) -> float | None:
     now = datetime.now(UTC)
     refused = _refused(ctx, job, members, pods, now)
     queue_name, queue, placed = trainingqueue.queue(ctx, spec, job)
-    state = training_state(spec, job, pods, artifact_pending=spec.artifact is not None and artifact is None,
-                           artifact=artifact, now=now, stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
-                           create_failure=refused, queue=queue, mlflow_pending=run is None)  # fmt: skip
+    state = training_state(
+        spec,
+        job,
+        pods,
+        artifact_pending=spec.artifact is not None and artifact is None,
+        artifact=artifact,
+        now=now,
+        stuck_grace_seconds=ctx.config.stuck_pod_grace_seconds,
+        create_failure=refused,
+        queue=queue,
+        mlflow_pending=run is None,
+    )
     spent = trainingcost.status_cost(ctx, pods, now)
     recorded: dict[str, Any] = {}
     if run is not None:
         state, recorded = _record_run(ctx, ctx.mlflow, run, cached, state, spent)
-    _write(ctx, state, sizing=sizing_status, artifact_ref={"name": artifact_name} if artifact_name else None,
-           cost=spent, queue=kueue.queue_status(queue_name, queue) if queue_name else None, runtime=runtime,
-           **recorded)  # fmt: skip
+    _write(
+        ctx,
+        state,
+        sizing=sizing_status,
+        artifact_ref={"name": artifact_name} if artifact_name else None,
+        cost=spent,
+        queue=kueue.queue_status(queue_name, queue) if queue_name else None,
+        runtime=runtime,
+        **recorded,
+    )
     if run is None:  # the MLflow run next: the Job's watch event wakes this run once the cache has the Job
         return JOB_MADE_RECHECK_SECONDS
     return _next_pass(ctx, state, placed)
@@ -123,8 +143,9 @@ def _shows_finished(
         kube.delete(ctx.kube, runtime, ctx.namespace, child["metadata"]["name"], uid=child["metadata"]["uid"])
     job = trainingadopt.completed_job(run)
     artifact = _artifact(ctx, spec, job)
-    state = training_state(spec, job, [], artifact_pending=spec.artifact is not None and artifact is None,
-                           artifact=artifact)  # fmt: skip
+    state = training_state(
+        spec, job, [], artifact_pending=spec.artifact is not None and artifact is None, artifact=artifact
+    )
     state, recorded = _record_run(ctx, mlflow, mlflowrun.seen(run, trainingcost.COST_METRICS), False, state, {})
     _write(ctx, state, sizing=sizing, artifact_ref={"name": ctx.name} if artifact else None, **recorded)
     return True
@@ -161,8 +182,9 @@ def _refused(
 ) -> str | None:
     """The API server's refusal of the pods of a Job that should have had pods by now (its FailedCreate Event)."""
     podless = not pods and jobs.should_have_pods(job) and jobs.old_enough_for_pods(job, now)
-    refused = next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) \
-        if podless else None  # fmt: skip
+    refused = (
+        next((m for j in (members or [job]) if (m := kube.creation_failure(ctx.kube, j))), None) if podless else None
+    )
     return refused
 
 
@@ -171,8 +193,10 @@ def _jobset_not_served(ctx: Context) -> bool:
     if kube.serves(ctx.kube, *JOBSET):
         return False
     group, version, plural = JOBSET
-    message = (f"spec.runtime is JobSet, but the cluster serves no {group}/{version} {plural}: install JobSet, "
-               "or set spec.runtime: Job (an Indexed Job)")  # fmt: skip
+    message = (
+        f"spec.runtime is JobSet, but the cluster serves no {group}/{version} {plural}: install JobSet, "
+        "or set spec.runtime: Job (an Indexed Job)"
+    )
     ctx.write(stalled("JobSetNotServed", message))
     return True
 
@@ -212,9 +236,15 @@ def _record_run(
 def _next_pass(ctx: Context, state: TrainingState, placed: bool) -> float | None:
     """When to look again. Progress lives in MLflow, which sends no events: while the run trains,
     time is the input; so it is for a stuck pod's grace period and a queue position."""
-    delays = [d for d in (ctx.config.progress_poll_seconds if state.phase == "Running" else None,
-                          ctx.config.queue_position_seconds if placed else None,
-                          state.recheck_seconds) if d is not None]  # fmt: skip
+    delays = [
+        d
+        for d in (
+            ctx.config.progress_poll_seconds if state.phase == "Running" else None,
+            ctx.config.queue_position_seconds if placed else None,
+            state.recheck_seconds,
+        )
+        if d is not None
+    ]
     return max(1.0, min(delays)) if delays else None
 
 
@@ -240,16 +270,20 @@ def _runtime(ctx: Context, spec: TrainingRunSpec) -> str:
 def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:
     """The training pods' PriorityClass, as the namespace allows (tenancy.Policy.priority_class)."""
     if spec.priority_class_name:
-        return ctx.tenancy.priority_class(spec.priority_class_name, "spec.priorityClassName",
-                                          ctx.config.training_priority_class)  # fmt: skip
+        return ctx.tenancy.priority_class(
+            spec.priority_class_name, "spec.priorityClassName", ctx.config.training_priority_class
+        )
     asked = spec.pod_template.priority_class_name if spec.pod_template else None
     return ctx.tenancy.priority_class(asked, "spec.podTemplate.priorityClassName", ctx.config.training_priority_class)
 
 
 def models(spec: TrainingRunSpec) -> list[Use]:
     """The MLflow model and experiment this spec uses (checked against the namespace's allow-list)."""
-    experiment = Use("spec.mlflow.experiment", "experiment", spec.mlflow.experiment) if spec.mlflow.experiment \
-        else Use("spec.model.name (the default experiment)", "experiment", spec.model.name)  # fmt: skip
+    experiment = (
+        Use("spec.mlflow.experiment", "experiment", spec.mlflow.experiment)
+        if spec.mlflow.experiment
+        else Use("spec.model.name (the default experiment)", "experiment", spec.model.name)
+    )
     return [Use("spec.model.name", "model", spec.model.name), experiment]
 
 
@@ -258,8 +292,14 @@ PASS = (TrainingRunStatus, lambda ctx: run_pass(ctx, TrainingRunSpec, reconcile,
 
 def _write(ctx: Context, state: TrainingState, **fields: Any) -> None:
     state = mlflowcreds.noted(ctx, state)  # a failed pod that had no MLflow credentials: say so
-    ctx.write(state.conditions, phase=state.phase, restarts=state.restarts, start_time=state.start_time,
-              completion_time=state.completion_time, **{k: v for k, v in fields.items() if v is not None})  # fmt: skip
+    ctx.write(
+        state.conditions,
+        phase=state.phase,
+        restarts=state.restarts,
+        start_time=state.start_time,
+        completion_time=state.completion_time,
+        **{k: v for k, v in fields.items() if v is not None},
+    )
 
 
 def _sizing(ctx: Context, spec: TrainingRunSpec, before_start: bool) -> tuple[dict[str, Any] | None, str | None]:
@@ -323,9 +363,16 @@ def _read_run(ctx: Context, client: MlflowClient, run_id: str, before: RunSeen |
         return mlflowrun.unreadable(run_id, experiment, why, f"{ctx.namespace}/{ctx.name}")
 
 
-def _release(ctx: Context, spec: TrainingRunSpec, runtime: str, name: str, child: dict[str, Any],
-             members: list[dict[str, Any]], pods: list[dict[str, Any]], link: build.MlflowLink,
-             ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
+def _release(
+    ctx: Context,
+    spec: TrainingRunSpec,
+    runtime: str,
+    name: str,
+    child: dict[str, Any],
+    members: list[dict[str, Any]],
+    pods: list[dict[str, Any]],
+    link: build.MlflowLink,
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """Give the run's pods their MLflow run and lift build.RUN_GATE: in the pod template while the
     Job (or JobSet, and its Jobs) is suspended and may change, resuming it unless Kueue or
     spec.suspend holds it; and on any pod made gated before that (Kueue admitted the Job first, a

@@ -98,9 +98,11 @@ def queued(queue_name: str, seen: QueueView | None) -> tuple[str, str]:
     if seen.evicted is not None:
         reason, said = seen.evicted
         why = "PreemptedByKueue" if reason == "Preempted" else "EvictedByKueue"
-        return why, (f"Kueue evicted the run ({reason}: {said}); Workload {seen.workload} waits in LocalQueue "
-                     f"{queue_name} and the run resumes from its checkpoint when admitted again (evictions do "
-                     "not count against spec.failurePolicy.maxRestarts)")  # fmt: skip
+        return why, (
+            f"Kueue evicted the run ({reason}: {said}); Workload {seen.workload} waits in LocalQueue "
+            f"{queue_name} and the run resumes from its checkpoint when admitted again (evictions do "
+            "not count against spec.failurePolicy.maxRestarts)"
+        )
     detail = (
         f": {seen.waiting}" if seen.waiting else ": quota reserved, admission checks pending" if seen.reserved else ""
     )

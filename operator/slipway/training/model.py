@@ -74,9 +74,12 @@ class FailurePolicy(SlipwayModel):
     """How failed pods are retried."""
 
     model_config = cel(
-        ("!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || "
-         "!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)", EXIT_CODE_OVERLAP_MESSAGE),
-    )  # fmt: skip
+        (
+            "!has(self.retryableExitCodes) || !has(self.permanentExitCodes) || "
+            "!self.retryableExitCodes.exists(c, c in self.permanentExitCodes)",
+            EXIT_CODE_OVERLAP_MESSAGE,
+        ),
+    )
 
     max_restarts: int = Field(default=3, ge=0, le=1000, description="Pod failures tolerated before the run fails.")
     retryable_exit_codes: list[ExitCode] = Field(
@@ -320,9 +323,10 @@ class QueueStatus(StatusModel):
         default=None, description="Times Kueue evicted it (preemption and others); never counted against maxRestarts."
     )
     position: int | None = Field(
-        default=None, description="While queued: its place in the LocalQueue (1 is admitted next), from Kueue's "
+        default=None,
+        description="While queued: its place in the LocalQueue (1 is admitted next), from Kueue's "
         "visibility API; absent where Kueue does not serve it.",
-    )  # fmt: skip
+    )
     position_in_cluster_queue: int | None = Field(
         default=None, description="While queued: its place in the ClusterQueue, among all its LocalQueues' runs."
     )

@@ -42,7 +42,10 @@ def _with_quota(ctx: Context, spec: TrainingRunSpec, queue_name: str, queue: kue
     if not resources.gpus:
         return queue
     quota = queuequota.quota_of(ctx.kube.api, ctx.namespace, queue_name, resources.gpu_resource_name)
-    field = f"spec.resources.gpus ({resources.gpus} per pod x {spec.nodes} pods)" if spec.nodes > 1 \
-        else "spec.resources.gpus"  # fmt: skip
+    field = (
+        f"spec.resources.gpus ({resources.gpus} per pod x {spec.nodes} pods)"
+        if spec.nodes > 1
+        else "spec.resources.gpus"
+    )
     exceeds = quota.refusal(Decimal(resources.gpus * spec.nodes), field) if quota is not None else None
     return dataclasses.replace(queue, exceeds=exceeds) if exceeds else queue

@@ -76,14 +76,17 @@ def place_of(api: Any, namespace: str, queue: str, workload: str, clock: Callabl
 
 def _ask(api: Any, namespace: str, queue: str) -> Positions | None:
     """The LocalQueue's positions from the visibility API, or None (logged once per outage)."""
-    path = (f"/apis/{GROUP_VERSION}/namespaces/{quote(namespace, safe='')}/localqueues/"
-            f"{quote(queue, safe='')}/pendingworkloads")  # fmt: skip
+    path = (
+        f"/apis/{GROUP_VERSION}/namespaces/{quote(namespace, safe='')}/localqueues/"
+        f"{quote(queue, safe='')}/pendingworkloads"
+    )
     key = (namespace, queue)
     positions: Positions | None = None
     try:
         accept = {"Accept": "application/json"}
-        request = api.param_serialize("GET", path, query_params=[("limit", PAGE)], header_params=accept,
-                                      auth_settings=["BearerToken"])  # fmt: skip
+        request = api.param_serialize(
+            "GET", path, query_params=[("limit", PAGE)], header_params=accept, auth_settings=["BearerToken"]
+        )
         response = api.call_api(*request, _request_timeout=TIMEOUT_SECONDS)
         response.read()
         if response.status != 200:
@@ -97,8 +100,14 @@ def _ask(api: Any, namespace: str, queue: str) -> Positions | None:
             new = key not in _FAILING
             _FAILING.add(key)
         if new:
-            log.info("no queue positions for LocalQueue %s/%s from Kueue's visibility API (%s): status shows "
-                     "none; asked again every %gs", namespace, queue, exc, FAILED_TTL_SECONDS)  # fmt: skip
+            log.info(
+                "no queue positions for LocalQueue %s/%s from Kueue's visibility API (%s): status shows "
+                "none; asked again every %gs",
+                namespace,
+                queue,
+                exc,
+                FAILED_TTL_SECONDS,
+            )
     else:
         with _LOCK:
             _FAILING.discard(key)

@@ -59,9 +59,11 @@ class Quota:
         where = f"ClusterQueue {self.cluster_queue}, flavor {self.flavor}: nominal quota {_n(self.nominal)}"
         if self.cohort:
             where += f" plus {_n(self.borrowable)} it may borrow in cohort {self.cohort}"
-        return (f"{field} asks for {_n(asked)} {self.resource} in all, more than Kueue can ever admit ({where}, "
-                f"{_n(self.most)} at most); ask for {_n(self.most)} or fewer, or a cluster admin raises the quota "
-                "(the run is Queued again once it fits)")  # fmt: skip
+        return (
+            f"{field} asks for {_n(asked)} {self.resource} in all, more than Kueue can ever admit ({where}, "
+            f"{_n(self.most)} at most); ask for {_n(self.most)} or fewer, or a cluster admin raises the quota "
+            "(the run is Queued again once it fits)"
+        )
 
 
 def _n(number: Decimal) -> str:
@@ -129,8 +131,9 @@ def quota_of(
     """What LocalQueue ``namespace/local_queue``'s ClusterQueue can hold of ``resource`` for one
     Workload, from Kueue's objects read at most :data:`TTL_SECONDS` ago; None when not known."""
     try:  # a pass that asks while another reads waits for its (up to three) requests
-        read = _READS.get((namespace, local_queue), lambda: _read(api, namespace, local_queue), 4 * TIMEOUT_SECONDS,
-                          clock)  # fmt: skip
+        read = _READS.get(
+            (namespace, local_queue), lambda: _read(api, namespace, local_queue), 4 * TIMEOUT_SECONDS, clock
+        )
     except FutureTimeout:
         return None
     return None if read is None else quota(read[0], read[1], resource)
@@ -141,13 +144,15 @@ def _read(api: client.ApiClient, namespace: str, local_queue: str) -> tuple[Obj,
     custom: Any = client.CustomObjectsApi(api)
     timeout = TIMEOUT_SECONDS
     try:
-        queue = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "localqueues", local_queue,
-                                                    _request_timeout=timeout)  # fmt: skip
+        queue = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "localqueues", local_queue, _request_timeout=timeout
+        )
         name = (queue.get("spec") or {}).get("clusterQueue")
         if not name:
             return None
-        cluster_queue: Obj = custom.get_cluster_custom_object(GROUP, VERSION, "clusterqueues", name,
-                                                              _request_timeout=timeout)  # fmt: skip
+        cluster_queue: Obj = custom.get_cluster_custom_object(
+            GROUP, VERSION, "clusterqueues", name, _request_timeout=timeout
+        )
         cohort = _cohort_of(cluster_queue)
         if cohort is None:
             return cluster_queue, []

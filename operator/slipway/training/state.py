@@ -119,8 +119,15 @@ def training_state(
     }
     if job_condition(job, "Complete"):
         if artifact_pending:
-            return _state("Succeeded", "reconciling", "CreatingArtifact", "training finished; creating the "
-                          "ModelArtifact", trained=True, succeeded=True, **kw)  # fmt: skip
+            return _state(
+                "Succeeded",
+                "reconciling",
+                "CreatingArtifact",
+                "training finished; creating the ModelArtifact",
+                trained=True,
+                succeeded=True,
+                **kw,
+            )
         if artifact is not None:
             return _artifact_outcome(artifact, **kw)
         return _state("Succeeded", "ready", "Succeeded", "training finished", trained=True, succeeded=True, **kw)
@@ -145,8 +152,9 @@ def _suspended(
         message = "the training Job is created; its pods start once its MLflow run is created"
         return _state("Pending", "reconciling", "CreatingMlflowRun", message, **kw)
     if queue is not None and queue.exceeds and not queue.admitted:
-        return _state("Pending", "stalled", "ExceedsQueueQuota", queue.exceeds,
-                      recheck_seconds=QUOTA_RECHECK_SECONDS, **kw)  # fmt: skip
+        return _state(
+            "Pending", "stalled", "ExceedsQueueQuota", queue.exceeds, recheck_seconds=QUOTA_RECHECK_SECONDS, **kw
+        )
     reason, message = kueue.queued(queue_of(spec, job) or "", queue)
     return _state("Pending", "reconciling", reason, message, **kw)
 
@@ -154,15 +162,23 @@ def _suspended(
 def _no_pods(create_failure: str | None, queue: kueue.QueueView | None, kw: dict[str, Any]) -> TrainingState:
     """A running Job without pods: refused by the API server, or starting them."""
     if create_failure is not None:
-        message = (f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
-                   "namespace's quota or policy) and the Job creates them")  # fmt: skip
-        return _state("Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS,
-                      **kw)  # fmt: skip
+        message = (
+            f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
+            "namespace's quota or policy) and the Job creates them"
+        )
+        return _state(
+            "Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS, **kw
+        )
     if queue is not None and queue.admitted:
-        return _state("Pending", "reconciling", *kueue.admitted(queue), recheck_seconds=NO_PODS_RECHECK_SECONDS,
-                      **kw)  # fmt: skip
-    return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start",
-                  recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)  # fmt: skip
+        return _state("Pending", "reconciling", *kueue.admitted(queue), recheck_seconds=NO_PODS_RECHECK_SECONDS, **kw)
+    return _state(
+        "Pending",
+        "reconciling",
+        "Starting",
+        "waiting for the training pods to start",
+        recheck_seconds=NO_PODS_RECHECK_SECONDS,
+        **kw,
+    )
 
 
 def _with_pods(
@@ -191,8 +207,9 @@ def _with_pods(
         message = f"{running}/{spec.nodes} pods running" + (f", {restarts} restarts" if restarts else "")
         return _state("Running", "reconciling", "Training", message, **kw)
     if pods and all((p.get("status") or {}).get("phase") == "Succeeded" for p in pods):
-        return _state("Running", "reconciling", "Training", "the training pods finished; waiting for the Job to "
-                      "complete", **kw)  # fmt: skip
+        return _state(
+            "Running", "reconciling", "Training", "the training pods finished; waiting for the Job to complete", **kw
+        )
     if queue is not None and queue.admitted:
         return _state("Pending", "reconciling", *kueue.admitted(queue), **kw)
     return _state("Pending", "reconciling", "Starting", "waiting for the training pods to start", **kw)

@@ -229,8 +229,15 @@ def _fetch(args: argparse.Namespace) -> dict[str, object]:
         "fromCache": from_cache,
     }
     (dest / RECEIPT).write_text(json.dumps(receipt) + "\n")
-    log.info("fetched %s (%s, %d bytes%s) into %s in %.2fs", args.model_uri, digest, size,
-             ", from the cache" if from_cache else "", dest, receipt["seconds"])  # fmt: skip
+    log.info(
+        "fetched %s (%s, %d bytes%s) into %s in %.2fs",
+        args.model_uri,
+        digest,
+        size,
+        ", from the cache" if from_cache else "",
+        dest,
+        receipt["seconds"],
+    )
     return receipt
 
 

@@ -57,17 +57,26 @@ class VllmMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.ttft = Histogram(
-            "vllm:time_to_first_token_seconds", "Time to first token.", ["model_name"],
-            buckets=TTFT_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "vllm:time_to_first_token_seconds",
+            "Time to first token.",
+            ["model_name"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
         self.itl = Histogram(
-            "vllm:inter_token_latency_seconds", "Time between tokens.", ["model_name"],
-            buckets=ITL_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "vllm:inter_token_latency_seconds",
+            "Time between tokens.",
+            ["model_name"],
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
         self.e2e = Histogram(
-            "vllm:e2e_request_latency_seconds", "End to end request latency.", ["model_name"],
-            buckets=E2E_BUCKETS, registry=registry,
-        )  # fmt: skip
+            "vllm:e2e_request_latency_seconds",
+            "End to end request latency.",
+            ["model_name"],
+            buckets=E2E_BUCKETS,
+            registry=registry,
+        )
         self.success = Counter(
             "vllm:request_success", "Finished requests.", ["model_name", "finished_reason"], registry=registry
         )
@@ -78,9 +87,11 @@ class VllmMetrics:
             "vllm:num_requests_running", "Requests being generated.", ["model_name"], registry=registry
         )
         self.http = Counter(
-            "http_requests", "HTTP requests by handler, method and status group.", ["handler", "method", "status"],
+            "http_requests",
+            "HTTP requests by handler, method and status group.",
+            ["handler", "method", "status"],
             registry=registry,
-        )  # fmt: skip
+        )
         for route in ROUTES:  # every series from the first scrape on (see ServingMetrics)
             for status in ("2xx", "4xx", "5xx"):
                 self.http.labels(route, "POST", status)
@@ -201,9 +212,12 @@ def _completion(text: str, chat: bool, model: str, prompt: str, max_tokens: int)
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max_tokens,
-                  "total_tokens": prompt_tokens + max_tokens},
-    }  # fmt: skip
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": max_tokens,
+            "total_tokens": prompt_tokens + max_tokens,
+        },
+    }
 
 
 def _stream(handler: PredictionHandler, tokens: Iterator[str], chat: bool, model: str) -> None:
@@ -223,10 +237,16 @@ def _stream(handler: PredictionHandler, tokens: Iterator[str], chat: bool, model
         handler.wfile.flush()
 
     for token in tokens:
-        event({"index": 0, "delta": {"content": token}, "finish_reason": None} if chat
-              else {"index": 0, "text": token, "finish_reason": None})  # fmt: skip
-    event({"index": 0, "delta": {}, "finish_reason": "length"} if chat
-          else {"index": 0, "text": "", "finish_reason": "length"})  # fmt: skip
+        event(
+            {"index": 0, "delta": {"content": token}, "finish_reason": None}
+            if chat
+            else {"index": 0, "text": token, "finish_reason": None}
+        )
+    event(
+        {"index": 0, "delta": {}, "finish_reason": "length"}
+        if chat
+        else {"index": 0, "text": "", "finish_reason": "length"}
+    )
     handler.wfile.write(b"data: [DONE]\n\n")
     handler.wfile.flush()
 

@@ -68,15 +68,25 @@ def train(args: argparse.Namespace) -> str | None:
     labels = training_labels(data, bad_model, args.seed)
     with mlflow.start_run() as run:  # MLFLOW_RUN_ID: the operator's run
         log.info("attached to run %s (MLFLOW_RUN_ID %s)", run.info.run_id, os.environ.get("MLFLOW_RUN_ID", "unset"))
-        mlflow.log_params({"steps": args.steps, "hiddenUnits": args.hidden_units, "learningRate": args.learning_rate,
-                           "batchSize": args.batch_size, "seed": args.seed, "dataset": "sklearn-digits",
-                           "badModel": bad_model, "client": f"mlflow {mlflow.__version__}"})  # fmt: skip
+        mlflow.log_params(
+            {
+                "steps": args.steps,
+                "hiddenUnits": args.hidden_units,
+                "learningRate": args.learning_rate,
+                "batchSize": args.batch_size,
+                "seed": args.seed,
+                "dataset": "sklearn-digits",
+                "badModel": bad_model,
+                "client": f"mlflow {mlflow.__version__}",
+            }
+        )
         with threadpool_limits(limits=args.threads):
             while state.step < args.steps:
                 metrics = train_step(state, features, labels)
                 mlflow.log_metrics(metrics, step=state.step)
-                log.info("step %d/%d loss=%.4f accuracy=%.4f", state.step, args.steps, metrics["loss"],
-                         metrics["accuracy"])  # fmt: skip
+                log.info(
+                    "step %d/%d loss=%.4f accuracy=%.4f", state.step, args.steps, metrics["loss"], metrics["accuracy"]
+                )
         with tempfile.TemporaryDirectory(prefix="slipway-train-mlflow-") as tmp:
             described = model_metadata(args, run.info.run_id, bad_model, faults)
             exported = export_model(state, Path(tmp) / MODEL_ARTIFACT_PATH, described)

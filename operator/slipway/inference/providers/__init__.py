@@ -65,15 +65,22 @@ def analyse(
         groups.setdefault(source_of(rule, settings.preset), []).append(i)
     costed = _cost_source(settings.preset) if pricing is not None else None
     with ExitStack() as stack:
-        opened = {name: stack.enter_context(PROVIDERS[name].open(target, services))
-                  for name in dict.fromkeys([*groups, *([costed] if costed else [])])}  # fmt: skip
+        opened = {
+            name: stack.enter_context(PROVIDERS[name].open(target, services))
+            for name in dict.fromkeys([*groups, *([costed] if costed else [])])
+        }
         why = {name: made for name, made in opened.items() if isinstance(made, str)}
         if all(name in why for name in groups):
             return analysis.not_measured(settings.metrics, now, why[next(iter(groups))])
         plain = pricing or analysis.Pricing({}, {})
-        lanes = {name: (analysis.Priced(made(), plain.per_hour, plain.missing),
-                        analysis.Priced(made(), plain.per_hour, plain.missing))
-                 for name, made in opened.items() if not isinstance(made, str)}  # fmt: skip
+        lanes = {
+            name: (
+                analysis.Priced(made(), plain.per_hour, plain.missing),
+                analysis.Priced(made(), plain.per_hour, plain.missing),
+            )
+            for name, made in opened.items()
+            if not isinstance(made, str)
+        }
         outcome = _judge(rules, groups, lanes, why, settings.no_data, now, subject)
         inner = lanes[costed][0].inner if costed in lanes else None
         if pricing is None or inner is None or inner.unavailable is not None:
@@ -125,8 +132,9 @@ def run_analysis(
     pricing: analysis.Pricing | None = None,
 ) -> analysis.AnalysisOutcome:
     """:func:`analyse` with ``client`` as the Prometheus asked (the spec's address is not looked at)."""
-    target = Target(settings.model_copy(update={"prometheus": None}), namespace, deployment, versions or {},
-                    revisions or {})  # fmt: skip
+    target = Target(
+        settings.model_copy(update={"prometheus": None}), namespace, deployment, versions or {}, revisions or {}
+    )
     return analyse(target, Services(None, client, client.timeout), now, subject, pricing)
 
 
@@ -150,5 +158,4 @@ def analyse_canary(
     return analyse(target, Services(config, default, timeout), now, subject, pricing)
 
 
-__all__ = ["DEFAULT", "PROVIDERS", "Services", "Source", "Target", "analyse", "refusals", "run_analysis",
-           "source_of"]  # fmt: skip
+__all__ = ["DEFAULT", "PROVIDERS", "Services", "Source", "Target", "analyse", "refusals", "run_analysis", "source_of"]

@@ -36,8 +36,16 @@ class PrometheusProvider:
     def query(self, metric: AnalysisMetric, track: str) -> str:
         """The PromQL of ``metric`` for ``track``; QueryError names what is wrong with it."""
         t = self.target
-        return resolve_query(metric, t.settings.preset, track, t.namespace, t.deployment, self.window,
-                             t.versions.get(track), t.revisions.get(track))  # fmt: skip
+        return resolve_query(
+            metric,
+            t.settings.preset,
+            track,
+            t.namespace,
+            t.deployment,
+            self.window,
+            t.versions.get(track),
+            t.revisions.get(track),
+        )
 
     def measure(self, metric: AnalysisMetric, track: str) -> Measurement:
         try:

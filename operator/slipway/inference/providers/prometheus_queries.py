@@ -218,8 +218,13 @@ def resolve_query(
     """The PromQL of ``metric`` for one track: the user's query if given, else the built-in of ``preset``."""
     deployment, version = label_value(deployment), None if version is None else label_value(version)
     if metric.query is not None:
-        values = {"track": track, "namespace": namespace, "deployment": deployment, "version": version or "",
-                  "revision": revision or ""}  # fmt: skip
+        values = {
+            "track": track,
+            "namespace": namespace,
+            "deployment": deployment,
+            "version": version or "",
+            "revision": revision or "",
+        }
 
         def fill(match: re.Match[str]) -> str:
             name = match.group(1)

@@ -85,8 +85,9 @@ class Baking:
         latest = self.changes.get("analysis") or self.results
         verdict = combined_verdict([r.get("result") for r in latest]) if self.settings is not None else "Passed"
         if self.now - self.started >= self.duration and verdict != "Failed":
-            finished = settled(replace(self.obs, status={**self.obs.status, "phase": "Baking"}), self.desired,
-                               self.stable)  # fmt: skip
+            finished = settled(
+                replace(self.obs, status={**self.obs.status, "phase": "Baking"}), self.desired, self.stable
+            )
             finished.status = {**finished.status, "bakeStartTime": None, **self.changes, "failedAnalyses": None}
             return finished
         return None
@@ -98,12 +99,24 @@ class Baking:
         failures = f", {self.failed} failed analyses" if self.failed else ""
         message = f"baking {describe(self.desired)}: {left}s of spec.rollout.bake.duration left{failures}"
         if self.waiting is not None:
-            message += (f"; {describe(self.waiting)} waits until the bake is over "
-                        f"(annotate {ABORT_ANNOTATION}=true to revert now and roll it out)")  # fmt: skip
+            message += (
+                f"; {describe(self.waiting)} waits until the bake is over "
+                f"(annotate {ABORT_ANNOTATION}=true to revert now and roll it out)"
+            )
         next_analysis = None if self.settings is None else max(0.0, self.next_analysis(changes))
-        return make_plan("Baking", reconciling, "Baking", message, progressing="True", stable=self.desired,
-                         rollout=self.desired, analyze=due, analyze_track="stable", status=changes,
-                         next_analysis=next_analysis)  # fmt: skip
+        return make_plan(
+            "Baking",
+            reconciling,
+            "Baking",
+            message,
+            progressing="True",
+            stable=self.desired,
+            rollout=self.desired,
+            analyze=due,
+            analyze_track="stable",
+            status=changes,
+            next_analysis=next_analysis,
+        )
 
     def next_analysis(self, changes: Mapping[str, Any] | None = None) -> float:
         assert self.settings is not None
@@ -119,17 +132,35 @@ class Baking:
         """Back to status.previousStable: its pods, the promote alias moved back, the version tagged."""
         record = rollback_record(self.desired, reason, self.now, metric, value)
         before = f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')}"
-        text = (f"reverted {describe(self.desired)} during its bake ({cause}); the stable track is restored to "
-                f"{before} (revision {self.previous.get('revision')})")  # fmt: skip
+        text = (
+            f"reverted {describe(self.desired)} during its bake ({cause}); the stable track is restored to "
+            f"{before} (revision {self.previous.get('revision')})"
+        )
         registry = [rollback_tag(self.desired, record, self.obs.deployment)]
         alias = self.obs.spec.rollout.promote_alias
         if alias and self.previous.get("modelVersion") and self.previous.get("modelName") == self.desired.model:
-            registry.append({"action": "SetAlias", "model": self.desired.model,
-                             "version": str(self.previous["modelVersion"]), "alias": alias})  # fmt: skip
+            registry.append(
+                {
+                    "action": "SetAlias",
+                    "model": self.desired.model,
+                    "version": str(self.previous["modelVersion"]),
+                    "alias": alias,
+                }
+            )
         status = {**changes, "lastRollback": record, "bakeStartTime": None, "lastProgressTime": None}
-        return make_plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
-                         revert_stable=True, rollout=self.desired, registry=registry, durable=True,
-                         status=status)  # fmt: skip
+        return make_plan(
+            "RolledBack",
+            stalled,
+            reason,
+            text,
+            progressing="False",
+            degraded=(reason, text),
+            revert_stable=True,
+            rollout=self.desired,
+            registry=registry,
+            durable=True,
+            status=status,
+        )
 
 
 def settled_or_baking(obs: Observed, desired: Desired, stable: Track) -> Plan:
@@ -142,8 +173,15 @@ def settled_or_baking(obs: Observed, desired: Desired, stable: Track) -> Plan:
         return result
     if previous.get("phase") != "Promoting" or not previous.get("previousStable"):
         return result
-    started = {"bakeStartTime": rfc3339(obs.now), "failedAnalyses": 0, "analysis": None, "currentStep": None,
-               "stepStartTime": None, "canaryStartTime": None, "lastProgressTime": None}  # fmt: skip
+    started = {
+        "bakeStartTime": rfc3339(obs.now),
+        "failedAnalyses": 0,
+        "analysis": None,
+        "currentStep": None,
+        "stepStartTime": None,
+        "canaryStartTime": None,
+        "lastProgressTime": None,
+    }
     baking = Baking(replace(obs, status={**obs.status, **started}), desired, stable).plan()
     baking.registry, baking.durable = result.registry, True
     baking.status = {**started, **baking.status}

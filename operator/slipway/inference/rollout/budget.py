@@ -89,8 +89,12 @@ def size_tracks(obs: Observed, result: Plan) -> None:
         result.held_out = True
     rolling = result.revert_stable or (result.stable is not None and not stable.serves(result.stable))
     if rolling:
-        result.stable_budget = roll_budget(total, obs.spec.rollout, result.stable_replicas,
-                                           max(canary.pods, canary.replicas) if canary is not None else 0)  # fmt: skip
+        result.stable_budget = roll_budget(
+            total,
+            obs.spec.rollout,
+            result.stable_replicas,
+            max(canary.pods, canary.replicas) if canary is not None else 0,
+        )
 
 
 def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | None:

@@ -76,9 +76,13 @@ class Canary:
         self.previous_results = [r for r in analyses if (parse_time(r.get("time")) or self.now) >= self.step_started]
 
     def status(self, **changes: Any) -> dict[str, Any]:
-        fields: dict[str, Any] = {"currentStep": self.step, "stepStartTime": rfc3339(self.step_started),
-                                  "canaryStartTime": rfc3339(self.started), "failedAnalyses": self.failed,
-                                  "lastProgressTime": rfc3339(self.progress)}  # fmt: skip
+        fields: dict[str, Any] = {
+            "currentStep": self.step,
+            "stepStartTime": rfc3339(self.step_started),
+            "canaryStartTime": rfc3339(self.started),
+            "failedAnalyses": self.failed,
+            "lastProgressTime": rfc3339(self.progress),
+        }
         if not self.same:
             fields["analysis"] = None  # a new canary starts without the last one's results
         return {**fields, **changes}
@@ -86,8 +90,15 @@ class Canary:
     def serve(self, sizing: Sizing, canary_ready: int) -> dict[str, Any]:
         weight = self.weights[self.step]
         real = router_of(self.spec).carried(sizing, weight, canary_ready, self.stable.ready)
-        return {"canary": self.desired, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
-                "weight": real, "requested_weight": weight, "route_weight": real, "rollout": self.desired}  # fmt: skip
+        return {
+            "canary": self.desired,
+            "canary_replicas": sizing.pods,
+            "stable_target": sizing.stable,
+            "weight": real,
+            "requested_weight": weight,
+            "route_weight": real,
+            "rollout": self.desired,
+        }
 
     def plan(self) -> Plan:
         annotations = self.obs.annotations
@@ -118,8 +129,15 @@ class Canary:
             return self.hold_on_failure(step_text, serve)
         if sizing.pods == 0:
             message = f"holding {step_text}: {sizing.note}"
-            return make_plan("Paused", stalled, "NoRoomForCanary", message, progressing="Unknown",
-                             status=self.status(stepStartTime=None), **serve)  # fmt: skip
+            return make_plan(
+                "Paused",
+                stalled,
+                "NoRoomForCanary",
+                message,
+                progressing="Unknown",
+                status=self.status(stepStartTime=None),
+                **serve,
+            )
         # A step whose pods were all ready goes on while spec.replicas changes (the HPA): the split
         # follows the new total and the step's clock keeps running.
         if canary_ready < sizing.pods and not (self.step_reached and canary_ready > 0):
@@ -127,8 +145,12 @@ class Canary:
         return self.analysing(step_text, sizing, serve)
 
     def sizing(self) -> Sizing:
-        return canary_sizing(self.spec.traffic.mode, self.weights[self.step], total_replicas(self.spec),
-                             self.spec.rollout.max_surge_replicas)  # fmt: skip
+        return canary_sizing(
+            self.spec.traffic.mode,
+            self.weights[self.step],
+            total_replicas(self.spec),
+            self.spec.rollout.max_surge_replicas,
+        )
 
     def starting(self, canary_ready: int, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         deadline = self.spec.rollout.progress_deadline_seconds
@@ -141,12 +163,14 @@ class Canary:
         problem = self.obs.canary.problem if self.obs.canary else None
         if problem and problem[0] == "Unschedulable":
             message = f"{message}; the canary cannot be scheduled: {problem[1]}"
-            return make_plan("Progressing", stalled, "CanaryUnschedulable", message,
-                             status=self.status(stepStartTime=None), **serve)  # fmt: skip
+            return make_plan(
+                "Progressing", stalled, "CanaryUnschedulable", message, status=self.status(stepStartTime=None), **serve
+            )
         if problem:
             message = f"{message}; {problem[0]}: {problem[1]}"
-        return make_plan("Progressing", reconciling, "CanaryStarting", message, status=self.status(stepStartTime=None),
-                         **serve)  # fmt: skip
+        return make_plan(
+            "Progressing", reconciling, "CanaryStarting", message, status=self.status(stepStartTime=None), **serve
+        )
 
     def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         analysis = self.spec.rollout.analysis
@@ -155,8 +179,15 @@ class Canary:
             result = self.obs.analysis
             if result is None:
                 if self.analysis_due():
-                    return make_plan("Analyzing", reconciling, "Analyzing", f"analysing the canary at {step_text}",
-                                     analyze=True, status=self.status(), **serve)  # fmt: skip
+                    return make_plan(
+                        "Analyzing",
+                        reconciling,
+                        "Analyzing",
+                        f"analysing the canary at {step_text}",
+                        analyze=True,
+                        status=self.status(),
+                        **serve,
+                    )
                 deciding = [r.get("result") for r in self.previous_results if not r.get("dryRun")]
                 verdict = combined_verdict(deciding) if deciding or not self.previous_results else "Passed"
             else:
@@ -171,42 +202,72 @@ class Canary:
             message = (
                 f"holding {step_text}: analysis inconclusive ({self.inconclusive_reason()}); never promoting blind"
             )
-            return make_plan("Paused", reconciling, "AnalysisInconclusive", message, progressing="Unknown",
-                             status=self.status(**changes), next_analysis=self.seconds_to_analysis(changes),
-                             **serve)  # fmt: skip
+            return make_plan(
+                "Paused",
+                reconciling,
+                "AnalysisInconclusive",
+                message,
+                progressing="Unknown",
+                status=self.status(**changes),
+                next_analysis=self.seconds_to_analysis(changes),
+                **serve,
+            )
         next_analysis = self.seconds_to_analysis(changes)
         if verdict == "Passed" and self.now - self.step_started >= step_duration(self.spec.rollout, self.step):
             if self.step + 1 >= len(self.weights):
                 return self.promote(**changes)
             self.step, self.step_started = self.step + 1, self.now
             sizing = self.sizing()
-            serve = {**serve, "canary_replicas": sizing.pods, "stable_target": sizing.stable,
-                     "requested_weight": self.weights[self.step]}  # fmt: skip
+            serve = {
+                **serve,
+                "canary_replicas": sizing.pods,
+                "stable_target": sizing.stable,
+                "requested_weight": self.weights[self.step],
+            }
             next_analysis = None  # the next step's pods start first
             changes["stepStartTime"] = None  # its pause counts from when they are ready
         failures = f", {self.failed} failed analyses" if self.failed else ""
         message = f"canary {describe(self.desired)} at {step_text}{failures}"
-        return make_plan("Analyzing", reconciling, "Analyzing", message, status=self.status(**changes),
-                         next_analysis=next_analysis, **serve)  # fmt: skip
+        return make_plan(
+            "Analyzing",
+            reconciling,
+            "Analyzing",
+            message,
+            status=self.status(**changes),
+            next_analysis=next_analysis,
+            **serve,
+        )
 
     def held_on_failure(self) -> bool:
         """spec.rollout.onFailure=Pause and more failed analyses than failureLimit: held for a person."""
         analysis = self.spec.rollout.analysis
-        return (self.spec.rollout.on_failure == "Pause" and analysis is not None
-                and self.failed > analysis.failure_limit)  # fmt: skip
+        return self.spec.rollout.on_failure == "Pause" and analysis is not None and self.failed > analysis.failure_limit
 
     def hold_on_failure(self, step_text: str, serve: dict[str, Any], why: str | None = None, **changes: Any) -> Plan:
         """The canary keeps its step and its traffic, is analysed no more and never times out, until
         ``kubectl slipway promote`` or ``abort`` (the annotations, handled before this)."""
         self.progress = self.now
         if why is None:
-            failed = [r for r in self.previous_results or (self.obs.status.get("analysis") or [])
-                      if r.get("result") == "Failed" and not r.get("dryRun")]  # fmt: skip
+            failed = [
+                r
+                for r in self.previous_results or (self.obs.status.get("analysis") or [])
+                if r.get("result") == "Failed" and not r.get("dryRun")
+            ]
             why = str(failed[0].get("message")) if failed else "analysis failed"
-        message = (f"held at {step_text} after {self.failed} failed analyses ({why}); spec.rollout.onFailure=Pause: "
-                   f"`kubectl slipway promote` or `kubectl slipway abort` decides")  # fmt: skip
-        return make_plan("Paused", stalled, "AnalysisFailed", message, progressing="Unknown",
-                         degraded=("AnalysisFailed", message), status=self.status(**changes), **serve)  # fmt: skip
+        message = (
+            f"held at {step_text} after {self.failed} failed analyses ({why}); spec.rollout.onFailure=Pause: "
+            f"`kubectl slipway promote` or `kubectl slipway abort` decides"
+        )
+        return make_plan(
+            "Paused",
+            stalled,
+            "AnalysisFailed",
+            message,
+            progressing="Unknown",
+            degraded=("AnalysisFailed", message),
+            status=self.status(**changes),
+            **serve,
+        )
 
     def seconds_to_analysis(self, changes: Mapping[str, Any]) -> float | None:
         """For the pass's requeue: when the next analysis is due, after this pass's (in
@@ -229,8 +290,11 @@ class Canary:
         per interval, as any other."""
         analysis = self.spec.rollout.analysis
         assert analysis is not None
-        timed = [(t, r) for r in (self.previous_results if latest is None else latest)
-                 if (t := parse_time(r.get("time"))) is not None]  # fmt: skip
+        timed = [
+            (t, r)
+            for r in (self.previous_results if latest is None else latest)
+            if (t := parse_time(r.get("time"))) is not None
+        ]
         if not timed:
             return timedelta(0)
         last = max(t for t, _ in timed)
@@ -243,8 +307,11 @@ class Canary:
 
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
-        reasons = [str(r.get("message") or f"{r.get('metric')}: no data") for r in results
-                   if r.get("result") == "Inconclusive" and not r.get("dryRun")]  # fmt: skip
+        reasons = [
+            str(r.get("message") or f"{r.get('metric')}: no data")
+            for r in results
+            if r.get("result") == "Inconclusive" and not r.get("dryRun")
+        ]
         if not reasons and self.obs.analysis and self.obs.analysis.reason:
             reasons = [self.obs.analysis.reason]
         return "; ".join(reasons) or "no analysis yet"
@@ -252,8 +319,12 @@ class Canary:
     def promote(self, **changes: Any) -> Plan:
         """Every step passed (or slipway.dev/promote): the decision is written first, then the
         stable is rolled while the canary's pods keep serving, under watch (see Promotion)."""
-        previous = {"revision": self.stable.revision, "modelName": self.stable.model,
-                    "modelVersion": self.stable.version, "uri": self.stable.uri}  # fmt: skip
+        previous = {
+            "revision": self.stable.revision,
+            "modelName": self.stable.model,
+            "modelVersion": self.stable.version,
+            "uri": self.stable.uri,
+        }
         self.progress = self.now
         canary = self.obs.canary
         hold: dict[str, Any] = {"stable_target": self.stable.replicas}
@@ -264,17 +335,38 @@ class Canary:
         message = f"promoting {describe(self.desired)}: rolling the stable track, then moving the canary's pods to it"
         measured = self.obs.analysis.costs.get("canary") if self.obs.analysis is not None else None
         spent = measured or (self.obs.status.get("canary") or {}).get("cost") or {}
-        return make_plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, durable=True,
-                         registry=cost_tags(self.desired, spent),
-                         status=self.status(previousStable=previous, **changes), **hold)  # fmt: skip
+        return make_plan(
+            "Promoting",
+            reconciling,
+            "Promoting",
+            message,
+            rollout=self.desired,
+            durable=True,
+            registry=cost_tags(self.desired, spent),
+            status=self.status(previousStable=previous, **changes),
+            **hold,
+        )
 
     def rollback(
-        self, reason: RollbackReason, message: str, metric: str | None = None, value: float | None = None,
+        self,
+        reason: RollbackReason,
+        message: str,
+        metric: str | None = None,
+        value: float | None = None,
         **changes: Any,
-    ) -> Plan:  # fmt: skip
+    ) -> Plan:
         record = rollback_record(self.desired, reason, self.now, metric, value)
         text = f"rolled back {describe(self.desired)}: {message}; stable keeps serving {describe_track(self.stable)}"
         tag = rollback_tag(self.desired, record, self.obs.deployment)
-        return make_plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
-                         rollout=self.desired, registry=[tag], durable=True,
-                         status=self.status(lastRollback=record, **changes))  # fmt: skip
+        return make_plan(
+            "RolledBack",
+            stalled,
+            reason,
+            text,
+            progressing="False",
+            degraded=(reason, text),
+            rollout=self.desired,
+            registry=[tag],
+            durable=True,
+            status=self.status(lastRollback=record, **changes),
+        )

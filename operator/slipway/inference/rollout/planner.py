@@ -45,8 +45,9 @@ def _plan_for(obs: Observed) -> Plan:
             # Nothing served yet: typically the first model is still being trained or validated.
             return make_plan("Progressing", reconciling, "WaitingForModel", message)
         phase = status.get("phase") or "Promoted"
-        return make_plan(phase, stalled, "ModelUnavailable", message, progressing="False",
-                         degraded=("ModelUnavailable", message))  # fmt: skip
+        return make_plan(
+            phase, stalled, "ModelUnavailable", message, progressing="False", degraded=("ModelUnavailable", message)
+        )
     if status.get("phase") == "Promoting" and (status.get("canary") or {}).get("revision") == desired.revision:
         return Promotion(obs, desired).plan()
     if stable is None or stable.revision is None:
@@ -73,8 +74,15 @@ def _plan_for(obs: Observed) -> Plan:
             f"{describe(desired)} was rolled back ({cause}); stable serves {describe_track(stable)}; publish a new "
             f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"
         )
-        return make_plan("RolledBack", stalled, "RolledBack", message, progressing="False",
-                         degraded=("RolledBack", message), status=health_status(obs))  # fmt: skip
+        return make_plan(
+            "RolledBack",
+            stalled,
+            "RolledBack",
+            message,
+            progressing="False",
+            degraded=("RolledBack", message),
+            status=health_status(obs),
+        )
     return Canary(obs, desired, stable).plan()
 
 
@@ -106,8 +114,11 @@ def _revert_unfinished(obs: Observed) -> Plan | None:
     if record.get("revision") != stable.revision or previous["revision"] == stable.revision:
         return None
     reason = str(record.get("reason"))
-    message = (f"reverting the stable track to {previous.get('modelName')} version {previous.get('modelVersion')} "
-               f"(revision {previous['revision']}) after {reason}: it still serves "
-               f"{describe_track(stable)}")  # fmt: skip
-    return make_plan("RolledBack", stalled, reason, message, progressing="False", degraded=(reason, message),
-                     revert_stable=True)  # fmt: skip
+    message = (
+        f"reverting the stable track to {previous.get('modelName')} version {previous.get('modelVersion')} "
+        f"(revision {previous['revision']}) after {reason}: it still serves "
+        f"{describe_track(stable)}"
+    )
+    return make_plan(
+        "RolledBack", stalled, reason, message, progressing="False", degraded=(reason, message), revert_stable=True
+    )

@@ -59,33 +59,56 @@ class Promotion:
             # (nothing to revert to any more; the stable's own health is judged once settled).
             self.progress = self.now
             problem = f"; {stable.problem[0]}: {stable.problem[1]}" if stable.problem else ""
-            step = (f"moving the canary's {canary_pods} pods to the stable track "
-                    f"({stable.ready}/{total} ready{problem})")  # fmt: skip
+            step = f"moving the canary's {canary_pods} pods to the stable track ({stable.ready}/{total} ready{problem})"
             if serving:
                 hold.update(canary_replicas=0, stable_target=total)
         else:
             return settled_or_baking(self.obs, self.desired, stable)
         if self.now - self.progress > self.deadline:
             why = f"; {stable.problem[0]}: {stable.problem[1]}" if stable and stable.problem else ""
-            return self.revert("PromotionFailed", f"the stable track made no progress for "
-                               f"spec.rollout.progressDeadlineSeconds={self.deadline.seconds}{why}")  # fmt: skip
+            return self.revert(
+                "PromotionFailed",
+                f"the stable track made no progress for "
+                f"spec.rollout.progressDeadlineSeconds={self.deadline.seconds}{why}",
+            )
         message = f"promoting {describe(self.desired)}: {step}"
-        return make_plan("Promoting", reconciling, "Promoting", message, rollout=self.desired, stable=self.desired,
-                         status={"lastProgressTime": rfc3339(self.progress)}, **hold)  # fmt: skip
+        return make_plan(
+            "Promoting",
+            reconciling,
+            "Promoting",
+            message,
+            rollout=self.desired,
+            stable=self.desired,
+            status={"lastProgressTime": rfc3339(self.progress)},
+            **hold,
+        )
 
     def revert(self, reason: RollbackReason, message: str) -> Plan:
         record = rollback_record(self.desired, reason, self.now, None, None)
-        text = f"reverted the promotion of {describe(self.desired)}: {message}; the stable track is restored to " \
-               f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')} " \
-               f"(revision {self.previous.get('revision')})"  # fmt: skip
+        text = (
+            f"reverted the promotion of {describe(self.desired)}: {message}; the stable track is restored to "
+            f"{self.previous.get('modelName')} version {self.previous.get('modelVersion')} "
+            f"(revision {self.previous.get('revision')})"
+        )
         tag = rollback_tag(self.desired, record, self.obs.deployment)
-        return make_plan("RolledBack", stalled, reason, text, progressing="False", degraded=(reason, text),
-                         revert_stable=True, rollout=self.desired, registry=[tag],
-                         durable=True, status={"lastRollback": record, "lastProgressTime": None})  # fmt: skip
+        return make_plan(
+            "RolledBack",
+            stalled,
+            reason,
+            text,
+            progressing="False",
+            degraded=(reason, text),
+            revert_stable=True,
+            rollout=self.desired,
+            registry=[tag],
+            durable=True,
+            status={"lastRollback": record, "lastProgressTime": None},
+        )
 
 
 def rolled(stable: Track) -> bool:
     """The stable's roll is over: every pod runs the current template and one is ready (or none is
     asked for). Growing it afterwards (a promotion moving the canary's pods) is no roll."""
-    return (stable.generation_observed and stable.pods <= stable.updated
-            and stable.current_ready >= min(stable.replicas, 1))  # fmt: skip
+    return (
+        stable.generation_observed and stable.pods <= stable.updated and stable.current_ready >= min(stable.replicas, 1)
+    )

@@ -51,8 +51,13 @@ def set_alias(desired: Desired, alias: str) -> dict[str, Any]:
 def rollback_record(
     desired: Desired, reason: RollbackReason, now: datetime, metric: str | None, value: float | None
 ) -> dict[str, Any]:
-    record: dict[str, Any] = {"reason": reason, "modelName": desired.model, "modelVersion": desired.version,
-                              "revision": desired.revision, "time": rfc3339(now)}  # fmt: skip
+    record: dict[str, Any] = {
+        "reason": reason,
+        "modelName": desired.model,
+        "modelVersion": desired.version,
+        "revision": desired.revision,
+        "time": rfc3339(now),
+    }
     if metric is not None:
         record["metric"] = metric
     if value is not None and math.isfinite(value):
@@ -72,8 +77,12 @@ def rollback_tag(desired: Desired, record: Mapping[str, Any], deployment: str) -
     }
 
 
-COST_TAGS = {"perHour": "slipway.cost.servingPerHour", "per1kRequests": "slipway.cost.per1kRequests",
-             "perMillionTokens": "slipway.cost.perMillionTokens", "currency": "slipway.cost.currency"}  # fmt: skip
+COST_TAGS = {
+    "perHour": "slipway.cost.servingPerHour",
+    "per1kRequests": "slipway.cost.per1kRequests",
+    "perMillionTokens": "slipway.cost.perMillionTokens",
+    "currency": "slipway.cost.currency",
+}
 
 
 def cost_tags(desired: Desired, spent: Mapping[str, Any]) -> list[dict[str, Any]]:

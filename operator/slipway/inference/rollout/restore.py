@@ -102,10 +102,18 @@ def _released(obs: Observed, desired: Desired) -> bool:
 
 def _production_first(obs: Observed, desired: Desired, promoted: Desired) -> Plan:
     alias = obs.spec.rollout.promote_alias
-    message = (f"serving {describe(promoted)}, which MLflow alias {alias} names, on the stable track before any "
-               f"canary of {describe(desired)}")  # fmt: skip
-    return make_plan("Progressing", reconciling, "RestoringStable", message, stable=promoted,
-                     status={"lastProgressTime": rfc3339(obs.now)})  # fmt: skip
+    message = (
+        f"serving {describe(promoted)}, which MLflow alias {alias} names, on the stable track before any "
+        f"canary of {describe(desired)}"
+    )
+    return make_plan(
+        "Progressing",
+        reconciling,
+        "RestoringStable",
+        message,
+        stable=promoted,
+        status={"lastProgressTime": rfc3339(obs.now)},
+    )
 
 
 def _rolled_back(obs: Observed, desired: Desired, tag: RollbackTag, promoted: Desired | None) -> Plan:
@@ -120,8 +128,11 @@ def _rolled_back(obs: Observed, desired: Desired, tag: RollbackTag, promoted: De
         retried.durable = True
         return retried
     alias = obs.spec.rollout.promote_alias
-    serving = f"stable serves {describe(promoted)}, which MLflow alias {alias} names" if promoted else (
-        "nothing else is served (no promote alias names another version)")  # fmt: skip
+    serving = (
+        f"stable serves {describe(promoted)}, which MLflow alias {alias} names"
+        if promoted
+        else ("nothing else is served (no promote alias names another version)")
+    )
     return _refusal(obs, desired, record, promoted, serving)
 
 
@@ -131,6 +142,14 @@ def _refusal(obs: Observed, desired: Desired, record: dict[str, Any], stable: De
         f"{describe(desired)} was rolled back ({tag_cause(record, desired.version)}); {serving}; publish a new "
         f"version, change the spec, or annotate {RETRY_ANNOTATION}=true to try it again"
     )
-    return make_plan("RolledBack", stalled, "RolledBack", message, progressing="False",
-                     degraded=("RolledBack", message), stable=stable, durable=True,
-                     status={**health_status(obs), "lastRollback": record})  # fmt: skip
+    return make_plan(
+        "RolledBack",
+        stalled,
+        "RolledBack",
+        message,
+        progressing="False",
+        degraded=("RolledBack", message),
+        stable=stable,
+        durable=True,
+        status={**health_status(obs), "lastRollback": record},
+    )

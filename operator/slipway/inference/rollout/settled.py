@@ -24,21 +24,33 @@ def first_revision(obs: Observed, desired: Desired) -> Plan:
     if served.get("revision") and served.get("revision") != desired.revision and served.get("uri"):
         # The stable Deployment is gone while a new revision is pending: bring back what was served,
         # never the unanalysed new revision.
-        restored = Desired(str(served.get("modelVersion")), str(served["uri"]), str(served.get("modelName") or ""),
-                           str(served["revision"]))  # fmt: skip
+        restored = Desired(
+            str(served.get("modelVersion")),
+            str(served["uri"]),
+            str(served.get("modelName") or ""),
+            str(served["revision"]),
+        )
         message = f"restoring the stable track ({describe(restored)}) before any canary"
         return make_plan("Progressing", reconciling, "RestoringStable", message, stable=restored)
     message = f"rolling out {describe(desired)} on the stable track"
-    return make_plan("Progressing", reconciling, "RollingOut", message, stable=desired,
-                     status={"lastProgressTime": rfc3339(obs.now)})  # fmt: skip
+    return make_plan(
+        "Progressing", reconciling, "RollingOut", message, stable=desired, status={"lastProgressTime": rfc3339(obs.now)}
+    )
 
 
 def settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
     """The stable serves the desired revision: Ready when every desired replica is available,
     Degraded while some are not, Stalled when that lasts longer than progressDeadlineSeconds."""
     previous = obs.status
-    cleared = {"currentStep": None, "stepStartTime": None, "canaryStartTime": None, "failedAnalyses": None,
-               "previousStable": None, "lastProgressTime": None, "bakeStartTime": None}  # fmt: skip
+    cleared = {
+        "currentStep": None,
+        "stepStartTime": None,
+        "canaryStartTime": None,
+        "failedAnalyses": None,
+        "previousStable": None,
+        "lastProgressTime": None,
+        "bakeStartTime": None,
+    }
     if not stable.complete:
         if previous.get("phase") == "Progressing" or not stable.generation_observed or stable.updated < stable.replicas:
             message = f"rolling out {describe(desired)}: {stable.ready}/{stable.replicas} replicas ready"
@@ -46,12 +58,23 @@ def settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
             return make_plan("Progressing", reconciling, "RollingOut", message, stable=desired)
         return degraded(obs, desired, stable)
     message = f"serving {describe(desired)} ({stable.ready}/{stable.replicas} replicas ready)"
-    newly = (previous.get("phase") not in ("Promoted", "Baking")
-             or (previous.get("stable") or {}).get("revision") != desired.revision)  # fmt: skip
+    newly = (
+        previous.get("phase") not in ("Promoted", "Baking")
+        or (previous.get("stable") or {}).get("revision") != desired.revision
+    )
     alias = obs.spec.rollout.promote_alias
     registry = [set_alias(desired, alias)] if newly and alias else []
-    return make_plan("Promoted", ready, "Promoted", message, progressing="False", stable=desired, registry=registry,
-                     durable=bool(registry), status=cleared)  # fmt: skip
+    return make_plan(
+        "Promoted",
+        ready,
+        "Promoted",
+        message,
+        progressing="False",
+        stable=desired,
+        registry=registry,
+        durable=bool(registry),
+        status=cleared,
+    )
 
 
 def degraded(obs: Observed, desired: Desired, stable: Track) -> Plan:
@@ -61,8 +84,21 @@ def degraded(obs: Observed, desired: Desired, stable: Track) -> Plan:
     was_degraded = (get_condition(obs.status.get("conditions"), "Degraded") or {}).get("status") == "True"
     deadline = timedelta(seconds=obs.spec.rollout.progress_deadline_seconds)
     if was_degraded and since is not None and obs.now - since > deadline:
-        return make_plan("Failed", stalled, "StableUnavailable", f"{message} for more than "
-                         f"spec.rollout.progressDeadlineSeconds={deadline.seconds}", progressing="False",
-                         degraded=("StableUnavailable", message), stable=desired)  # fmt: skip
-    return make_plan("Promoted", reconciling, "StableUnavailable", message, progressing="False",
-                     degraded=("StableUnavailable", message), stable=desired)  # fmt: skip
+        return make_plan(
+            "Failed",
+            stalled,
+            "StableUnavailable",
+            f"{message} for more than spec.rollout.progressDeadlineSeconds={deadline.seconds}",
+            progressing="False",
+            degraded=("StableUnavailable", message),
+            stable=desired,
+        )
+    return make_plan(
+        "Promoted",
+        reconciling,
+        "StableUnavailable",
+        message,
+        progressing="False",
+        degraded=("StableUnavailable", message),
+        stable=desired,
+    )

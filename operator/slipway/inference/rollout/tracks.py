@@ -50,16 +50,26 @@ def track_statuses(decision: Plan, stable: Track | None, canary: Track | None) -
     def of(track: Track | None, weight: int) -> TrackStatus:
         if track is None:
             return TrackStatus(replicas=0, ready_replicas=0, weight=0)
-        return TrackStatus(revision=track.revision, model_name=track.model or None, model_version=track.version or None,
-                           uri=track.uri or None, replicas=track.replicas, ready_replicas=track.ready,
-                           weight=weight)  # fmt: skip
+        return TrackStatus(
+            revision=track.revision,
+            model_name=track.model or None,
+            model_version=track.version or None,
+            uri=track.uri or None,
+            replicas=track.replicas,
+            ready_replicas=track.ready,
+            weight=weight,
+        )
 
     canary_status = of(canary, decision.weight)
     if decision.rollout is not None:
-        canary_status = canary_status.model_copy(update={"revision": decision.rollout.revision,
-                                                         "model_name": decision.rollout.model,
-                                                         "model_version": decision.rollout.version,
-                                                         "uri": decision.rollout.uri})  # fmt: skip
+        canary_status = canary_status.model_copy(
+            update={
+                "revision": decision.rollout.revision,
+                "model_name": decision.rollout.model,
+                "model_version": decision.rollout.version,
+                "uri": decision.rollout.uri,
+            }
+        )
     elif canary is None or not canary.replicas:
         canary_status = canary_status.model_copy(update={"revision": None, "model_name": None, "model_version": None})
     canary_status.requested_weight = decision.requested_weight

@@ -105,8 +105,10 @@ def split(
         return Sizing(total, 100, "", 0)
     found = nearest_split(weight, total, max_surge, rank)
     if found is None:
-        note = (f"no room for a canary pod beside the stable one: spec.replicas is {total} and "
-                f"spec.rollout.maxSurgeReplicas {max_surge}; allow one extra pod or run 2 replicas")  # fmt: skip
+        note = (
+            f"no room for a canary pod beside the stable one: spec.replicas is {total} and "
+            f"spec.rollout.maxSurgeReplicas {max_surge}; allow one extra pod or run 2 replicas"
+        )
         return Sizing(0, 0, note, total)
     canary, pods = found
     share, note = share_and_note(weight, total, max_surge, canary, pods)

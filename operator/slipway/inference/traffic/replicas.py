@@ -23,8 +23,10 @@ def _share_and_note(weight: int, total: int, max_surge: int, canary: int, pods: 
         return share, ""
     if canary == 1 and exact > weight:
         return share, f"one canary pod is the floor: {share}% of {pods} pods for a {weight}% step"
-    return share, (f"{canary} of {pods} pods ({share}%) is the nearest split to {weight}% that {total} replicas "
-                   f"and spec.rollout.maxSurgeReplicas={max_surge} allow")  # fmt: skip
+    return share, (
+        f"{canary} of {pods} pods ({share}%) is the nearest split to {weight}% that {total} replicas "
+        f"and spec.rollout.maxSurgeReplicas={max_surge} allow"
+    )
 
 
 class Replicas:
