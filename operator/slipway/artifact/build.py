@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from slipway.builders.common import MANAGED_BY, apply_pod_template, dns1123_name, env_list, label_value
 from slipway.models.base import EnvVar
+from slipway.names import MANAGED_BY, dns1123_name, label_value
+from slipway.podspec import apply_pod_template, env_list
 from slipway.workloads.common import EXIT_CONFIG, EXIT_MLFLOW_UNAVAILABLE
 
 ARTIFACT_LABEL = "slipway.dev/modelartifact"  # the name as a label value (hashed past 63 characters)

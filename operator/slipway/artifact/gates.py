@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from slipway.artifact.model import Gate
@@ -117,6 +117,17 @@ def evaluate_gate(
             return outcome(True, f"{missing}: passed by onMissingBaseline=pass")
         return outcome(False, f"{missing}: failed by onMissingBaseline=fail")
     assert base_value is not None  # _missing_baseline said why otherwise
+    return _against_baseline(gate, value, base_value, baseline, outcome)
+
+
+def _against_baseline(
+    gate: Gate,
+    value: float,
+    base_value: float,
+    baseline: Baseline | None,
+    outcome: Callable[[bool, str, float | None], GateOutcome],
+) -> GateOutcome:
+    """A relative gate's outcome: the candidate's ``value`` against the baseline's ``base_value``."""
     of = f"{_fmt(base_value)} of {gate.baseline} (version {baseline.version if baseline else '?'})"
     said = []
     if gate.max_relative_drop is not None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.artifact.gates import GateOutcome, non_finite
-from slipway.mlflow.http import MlflowError
+from slipway.mlflow.errors import MlflowError
 from slipway.redact import redact_url
 from slipway.status import jobs
 from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
@@ -132,6 +132,7 @@ def decided_at_generation(body: Mapping[str, Any]) -> bool:
     return settled(body, FINAL)
 
 
+OWNER_TAG = "slipway.dev/modelartifact"  # namespace/name, on the versions and runs Slipway makes for an artifact
 SOURCE_DIGEST_TAG = "slipway.source.digest"  # Slipway's digest over the source's files, on the source version
 SOURCE_SIZE_TAG = "slipway.source.sizeBytes"
 SOURCE_FILES_TAG = "slipway.source.files"

@@ -37,7 +37,7 @@ from slipway.clock import rfc3339
 from slipway.mlflow import Guard, MlflowClient, MlflowUnavailable, Run, tag_filter
 from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
 from slipway.reconcile import Context
-from slipway.training import build
+from slipway.training import gate
 from slipway.training.model import TrainingRunSpec
 
 # The spec fields that define the work, as the API spells them: what is trained (model, image,
@@ -212,9 +212,9 @@ def completed_job(run: Run) -> dict[str, Any]:
 
 def gated_own_job(ctx: Context, child: Mapping[str, Any] | None) -> bool:
     """Whether ``child`` is this TrainingRun's Job (or JobSet) and still gated: it never ran a pod
-    (pods wait for their MLflow run, build.RUN_GATE)."""
+    (pods wait for their MLflow run, gate.RUN_GATE)."""
     return (
         child is not None
         and kube.controller_uid(dict(child)) == ctx.uid
-        and build.gated(build.pod_template_of(dict(child)))
+        and gate.gated(gate.pod_template_of(dict(child)))
     )

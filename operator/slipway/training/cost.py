@@ -1,5 +1,6 @@
-"""A TrainingRun's cost: status.cost from the pods seen and the prices (slipway.cost, OpenCost's with
-openCost), and a finished run's cost logged on its MLflow run."""
+"""A TrainingRun's cost: status.cost from the pods seen and the prices (the price file, OpenCost's
+with openCost), as its attempt ledger counts it (slipway.training.attempts), and a finished run's
+cost logged on its MLflow run."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from slipway import cost, kube, opencost
 from slipway.mlflow import MlflowClient
 from slipway.reconcile import Context
 from slipway.status.conditions import parse_time
+from slipway.training import attempts as ledger
 from slipway.training.mlflowrun import RunSeen
 
 
 def status_cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict[str, Any]:
     """status.cost: the attempts recorded so far brought up to date from the pods seen now, priced
-    (slipway.cost), each for its node (OpenCost's prices with openCost, slipway.opencost). The nodes
-    are read only when a GPU's price depends on its product, once per pod."""
+    (slipway.training.attempts), each for its node (OpenCost's prices with openCost,
+    slipway.opencost). The price file is read (slipway.cost.prices_of), and the nodes only when a
+    GPU's price depends on its product, once per pod."""
     recorded = ctx.status.get("cost") or {}
     attempts = recorded.get("attempts") or []
     prices = opencost.with_node_prices(
@@ -33,9 +36,9 @@ def status_cost(ctx: Context, pods: list[dict[str, Any]], now: datetime) -> dict
         if unknown:
             products = kube.gpu_products(ctx.kube)
             products.update({p["spec"]["nodeName"]: "" for p in unknown if p["spec"]["nodeName"] not in products})
-    attempts = cost.record_attempts(attempts, pods, now, products)
+    attempts = ledger.record_attempts(attempts, pods, now, products)
     present = [p["metadata"]["name"] for p in pods]
-    return cost.training_cost(attempts, prices, now, recorded.get("folded"), present)
+    return ledger.training_cost(attempts, prices, now, recorded.get("folded"), present)
 
 
 COST_METRICS = {
