@@ -1,6 +1,6 @@
 """Child reconcilers: one rule that creates, updates, keeps or deletes every child object.
 
-A parent's handler builds the desired children (``builders/``, pure) and finds
+A parent's handler builds the desired children (each kind's ``build`` modules, pure) and finds
 the observed ones in the operator's cache; :func:`decide` compares them and
 :func:`apply` carries the decision out. The same table holds for every child
 kind (Job, PVC, Service, Deployment, HPA, HTTPRoute, ModelArtifact):
@@ -38,10 +38,10 @@ Action = Literal["Create", "Update", "Keep", "Refuse", "Delete"]
 
 
 # How each child kind is updated (kinds.py).
-RULES: dict[str, kinds.UpdateRule] = {k.kind: k.rule for k in kinds.ALL if k.rule is not None}
+rules = kinds.derived(lambda table: {k.kind: k.rule for k in table if k.rule is not None})
 # What each parent kind may write, by kind and API version: anything else is refused before any
 # request, whatever a spec, an annotation or a cached object says.
-CHILD_KINDS: dict[str, dict[str, str]] = {parent.kind: kinds.children_of(parent.kind) for parent in kinds.OWN}
+child_kinds = kinds.derived(lambda table: {p: kinds.children_of(p) for k in table for p in k.parents})
 
 
 class ForeignWrite(Exception):
@@ -55,7 +55,7 @@ def check_child(owner: Mapping[str, Any], desired: Mapping[str, Any], name: str 
     owner_meta = owner.get("metadata") or {}
     parent = f"{owner.get('kind')} {owner_meta.get('namespace')}/{owner_meta.get('name')}"
     what = f"{desired.get('apiVersion')} {desired.get('kind')} {meta.get('namespace')}/{meta.get('name')}"
-    allowed = CHILD_KINDS.get(str(owner.get("kind")), {})
+    allowed = child_kinds().get(str(owner.get("kind")), {})
     if allowed.get(str(desired.get("kind"))) != desired.get("apiVersion"):
         raise ForeignWrite(f"{parent}: refused to write {what}: not a kind {owner.get('kind')} makes")
     if meta.get("namespace") != owner_meta.get("namespace"):
@@ -152,7 +152,7 @@ def decide(desired: Mapping[str, Any], observed: Mapping[str, Any] | None, owner
             "Slipway never adopts it: delete or rename it"
         )
         return Decision("Refuse", kind, name, message)
-    if RULES[kind].create_only:
+    if rules()[kind].create_only:
         return Decision("Keep", kind, name)
     applied = (observed.get("metadata", {}).get("annotations") or {}).get(APPLIED_HASH)
     wanted = {k: v for k, v in desired.items() if k not in ("metadata", "status")}
@@ -185,7 +185,7 @@ def updated(observed: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str
     meta.setdefault("annotations", {})[APPLIED_HASH] = desired_hash(desired)
     spec = body.setdefault("spec", {})
     want = desired.get("spec") or {}
-    for key in set(want) | RULES[desired["kind"]].removable:
+    for key in set(want) | rules()[desired["kind"]].removable:
         if key in want:
             spec[key] = copy.deepcopy(want[key])
         else:

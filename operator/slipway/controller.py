@@ -110,9 +110,6 @@ class Scheduler:
             scheduled[1].cancel()
         self.timers[key] = (when, self.loop.call_at(when, self._fire, key))
 
-    def wake_threadsafe(self, key: Key, delay: float = 0.0) -> None:
-        self.loop.call_soon_threadsafe(self.wake, key, delay)
-
     def _fire(self, key: Key) -> None:
         self.timers.pop(key, None)
         urgent = key not in self.requeued
@@ -232,8 +229,9 @@ class Cache:
 
     indexes: Mapping[str, Any]
     written: dict[Key, dict[str, Any]] = field(default_factory=dict)
-    # Deployments whose followed alias may have moved (an artifact of their model changed).
-    alias_stale: set[Key] = field(default_factory=set)
+    # Objects marked by topic: something they read may have changed outside the cluster (an alias they
+    # follow moved); their next pass takes the mark and reads it again.
+    marks: set[tuple[Key, str]] = field(default_factory=set)
     # uids of objects deleted while a watch was away, that kopf's indexes still hold (see ``resync``).
     gone: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -292,6 +290,17 @@ class Cache:
         same_object = mine is not None and mine["metadata"].get("uid") == cached["metadata"].get("uid")
         # At the same revision the operator's copy is the API server's answer to its own write: never older.
         return mine if same_object and mine is not None and _revision(mine) >= _revision(cached) else cached
+
+    def mark(self, key: Key, topic: str) -> None:
+        self.marks.add((key, topic))
+
+    def take_mark(self, key: Key, topic: str) -> bool:
+        """Whether ``key`` was marked with ``topic``; the mark is cleared."""
+        try:
+            self.marks.remove((key, topic))
+        except KeyError:
+            return False
+        return True
 
     def remember(self, key: Key, obj: dict[str, Any]) -> None:
         with self.lock:

@@ -1,4 +1,4 @@
-"""The Slipway operator: kopf settings, clients in memo, and the handlers of the three kinds.
+"""The Slipway operator: kopf settings, clients in memo, and the passes of the kinds its packages register.
 
 ``python -m slipway`` starts it; ``kopf run -m slipway.operator`` works too.
 """
@@ -17,115 +17,27 @@ from typing import Any
 
 import kopf
 
-from slipway import cost, kube, metrics, mlflowhook, proofkey, watches
-from slipway.artifact import handler as modelartifact
+from slipway import behaviour, cost, kube, metrics, mlflowhook, proofkey, watches
+from slipway.artifact import register as _artifact  # noqa: F401 - each kind package registers its kind
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
-from slipway.inference import handler as inferencedeployment
-from slipway.inference import watches as inference_watches  # noqa: F401 - registers its pod index
+from slipway.inference import register as _inference  # noqa: F401
+from slipway.kopfpatch import NoDiffBase, kopf_refusal
 from slipway.kube import Kube
 from slipway.leader import Fence, LeaderElector, Timing
 from slipway.lease import LeaseStore
 from slipway.mlflow import MlflowClient
-from slipway.models.base import StatusModel
 from slipway.prometheus import PrometheusClient
-from slipway.reconcile import REREAD, RETRYING, Context
+from slipway.reconcile import REREAD, Context
 from slipway.redact import redact_log_records
 from slipway.resync import Healer
 from slipway.settings import read as read_setting
-from slipway.training import handler as trainingrun
-from slipway.training import watches as training_watches  # noqa: F401 - registers its pod index
+from slipway.training import register as _training  # noqa: F401
 
 PREFIX = "slipway.dev"
 
 
 API_RETRY_SECONDS = (0.5, 1.0, 2.0, 3.0) + (5.0,) * 35
-
-
-# The kopf versions the start-up patch below was tested with (constraints.txt pins the first). On any
-# other the patch is not applied: kopf's private classes may have changed under the same names.
-TESTED_KOPF = ("1.45.2",)
-
-
-def kopf_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("kopf")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def kopf_refusal(found: str | None = None) -> str | None:
-    """Why the start-up patch of kopf is not applied (an untested kopf), or None."""
-    found = found or kopf_version()
-    if found in TESTED_KOPF:
-        return None
-    return (
-        f"kopf {found} is not a version Slipway was tested with ({', '.join(TESTED_KOPF)}): its start-up "
-        "patch is off, so a fresh operator with many objects starts slower; install the pinned versions "
-        "(pip install -c constraints.txt)"
-    )
-
-
-def wake_index_waiters_only_on_change() -> bool:
-    """kopf holds every handler until every indexed object has been indexed once: each object's
-    worker waits on one toggle set, and each object indexed drops its own toggle, which woke every
-    waiter (``notify_all``) though the set stays off until the last one goes: O(objects²) wake-ups
-    at start. With 4,500 watched objects (1,300 Slipway objects, their Jobs, pods, Services) a
-    fresh operator did nothing for 104 s. Here adding or dropping a toggle wakes the waiters only
-    when it changes the set's state, the only thing they wait for. True if kopf was patched; never
-    on a kopf version it was not tested with (``kopf_refusal``)."""
-    if kopf_refusal() is not None:
-        return False
-    try:
-        from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
-    except ImportError:  # another kopf layout: left as it is
-        return False
-    if getattr(ToggleSet, "_slipway_wakes_on_change", False):
-        return True
-    if not all(callable(getattr(ToggleSet, name, None)) for name in ("make_toggle", "drop_toggle", "is_on")):
-        return False
-
-    async def make_toggle(self: Any, __val: bool = False, *, name: str | None = None) -> Any:
-        toggle = Toggle(__val, name=name, condition=self._condition)
-        async with self._condition:
-            before = self.is_on()
-            self._toggles.add(toggle)
-            if self.is_on() != before:
-                self._condition.notify_all()
-        return toggle
-
-    async def drop_toggle(self: Any, toggle: Any) -> None:
-        async with self._condition:
-            before = self.is_on()
-            self._toggles.discard(toggle)
-            if self.is_on() != before:
-                self._condition.notify_all()
-
-    ToggleSet.make_toggle = make_toggle  # type: ignore[method-assign]
-    ToggleSet.drop_toggle = drop_toggle  # type: ignore[method-assign]
-    setattr(ToggleSet, "_slipway_wakes_on_change", True)  # noqa: B010 - a marker kopf's class has no field for
-    return True
-
-
-wake_index_waiters_only_on_change()
-
-
-class NoDiffBase(kopf.DiffBaseStorage):
-    """Slipway registers no change-detecting kopf handlers (on.create, on.update, on.field): only
-    indexes and on.event, which get every event whole. kopf's default diffs each event against
-    the configuration last handled, which costs a deep copy of each object on each event (a tenth
-    of the operator's CPU while a sweep arrives) and serves nothing here: none is built or kept."""
-
-    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
-        return None
-
-    def fetch(self, *, body: Any) -> Any:
-        return None
-
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
-        return None
 
 
 def apply_settings(settings: kopf.OperatorSettings) -> None:
@@ -167,36 +79,30 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_with_kubeconfig(**kwargs)
 
 
-PASSES: dict[str, tuple[type[StatusModel], Callable[[Context], float | None]]] = {
-    "trainingruns": trainingrun.PASS,
-    "modelartifacts": modelartifact.PASS,
-    "inferencedeployments": inferencedeployment.PASS,
-}
+watches.watch_registered()
 
 
 def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
     """The function the scheduler runs for one object: its freshest body, a context, its kind's pass."""
     memories: dict[Key, dict[str, Any]] = {}
 
-    kinds = {plural: kind for kind, plural in watches.PLURALS.items()}
-
     def run(key: Key) -> float | None:
         memory = memories.setdefault(key, {})
+        registration = behaviour.of(key[0])
         body = memo.cache.parent(key)
         if body is not None and memory.get(REREAD):  # after a 409: what the API server holds now
-            body = kube.get(memo.kube, kinds[key[0]], key[1], key[2])
+            body = kube.get(memo.kube, registration.kind.kind, key[1], key[2])
             memory.pop(REREAD, None)
             if body is not None:
                 memo.cache.remember(key, body)
         if body is None:
             memories.pop(key, None)
             return None  # deleted: its children go with it (ownerReferences)
-        status_model, step = PASSES[key[0]]
         # A copy of its own: the pass stages changes on it, and kopf's index entry must stay as the watch saw it.
         ctx = Context(
             key,
             copy.deepcopy(body),
-            status_model,
+            registration.status,
             memo.kube,
             memo.cache,
             memo.config,
@@ -205,16 +111,9 @@ def make_pass(memo: kopf.Memo) -> Callable[[Key], float | None]:
             memory=memory,
             backlog=memo.scheduler.backlog,
         )
-        requeue = step(ctx)
-        if key[0] == "inferencedeployments":  # a canary's passes take the critical lane, and so does the
-            # retry of one (a rollback on record whose scale-down got a 409 or a 503); a first revision
-            # rolling out on the stable track has nothing to analyse or roll back: it waits its turn
-            status = ctx.body.get("status") or {}
-            canary = bool((status.get("canary") or {}).get("revision"))
-            retrying = key in memo.scheduler.critical and bool(memory.get(RETRYING))
-            memo.scheduler.mark_critical(
-                key, (canary and status.get("phase") in inferencedeployment.ACTIVE) or retrying
-            )
+        requeue = registration.step(ctx)
+        if registration.critical is not None:  # the kind's lane rule, on the status this pass staged
+            memo.scheduler.mark_critical(key, registration.critical(ctx, key in memo.scheduler.critical))
         return requeue
 
     return run
@@ -232,7 +131,7 @@ async def startup(
         logger.warning(refused)
     standalone = settings.peering.standalone  # as given to kopf (--standalone), before apply_settings
     apply_settings(settings)
-    memo.cache = Cache({name: kwargs[name] for name in watches.INDEXES})
+    memo.cache = Cache({name: kwargs[name] for name in watches.indexes()})
     memo.seen = {}
     config: OperatorConfig = memo.get("config") or OperatorConfig()
     memo.scheduler = Scheduler(make_pass(memo), workers=config.workers, for_new=config.workers // 3)
@@ -294,11 +193,11 @@ async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: 
 
 
 def known_keys(cache: Cache) -> list[Key]:
-    """Every Slipway object in the cache (the "name" keys of the three kinds' indexes)."""
+    """Every Slipway object in the cache (the "name" keys of the registered kinds' indexes)."""
     return [
-        (plural, key[1], key[2])
-        for plural in watches.PLURALS.values()
-        for key in list(cache.indexes[plural])
+        (registration.plural, key[1], key[2])
+        for registration in behaviour.registered()
+        for key in list(cache.indexes[registration.index])
         if len(key) == 3 and key[0] == "name"
     ]
 

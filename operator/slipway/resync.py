@@ -62,9 +62,9 @@ def _lister(k: kinds.Kind) -> Lister:
 
 # Every namespaced kind the cache holds (kinds.py), by its own index: (how to list it, the indexes
 # that cache it, whether it is listed with the managed-by selector). Namespaces are not healed.
-RESOURCES: dict[str, tuple[Lister, tuple[str, ...], bool]] = {
-    k.index: (_lister(k), k.indexes, k.managed) for k in kinds.ALL if k.indexes and k is not kinds.NAMESPACE
-}
+resources = kinds.derived(
+    lambda table: {k.index: (_lister(k), k.indexes, k.managed) for k in table if k.indexes and k.namespaced}
+)
 
 
 def _meta(obj: Any) -> tuple[str, str]:
@@ -141,14 +141,15 @@ class Healer:
 
     async def heal(self) -> None:
         listed: dict[str, tuple[set[str], int]] = {}
-        for resource, (lister, _, selected) in RESOURCES.items():
+        tables = resources()
+        for resource, (lister, _, selected) in tables.items():
             try:
                 listed[resource] = await asyncio.to_thread(self._list, lister, "" if not selected else self.selector)
             except Exception as exc:  # an absent CRD (HTTPRoute without Gateway API), the API away: next time
                 log.debug("cache heal: cannot list %s: %s", resource, exc)
         self.rounds += 1
         for resource, (uids, version) in listed.items():
-            for index in RESOURCES[resource][1]:
+            for index in tables[resource][1]:
                 for obj in stale(cached_objects(self.cache, index), uids, version):
                     self._forget(obj)
 

@@ -8,19 +8,19 @@ cache every Deployment of the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from slipway import GROUP, VERSION, kinds, metrics
-from slipway.builders.common import MANAGED_BY
-from slipway.controller import Key, fingerprint, owner_keys
+from slipway import GROUP, behaviour, kinds, metrics
+from slipway.controller import Cache, Key, fingerprint, owner_keys
+from slipway.names import MANAGED_BY
 
 SLIPWAY_ANNOTATIONS = f"{GROUP}/"
 
 PLURALS = kinds.PLURALS
-INDEXES = tuple(index for k in kinds.ALL for index in k.indexes)
+indexes = kinds.derived(lambda table: tuple(index for k in table for index in k.indexes))
 MANAGED_SELECTOR = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
 
 
@@ -43,7 +43,7 @@ def cached(body: Mapping[str, Any]) -> dict[str, Any]:
     return obj
 
 
-def _keys(body: Mapping[str, Any], refs: Iterable[str | None] = ()) -> dict[tuple[str, ...], dict[str, Any]]:
+def base_keys(body: Mapping[str, Any]) -> dict[tuple[str, ...], dict[str, Any]]:
     meta = body["metadata"]
     obj = cached(body)
     keys: dict[tuple[str, ...], dict[str, Any]] = {("name", meta["namespace"], meta["name"]): obj}
@@ -52,17 +52,7 @@ def _keys(body: Mapping[str, Any], refs: Iterable[str | None] = ()) -> dict[tupl
     for ref in meta.get("ownerReferences") or []:
         if ref.get("controller"):
             keys[("owner", ref["uid"])] = obj
-    for name in refs:
-        if name:
-            keys[("ref", meta["namespace"], name)] = obj
     return keys
-
-
-def _ref(body: Mapping[str, Any], *path: str) -> str | None:
-    node: Any = body.get("spec") or {}
-    for part in path:
-        node = node.get(part) if isinstance(node, Mapping) else None
-    return node if isinstance(node, str) else None
 
 
 def listed(event_type: str | None, memo: kopf.Memo) -> None:
@@ -71,48 +61,30 @@ def listed(event_type: str | None, memo: kopf.Memo) -> None:
         memo.healer.relisted()
 
 
-def _register_children() -> None:
-    for child in kinds.CHILDREN:
-        index_id, resource = child.index, child.resource
+def child_handlers(child: kinds.Kind) -> tuple[Any, Any]:
+    """A child kind's index function (by name and controller) and the wake-up of its owner on its changes."""
 
-        async def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-            return _keys(body)
+    async def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+        return base_keys(body)
 
-        async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-            listed(type, memo)
-            for key in owner_keys(body, PLURALS):
-                memo.scheduler.wake(key)
+    async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        listed(type, memo)
+        for key in owner_keys(body, PLURALS):
+            memo.scheduler.wake(key)
 
-        kopf.index(*resource, id=index_id, labels=MANAGED_BY)(index)
-        kopf.on.event(*resource, id=f"wake-owner-of-{index_id}", labels=MANAGED_BY)(changed)
+    return index, changed
 
 
-_register_children()
+def watch_child(child: kinds.Kind) -> None:
+    """Index a child kind and wake its owner on its changes, listing and watching only what carries
+    Slipway's managed-by label."""
+    index, changed = child_handlers(child)
+    kopf.index(*child.resource, id=child.index, labels=MANAGED_BY)(index)
+    kopf.on.event(*child.resource, id=f"wake-owner-of-{child.index}", labels=MANAGED_BY)(changed)
 
 
-# Kueue's Workloads: one per queued Job or JobSet, owned by it, holding Kueue's verdicts (Queued, Admitted,
-# Evicted). Kueue does not copy Slipway's labels to them, so they are watched unfiltered (there is
-# one per Job in a Kueue queue); without Kueue installed the resource is absent and nothing is watched.
-WORKLOADS = kinds.WORKLOAD.resource
-
-
-@kopf.index(*WORKLOADS, id="workloads")
-async def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Workloads by their Job: ``("owner", job uid)``."""
-    return _keys(body)
-
-
-@kopf.on.event(*WORKLOADS, id="wake-trainingrun-of-workload")
-async def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    listed(type, memo)
-    meta = body["metadata"]
-    owners = {(k.kind, k.api_version): k.index for k in (kinds.JOB, kinds.JOBSET)}
-    for ref in meta.get("ownerReferences") or []:
-        index = owners.get((str(ref.get("kind")), str(ref.get("apiVersion"))))
-        if ref.get("controller") and index:
-            owner = memo.cache.get(index, meta["namespace"], ref["name"])
-            for key in owner_keys(owner or {}, PLURALS):
-                memo.scheduler.wake(key)
+for _child in kinds.CHILDREN:
+    watch_child(_child)
 
 
 @kopf.index("v1", "namespaces", id="namespaces")
@@ -136,74 +108,60 @@ async def namespace_changed(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     first = key not in seen
     seen[key] = allowed
     if not first:
-        for plural in PLURALS.values():
-            for obj in memo.cache.select(plural, "ns", name):
-                memo.scheduler.wake((plural, name, obj["metadata"]["name"]))
+        for registration in behaviour.registered():
+            for obj in memo.cache.select(registration.index, "ns", name):
+                memo.scheduler.wake((registration.plural, name, obj["metadata"]["name"]))
 
 
-@kopf.index(*kinds.TRAINING_RUN.resource, id=kinds.TRAINING_RUN.index)
-async def trainingruns(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    return _keys(body)
-
-
-@kopf.index(*kinds.MODEL_ARTIFACT.resource, id=kinds.MODEL_ARTIFACT.index)
-async def modelartifacts(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    return _keys(body, [_ref(body, "source", "trainingRunRef", "name")])
-
-
-@kopf.index(*kinds.INFERENCE_DEPLOYMENT.resource, id=kinds.INFERENCE_DEPLOYMENT.index)
-async def inferencedeployments(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    keys = _keys(body, [_ref(body, "model", "artifactRef", "name")])
-    model = _ref(body, "model", "name")
-    if model:  # follows an alias of this model: ("model", namespace, model)
-        meta = body["metadata"]
-        keys[("model", meta["namespace"], model)] = keys[("name", meta["namespace"], meta["name"])]
+def own_keys(registration: behaviour.Registration, body: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
+    keys = base_keys(body)
+    obj = keys[("name", body["metadata"]["namespace"], body["metadata"]["name"])]
+    keys.update((key, obj) for key in behaviour.index_keys(registration, body))
     return keys
 
 
-def dependents(plural: str, body: Mapping[str, Any], memo: kopf.Memo) -> list[Key]:
-    """The Slipway objects whose passes read this one's status."""
-    meta = body["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
-    if plural == "trainingruns":
-        found = memo.cache.referencing("modelartifacts", namespace, name)
-        return [("modelartifacts", namespace, o["metadata"]["name"]) for o in found]
-    if plural == "modelartifacts":
-        found = memo.cache.referencing("inferencedeployments", namespace, name)
-        keys = [
-            *owner_keys(body, PLURALS),
-            *(("inferencedeployments", namespace, o["metadata"]["name"]) for o in found),
-        ]
-        # An artifact that moved aliases of its model: deployments following them look again now.
-        for o in memo.cache.select("inferencedeployments", "model", namespace, _ref(body, "model", "name") or ""):
-            key: Key = ("inferencedeployments", namespace, o["metadata"]["name"])
-            memo.cache.alias_stale.add(key)
-            keys.append(key)
-        return keys
-    return []
+def dependents(registration: behaviour.Registration, body: Mapping[str, Any], cache: Cache) -> list[Key]:
+    """The Slipway objects whose passes read this one's status: the Slipway object that controls it,
+    and those their kinds registered (see :func:`slipway.behaviour.dependents`)."""
+    return [*owner_keys(body, PLURALS), *behaviour.dependents(registration, body, cache)]
 
 
-def _register_parents() -> None:
-    for plural in PLURALS.values():
-
-        async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, plural: str = plural, **_: Any) -> None:
-            listed(type, memo)
-            meta = body["metadata"]
-            key: Key = (plural, meta["namespace"], meta["name"])
-            seen: dict[Key, tuple[Any, ...]] = memo.seen
-            if type == "DELETED":
-                seen.pop(key, None)
-                memo.scheduler.forget(key)
-                memo.cache.forget(key)
-                metrics.OBJECTS.forget(body["kind"], meta["namespace"], meta["name"])
-            elif seen.get(key) != fingerprint(body):
-                # A new object, a spec or annotation change: not the echo of our own status write.
-                seen[key] = fingerprint(body)
-                memo.scheduler.wake(key)
-            for other in dependents(plural, body, memo):
-                memo.scheduler.wake(other)
-
-        kopf.on.event(GROUP, VERSION, plural, id=f"wake-{plural}")(changed)
+_WATCHED: set[str] = set()
 
 
-_register_parents()
+def watch(registration: behaviour.Registration) -> None:
+    """Index a registered kind (by name, namespace, owner and what its behaviour adds) and wake its
+    passes, and its dependents', on its changes. Once per kind."""
+    if registration.plural in _WATCHED:
+        return
+    _WATCHED.add(registration.plural)
+    resource = registration.kind.resource
+
+    async def index(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Any]:
+        return own_keys(registration, body)
+
+    async def changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
+        listed(type, memo)
+        meta = body["metadata"]
+        key: Key = (registration.plural, meta["namespace"], meta["name"])
+        seen: dict[Key, tuple[Any, ...]] = memo.seen
+        if type == "DELETED":
+            seen.pop(key, None)
+            memo.scheduler.forget(key)
+            memo.cache.forget(key)
+            metrics.OBJECTS.forget(body["kind"], meta["namespace"], meta["name"])
+        elif seen.get(key) != fingerprint(body):
+            # A new object, a spec or annotation change: not the echo of our own status write.
+            seen[key] = fingerprint(body)
+            memo.scheduler.wake(key)
+        for other in dependents(registration, body, memo.cache):
+            memo.scheduler.wake(other)
+
+    kopf.index(*resource, id=registration.index)(index)
+    kopf.on.event(*resource, id=f"wake-{registration.plural}")(changed)
+
+
+def watch_registered() -> None:
+    """Watch every kind registered so far (the operator calls it once its kind packages are imported)."""
+    for registration in behaviour.registered():
+        watch(registration)

@@ -9,8 +9,8 @@ for the type checker only and are not counted.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 import re
+from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +32,8 @@ LAYERS: dict[str, set[str]] = {
         "settings",
         "models",
         "status",
-        "builders",
+        "names",
+        "podspec",
         "prices",
         "kinds",
     },  # fmt: skip
@@ -54,14 +55,14 @@ LAYERS: dict[str, set[str]] = {
         "proofkey",
     },  # fmt: skip
     # the frame every kind runs in: the reconcile pass, the child rule, watches, the cache heal
-    "frame": {"children", "reconcile", "resync", "watches", "mlflowhook"},
+    "frame": {"children", "reconcile", "resync", "watches", "mlflowhook", "behaviour"},
     # the programs Slipway's pods run (trainer, quantizer, validator, fetcher, server)
     "programs": {"workloads"},
     # one package per kind; a TrainingRun and an InferenceDeployment both refer to ModelArtifacts
     "artifact": {"artifact"},
     "kinds": {"training", "inference"},
-    # what puts it all together: the operator's entry point, the CRD generator, the kubectl plugin, the docs
-    "app": {"operator", "__main__", "crdgen", "cli", "reference"},
+    # what puts it all together: the operator's entry point, the CRD and RBAC generators, the kubectl plugin, the docs
+    "app": {"operator", "kopfpatch", "__main__", "crdgen", "rbacgen", "cli", "reference"},
 }
 KINDS = ("training", "artifact", "inference")
 MAX_MODULE_LINES = 400  # the pydantic API models (each kind's model.py) aside
@@ -218,15 +219,16 @@ def test_modules_and_functions_stay_small():
     assert too_long == []
 
 
-# The frame: what runs every kind's passes. It reads the registry of kinds (slipway.registry) and
+# The frame: what runs every kind's passes. It reads the registry of kinds and their behaviour (slipway.behaviour) and
 # names none of them: no kind, no plural, no kind-specific field (the operator's entry point imports
 # the kind packages, which register themselves, by package name).
-FRAME = {"controller", "children", "reconcile", "resync", "watches", "mlflowhook", "registry", "operator"}
+FRAME = {"controller", "children", "reconcile", "resync", "watches", "mlflowhook", "behaviour", "operator"}
 KIND_WORD = re.compile(r"training_?runs?|model_?artifacts?|inference_?deployments?|idep\b", re.IGNORECASE)
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
-    bodies = [n for n in ast.walk(tree) if isinstance(n, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)]
+    scopes = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+    bodies = [n for n in ast.walk(tree) if isinstance(n, scopes)]
     return {
         id(node.body[0].value)
         for node in bodies

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from slipway import behaviour
 from slipway.controller import Cache, Key, Scheduler
 from slipway.metrics import WEBHOOK_DELIVERIES
 from slipway.mlflowhook.ledger import LeaseLedger
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 PATH = "/mlflow/webhook"
 # The events to register: an alias set (moved) or deleted. Other events are answered and ignored.
 EVENTS = ("model_version_alias.created", "model_version_alias.deleted")
-INDEX = "inferencedeployments"
 HANDOFF_SECONDS = 10.0  # a believed delivery waits this long for kopf's event loop to take it
 
 Deliver = Callable[[Mapping[str, Any], Cache, Scheduler], str]
@@ -73,25 +73,19 @@ def alias_event(payload: Mapping[str, Any]) -> tuple[str, str] | None:
 
 
 def followers(cache: Cache, model: str, alias: str) -> list[Key]:
-    """The InferenceDeployments (any watched namespace) whose spec.model follows ``model``'s ``alias``."""
-    found: list[Key] = []
-    for key in [k for k in list(cache.indexes[INDEX]) if len(k) == 3 and k[0] == "model" and k[2] == model]:
-        for obj in cache.select(INDEX, *key):
-            spec_model = (obj.get("spec") or {}).get("model") or {}
-            if spec_model.get("name") == model and spec_model.get("alias") == alias:
-                found.append((INDEX, key[1], obj["metadata"]["name"]))
-    return found
+    """The Slipway objects (any watched namespace) that follow ``model``'s ``alias`` (see slipway.behaviour)."""
+    return behaviour.followers(cache, None, model, alias)
 
 
 def deliver(payload: Mapping[str, Any], cache: Cache, scheduler: Scheduler) -> str:
-    """Wake the deployments a believed delivery concerns (their next pass reads the alias again);
+    """Wake the objects a believed delivery concerns (their next pass reads the alias again);
     the outcome for the metric. Event loop only."""
     event = alias_event(payload)
     if event is None:
         return "ignored"
     keys = followers(cache, *event)
     for key in keys:
-        cache.alias_stale.add(key)
+        cache.mark(key, behaviour.ALIASES)
         scheduler.wake(key)
     if keys:
         log.info(

@@ -1,0 +1,93 @@
+"""kopf as Slipway runs it: the kopf versions it was tested with, a start-up patch of kopf's index
+toggles (applied on import, on those versions only), and a diff-base storage that keeps nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+# The kopf versions the start-up patch below was tested with (constraints.txt pins the first). On any
+# other the patch is not applied: kopf's private classes may have changed under the same names.
+TESTED_KOPF = ("1.45.2",)
+
+
+def kopf_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kopf")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def kopf_refusal(found: str | None = None) -> str | None:
+    """Why the start-up patch of kopf is not applied (an untested kopf), or None."""
+    found = found or kopf_version()
+    if found in TESTED_KOPF:
+        return None
+    return (
+        f"kopf {found} is not a version Slipway was tested with ({', '.join(TESTED_KOPF)}): its start-up "
+        "patch is off, so a fresh operator with many objects starts slower; install the pinned versions "
+        "(pip install -c constraints.txt)"
+    )
+
+
+def wake_index_waiters_only_on_change() -> bool:
+    """kopf holds every handler until every indexed object has been indexed once: each object's
+    worker waits on one toggle set, and each object indexed drops its own toggle, which woke every
+    waiter (``notify_all``) though the set stays off until the last one goes: O(objects²) wake-ups
+    at start. With 4,500 watched objects (1,300 Slipway objects, their Jobs, pods, Services) a
+    fresh operator did nothing for 104 s. Here adding or dropping a toggle wakes the waiters only
+    when it changes the set's state, the only thing they wait for. True if kopf was patched; never
+    on a kopf version it was not tested with (``kopf_refusal``)."""
+    if kopf_refusal() is not None:
+        return False
+    try:
+        from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
+    except ImportError:  # another kopf layout: left as it is
+        return False
+    if getattr(ToggleSet, "_slipway_wakes_on_change", False):
+        return True
+    if not all(callable(getattr(ToggleSet, name, None)) for name in ("make_toggle", "drop_toggle", "is_on")):
+        return False
+
+    async def make_toggle(self: Any, __val: bool = False, *, name: str | None = None) -> Any:
+        toggle = Toggle(__val, name=name, condition=self._condition)
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.add(toggle)
+            if self.is_on() != before:
+                self._condition.notify_all()
+        return toggle
+
+    async def drop_toggle(self: Any, toggle: Any) -> None:
+        async with self._condition:
+            before = self.is_on()
+            self._toggles.discard(toggle)
+            if self.is_on() != before:
+                self._condition.notify_all()
+
+    ToggleSet.make_toggle = make_toggle  # type: ignore[method-assign]
+    ToggleSet.drop_toggle = drop_toggle  # type: ignore[method-assign]
+    setattr(ToggleSet, "_slipway_wakes_on_change", True)  # noqa: B010 - a marker kopf's class has no field for
+    return True
+
+
+wake_index_waiters_only_on_change()
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """Slipway registers no change-detecting kopf handlers (on.create, on.update, on.field): only
+    indexes and on.event, which get every event whole. kopf's default diffs each event against
+    the configuration last handled, which costs a deep copy of each object on each event (a tenth
+    of the operator's CPU while a sweep arrives) and serves nothing here: none is built or kept."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None

@@ -1,0 +1,87 @@
+"""A fresh operator is held until kopf has indexed every watched object once; that wait must be
+linear in the number of objects (kopf 1.45 woke every waiter on every object indexed)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kopf._cogs.aiokits.aiotoggles import ToggleSet
+
+from slipway.kopfpatch import wake_index_waiters_only_on_change
+
+
+def test_index_waiters_wake_once_the_last_object_is_indexed_not_on_every_one() -> None:
+    assert wake_index_waiters_only_on_change()
+    objects = 600
+
+    async def scenario() -> int:
+        checks = 0
+        indexed = ToggleSet(all)
+        original = indexed.is_on
+
+        def counted() -> bool:
+            nonlocal checks
+            checks += 1
+            return original()
+
+        indexed.is_on = counted  # type: ignore[method-assign]
+        blocker = await indexed.make_toggle(name="startup")
+        toggles = [await indexed.make_toggle(name=f"object {i}") for i in range(objects)]
+        done = 0
+
+        async def worker(index: int, toggle: object) -> None:  # as kopf's per-object worker: index, drop, wait
+            nonlocal done
+            for _ in range(index):  # objects are indexed one after the other, while earlier ones wait
+                await asyncio.sleep(0)
+            await indexed.drop_toggle(toggle)  # type: ignore[arg-type]
+            await indexed.wait_for(True)
+            done += 1
+
+        tasks = [asyncio.create_task(worker(i, t)) for i, t in enumerate(toggles)]
+
+        async def all_indexed() -> None:  # every object's toggle dropped: only the startup one is left
+            while len(indexed._toggles) > 1:
+                await asyncio.sleep(0.001)
+
+        await asyncio.wait_for(all_indexed(), 10)
+        assert done == 0  # still held by the startup toggle
+        await indexed.drop_toggle(blocker)
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        assert done == objects
+        return checks
+
+    assert asyncio.run(scenario()) < 10 * objects  # O(objects); unpatched kopf 1.45: objects² / 2
+
+
+def test_the_patch_is_refused_on_a_kopf_it_was_not_tested_with(monkeypatch) -> None:
+    from slipway import kopfpatch
+
+    assert kopfpatch.kopf_refusal() is None  # the installed kopf is the pinned one (constraints.txt)
+    message = kopfpatch.kopf_refusal("1.99.0")
+    assert message is not None and "kopf 1.99.0" in message and "constraints.txt" in message
+    monkeypatch.setattr(kopfpatch, "kopf_version", lambda: "1.99.0")
+    assert kopfpatch.wake_index_waiters_only_on_change() is False
+
+
+def test_no_kopf_handler_needs_the_diff_base_the_operator_does_not_keep() -> None:
+    """slipway.kopfpatch.NoDiffBase keeps no last-handled configuration: right only while no handler
+    detects changes (on.create/update/delete/resume/field) or spawns daemons and timers. Every
+    handler of a watched resource is an index or an on.event one, and both are async (a sync one
+    costs a hop to kopf's thread pool on every event)."""
+    import inspect
+
+    import kopf
+
+    import slipway.kopfpatch
+    import slipway.operator
+    import slipway.watches  # noqa: F401 - registers the handlers
+
+    registry = kopf.get_default_registry()
+    assert not registry._changing.get_all_handlers() and not registry._spawning.get_all_handlers()
+    watched = [*registry._indexing.get_all_handlers(), *registry._watching.get_all_handlers()]
+    assert len(watched) >= 20
+    sync = [h.id for h in watched if not inspect.iscoroutinefunction(h.fn)]
+    assert not sync, sync
+    settings = kopf.OperatorSettings()
+    slipway.operator.apply_settings(settings)
+    assert isinstance(settings.persistence.diffbase_storage, slipway.kopfpatch.NoDiffBase)
