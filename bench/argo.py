@@ -392,10 +392,11 @@ def slipway_pod_template(
     ``SLIPWAY_TRACK`` variable, which the server does not read, the revision label and the
     managed-by label, which would make the pods Slipway's). Image, command, env, probes, port,
     the Prometheus annotations, the priority class and the placement stay as Slipway has them."""
-    from slipway.builders.common import MANAGED_BY, with_credentials
     from slipway.inference import build
     from slipway.inference.model import InferenceDeploymentSpec
     from slipway.mlflow.uris import model_version_uri
+    from slipway.names import MANAGED_BY
+    from slipway.podspec import with_credentials
 
     parsed = InferenceDeploymentSpec.model_validate(spec)
     uri = model_version_uri(model, version)

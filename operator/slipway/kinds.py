@@ -3,15 +3,19 @@
 One :class:`Kind` record per kind says where it is served (group, version, plural), how the
 operator's client reaches it (the typed API or the custom-objects API), whether it is cached and
 under which index, how Slipway updates it when it is a child (:class:`UpdateRule`), which of
-Slipway's kinds may write it, and the RBAC verbs the operator needs on it. The watches, the cache
-heal, the client, the child rule, the CRD generator, the kubectl plugin and the RBAC test read this
-table; a new child kind is one row here (and its builder), not an edit in each of them.
+Slipway's kinds may write it, and the RBAC verbs the operator needs on it, with why. The watches,
+the cache heal, the client, the child rule, the CRD generator, the kubectl plugin and the RBAC
+generator (``slipway.rbacgen``: manifests/clusterrole.yaml and the chart's rules) read this table;
+a new child kind is one row here (and its builder), not an edit in each of them. What the operator
+keeps in its own namespace (its Leases, its proof key) is a table of its own, ``HOME``: nothing
+watches or caches it, and the RBAC generator grants it there only (manifests/role.yaml).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from slipway import GROUP, VERSION
 
@@ -45,10 +49,18 @@ class Kind:
     # As a child: how it is updated, and the Slipway kinds that may write it.
     rule: UpdateRule | None = None
     parents: tuple[str, ...] = ()
-    # The RBAC verbs the operator needs on it (manifests/clusterrole.yaml and the chart grant them).
+    # The RBAC verbs the operator needs on it (generated into manifests/clusterrole.yaml and the chart).
     verbs: tuple[str, ...] = ()
-    # RBAC verbs on its subresources, e.g. {"status": ("patch",)}.
-    subresources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # RBAC verbs on its subresources, e.g. {"status": ("patch",)}. (Left out of the hash: a kind
+    # keys the objects a traffic router owns.)
+    subresources: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
+    # What the operator does with it: the comment over its RBAC rules (each rule names its user).
+    uses: str = ""
+    # Cluster-scoped kinds are granted cluster-wide whatever namespaces are watched (the chart).
+    namespaced: bool = True
+    # RBAC verbs on the objects the operator names only (resourceNames), for the kinds of ``HOME``; the
+    # names are defined where the operator uses them, and the RBAC generator reads them there.
+    named_verbs: tuple[str, ...] = ()
 
     @property
     def api_version(self) -> str:
@@ -67,6 +79,12 @@ class Kind:
 
 _OWN_VERBS = ("get", "list", "watch", "patch")
 _OWN_SUBRESOURCES: Mapping[str, tuple[str, ...]] = {"status": ("patch",), "finalizers": ("update",)}
+_OWN_USES = (
+    "Its own kinds: watched into the operator's cache; a consumed slipway.dev/promote|abort annotation "
+    "and an earlier version's finalizer are removed by patch, and status is written by patch; it never "
+    "edits a spec. Children carry ownerReferences with blockOwnerDeletion, which needs update on the "
+    "owner's finalizers where OwnerReferencesPermissionEnforcement is on (e.g. OpenShift)."
+)
 _CHILD = ("get", "list", "watch", "create")
 
 # Slipway's own kinds, in the order a model moves through them.
@@ -79,6 +97,7 @@ TRAINING_RUN = Kind(
     indexes=("trainingruns",),
     verbs=_OWN_VERBS,
     subresources=_OWN_SUBRESOURCES,
+    uses=_OWN_USES,
 )
 MODEL_ARTIFACT = Kind(
     "ModelArtifact",
@@ -91,6 +110,7 @@ MODEL_ARTIFACT = Kind(
     parents=("TrainingRun",),
     verbs=(*_OWN_VERBS, "create"),
     subresources=_OWN_SUBRESOURCES,
+    uses="ModelArtifacts, as its other own kinds; and a TrainingRun that succeeds creates its ModelArtifact.",
 )
 INFERENCE_DEPLOYMENT = Kind(
     "InferenceDeployment",
@@ -101,6 +121,7 @@ INFERENCE_DEPLOYMENT = Kind(
     indexes=("inferencedeployments",),
     verbs=_OWN_VERBS,
     subresources=_OWN_SUBRESOURCES,
+    uses=_OWN_USES,
 )
 OWN = (TRAINING_RUN, MODEL_ARTIFACT, INFERENCE_DEPLOYMENT)
 
@@ -116,6 +137,7 @@ JOB = Kind(
     rule=UpdateRule(create_only=True),
     parents=("TrainingRun", "ModelArtifact"),
     verbs=(*_CHILD, "patch"),
+    uses="Training, quantization and validation Jobs: created once; suspend is a patch.",
 )
 JOBSET = Kind(
     "JobSet",
@@ -127,6 +149,7 @@ JOBSET = Kind(
     rule=UpdateRule(create_only=True),
     parents=("TrainingRun",),
     verbs=(*_CHILD, "patch"),
+    uses="Multi-node runs as one gang (spec.runtime JobSet): created once, suspended and resumed by patch.",
 )
 PVC = Kind(
     "PersistentVolumeClaim",
@@ -139,6 +162,8 @@ PVC = Kind(
     rule=UpdateRule(create_only=True),
     parents=("TrainingRun",),
     verbs=(*_CHILD, "patch"),
+    uses="Checkpoint claims: created once; their ownerReferences are patched as spec.checkpoint.whenDeleted "
+    "says (none for Retain), and when one left by an earlier TrainingRun of the same name is adopted.",
 )
 SERVICE = Kind(
     "Service",
@@ -151,6 +176,8 @@ SERVICE = Kind(
     rule=UpdateRule(removable=frozenset({"publishNotReadyAddresses"})),
     parents=("TrainingRun", "InferenceDeployment"),
     verbs=(*_CHILD, "update", "delete"),
+    uses="The headless Service of multi-node runs and serving Services: updated when spec.port changes, "
+    "deleted when the traffic mode no longer needs them.",
 )
 DEPLOYMENT = Kind(
     "Deployment",
@@ -163,6 +190,8 @@ DEPLOYMENT = Kind(
     rule=UpdateRule(),
     parents=("InferenceDeployment",),
     verbs=(*_CHILD, "update", "patch"),
+    uses="Serving Deployments: replaced whole (update) when what Slipway sets changes, so that removed env "
+    "vars and ports really go away; a track is scaled by patch.",
 )
 HPA = Kind(
     "HorizontalPodAutoscaler",
@@ -175,6 +204,7 @@ HPA = Kind(
     rule=UpdateRule(removable=frozenset({"behavior", "metrics"})),
     parents=("InferenceDeployment",),
     verbs=(*_CHILD, "update"),
+    uses="Serving autoscalers: replaced whole (update) when what Slipway sets changes.",
 )
 HTTPROUTE = Kind(
     "HTTPRoute",
@@ -186,6 +216,7 @@ HTTPROUTE = Kind(
     rule=UpdateRule(removable=frozenset({"hostnames"})),
     parents=("InferenceDeployment",),
     verbs=(*_CHILD, "update", "delete"),
+    uses="GatewayAPI traffic mode: the HTTPRoute's weights; deleted when the mode is Replicas again.",
 )
 CHILDREN = (JOB, PVC, SERVICE, DEPLOYMENT, HPA, HTTPROUTE, JOBSET)
 
@@ -199,29 +230,131 @@ POD = Kind(
     indexes=("pods", "servingpods"),
     managed=True,
     verbs=("list", "watch", "patch"),
+    uses="Training pods for exit codes, restarts and the scheduler's reasons, serving pods for their "
+    "problems and prices; patch: a training pod made before its MLflow run existed gets the run's id and "
+    "its slipway.dev/mlflow-run scheduling gate lifted (only pods of the run's own Job).",
 )
-EVENT = Kind("Event", "", "v1", "events", typed=("core", "namespaced_event"), verbs=("create", "list"))
-NODE = Kind("Node", "", "v1", "nodes", verbs=("list",))
-NAMESPACE = Kind("Namespace", "", "v1", "namespaces", indexes=("namespaces",), verbs=("list", "watch"))
+EVENT = Kind(
+    "Event",
+    "",
+    "v1",
+    "events",
+    typed=("core", "namespaced_event"),
+    verbs=("create", "list"),
+    uses="Events on its objects, one per transition; list: the FailedCreate Events of a Job or Deployment "
+    "whose pods the API server refuses, read only while it has none.",
+)
+NODE = Kind(
+    "Node",
+    "",
+    "v1",
+    "nodes",
+    verbs=("list",),
+    uses="Nodes for GPU memory and product labels, read once before a sized run's Job exists, and to price "
+    "serving pods.",
+    namespaced=False,
+)
+NAMESPACE = Kind(
+    "Namespace",
+    "",
+    "v1",
+    "namespaces",
+    indexes=("namespaces",),
+    verbs=("list", "watch"),
+    uses="Namespaces: their slipway.dev/allowed-models annotation (tenancy), and watching by pattern.",
+    namespaced=False,
+)
 CRD = Kind(
-    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", verbs=("list", "watch")
+    "CustomResourceDefinition",
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    verbs=("list", "watch"),
+    uses="kopf: discovery of the resources it serves.",
+    namespaced=False,
 )
-WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", indexes=("workloads",), verbs=("list", "watch"))
-LOCAL_QUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", verbs=("get", "list"))
-CLUSTER_QUEUE = Kind("ClusterQueue", "kueue.x-k8s.io", "v1beta2", "clusterqueues", verbs=("get", "list"))
-COHORT = Kind("Cohort", "kueue.x-k8s.io", "v1beta2", "cohorts", verbs=("get", "list"))
+WORKLOAD = Kind(
+    "Workload",
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "workloads",
+    indexes=("workloads",),
+    verbs=("list", "watch"),
+    uses="Kueue's Workloads of queued training Jobs: what Queued, Admitted and PreemptedByKueue say.",
+)
+LOCAL_QUEUE = Kind(
+    "LocalQueue",
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "localqueues",
+    verbs=("get", "list"),
+    uses="A queued run's LocalQueue: which ClusterQueue holds its quota.",
+)
+_QUOTA = (
+    "A queued run's quota: its ClusterQueue and that one's cohort (a run asking for more than the quota can "
+    "ever hold is Stalled, ExceedsQueueQuota)."
+)
+CLUSTER_QUEUE = Kind(
+    "ClusterQueue", "kueue.x-k8s.io", "v1beta2", "clusterqueues", verbs=("get", "list"), uses=_QUOTA, namespaced=False
+)
+COHORT = Kind("Cohort", "kueue.x-k8s.io", "v1beta2", "cohorts", verbs=("get", "list"), uses=_QUOTA, namespaced=False)
 PENDING_WORKLOADS = Kind(
     "PendingWorkloadsSummary",
     "visibility.kueue.x-k8s.io",
     "v1beta2",
     "localqueues",
     subresources={"pendingworkloads": ("get",)},
+    uses="A queued run's place in its LocalQueue (Kueue's visibility API, an aggregated API).",
 )
 OTHERS = (POD, EVENT, NODE, NAMESPACE, CRD, WORKLOAD, LOCAL_QUEUE, CLUSTER_QUEUE, COHORT, PENDING_WORKLOADS)
 
 ALL = (*OWN, *CHILDREN, *OTHERS)
+
+# What the operator keeps in its own namespace (--leader-election-namespace): granted by the Role
+# there (manifests/role.yaml, the chart's role.yaml), each named object alone; not in ALL, as nothing
+# watches, caches or owns them.
+LEASE = Kind(
+    "Lease",
+    "coordination.k8s.io",
+    "v1",
+    "leases",
+    verbs=("create",),
+    named_verbs=("get", "update"),
+    uses="Leader election: the first replica creates the leader's Lease (slipway.lease); its holder renews it "
+    "(update with the resourceVersion it read, so two replicas never both win) and the others read it to know "
+    "when to take over. The MLflow webhook's Lease records the deliveries believed, so that no replica believes "
+    "one twice (slipway.mlflowhook.ledger). create cannot be limited to a name.",
+)
+SECRET = Kind(
+    "Secret",
+    "",
+    "v1",
+    "secrets",
+    verbs=("create",),
+    named_verbs=("get",),
+    uses="The key of the proofs on what the operator creates in MLflow (slipway.dev/proof): the Secret of "
+    "--mlflow-proof-secret, created by the first replica with a random key, and read by every replica; no "
+    "other Secret. create cannot be limited to a name.",
+)
+HOME = (LEASE, SECRET)
 BY_KIND = {k.kind: k for k in ALL}
 PLURALS = {k.kind: k.plural for k in OWN}  # Slipway's kinds by name -> plural
+
+
+T = TypeVar("T")
+
+
+def derived(make: Callable[[tuple[Kind, ...]], T]) -> Callable[[], T]:
+    """A table made from ``ALL`` (the client's kinds, the child rules, the cache heal's listings),
+    made again when ``ALL`` is replaced: a kind added to this table is all the frame needs."""
+    made: list[Any] = [None, None]
+
+    def table() -> T:
+        if made[0] is not ALL:
+            made[0], made[1] = ALL, make(ALL)
+        return made[1]  # type: ignore[no-any-return]
+
+    return table
 
 
 def children_of(parent: str) -> dict[str, str]:
@@ -229,10 +362,11 @@ def children_of(parent: str) -> dict[str, str]:
     return {k.kind: k.api_version for k in ALL if parent in k.parents}
 
 
-def rbac_grants() -> set[tuple[str, str, str]]:
+def rbac_grants(table: Iterable[Kind] = ALL) -> set[tuple[str, str, str]]:
     """Every (API group, resource, verb) the operator needs cluster-wide, from the table."""
-    grants = {(k.group, k.plural, verb) for k in ALL for verb in k.verbs}
+    table = tuple(table)
+    grants = {(k.group, k.plural, verb) for k in table for verb in k.verbs}
     grants |= {
-        (k.group, f"{k.plural}/{sub}", verb) for k in ALL for sub, verbs in k.subresources.items() for verb in verbs
+        (k.group, f"{k.plural}/{sub}", verb) for k in table for sub, verbs in k.subresources.items() for verb in verbs
     }
     return grants

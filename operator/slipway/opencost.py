@@ -3,7 +3,8 @@
 OpenCost exports, per node (label ``node``, the Kubernetes node name), what the node's resources
 cost an hour: ``node_gpu_hourly_cost`` (per GPU), ``node_cpu_hourly_cost`` (per vCPU) and
 ``node_ram_hourly_cost`` (per GiB). One query reads all three, at most once a minute per
-Prometheus (:data:`TTL_SECONDS`, a monotonic clock); the passes in between use that answer. A
+Prometheus (:data:`TTL_SECONDS` after its last answer, a monotonic clock: slipway.singleflight,
+reading in a thread of its own); the passes in between use that answer. A
 Prometheus that fails or does not answer within the operator's HTTP timeout is logged once (until
 it answers again) and the node prices last read from it are kept (the table alone when it never
 answered): a run's cost is not repriced by an outage. A pass never fails and never waits longer than
@@ -24,13 +25,12 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from slipway.prices import OPENCOST_SELECTOR, NodePrices, Prices
 from slipway.prometheus import PrometheusError, Sample
+from slipway.singleflight import SingleFlight
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +59,14 @@ class Querier(Protocol):
     def query(self, promql: str) -> list[Sample]: ...
 
 
-@dataclass
-class _Read:
-    """The last query of one Prometheus: when it was sent, and its answer once it came."""
-
-    started: float
-    answer: Future[dict[str, NodePrices]] = field(default_factory=Future)
-    failing: bool = False  # a failure was logged, and no answer came since
-    overdue: bool = False  # a pass gave up waiting for it: the others do not wait again
-
-
-_READS: dict[tuple[str, str], _Read] = {}  # (Prometheus URL, selector) -> its last read
-_LAST_GOOD: dict[tuple[str, str], dict[str, NodePrices]] = {}  # (URL, selector) -> the node prices last answered
+Key = tuple[str, str]  # (Prometheus URL, selector)
+_FAILING: set[Key] = set()  # a failure was logged, and no answer came since
+_LAST_GOOD: dict[Key, dict[str, NodePrices]] = {}  # the node prices last answered
 _LOCK = threading.Lock()
+# Each Prometheus's last query, in a thread of its own: a pass waits for it at most its timeout.
+_READS: SingleFlight[Key, dict[str, NodePrices]] = SingleFlight(
+    TTL_SECONDS, TTL_SECONDS, on_drop=_FAILING.discard, read_in_thread=True
+)
 
 
 def with_node_prices(
@@ -97,46 +92,42 @@ def node_prices(
     still running is waited for (within ``timeout``; not again once a pass gave up on it), never
     sent twice."""
     key = (client.base_url, selector)
-    with _LOCK:
-        read = _READS.get(key)
-        now = clock()
-        if read is None or (read.answer.done() and now - read.started >= TTL_SECONDS):
-            read = _READS[key] = _Read(now, failing=read is not None and read.failing)
-            threading.Thread(target=_ask, args=(client, read, selector), name="opencost", daemon=True).start()
     try:
-        return read.answer.result(timeout=0 if read.overdue else timeout), None
+        nodes = _READS.get(key, lambda: _ask(client, key), timeout, clock)
     except FutureTimeout:
-        read.overdue = True
         problem = f"{_where(client)} did not answer within {timeout:g}s"
     except PrometheusError as exc:
         problem = str(exc)
+    else:
+        assert nodes is not None  # a read answers node prices or raises
+        return nodes, None
     kept = _LAST_GOOD.get(key)
-    _warn_once(read, problem, kept is not None)
+    _warn_once(key, problem, kept is not None)
     return (kept, None) if kept is not None else ({}, problem)
 
 
-def _ask(client: Querier, read: _Read, selector: str) -> None:
-    """The query, in a thread of its own (so that a pass waits for it only as long as it wants)."""
+def _ask(client: Querier, key: Key) -> dict[str, NodePrices]:
+    """The query (in the cache's thread, so that a pass waits for it only as long as it wants)."""
     try:
-        nodes = parse(client.query(query(selector)))
-    except PrometheusError as exc:
-        read.answer.set_exception(exc)
+        nodes = parse(client.query(query(key[1])))
+    except PrometheusError:
+        raise
     except Exception as exc:  # noqa: BLE001 - whatever breaks, the table prices: a pass never fails on it
-        read.answer.set_exception(PrometheusError(f"{_where(client)}: {type(exc).__name__} reading OpenCost"))
-    else:
-        with _LOCK:
-            recovered, read.failing = read.failing, False
-            _LAST_GOOD[(client.base_url, selector)] = nodes
-        if recovered:
-            log.info("OpenCost's node prices read again from %s (%d nodes)", _where(client), len(nodes))
-        read.answer.set_result(nodes)
-
-
-def _warn_once(read: _Read, problem: str, kept: bool) -> None:
+        raise PrometheusError(f"{_where(client)}: {type(exc).__name__} reading OpenCost") from None
     with _LOCK:
-        if read.failing:
+        recovered = key in _FAILING
+        _FAILING.discard(key)
+        _LAST_GOOD[key] = nodes
+    if recovered:
+        log.info("OpenCost's node prices read again from %s (%d nodes)", _where(client), len(nodes))
+    return nodes
+
+
+def _warn_once(key: Key, problem: str, kept: bool) -> None:
+    with _LOCK:
+        if key in _FAILING:
             return
-        read.failing = True
+        _FAILING.add(key)
     using = "the node prices last read from it" if kept else "the price table alone"
     log.warning(
         "OpenCost's node prices (price file openCost: true) not read: %s; using %s until it answers "
@@ -163,6 +154,7 @@ def parse(samples: list[Sample]) -> dict[str, NodePrices]:
 
 def forget() -> None:
     """Drop every cached read (tests)."""
+    _READS.clear()
     with _LOCK:
-        _READS.clear()
+        _FAILING.clear()
         _LAST_GOOD.clear()

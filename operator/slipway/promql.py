@@ -13,7 +13,7 @@ metric names (``bool``, ``on``, ``ignoring``, ``group_left``, ``group_right``, `
 numbers ``Inf`` and ``NaN``, and ``and``/``or``/``unless``/``offset``/``smoothed``/``anchored``/
 ``by``/``without`` where an operand has just ended (``sum(or)`` reads the metric ``or``, and is
 confined). Label lists (``by (...)``, ``on (...)``), ranges and strings are passed through once
-checked. ``tests/unit/test_promql_fuzz.py`` holds this against Prometheus' parser.
+checked. ``tests/unit/prometheus/test_promql_fuzz.py`` holds this against Prometheus' parser.
 """
 
 from __future__ import annotations

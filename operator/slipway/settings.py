@@ -1,8 +1,10 @@
 """The operator's settings, each declared once: its name (the OperatorConfig field), environment
 variable, flag, default and help. ``OperatorConfig`` takes its defaults from here, ``python -m
-slipway`` builds its flags from here (a flag defaults to its variable), and
-``docs/reference/settings.md`` is generated from here (``python -m slipway.reference``). The
-environment is read in one function, :func:`read`; an empty variable counts as unset.
+slipway`` builds its flags and their ``--help`` from here (a flag defaults to its variable; its help
+names the variables and the default), and ``docs/reference/settings.md`` is generated from here
+(``python -m slipway.reference``). A setting's help is its one description: OperatorConfig's fields
+carry none of their own. The environment is read in one function, :func:`read`; an empty variable
+counts as unset.
 
 Kept light (no kopf, no Kubernetes client): ``python -m slipway --help`` imports it.
 """
@@ -101,23 +103,23 @@ SETTINGS: tuple[Setting, ...] = (
     _s("standalone", "", False, "no leader election: this replica always reconciles (one replica only, tests)",
        "--standalone", parse=parse_bool),
     _s("leader_election_namespace", "SLIPWAY_LEADER_ELECTION_NAMESPACE POD_NAMESPACE", "slipway-system",
-       "namespace of the Lease (default: $POD_NAMESPACE, else slipway-system)", "--leader-election-namespace",
+       "namespace of the Lease", "--leader-election-namespace",
        group=LEADER),
     _s("lease_duration_seconds", "SLIPWAY_LEASE_DURATION_SECONDS", 15.0,
-       "a Lease not renewed for this long may be taken over (default 15)", "--lease-duration", parse=float,
+       "a Lease not renewed for this long may be taken over", "--lease-duration", parse=float,
        metavar="SECONDS", group=LEADER),
     _s("lease_renew_deadline_seconds", "SLIPWAY_LEASE_RENEW_DEADLINE_SECONDS", 10.0,
        "a leader whose last successful renewal was sent this long ago has lost the Lease and exits, before anyone "
-       "may take over (default 10)", "--lease-renew-deadline", parse=float, metavar="SECONDS", group=LEADER),
+       "may take over", "--lease-renew-deadline", parse=float, metavar="SECONDS", group=LEADER),
     _s("lease_retry_seconds", "SLIPWAY_LEASE_RETRY_SECONDS", 2.0,
-       "how often the leader renews the Lease and a standby reads it (default 2)", "--lease-retry-period",
+       "how often the leader renews the Lease and a standby reads it", "--lease-retry-period",
        parse=float, metavar="SECONDS", group=LEADER),
     _s("lease_renew_interval", "", None, argparse.SUPPRESS, "--lease-renew-interval", parse=float, metavar="SECONDS",
        group=LEADER),  # the flag of earlier versions: deadline = duration - interval
     _s("leader_election_identity", "POD_NAME", _host_and_pid, "who holds the leader Lease: the pod's name "
        "(downward API)", shown_default="host_pid"),
     _s("stuck_pass_seconds", "SLIPWAY_STUCK_PASS_SECONDS", 300.0, "the liveness endpoint fails while a "
-       "reconciliation pass runs for longer (a stuck thread; default 300)", "--stuck-pass-seconds", parse=float,
+       "reconciliation pass runs for longer (a stuck thread)", "--stuck-pass-seconds", parse=float,
        metavar="SECONDS"),
     _s("mlflow_url", "SLIPWAY_MLFLOW_URL", None, "MLflow tracking server", "--mlflow-url", empty=True),
     _s("mlflow_public_url", "SLIPWAY_MLFLOW_PUBLIC_URL", None, "MLflow address for links in status (default: "
@@ -160,7 +162,8 @@ SETTINGS: tuple[Setting, ...] = (
     _s("training_priority_class", "SLIPWAY_TRAINING_PRIORITY_CLASS", "slipway-training", "PriorityClass of "
        "training pods when a spec names none (manifests/priorityclasses.yaml); empty: none", empty=True),
     _s("inference_priority_class", "SLIPWAY_INFERENCE_PRIORITY_CLASS", "slipway-inference", "PriorityClass of "
-       "serving pods when a spec names none; empty: none", empty=True),
+       "serving pods when a spec names none (above training's: serving preempts training for GPUs); empty: none",
+       empty=True),
     _s("alias_poll_seconds", "SLIPWAY_ALIAS_POLL_SECONDS", 30.0, "how often a deployment that follows an MLflow "
        "alias looks it up (0: never), while no MLflow webhook is served", parse=float),
     _s("mlflow_webhook_secret", "SLIPWAY_MLFLOW_WEBHOOK_SECRET", "", "the secret MLflow signs its registry "
@@ -186,6 +189,9 @@ SETTINGS: tuple[Setting, ...] = (
        "progress from MLflow (0: never)", parse=float),
     _s("queue_position_seconds", "SLIPWAY_QUEUE_POSITION_SECONDS", 60.0, "how often a run queued in Kueue reads "
        "its position (0: never)", parse=float),
+    # A pass mostly waits on the API server and MLflow, so many more workers than cores; but not too many:
+    # scenario C made Jobs at ~25/s with 12 and at ~20/s with 24 (one run each, bench/RESULTS.md), threads
+    # sharing the GIL with the event loop that reads the watches.
     _s("workers", "SLIPWAY_WORKERS", 12, "reconciliation passes at once, each in a thread (at least 3: one slot "
        "is kept for canary decisions, a third for new objects' first passes)", parse=lambda text: max(3, int(text))),
     _s("stuck_pod_grace_seconds", "SLIPWAY_STUCK_POD_GRACE_SECONDS", 300.0, "a training pod that cannot run (bad "
@@ -205,6 +211,23 @@ def _text(setting: Setting, environ: Mapping[str, str]) -> str | None:
 
 def _default(setting: Setting) -> Any:
     return setting.default() if callable(setting.default) else setting.default
+
+
+def shown_default(setting: Setting) -> str:
+    """The default as the flag's help and the settings page say it ("" for none)."""
+    shown = setting.shown_default if setting.shown_default is not None else _default(setting)
+    return "" if shown is None else str(shown)
+
+
+def flag_help(setting: Setting) -> str:
+    """A flag's ``--help``: the setting's help, then its variables (first set one wins) and its default."""
+    if setting.help == argparse.SUPPRESS:
+        return setting.help
+    notes = [" else ".join(f"${e}" for e in setting.env)] if setting.env else []
+    if not setting.bool_flag and shown_default(setting):
+        notes.append(f"default {shown_default(setting)}")
+    text = setting.help + (f" ({'; '.join(notes)})" if notes else "")
+    return text.replace("%", "%%")  # argparse formats a help with %
 
 
 def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
@@ -245,13 +268,13 @@ def add_flags(parser: argparse.ArgumentParser, environ: Mapping[str, str] | None
         text = _text(s, environ)
         if s.bool_flag:
             default = parse_bool(text) if text is not None else _default(s)
-            groups[s.group].add_argument(*names, dest=s.dest, action="store_true", default=default, help=s.help)
+            groups[s.group].add_argument(*names, dest=s.dest, action="store_true", default=default, help=flag_help(s))
             continue
         kw: dict[str, Any] = {"metavar": s.metavar} if s.metavar else {}
         if s.parse is not str:  # int and float as they are: argparse says "invalid int value: 'x'"
             kw["type"] = s.parse if s.parse in (int, float) else _flag_type(s.parse)
         default = text if text is not None else _default(s)
-        groups[s.group].add_argument(*names, dest=s.dest, default=default, help=s.help, **kw)
+        groups[s.group].add_argument(*names, dest=s.dest, default=default, help=flag_help(s), **kw)
 
 
 def markdown() -> str:
@@ -263,8 +286,9 @@ def markdown() -> str:
         "`python -m slipway` (the operator's container) takes each setting as a flag or, in its Deployment, as an",
         "environment variable: a flag wins over its variable. An empty variable counts as unset, except where it is",
         "marked *empty is a value* (a name or an address): an empty PriorityClass, for one, uses none. Settings",
-        "without a flag are set by their variable alone. `-n NAMESPACE` (repeatable) watches those namespaces,",
-        "`-A` every namespace (the default).",
+        "without a flag are set by their variable alone; of two variables, the first one set wins. `-n NAMESPACE`",
+        "(repeatable) watches those namespaces, `-A` every namespace (the default). `python -m slipway --help`",
+        "says the same of each flag.",
         "",
         "| setting | flag | environment | default | what it does |",
         "|---|---|---|---|---|",
@@ -272,8 +296,7 @@ def markdown() -> str:
     for s in SETTINGS:
         if s.help == argparse.SUPPRESS:
             continue
-        shown = s.shown_default if s.shown_default is not None else _default(s)
-        default = "" if shown is None or shown == "" else f"`{shown}`"
+        default = f"`{shown_default(s)}`" if shown_default(s) else ""
         flag = f"`{s.flag}`" if s.flag else ""
         env = ", ".join(f"`{e}`" for e in s.env) + (" *empty is a value*" if s.empty else "")
         lines.append(f"| {s.name} | {flag} | {env} | {default} | {s.help} |")

@@ -190,10 +190,6 @@ class Slots:
             if self.waiting.get(key) is waiter:
                 del self.waiting[key]
 
-    def lane_of(self, key: Key) -> str | None:
-        """The lane ``key`` waits in, None if it does not wait."""
-        return next((lane for lane, waiters in self.lanes.items() if any(w.key == key for w in waiters)), None)
-
     def promote(self, key: Key) -> None:
         """A change woke ``key`` while its timed pass waits for a slot: it waits as urgent now."""
         waiter = self.waiting.pop(key, None)

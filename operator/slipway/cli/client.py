@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.cli.args import ERROR
-from slipway.cli.view import Kind
+from slipway.cli.refs import Kind
 
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 REQUEST_TIMEOUT = 30.0  # seconds, for each API request

@@ -3,7 +3,8 @@
 Installed with Slipway as the console script ``kubectl-slipway``: kubectl finds it on PATH, so
 ``kubectl slipway get idep/digits`` runs it. The text of every command is in
 :data:`slipway.cli.args.EPILOG` and each command's help. This module runs the commands; the
-arguments are :mod:`slipway.cli.args`, the API server :mod:`slipway.cli.client`, the text
+arguments are :mod:`slipway.cli.args`, the API server :mod:`slipway.cli.client`, the kinds and
+references :mod:`slipway.cli.refs`, the text :mod:`slipway.cli.render` and the decisions
 :mod:`slipway.cli.view`.
 """
 
@@ -30,8 +31,9 @@ from slipway.cli.client import (
     list_kind,
     read,
 )
+from slipway.cli.refs import INFERENCE_DEPLOYMENT, KINDS, Kind, UsageError, parse_ref
+from slipway.cli.render import render
 from slipway.cli.tree import lifecycle
-from slipway.cli.view import INFERENCE_DEPLOYMENT, KINDS, Kind, UsageError
 
 # -- commands --------------------------------------------------------------------------------------
 
@@ -41,7 +43,7 @@ def _ts() -> str:
 
 
 def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = view.parse_ref(args.ref)
+    kind, name = parse_ref(args.ref)
     where = f"{kind.kind} {session.namespace}/{name}"
     fix = f"check the name and -n/--namespace (kubectl get {kind.plural} -n {session.namespace} lists them)"
 
@@ -50,7 +52,7 @@ def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
             roots = lifecycle(kind, name, *(objects(k) for k in KINDS))
         except KeyError:
             raise Failure(f"{where} not found; {fix}") from None
-        return view.render(roots)
+        return render(roots)
 
     if not args.watch:
         out.write(tree(lambda k: list_kind(session, k, f"listing {k.plural}")[0]))
@@ -82,7 +84,7 @@ def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_wait(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = view.parse_ref(args.ref)
+    kind, name = parse_ref(args.ref)
     target = view.wait_target(kind, args.target)
     where = f"{kind.kind} {session.namespace}/{name}"
     cache = Cache(session, [kind], name)
@@ -157,7 +159,7 @@ def _with_conflict_retry(attempt: Callable[[], int]) -> int:
 
 
 def cmd_annotate(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = view.parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
+    kind, name = parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
     if kind is not INFERENCE_DEPLOYMENT:
         raise UsageError(f"{args.command} applies to an InferenceDeployment (idep), not a {kind.kind}")
     annotation = view.ACTIONS[args.command]
@@ -185,7 +187,7 @@ def cmd_annotate(session: Session, args: argparse.Namespace, out: TextIO) -> int
 
 
 def cmd_pause(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = view.parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
+    kind, name = parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
     if kind is not INFERENCE_DEPLOYMENT:
         raise UsageError(f"{args.command} applies to an InferenceDeployment (idep), not a {kind.kind}")
     paused = args.command == "pause"
@@ -232,7 +234,7 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, connect_: Callable[..., S
 
     try:
         if args.command in ("get", "wait"):
-            kind, _ = view.parse_ref(args.ref)  # usage errors before any connection
+            kind, _ = parse_ref(args.ref)  # usage errors before any connection
             if args.command == "wait":
                 view.wait_target(kind, args.target)
         session = connect_(args.kubeconfig, args.context, args.namespace)

@@ -1,13 +1,13 @@
 """The lifecycle tree ``kubectl slipway get`` shows (pure: no I/O): the TrainingRun, the
 ModelArtifact it made (``status.artifactRef``) and the InferenceDeployments that serve its
-versions; :func:`slipway.cli.view.render` draws it."""
+versions; :func:`slipway.cli.render.render` draws it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from slipway.cli.view import INFERENCE_DEPLOYMENT, KINDS, MODEL_ARTIFACT, TRAINING_RUN, Kind, Obj, _get, _name
+from slipway.cli.refs import INFERENCE_DEPLOYMENT, KINDS, MODEL_ARTIFACT, TRAINING_RUN, Kind, Obj, lookup, name_of
 
 
 @dataclass
@@ -20,13 +20,13 @@ class Node:
 
 def _artifact_versions(artifact: Obj) -> set[tuple[str, str]]:
     """(model, version) pairs an artifact registered: its version and its quantized version."""
-    model = str(_get(artifact, "spec", "model", "name") or "")
-    return {(model, str(v)) for v in (_get(artifact, "status", k) for k in ("modelVersion", "quantizedVersion")) if v}
+    model = str(lookup(artifact, "spec", "model", "name") or "")
+    return {(model, str(v)) for v in (lookup(artifact, "status", k) for k in ("modelVersion", "quantizedVersion")) if v}
 
 
 def _served_versions(deployment: Obj) -> set[tuple[str, str]]:
     """(model, version) pairs a deployment serves, canaries or rolled back."""
-    status = _get(deployment, "status") or {}
+    status = lookup(deployment, "status") or {}
     tracks = [status.get("stable"), status.get("canary"), status.get("lastRollback")]
     return {(str(t.get("modelName")), str(t.get("modelVersion"))) for t in tracks if t and t.get("modelVersion")}
 
@@ -34,11 +34,11 @@ def _served_versions(deployment: Obj) -> set[tuple[str, str]]:
 def serves(deployment: Obj, artifact: Obj) -> bool:
     """By ``spec.model.artifactRef``, or following an alias of the artifact's model and serving
     (or canarying, or having rolled back) one of its versions: name and version together."""
-    model = _get(deployment, "spec", "model") or {}
-    ref = _get(model, "artifactRef", "name")
+    model = lookup(deployment, "spec", "model") or {}
+    ref = lookup(model, "artifactRef", "name")
     if ref is not None:
-        return bool(ref == _name(artifact))
-    if model.get("name") != _get(artifact, "spec", "model", "name"):
+        return bool(ref == name_of(artifact))
+    if model.get("name") != lookup(artifact, "spec", "model", "name"):
         return False
     return bool(_served_versions(deployment) & _artifact_versions(artifact))
 
@@ -64,25 +64,27 @@ class _Objects:
 
     def __init__(self, runs: Iterable[Obj], artifacts: Iterable[Obj], deployments: Iterable[Obj]) -> None:
         self.by_kind: dict[str, dict[str, Obj]] = {
-            TRAINING_RUN.kind: {_name(o): o for o in runs},
-            MODEL_ARTIFACT.kind: {_name(o): o for o in artifacts},
-            INFERENCE_DEPLOYMENT.kind: {_name(o): o for o in deployments},
+            TRAINING_RUN.kind: {name_of(o): o for o in runs},
+            MODEL_ARTIFACT.kind: {name_of(o): o for o in artifacts},
+            INFERENCE_DEPLOYMENT.kind: {name_of(o): o for o in deployments},
         }
         self.runs, self.artifacts, self.deployments = (self.by_kind[k.kind] for k in KINDS)
 
     def artifact_names_of(self, run: Obj) -> list[str]:
-        names = [_get(run, "status", "artifactRef", "name")]
+        names = [lookup(run, "status", "artifactRef", "name")]
         names += [
-            n for n, a in self.artifacts.items() if _get(a, "spec", "source", "trainingRunRef", "name") == _name(run)
+            n
+            for n, a in self.artifacts.items()
+            if lookup(a, "spec", "source", "trainingRunRef", "name") == name_of(run)
         ]
         return list(dict.fromkeys(n for n in names if n))
 
     def run_name_of(self, artifact: Obj) -> str | None:
-        ref = _get(artifact, "spec", "source", "trainingRunRef", "name")
+        ref = lookup(artifact, "spec", "source", "trainingRunRef", "name")
         if ref:
             return str(ref)
         return next(
-            (n for n, r in self.runs.items() if _get(r, "status", "artifactRef", "name") == _name(artifact)), None
+            (n for n, r in self.runs.items() if lookup(r, "status", "artifactRef", "name") == name_of(artifact)), None
         )
 
     def artifact_node(self, artifact_name: str) -> Node:
@@ -108,7 +110,7 @@ class _Objects:
 
     def deployment_roots(self, name: str) -> list[Node]:
         deployment = self.deployments[name]
-        ref = _get(deployment, "spec", "model", "artifactRef", "name")
+        ref = lookup(deployment, "spec", "model", "artifactRef", "name")
         served = [ref] if ref else [n for n, a in sorted(self.artifacts.items()) if serves(deployment, a)]
         roots: list[Node] = []
         for artifact_name in served:

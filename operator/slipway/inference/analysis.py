@@ -165,7 +165,7 @@ class AnalysisOutcome:
     """
 
     results: tuple[MetricResult, ...]
-    prometheus_unavailable: bool = False  # true: Inconclusive because monitoring is down
+    source_unavailable: bool = False  # true: Inconclusive because a source (monitoring) is down
     costs: Mapping[str, dict[str, object]] = field(default_factory=dict)  # track -> status.<track>.cost
 
     @property
@@ -318,7 +318,7 @@ def judge(
             stable_values[i] = measure(metrics[i], STABLE_TRACK)
     measured = [m for m in subject_values if m is not None]
     results = evaluate(metrics, measured, stable_values, no_data, rfc3339(now))
-    return AnalysisOutcome(tuple(results), prometheus_unavailable=deciding.unavailable is not None)
+    return AnalysisOutcome(tuple(results), source_unavailable=deciding.unavailable is not None)
 
 
 def not_measured(metrics: Sequence[AnalysisMetric | str], now: datetime | str, message: str) -> AnalysisOutcome:

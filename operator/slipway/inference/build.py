@@ -1,25 +1,19 @@
-"""InferenceDeployment -> stable and canary Deployments, Service(s), HPA and (GatewayAPI) HTTPRoute."""
+"""InferenceDeployment -> stable and canary Deployments, Service(s), HPA and (GatewayAPI) HTTPRoute.
+The revision their pods serve is computed in slipway.inference.revision, the server's probes in
+slipway.inference.probes."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from slipway import API_VERSION
-from slipway.builders.common import (
-    MANAGED_BY,
-    apply_pod_template,
-    dns1035_name,
-    dns1123_name,
-    env_list,
-    label_value,
-    parent_name,
-    resource_requirements,
-)
 from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.probes import probe
+from slipway.inference.revision import revision
 from slipway.mlflow.digests import FILES_DIGEST_ENV
+from slipway.names import MANAGED_BY, dns1035_name, dns1123_name, label_value, parent_name
+from slipway.podspec import apply_pod_template, env_list, resource_requirements
 
 DEPLOYMENT_LABEL = "slipway.dev/deployment"  # the name as a label value (hashed past 63 characters)
 DEPLOYMENT_NAME_ANNOTATION = "slipway.dev/deployment-name"  # on pods: the full name
@@ -33,19 +27,6 @@ MODEL_VOLUME = "slipway-model"
 CACHE_VOLUME = "slipway-model-cache"
 CACHE_PATH = "/var/cache/slipway-models"
 FETCH_COMMAND = ["python", "-m", "slipway.workloads.fetch"]
-# Probe defaults: a startup probe lets a large model load for 30 minutes (every 10 s, 180 failures)
-# before liveness may restart the server; readiness is quick to take and to shed traffic.
-PROBE_DEFAULTS: dict[str, dict[str, int]] = {
-    "startup": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 180},
-    "readiness": {"periodSeconds": 2, "failureThreshold": 2},
-    "liveness": {"periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
-}
-_PROBE_FIELDS = {
-    "initial_delay_seconds": "initialDelaySeconds",
-    "period_seconds": "periodSeconds",
-    "timeout_seconds": "timeoutSeconds",
-    "failure_threshold": "failureThreshold",
-}
 
 
 def deployment_name(name: str, track: str) -> str:
@@ -72,63 +53,6 @@ def selector(name: str, track: str | None = None) -> dict[str, str]:
     if track:
         labels[TRACK_LABEL] = track
     return labels
-
-
-def readiness_path(spec: InferenceDeploymentSpec) -> str:
-    """vLLM answers /health; Slipway's reference server /readyz."""
-    analysis = spec.rollout.analysis
-    return "/health" if analysis is not None and analysis.preset == "vllm" else "/readyz"
-
-
-def _served(spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None) -> dict[str, Any]:
-    dumped = spec.model_dump(mode="json", by_alias=True)
-    served = {
-        "model": [model_name or spec.model.name or "", version, uri],
-        "container": {k: v for k, v in dumped.items() if k in ("image", "command", "args", "port", "resources", "env")},
-        "probePath": readiness_path(spec),
-    }
-    # Set only when given, so that a revision served before these fields existed keeps its hash.
-    served |= {k: dumped[k] for k in ("probes", "modelLoad", "podTemplate") if dumped.get(k) is not None}
-    return served
-
-
-def _digest(served: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(served, sort_keys=True).encode()).hexdigest()[:10]
-
-
-def revision(spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None) -> str:
-    """The revision of what would be served: a hash of what the user asked for (model name, version
-    and URI, image, command, args, env, resources, port, probes, modelLoad, podTemplate) as both
-    tracks would run it. Any change of it is a new revision, and a new revision is canaried. The
-    operator's own settings (its image, the fetch image, the MLflow address) are no part of it."""
-    return _digest(_served(spec, version, uri, model_name))
-
-
-def legacy_revisions(
-    spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None, mlflow_urls: Iterable[str | None]
-) -> set[str]:
-    """The hashes the same revision had before the MLflow address left it, one per address an
-    operator of then may have used: a Deployment or a status record carrying one of them serves (or
-    refused) this very revision."""
-    served = _served(spec, version, uri, model_name)
-    return {_digest({**served, "mlflow": url or ""}) for url in mlflow_urls}
-
-
-def probe(spec: InferenceDeploymentSpec, kind: str) -> dict[str, Any]:
-    """The ``kind`` probe (startup, readiness, liveness): Slipway's defaults, then what spec.probes sets."""
-    default_path = readiness_path(spec) if kind == "readiness" else liveness_path(spec)
-    custom = getattr(spec.probes, kind) if spec.probes else None
-    body: dict[str, Any] = {
-        "httpGet": {"path": (custom and custom.path) or default_path, "port": (custom and custom.port) or spec.port},
-        **PROBE_DEFAULTS[kind],
-    }
-    if custom is not None:
-        body |= {key: getattr(custom, attr) for attr, key in _PROBE_FIELDS.items() if getattr(custom, attr) is not None}
-    return body
-
-
-def liveness_path(spec: InferenceDeploymentSpec) -> str:
-    return "/healthz" if readiness_path(spec) == "/readyz" else "/health"
 
 
 def fetch_container(
@@ -176,7 +100,7 @@ def deployment(
     (default ``workload_image``, Slipway's) fetches the model first and checks it against ``files_digest``
     (the version's: no part of the revision). The pods get ``priority_class`` (the operator's default,
     above training's) unless spec.podTemplate names one. ``revision_id``: the revision's label when the
-    caller resolved it (see :func:`legacy_revisions`)."""
+    caller resolved it (see :func:`slipway.inference.revision.legacy_revisions`)."""
     labels = {**MANAGED_BY, **selector(name, track), VERSION_LABEL: label_value(version)}
     labels[REVISION_LABEL] = revision_id or revision(spec, version, uri, model_name)
     env = _server_env(spec, track, version, uri, mlflow_url, model_name)

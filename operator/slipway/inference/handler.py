@@ -12,21 +12,21 @@ import time
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from slipway import cost, kube, metrics, mlflowcreds, opencost
-from slipway.builders.common import with_credentials
-from slipway.inference import analysis, build, providers, registry, traffic
+from slipway import kube, metrics, mlflowcreds
+from slipway.behaviour import ALIASES
+from slipway.inference import analysisrun, build, providers, registry, registrywrites, routing, traffic
 from slipway.inference.adopt import ALIAS_TAGS, ALIAS_UID, drop_moves_made, proven_model, registry_view
 from slipway.inference.model import DeploymentPhase, InferenceDeploymentSpec, InferenceDeploymentStatus, ServingCost
 from slipway.inference.operatorfields import files_digest, keeping_operator_fields, revision_for
-from slipway.inference.rollout.bake import bake_analysis
 from slipway.inference.rollout.base import Desired, Observed, Plan, Track
 from slipway.inference.rollout.budget import total_replicas
 from slipway.inference.rollout.planner import plan
-from slipway.inference.rollout.records import alias_target, new_rollback
+from slipway.inference.rollout.records import new_rollback
 from slipway.inference.rollout.rollbacktag import owner
 from slipway.inference.rollout.tracks import desired_from_artifact, track_of, track_statuses, with_revision
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models.base import parse_duration
+from slipway.podspec import with_credentials
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
 from slipway.status.pods import pod_problem
 from slipway.tenancy import Use
@@ -87,6 +87,7 @@ class Reconciler:
             annotations=annotations,
             now=datetime.now(UTC),
             deployment=owner(self.namespace, self.name),
+            router=self.router,
         )
         # No stable of its own (new, or re-created without status): what MLflow records decides the first one.
         observed.registry = registry_view(self.ctx, self.mlflow, self.spec, desired, list(deployments.values()))
@@ -94,16 +95,16 @@ class Reconciler:
         if decision.analyze and decision.rollout is not None:
             if decision.analyze_track == "stable":  # a bake: the promoted version on the stable's pods
                 promoted = {"stable": (decision.rollout.version, decision.rollout.revision)}
-                observed.analysis = self.analyse(observed.now, promoted, bake=True)
+                observed.analysis = analysisrun.analyse(self.ctx, self.spec, observed.now, promoted, bake=True)
             else:
                 tracks_ids = {"canary": (decision.rollout.version, decision.rollout.revision)}
                 if observed.stable is not None and observed.stable.version:
                     tracks_ids["stable"] = (observed.stable.version, observed.stable.revision or "")
-                observed.analysis = self.analyse(observed.now, tracks_ids)
+                observed.analysis = analysisrun.analyse(self.ctx, self.spec, observed.now, tracks_ids)
             self.costs = dict(observed.analysis.costs)
             decision = plan(observed)
         drop_moves_made(self.mlflow, self.ctx.status, decision)
-        pending, parked = self.registry_updates(observed, decision)
+        pending, parked = registrywrites.to_write(self.ctx, self.spec, observed, decision)
         rollback = new_rollback(self.ctx.status, decision)
         kept = decision.status.get("previousStable")
         if kept:  # a promotion decided: status keeps what its revert restores, from the stable as it is now
@@ -112,9 +113,10 @@ class Reconciler:
             self.put_on_record(decision, tracks, pending, parked, rollback)
         # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
         routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight, decision.held_out)
-        self.ensure_services(routed)
+        routing.before_pods(self.ctx, routed)
+        self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
         deployments = self.apply(decision, deployments, observed.status.get("previousStable"), routed)
-        pending, parked = self.carry_out(pending, parked)
+        pending, parked = registrywrites.carry_out(self.ctx, self.mlflow, pending, parked)
         tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
         self.write(decision, tracks, pending, parked)
         return self.next_pass(decision, pending, parked)
@@ -133,27 +135,6 @@ class Reconciler:
         flush(self.ctx)
         if rollback is not None:
             metrics.ROLLBACKS.labels(self.namespace, self.name, rollback["reason"]).inc()
-
-    def registry_updates(self, observed: Observed, decision: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """(the MLflow updates to write, in order, refused ones still parked): stored ones (pending,
-        and parked ones due again) that status still wants, then this pass's decisions. An alias move
-        a newer decision replaces, or that no longer names what status holds for the alias, is dropped
-        (a move refused once never lands after the decisions that followed it)."""
-        generation = self.ctx.body["metadata"].get("generation")
-        parked, retried = registry.due_again(self.ctx.status, generation, datetime.now(UTC))
-        stored = list(self.ctx.status.get("pendingRegistryUpdates") or []) + retried
-        target = alias_target(observed, decision)
-        stored, parked, dropped = registry.sift(
-            stored, parked, decision.registry, self.spec.rollout.promote_alias, target
-        )
-        for update in dropped:
-            self.ctx.event(
-                "Normal",
-                "RegistryUpdateDropped",
-                f"{registry.describe(update)} is no longer written: "
-                "a newer decision replaced it or status no longer holds it",
-            )
-        return stored + [u for u in decision.registry if u not in stored], parked
 
     def write(
         self,
@@ -195,29 +176,6 @@ class Reconciler:
             selector=selector,
             **decision.status,
         )
-
-    def carry_out(
-        self, pending: list[dict[str, Any]], parked: list[dict[str, Any]]
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """MLflow alias moves and tags, once they are on record: (still pending, refused). What MLflow
-        cannot take now stays pending and is retried; what it refuses (4xx) is parked with its answer
-        and a Warning, and never blocks what comes after it."""
-        done, pending, refused = self.mlflow.apply_updates(pending) if pending else ([], [], [])
-        for update in done:
-            if update["action"] == "SetAlias":
-                self.ctx.event(
-                    "Normal",
-                    "AliasMoved",
-                    f"MLflow alias {update['alias']} of {update['model']} now points at version {update['version']}",
-                )
-                metrics.PROMOTIONS.labels(self.namespace, self.name).inc()
-        generation = self.ctx.body["metadata"].get("generation")
-        for update, answer in refused:
-            entry = registry.refused(update, answer, generation, datetime.now(UTC))
-            retry = f"retried when the spec changes or in {registry.RETRY_REFUSED_SECONDS / 60:g} min"
-            self.ctx.event("Warning", registry.REFUSED, f"{registry.describe(entry)}: {entry['error']}; {retry}")
-            parked = registry.park(parked, entry)
-        return pending, parked
 
     def pod_problem(self, track: str) -> tuple[str, str] | None:
         return pod_problem(self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track))
@@ -269,8 +227,8 @@ class Reconciler:
         status says is rolling out or served, so rollbacks, aborts and analysis go on."""
         memory, now = self.ctx.memory, time.monotonic()
         due = now - memory.get("alias_time", -1e9) >= self.ctx.config.alias_poll_seconds
-        if self.ctx.key in self.ctx.cache.alias_stale or memory.get(ALIAS_UID) != self.ctx.uid:
-            self.ctx.cache.alias_stale.discard(self.ctx.key)  # (a re-created object reads it again)
+        marked = self.ctx.cache.take_mark(self.ctx.key, ALIASES)  # an alias it follows may have moved
+        if marked or memory.get(ALIAS_UID) != self.ctx.uid:  # (a re-created object reads it again)
             due = True
         if memory.get("alias") != (model, alias) or due:
             try:
@@ -292,61 +250,6 @@ class Reconciler:
         if not track.get("modelVersion") or not track.get("uri"):
             raise MlflowUnavailable(f"MLflow is unreachable and {model}'s alias was never read")
         return Desired(str(track["modelVersion"]), str(track["uri"]), model)
-
-    def analyse(
-        self, now: datetime, tracks: dict[str, tuple[str, str]], bake: bool = False
-    ) -> analysis.AnalysisOutcome:
-        """Each track's series narrowed to its revision (track -> (model version, revision)). ``bake``:
-        the stable's pods alone, judged on spec.rollout.bake's absolute thresholds."""
-        settings = bake_analysis(self.spec) if bake else self.spec.rollout.analysis
-        assert settings is not None
-        versions = {t: v for t, (v, _) in tracks.items()}
-        revisions = {t: r for t, (_, r) in tracks.items() if r}
-        target = providers.Target(settings, self.namespace, self.name, versions, revisions)
-        lent = providers.Services(
-            self.ctx.config,
-            self.ctx.prometheus,
-            self.ctx.config.http_timeout_seconds,
-            lambda: self.ctx.cache.names("namespaces"),
-        )
-        outcome = providers.analyse(target, lent, now, "stable" if bake else "canary", self.pricing(tracks))
-        for result in outcome.results:
-            metrics.GATE_RESULTS.labels("InferenceDeployment", result.result.lower()).inc()
-        return outcome
-
-    def pricing(self, tracks: dict[str, tuple[str, str]]) -> analysis.Pricing | None:
-        """The price per hour of one pod of each analysed track, from its pods' requests (slipway.cost)
-        and nodes (OpenCost's prices with openCost, slipway.opencost), and their number; None when no
-        price is configured and no cost metric is asked for (nothing to show or judge)."""
-        table = cost.prices_of(self.ctx.config.prices_file)
-        prices = opencost.with_node_prices(table, self.ctx.prometheus, self.ctx.config.http_timeout_seconds)
-        settings = self.spec.rollout.analysis
-        asked = settings is not None and any(m.name in analysis.PER_UNIT for m in settings.metrics)
-        if not prices.configured and not asked:
-            return None
-        products = kube.gpu_products(self.ctx.kube) if prices.configured and cost.needs_products(prices) else {}
-        per_hour: dict[str, float | None] = {}
-        missing: dict[str, str] = {}
-        counts: dict[str, int] = {}
-        for track, (_, revision) in tracks.items():
-            pods = self.ctx.cache.select("servingpods", "track", self.namespace, self.name, track)
-            if revision:
-                pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(build.REVISION_LABEL) == revision]
-            per_hour[track], counts[track], missing[track] = cost.pod_per_hour(prices, pods, products)
-        return analysis.Pricing(per_hour, missing, prices.currency, counts)
-
-    def ensure_services(self, routed: traffic.Objects) -> None:
-        """The traffic router's Services (what the traffic mode no longer needs is deleted) and the HPA."""
-        self.ensure_routed(routed, ("services",))
-        self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
-
-    def ensure_routed(self, routed: traffic.Objects, kinds: tuple[str, ...]) -> None:
-        """The router's objects of ``kinds``; those of these kinds it does not name are deleted."""
-        wanted = routed.by_kind()
-        for kind in kinds:
-            for body in wanted[kind]:
-                self.ctx.ensure(kind, body)
-            self.ctx.prune(kind, [body["metadata"]["name"] for body in wanted[kind]])
 
     def apply(
         self,
@@ -374,7 +277,7 @@ class Reconciler:
             result["canary"] = self.ensure_track("canary", decision.canary, decision.canary_replicas)
         else:
             result["canary"] = self.scale("canary", deployments["canary"], 0)
-        self.ensure_routed(routed, tuple(k for k in traffic.ROUTED_KINDS if k != "services"))
+        routing.after_pods(self.ctx, routed)
         if decision.consumed_annotation:
             consumed = decision.consumed_annotation
 

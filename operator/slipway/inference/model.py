@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from slipway.artifact.model import ALIAS_CEL, ALIAS_MESSAGE, Alias, check_alias
+from slipway.inference.rollbacks import ROLLBACK_REASONS
 from slipway.models.base import (
     PRESERVE,
     PROMETHEUS_ADDRESS_PATTERN,
@@ -60,6 +61,10 @@ PROMETHEUS_ADDRESS_MESSAGE = (
 )
 
 
+# The canary's steps when the spec writes none: these weights, each held for spec.rollout.interval;
+# with stepWeight and no maxWeight, steps of stepWeight up to DEFAULT_MAX_WEIGHT.
+DEFAULT_STEP_WEIGHTS = (20, 50)
+DEFAULT_MAX_WEIGHT = 50
 MIN_ANALYSIS_INTERVAL = "5s"
 ANALYSIS_INTERVAL_MESSAGE = (
     f"at least {MIN_ANALYSIS_INTERVAL}: every analysis queries the shared Prometheus once per metric and track"
@@ -300,11 +305,19 @@ class Rollout(SlipwayModel):
 
     steps: list[RolloutStep] | None = Field(
         default=None,
-        description="Canary steps with ascending weights, e.g. [{weight: 10, pause: 60s}, …].",
+        description="Canary steps with ascending weights, e.g. [{weight: 10, pause: 60s}, …]. With neither "
+        f"steps nor stepWeight: weights {' and '.join(map(str, DEFAULT_STEP_WEIGHTS))}, each held for interval.",
         max_length=20,
     )
-    step_weight: int | None = Field(default=None, ge=1, le=100, description="Weight added at each step.")
-    max_weight: int | None = Field(default=None, ge=1, le=100, description="Last weight before promotion.")
+    step_weight: int | None = Field(
+        default=None, ge=1, le=100, description="Weight added at each step, up to maxWeight."
+    )
+    max_weight: int | None = Field(
+        default=None,
+        ge=1,
+        le=100,
+        description=f"With stepWeight: the last weight before promotion (default {DEFAULT_MAX_WEIGHT}).",
+    )
     interval: Duration = Field(default="30s", description="Time between steps (when a step has no pause).")
     progress_deadline_seconds: int = Field(
         default=600,
@@ -613,10 +626,7 @@ class AnalysisResult(StatusModel):
 class Rollback(StatusModel):
     """The most recent rollback."""
 
-    reason: str = Field(
-        description="Why: AnalysisFailed, ProgressDeadlineExceeded, Aborted, PromotionFailed, PromotionAborted, "
-        "BakeFailed."
-    )
+    reason: str = Field(description=f"Why: {', '.join(ROLLBACK_REASONS)}.")
     metric: str | None = Field(default=None, description="The failed metric, if any.")
     value: float | None = Field(default=None, description="Its value.")
     model_name: str | None = Field(default=None, description="The model of the revision rolled back.")

@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from slipway.inference.build import REVISION_LABEL, legacy_revisions, revision
+from slipway.inference.build import REVISION_LABEL
 from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.revision import legacy_revisions, revision
 from slipway.inference.rollout.base import Desired
 from slipway.mlflow.digests import FILES_DIGEST_ENV, is_digest
 

@@ -4,8 +4,9 @@ This is the only package in Slipway that talks to MLflow. It speaks plain REST o
 ``httpx`` because the ``mlflow`` package pins dependencies that conflict with the
 Kubernetes client. :class:`MlflowClient` is the one object callers use; it is composed of:
 
-- :mod:`.http` — the connection, auth, retries and the error mapping
-  (:class:`MlflowError`, :class:`MlflowNotFound`, :class:`MlflowUnavailable`);
+- :mod:`.http` — the connection, auth, retries and bounds;
+- :mod:`.errors` — MLflow's answers mapped onto :class:`MlflowError`, :class:`MlflowNotFound`
+  and :class:`MlflowUnavailable`, in Slipway's words;
 - :mod:`.tracking` — experiments, runs, metrics, params and tags;
 - :mod:`.registry` — registered models, versions, version tags and aliases;
 - :mod:`.artifacts` — upload, list and download, and artifact URI resolution;
@@ -23,15 +24,15 @@ with two pure helpers: :mod:`.uris` (the ``models:/`` and ``runs:/`` URI parser)
 from __future__ import annotations
 
 from slipway.mlflow.artifacts import ARTIFACT_PROXY, ArtifactFile, Artifacts
-from slipway.mlflow.filters import model_version_filter, tag_filter
-from slipway.mlflow.http import (
-    API,
+from slipway.mlflow.errors import (
     LeaseDeadlinePassed,
     MlflowAnswerTooLarge,
     MlflowError,
     MlflowNotFound,
     MlflowUnavailable,
 )
+from slipway.mlflow.filters import model_version_filter, tag_filter
+from slipway.mlflow.http import API
 from slipway.mlflow.logged_models import LoggedModel, LoggedModels
 from slipway.mlflow.proof import PROOF_TAG, Guard, Proof, Unproven
 from slipway.mlflow.records import ROLE_TAG, UID_TAG, Records

@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 import httpx
 
 from slipway.mlflow import bounds
-from slipway.mlflow.http import MlflowError, MlflowNotFound
+from slipway.mlflow.errors import MlflowError, MlflowNotFound
 from slipway.mlflow.registry import Registry
 from slipway.mlflow.tracking import Tracking
 from slipway.mlflow.uris import ModelUri, parse_model_uri, parse_run_uri

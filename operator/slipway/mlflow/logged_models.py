@@ -63,7 +63,7 @@ class LoggedModels(MlflowHttp):
     """Read MLflow 3's logged models."""
 
     def get_logged_model(self, model_id: str) -> LoggedModel:
-        """The logged model ``model_id``; :class:`~slipway.mlflow.http.MlflowNotFound` if MLflow has none."""
+        """The logged model ``model_id``; :class:`~slipway.mlflow.errors.MlflowNotFound` if MLflow has none."""
         answer = self._call("GET", f"/mlflow/logged-models/{urllib.parse.quote(model_id, safe='')}")
         return LoggedModel.from_json(answer["model"])
 

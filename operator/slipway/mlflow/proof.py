@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
-from slipway.mlflow.http import MlflowError
+from slipway.mlflow.errors import MlflowError
 
 PROOF_TAG = "slipway.dev/proof"
 NAMESPACE_TAG = "slipway.dev/namespace"  # the namespace an experiment or a model was made for

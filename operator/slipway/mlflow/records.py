@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slipway.mlflow.errors import MlflowError, MlflowNotFound, MlflowUnavailable
 from slipway.mlflow.filters import model_version_filter, tag_filter
-from slipway.mlflow.http import MlflowError, MlflowNotFound, MlflowUnavailable
 from slipway.mlflow.proof import PROOF_TAG, Guard, Proof, Unproven, unproven_named
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
 from slipway.mlflow.tracking import Run, Tracking

@@ -6,7 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slipway.mlflow.http import MlflowError, MlflowHttp, MlflowNotFound
+from slipway.mlflow.errors import MlflowError, MlflowNotFound
+from slipway.mlflow.http import MlflowHttp
 from slipway.mlflow.uris import model_version_uri
 
 

@@ -23,7 +23,7 @@ import httpx
 
 from slipway.mlflow.artifacts import ARTIFACT_PROXY, Artifacts, _join
 from slipway.mlflow.digests import tree_digest
-from slipway.mlflow.http import MlflowError
+from slipway.mlflow.errors import MlflowError
 from slipway.mlflow.logged_models import LoggedModel, LoggedModels, newest
 from slipway.mlflow.tracking import Run
 from slipway.mlflow.uris import run_artifact_uri

@@ -10,7 +10,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from slipway.mlflow.http import MlflowError, MlflowHttp, MlflowNotFound
+from slipway.mlflow.errors import MlflowError, MlflowNotFound
+from slipway.mlflow.http import MlflowHttp
 from slipway.redact import without_credentials
 
 TERMINAL_RUN_STATUSES = frozenset({"FINISHED", "FAILED", "KILLED"})

@@ -25,7 +25,7 @@ from slipway.workloads.common import (
 from slipway.workloads.faults import crash_if_asked, resolve_faults
 
 if TYPE_CHECKING:
-    from slipway.workloads.serve import PredictionServer
+    from slipway.workloads.servehttp import PredictionServer
 
 log = logging.getLogger("slipway.workloads.serve")  # the server's one logger
 

@@ -42,7 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from slipway.workloads.common import env_float
 
 if TYPE_CHECKING:
-    from slipway.workloads.serve import PredictionHandler
+    from slipway.workloads.servehttp import PredictionHandler
 
 # vLLM's own buckets, with finer ones below 10 ms for a small model's tokens.
 TTFT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)

@@ -29,6 +29,14 @@ import os
 import tempfile
 from pathlib import Path
 
+from slipway.workloads.classifier import (
+    export_model,
+    model_metadata,
+    new_state,
+    serve_faults_from_env,
+    train_step,
+    training_labels,
+)
 from slipway.workloads.common import (
     METADATA_FILE,
     MODEL_ARTIFACT_PATH,
@@ -37,15 +45,7 @@ from slipway.workloads.common import (
     env_int,
     run_workload,
 )
-from slipway.workloads.train import (
-    export_model,
-    model_metadata,
-    new_state,
-    parse_args,
-    serve_faults_from_env,
-    train_step,
-    training_labels,
-)
+from slipway.workloads.train import parse_args
 
 log = logging.getLogger("slipway.workloads.train_mlflow")
 

@@ -8,8 +8,11 @@ once per analysis, its metrics judged by :func:`slipway.inference.analysis.judge
 spec's order.
 
 A new source (a web check, the gateway's metrics) is one module implementing :class:`Source` and
-one row of :data:`PROVIDERS`. Today the API names no source: its metric names or preset would join
-the CRD's (``BUILTIN_METRICS``, ``preset``), or a metric would name its source in a field of its own.
+one row of :data:`PROVIDERS`; a source with an endpoint of its own opens its own client in
+:meth:`Source.open` (the operator lends its settings and request timeout through :class:`Services`).
+Today the API names no source: its metric names or preset would join the CRD's
+(``BUILTIN_METRICS``, ``preset``), or a metric would name its source in a field of its own. See
+docs/extending.md.
 """
 
 from __future__ import annotations
@@ -25,7 +28,6 @@ from slipway.inference.model import Analysis, AnalysisMetric
 from slipway.inference.providers.base import Services, Source, Target
 from slipway.inference.providers.gateway import GatewaySource
 from slipway.inference.providers.prometheus import PrometheusSource
-from slipway.prometheus import PrometheusClient
 
 DEFAULT = "prometheus"  # the source of queries, and of metrics no other source claims
 PROVIDERS: dict[str, Source] = {source.name: source for source in (PrometheusSource(), GatewaySource())}
@@ -115,47 +117,9 @@ def _judge(
             outcome = analysis.not_measured(group, now, why[name])
         else:
             outcome = analysis.judge(group, *lanes[name], no_data, now, subject)
-        down = down or outcome.prometheus_unavailable
+        down = down or outcome.source_unavailable
         results.update(zip(indices, outcome.results, strict=True))
-    return analysis.AnalysisOutcome(tuple(results[i] for i in range(len(rules))), prometheus_unavailable=down)
+    return analysis.AnalysisOutcome(tuple(results[i] for i in range(len(rules))), source_unavailable=down)
 
 
-def run_analysis(
-    client: PrometheusClient,
-    settings: Analysis,
-    namespace: str,
-    deployment: str,
-    now: datetime | str,
-    versions: Mapping[str, str] | None = None,
-    revisions: Mapping[str, str] | None = None,
-    subject: str = analysis.CANARY_TRACK,
-    pricing: analysis.Pricing | None = None,
-) -> analysis.AnalysisOutcome:
-    """:func:`analyse` with ``client`` as the Prometheus asked (the spec's address is not looked at)."""
-    target = Target(
-        settings.model_copy(update={"prometheus": None}), namespace, deployment, versions or {}, revisions or {}
-    )
-    return analyse(target, Services(None, client, client.timeout), now, subject, pricing)
-
-
-def analyse_canary(
-    default: PrometheusClient | None,
-    settings: Analysis,
-    namespace: str,
-    deployment: str,
-    now: datetime,
-    versions: Mapping[str, str],
-    timeout: float,
-    *,
-    config: OperatorConfig | None = None,
-    revisions: Mapping[str, str] | None = None,
-    subject: str = analysis.CANARY_TRACK,
-    pricing: analysis.Pricing | None = None,
-) -> analysis.AnalysisOutcome:
-    """:func:`analyse` as the operator runs it, with ``default`` its own Prometheus and ``config``
-    its settings (the spec's Prometheus address must be one it allows)."""
-    target = Target(settings, namespace, deployment, versions, revisions or {})
-    return analyse(target, Services(config, default, timeout), now, subject, pricing)
-
-
-__all__ = ["DEFAULT", "PROVIDERS", "Services", "Source", "Target", "analyse", "refusals", "run_analysis", "source_of"]
+__all__ = ["DEFAULT", "PROVIDERS", "Services", "Source", "Target", "analyse", "refusals", "source_of"]

@@ -20,9 +20,9 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from slipway.builders.common import label_value
 from slipway.inference.model import BUILTIN_METRICS, AnalysisMetric
 from slipway.models.base import parse_duration
+from slipway.names import label_value
 from slipway.promql import ConfinementError, confine
 
 # Series labels, as Prometheus' labelmap of the pod labels slipway.dev/deployment and

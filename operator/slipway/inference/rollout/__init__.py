@@ -10,8 +10,9 @@ A revision is the served pod template (model name, version and URI, image, comma
 resources, port) identified by a hash: any new revision is canaried, a new model version being
 one case. Each step splits spec.replicas (the HPA's) between the tracks within
 ``maxSurgeReplicas`` and ``maxUnavailableReplicas``; the traffic router of spec.traffic.mode
-(``slipway.inference.traffic``) plans the split and says what share the canary carries, and this package
-never asks which router it is. ``progressDeadlineSeconds`` counts time without
+(``slipway.inference.traffic``), handed in with what is observed (``Observed.router``), plans the
+split and says what share the canary carries: this package looks up no router and never asks
+which one it has. ``progressDeadlineSeconds`` counts time without
 progress, never a step's age. Promotion is guarded: the stable's roll is watched and reverted
 if it does not complete. Decisions (rollback, promotion) are written to status first; MLflow
 alias moves and tags follow as pending registry updates, retried until MLflow has them.
@@ -23,6 +24,7 @@ One module per concern, each importing only those above it:
 - ``records``: the MLflow updates and rollback records a plan carries;
 - ``settled``: the first revision, a settled stable, a degraded one;
 - ``bake``: the bake after a promotion;
+- ``cadence``: when a canary's next analysis is due;
 - ``canary``: the steps of a canary;
 - ``promotion``: the guarded promotion;
 - ``planner``: :func:`plan`, which case a pass is in;

@@ -11,6 +11,7 @@ from typing import Any
 
 from slipway.inference.analysis import AnalysisOutcome
 from slipway.inference.model import InferenceDeploymentSpec
+from slipway.inference.traffic import Router
 from slipway.status.conditions import Cond, Status
 
 PROMOTE_ANNOTATION = "slipway.dev/promote"
@@ -85,6 +86,9 @@ class RegistryView:
 
 @dataclass
 class Observed:
+    """What a pass observed, and the traffic router of its spec.traffic.mode (``router``): the one the
+    handler applies the plan through, so that every share of traffic the plan holds is that router's."""
+
     spec: InferenceDeploymentSpec
     desired: Desired | None
     desired_problem: str | None
@@ -96,6 +100,7 @@ class Observed:
     analysis: AnalysisOutcome | None = None
     registry: RegistryView | None = None  # read only while there is no stable of its own; None: not read
     deployment: str = ""  # namespace/name: what its rollback tags name, the only tags its restore honours
+    router: Router = field(kw_only=True)
 
 
 @dataclass

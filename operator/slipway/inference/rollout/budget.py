@@ -1,16 +1,15 @@
 """Each pass's move of the tracks' replica counts: the step's split of spec.replicas, as the traffic
-router of spec.traffic.mode plans it, reached one move at a time within ``maxSurgeReplicas`` and
-``maxUnavailableReplicas``; the stable's roll budget beside canary pods; a rolled-back canary's pods
-held out (pure)."""
+router observed with the pass (``Observed.router``) plans it, reached one move at a time within
+``maxSurgeReplicas`` and ``maxUnavailableReplicas``; the stable's roll budget beside canary pods; a
+rolled-back canary's pods held out (pure)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from slipway.inference import traffic
 from slipway.inference.model import InferenceDeploymentSpec, Rollout
 from slipway.inference.rollout.base import Observed, Plan, Track, served_by
-from slipway.inference.traffic import Router, Sizing
+from slipway.inference.traffic import Sizing
 from slipway.status.conditions import parse_time
 
 
@@ -18,18 +17,6 @@ def total_replicas(spec: InferenceDeploymentSpec) -> int:
     """Serving pods of both tracks: spec.replicas (the HPA's, through the scale subresource), kept
     within the autoscaling bounds as the HPA keeps it."""
     return min(spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, spec.replicas))
-
-
-def router_of(spec: InferenceDeploymentSpec) -> Router:
-    """The traffic router of spec.traffic.mode: what a share of traffic means is its to say."""
-    return traffic.router(spec.traffic.mode)
-
-
-def canary_sizing(mode: str, weight: int, total: int, max_surge: int) -> Sizing:
-    """The step's split of ``total`` serving pods, with up to ``max_surge`` extra pods (the GPU
-    budget), as the router of ``mode`` (spec.traffic.mode) plans it: never fewer than ``total``
-    pods, at least one on each track."""
-    return traffic.router(mode).split(weight, total, max_surge)
 
 
 def next_replicas(
@@ -83,7 +70,7 @@ def size_tracks(obs: Observed, result: Plan) -> None:
         result.canary_replicas = canary_replicas
     elif not out and canary_replicas and result.canary is None and canary is not None:
         result.canary, result.canary_replicas = served_by(canary), canary_replicas  # kept until the stable serves
-        result.weight = result.route_weight = router_of(obs.spec).shared(canary.current_ready, stable.ready)
+        result.weight = result.route_weight = obs.router.shared(canary.current_ready, stable.ready)
     elif out and canary is not None and (held := held_out(obs, result, canary)) is not None:
         result.canary, result.canary_replicas, result.wake_in = served_by(canary), *held
         result.held_out = True
@@ -105,7 +92,7 @@ def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | 
     rollout = obs.spec.rollout
     if result.phase != "RolledBack" or not canary.replicas or not rollout.scale_down_delay_seconds:
         return None
-    if not router_of(obs.spec).weights_apart_from_pods:
+    if not obs.router.weights_apart_from_pods:
         return None
     record = result.status.get("lastRollback") or obs.status.get("lastRollback") or {}
     when = parse_time(record.get("time"))

@@ -8,8 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 from slipway.clock import rfc3339
-from slipway.inference.model import Rollout
+from slipway.inference.model import DEFAULT_MAX_WEIGHT, DEFAULT_STEP_WEIGHTS, Rollout
 from slipway.inference.rollbacks import RollbackReason
+from slipway.inference.rollout import cadence
 from slipway.inference.rollout.base import (
     ABORT_ANNOTATION,
     PROMOTE_ANNOTATION,
@@ -22,21 +23,11 @@ from slipway.inference.rollout.base import (
     describe_track,
     make_plan,
 )
-from slipway.inference.rollout.budget import canary_sizing, router_of, total_replicas
+from slipway.inference.rollout.budget import total_replicas
 from slipway.inference.rollout.records import cost_tags, rollback_record, rollback_tag
 from slipway.inference.traffic import Sizing
 from slipway.models.base import parse_duration
 from slipway.status.conditions import held, parse_time, reconciling, stalled
-
-# In a step's first analysis interval, an inconclusive analysis (a canary Prometheus has not yet
-# scraped twice, nor seen fail 3 requests) is tried again this soon, not a whole interval later.
-INCONCLUSIVE_RETRY = timedelta(seconds=2)
-# How long into a step an inconclusive analysis is retried after INCONCLUSIVE_RETRY (at least the
-# analysis interval): two scrapes of a pod that just became ready come up to two scrape intervals
-# later (15 s each by default), and a verdict that misses the first interval must not wait a second.
-INCONCLUSIVE_WINDOW = timedelta(seconds=30)
-
-DEFAULT_STEPS = (20, 50)
 
 
 def step_weights(rollout: Rollout) -> list[int]:
@@ -44,9 +35,9 @@ def step_weights(rollout: Rollout) -> list[int]:
     if rollout.steps:
         return [s.weight for s in rollout.steps]
     if rollout.step_weight:
-        top = rollout.max_weight or 50
+        top = rollout.max_weight or DEFAULT_MAX_WEIGHT
         return list(range(rollout.step_weight, top + 1, rollout.step_weight)) or [top]
-    return list(DEFAULT_STEPS)
+    return list(DEFAULT_STEP_WEIGHTS)
 
 
 def step_duration(rollout: Rollout, step: int) -> timedelta:
@@ -89,7 +80,7 @@ class Canary:
 
     def serve(self, sizing: Sizing, canary_ready: int) -> dict[str, Any]:
         weight = self.weights[self.step]
-        real = router_of(self.spec).carried(sizing, weight, canary_ready, self.stable.ready)
+        real = self.obs.router.carried(sizing, weight, canary_ready, self.stable.ready)
         return {
             "canary": self.desired,
             "canary_replicas": sizing.pods,
@@ -145,12 +136,10 @@ class Canary:
         return self.analysing(step_text, sizing, serve)
 
     def sizing(self) -> Sizing:
-        return canary_sizing(
-            self.spec.traffic.mode,
-            self.weights[self.step],
-            total_replicas(self.spec),
-            self.spec.rollout.max_surge_replicas,
-        )
+        """The step's split of the serving pods, with up to maxSurgeReplicas extra pods (the GPU
+        budget), as the router plans it: never fewer than spec.replicas, at least one on each track."""
+        weight, total = self.weights[self.step], total_replicas(self.spec)
+        return self.obs.router.split(weight, total, self.spec.rollout.max_surge_replicas)
 
     def starting(self, canary_ready: int, sizing: Sizing, serve: dict[str, Any]) -> Plan:
         deadline = self.spec.rollout.progress_deadline_seconds
@@ -172,32 +161,40 @@ class Canary:
             "Progressing", reconciling, "CanaryStarting", message, status=self.status(stepStartTime=None), **serve
         )
 
-    def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
+    def judged(self, step_text: str, serve: dict[str, Any]) -> Plan | tuple[str, dict[str, Any]]:
+        """This pass's verdict (its own analysis's, else the step's latest) and the status it
+        changes; or the plan that asks for an analysis now, or holds or rolls back a failed one."""
         analysis = self.spec.rollout.analysis
-        verdict, changes = "Passed", dict[str, Any]()
-        if analysis is not None:
-            result = self.obs.analysis
-            if result is None:
-                if self.analysis_due():
-                    return make_plan(
-                        "Analyzing",
-                        reconciling,
-                        "Analyzing",
-                        f"analysing the canary at {step_text}",
-                        analyze=True,
-                        status=self.status(),
-                        **serve,
-                    )
-                deciding = [r.get("result") for r in self.previous_results if not r.get("dryRun")]
-                verdict = combined_verdict(deciding) if deciding or not self.previous_results else "Passed"
-            else:
-                verdict, changes = result.verdict, {"analysis": result.to_status()}
-                if verdict == "Failed":
-                    self.failed += 1
-                    if self.failed > analysis.failure_limit and self.spec.rollout.on_failure == "Pause":
-                        return self.hold_on_failure(step_text, serve, result.reason, **changes)
-                    if self.failed > analysis.failure_limit:
-                        return self.rollback("AnalysisFailed", result.reason, result.metric, result.value, **changes)
+        if analysis is None:
+            return "Passed", {}
+        result = self.obs.analysis
+        if result is None:
+            if self.analysis_due():
+                return make_plan(
+                    "Analyzing",
+                    reconciling,
+                    "Analyzing",
+                    f"analysing the canary at {step_text}",
+                    analyze=True,
+                    status=self.status(),
+                    **serve,
+                )
+            deciding = [r.get("result") for r in self.previous_results if not r.get("dryRun")]
+            return (combined_verdict(deciding) if deciding or not self.previous_results else "Passed"), {}
+        changes: dict[str, Any] = {"analysis": result.to_status()}
+        if result.verdict == "Failed":
+            self.failed += 1
+            if self.failed > analysis.failure_limit and self.spec.rollout.on_failure == "Pause":
+                return self.hold_on_failure(step_text, serve, result.reason, **changes)
+            if self.failed > analysis.failure_limit:
+                return self.rollback("AnalysisFailed", result.reason, result.metric, result.value, **changes)
+        return result.verdict, changes
+
+    def analysing(self, step_text: str, sizing: Sizing, serve: dict[str, Any]) -> Plan:
+        judged = self.judged(step_text, serve)
+        if isinstance(judged, Plan):
+            return judged
+        verdict, changes = judged
         if verdict == "Inconclusive":
             message = (
                 f"holding {step_text}: analysis inconclusive ({self.inconclusive_reason()}); never promoting blind"
@@ -280,30 +277,12 @@ class Canary:
         return self.next_analysis() <= timedelta(0)
 
     def next_analysis(self, latest: list[dict[str, Any]] | None = None) -> timedelta:
-        """How long until the next analysis is due, after the ``latest`` one (else the recorded
-        ones). Every ``analysis.interval``; sooner early in the step (its first interval, or
-        :data:`INCONCLUSIVE_WINDOW` if longer) while the latest analysis was inconclusive: a canary's
-        first query usually comes before Prometheus holds two samples of its pods, and waiting a
-        whole interval for the next one would delay every verdict by that much. It is tried again
-        after :data:`INCONCLUSIVE_RETRY` instead (no data never counts towards ``failureLimit``, so
-        this never rolls back sooner on no data). Past that, a canary with no data is queried once
-        per interval, as any other."""
+        """How long until the next analysis is due, after the ``latest`` one (else the step's recorded
+        ones): see :func:`slipway.inference.rollout.cadence.next_analysis`."""
         analysis = self.spec.rollout.analysis
         assert analysis is not None
-        timed = [
-            (t, r)
-            for r in (self.previous_results if latest is None else latest)
-            if (t := parse_time(r.get("time"))) is not None
-        ]
-        if not timed:
-            return timedelta(0)
-        last = max(t for t, _ in timed)
-        interval = parse_duration(analysis.interval)
-        latest_deciding = [r for t, r in timed if t == last and not r.get("dryRun")]
-        inconclusive = bool(latest_deciding) and all(r.get("result") == "Inconclusive" for r in latest_deciding)
-        if inconclusive and self.now - self.step_started < max(interval, INCONCLUSIVE_WINDOW):
-            interval = min(interval, INCONCLUSIVE_RETRY)
-        return last + interval - self.now
+        results = self.previous_results if latest is None else latest
+        return cadence.next_analysis(analysis, results, self.now, self.step_started)
 
     def inconclusive_reason(self) -> str:
         results = self.obs.analysis.to_status() if self.obs.analysis else self.previous_results
@@ -330,7 +309,7 @@ class Canary:
         hold: dict[str, Any] = {"stable_target": self.stable.replicas}
         if canary is not None and canary.serves(self.desired):
             hold.update(canary=self.desired, canary_replicas=canary.replicas)  # nothing moves until the stable rolls
-            share = router_of(self.spec).shared(canary.current_ready, self.stable.ready)
+            share = self.obs.router.shared(canary.current_ready, self.stable.ready)
             hold.update(weight=share, route_weight=share)
         message = f"promoting {describe(self.desired)}: rolling the stable track, then moving the canary's pods to it"
         measured = self.obs.analysis.costs.get("canary") if self.obs.analysis is not None else None

@@ -10,7 +10,7 @@ from slipway.clock import rfc3339
 from slipway.inference.rollbacks import RollbackReason
 from slipway.inference.rollout.bake import settled_or_baking
 from slipway.inference.rollout.base import ABORT_ANNOTATION, Desired, Observed, Plan, Track, describe, make_plan
-from slipway.inference.rollout.budget import router_of, total_replicas
+from slipway.inference.rollout.budget import total_replicas
 from slipway.inference.rollout.records import rollback_record, rollback_tag
 from slipway.status.conditions import parse_time, reconciling, stalled
 
@@ -41,7 +41,7 @@ class Promotion:
         hold: dict[str, Any] = {"canary": self.desired, "canary_replicas": canary_replicas} if serving else {}
         canary_ready = canary.current_ready if canary is not None and serving else 0
         if serving:  # both tracks serve while the stable rolls: the router says how they share traffic
-            share = router_of(self.obs.spec).shared(canary_ready, stable.ready if stable is not None else 0)
+            share = self.obs.router.shared(canary_ready, stable.ready if stable is not None else 0)
             hold.update(weight=share, route_weight=share)
         if stable is None or not stable.serves(self.desired):
             self.progress, step = self.now, "rolling the stable track"

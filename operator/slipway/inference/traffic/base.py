@@ -2,18 +2,20 @@
 
 A router turns a step's weight into a split of the serving pods between the tracks (:class:`Sizing`),
 says what share of traffic the canary carries as pods become ready, and names the objects that
-carry the split (Services, routes). The rollout planner (``slipway.inference.rollout``) asks the router of
-``spec.traffic.mode`` and never which one it is; the handler ensures the objects it names.
+carry the split (Services, routes), keyed by their kind. The rollout planner
+(``slipway.inference.rollout``) is handed the router of ``spec.traffic.mode`` with what a pass
+observes and never asks which one it is; the handler ensures the objects it names.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from slipway.inference.model import InferenceDeploymentSpec
+from slipway.kinds import Kind
 from slipway.tenancy import Policy
 
 
@@ -27,22 +29,17 @@ class Sizing:
     stable: int = 0  # stable pods
 
 
-@dataclass(frozen=True)
-class Objects:
-    """What carries a split: objects to ensure, by kind (plural); the router's other objects of those
-    kinds, and of every kind any router owns, are pruned."""
-
-    services: tuple[dict[str, Any], ...] = ()
-    httproutes: tuple[dict[str, Any], ...] = ()
-
-    def by_kind(self) -> dict[str, tuple[dict[str, Any], ...]]:
-        return {"services": self.services, "httproutes": self.httproutes}
+# What carries a split: the objects to ensure, by kind (a row of slipway.kinds). The owner's other
+# objects of those kinds, and of every kind a router owns (:attr:`Router.kinds`), are pruned.
+Objects = Mapping[Kind, tuple[dict[str, Any], ...]]
 
 
 class Router(Protocol):
     """One traffic mode (spec.traffic.mode)."""
 
     mode: str
+    # The kinds of the objects it names (rows of slipway.kinds, each with the RBAC verbs it needs).
+    kinds: tuple[Kind, ...]
     # Traffic follows the router's weights, not the pods: a track's pods can stay with no traffic
     # (spec.rollout.scaleDownDelaySeconds keeps a rolled-back canary's pods so for a while).
     weights_apart_from_pods: bool
@@ -65,8 +62,9 @@ class Router(Protocol):
     def objects(
         self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
     ) -> Objects:
-        """The Services and routes that carry ``canary_weight`` percent to the canary; ``held_out``: the
-        canary's pods are kept with no traffic at all (see weights_apart_from_pods)."""
+        """The objects (Services, routes) that carry ``canary_weight`` percent to the canary, by kind,
+        of its :attr:`kinds` only; ``held_out``: the canary's pods are kept with no traffic at all (see
+        weights_apart_from_pods)."""
 
 
 def replica_weight(canary_ready: int, stable_ready: int) -> int:

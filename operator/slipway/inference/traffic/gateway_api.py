@@ -12,6 +12,7 @@ from typing import Any
 from slipway.inference import build
 from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.traffic.base import Objects, Sizing, replica_weight, split
+from slipway.kinds import HTTPROUTE, SERVICE, Kind
 from slipway.tenancy import Policy
 
 
@@ -36,6 +37,7 @@ def _share_and_note(weight: int, total: int, max_surge: int, canary: int, pods: 
 
 class GatewayAPI:
     mode = "GatewayAPI"
+    kinds: tuple[Kind, ...] = (SERVICE, HTTPROUTE)
     weights_apart_from_pods = True
 
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
@@ -63,4 +65,4 @@ class GatewayAPI:
         # The Service over both tracks leaves the canary out while its pods are held with no traffic.
         both = build.service(name, namespace, spec, selects="stable" if held_out else None)
         services = (both, *(build.service(name, namespace, spec, track) for track in build.TRACKS))
-        return Objects(services=services, httproutes=(build.http_route(name, namespace, spec, canary_weight),))
+        return {SERVICE: services, HTTPROUTE: (build.http_route(name, namespace, spec, canary_weight),)}

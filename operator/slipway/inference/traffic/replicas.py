@@ -8,6 +8,7 @@ from typing import Any
 from slipway.inference import build
 from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.traffic.base import Objects, Sizing, replica_weight, split
+from slipway.kinds import SERVICE, Kind
 from slipway.tenancy import Policy
 
 
@@ -31,6 +32,7 @@ def _share_and_note(weight: int, total: int, max_surge: int, canary: int, pods: 
 
 class Replicas:
     mode = "Replicas"
+    kinds: tuple[Kind, ...] = (SERVICE,)
     weights_apart_from_pods = False
 
     def check(self, spec: InferenceDeploymentSpec, namespace: str, tenancy: Policy) -> None:
@@ -48,4 +50,4 @@ class Replicas:
     def objects(
         self, name: str, namespace: str, spec: InferenceDeploymentSpec, canary_weight: int, held_out: bool = False
     ) -> Objects:
-        return Objects(services=(build.service(name, namespace, spec),))
+        return {SERVICE: (build.service(name, namespace, spec),)}

@@ -1,0 +1,41 @@
+"""A plan's split carried to clients: the objects the traffic router names, ensured kind by kind
+(``slipway.inference.traffic.Objects``), and this deployment's objects of every kind a router owns
+that its router no longer names, deleted (a mode changed leaves none of the last one's behind).
+
+What clients address (Services) is ensured before the track Deployments change; every other
+routed kind (routes and their weights) after, so that weights follow the pods. The handler knows no
+kind a router owns but the Service: a router's new kind is handled here with no edit."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from slipway.inference import traffic
+from slipway.kinds import SERVICE, Kind
+from slipway.reconcile import Context
+
+ADDRESSED = (SERVICE,)  # ensured before the pods move
+
+
+def ensure_kinds(ctx: Context, routed: traffic.Objects, kinds: Iterable[Kind]) -> None:
+    """The router's objects of ``kinds``; this deployment's other objects of these kinds are deleted."""
+    for kind in kinds:
+        wanted = routed.get(kind, ())
+        for body in wanted:
+            ctx.ensure(kind.index, body)
+        ctx.prune(kind.index, [body["metadata"]["name"] for body in wanted])
+
+
+def routed_kinds(routed: traffic.Objects) -> tuple[Kind, ...]:
+    """Every kind a router owns, and any other ``routed`` names."""
+    return tuple(dict.fromkeys([*traffic.routed_kinds(), *routed]))
+
+
+def before_pods(ctx: Context, routed: traffic.Objects) -> None:
+    """What clients address: ensured before the track Deployments change."""
+    ensure_kinds(ctx, routed, [kind for kind in routed_kinds(routed) if kind in ADDRESSED])
+
+
+def after_pods(ctx: Context, routed: traffic.Objects) -> None:
+    """Every other routed kind (the routes and their weights): ensured once the pods are applied."""
+    ensure_kinds(ctx, routed, [kind for kind in routed_kinds(routed) if kind not in ADDRESSED])
