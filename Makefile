@@ -157,11 +157,13 @@ syft: $(SYFT)  ## build syft (each image's SBOM in make release) from the Go mod
 $(SYFT): release/build-tool.sh e2e/go-build.sh
 	bash release/build-tool.sh syft $(SYFT)
 
-crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models
+crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models, and the operator's RBAC from slipway.kinds
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
+	$(PY) -m slipway.rbacgen
 
-verify: lint types docs  ## lint, types, CRD drift, the documentation site built strictly
+verify: lint types docs  ## lint, types, CRD and RBAC drift, the documentation site built strictly
 	$(PY) -m slipway.crdgen --check $(CRD_DIRS)
+	$(PY) -m slipway.rbacgen --check
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check operator e2e tests bench
@@ -171,7 +173,7 @@ types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
-test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image syft  ## all tests: lint, types and unit first, then the cluster tiers on one local cluster (tests/suite.py)
+test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image syft  ## all tests: lint, types and unit first, then the cluster tiers on local clusters (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 
 test-fast: install $(CLUSTER_TOOLS)  ## the inner loop: lint, types, unit, chart, plugin and health tests
@@ -186,8 +188,8 @@ test-faults: install controlplane prometheus metrics-server  ## the fault suite 
 test-realnode: install controlplane prometheus metrics-server helm node image syft  ## the real-node phase alone: the release pulled from a registry, restricted pods, Services, the chart and training in containers
 	$(PY) -m pytest -p no:xdist -q -m realnode tests/realnode
 
-test-unit: $(VENV)/.installed promql-oracle
-	$(PY) -m pytest -q tests/unit tests/harness
+test-unit: $(VENV)/.installed promql-oracle  ## the unit phase alone: tests/unit/<package>/ and the harness's own tests (no cluster)
+	$(PY) -m pytest -q tests/unit tests/harness --ignore=tests/harness/cluster
 
 # RUNTIME=containerd: one real node (kubelet, kube-proxy, Debian's containerd, runc and CNI plugins;
 # images from dist/, `make image`) instead of the node agents that run pods as processes.

@@ -9,7 +9,7 @@ slipway-operator wheel the image was built from. The image must hold:
   and slipway-operator; for the operator, none of the workloads extra;
 - nothing of the local test cluster or the tests: no ``localkube``, ``slipway_e2e`` or
   ``slipway_testing`` anywhere, no top-level ``tests`` or ``conftest.py`` in site-packages (the
-  wheel's own file list is tests/unit/test_wheel.py's); no pytest, no hypothesis;
+  wheel's own file list is tests/unit/release/test_wheel.py's); no pytest, no hypothesis;
 - no installer in the virtualenv (pip, setuptools).
 ``--list OUT`` writes every path of the image, one a line.
 """

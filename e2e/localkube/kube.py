@@ -25,6 +25,15 @@ log = logging.getLogger(__name__)
 JSON = dict[str, Any]
 
 
+def condition(obj: JSON | None, type_: str) -> JSON:
+    """A copy of the condition of type ``type_`` in ``obj``'s status.conditions, or ``{}`` (no such
+    condition, no status, or no object)."""
+    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if cond.get("type") == type_:
+            return dict(cond)
+    return {}
+
+
 def write_kubeconfig(
     path: Path, server: str, ca: Path, cert: Path, key: Path, user: str = "admin", cluster: str = "localkube"
 ) -> None:

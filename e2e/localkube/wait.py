@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -28,6 +29,16 @@ def wait_for(check: Callable[[], T], timeout: float, what: str, interval: float 
             detail = f": last error {last_error!r}" if last_error else f": last value {last_value!r}"
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}{detail}")
         time.sleep(interval)  # short poll interval inside a deadline
+
+
+async def until(check: Callable[[], object], timeout: float = 5.0, what: str = "", interval: float = 0.001) -> None:
+    """Yield to the event loop until ``check()`` is truthy; raise ``TimeoutError`` after ``timeout``
+    seconds (the asynchronous :func:`wait_for`, for code that runs on the loop the test drives)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what or check}")
+        await asyncio.sleep(interval)
 
 
 def wait_answers(url: str, alive: Callable[[], bool], log: object, timeout: float, what: str) -> None:

@@ -21,11 +21,11 @@ import yaml
 from kubernetes import client
 
 from localkube.cluster import ClusterConfig, up
-from localkube.kube import api_client
+from localkube.kube import api_client, condition
 from localkube.state import DEFAULT_DIR, ClusterInfo
 from slipway.mlflow import MlflowClient, model_version_filter
 from slipway_e2e.deploy import ROOT, deploy_operator, kubectl
-from slipway_e2e.lifecycle import Timeline, condition, list_all, row, table
+from slipway_e2e.lifecycle import Timeline, list_all, row, table
 from slipway_e2e.loadgen import LoadDriver
 
 NAMESPACE = "demo"

@@ -8,6 +8,8 @@ from typing import Any
 
 from kubernetes import client
 
+from localkube.kube import condition
+
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 KINDS = (
     ("TrainingRun", "trainingruns"),
@@ -25,13 +27,6 @@ def list_all(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
             item["kind"] = kind
             objects.append(item)
     return objects
-
-
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return dict(cond)
-    return {}
 
 
 def detail(obj: dict[str, Any]) -> str:

@@ -12,9 +12,18 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import ROOT, Versions, apply_object, deployment, get_object, phase_in, read_or_none, wait_status
+from slipway_testing import (
+    ROOT,
+    Versions,
+    apply_object,
+    condition,
+    deployment,
+    get_object,
+    phase_in,
+    read_or_none,
+    wait_status,
+)
 
 
 def training(name: str, model: str, steps: int = 8, checkpoint_every: int = 2, **env: str) -> dict[str, Any]:

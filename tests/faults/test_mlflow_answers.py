@@ -15,8 +15,7 @@ from kubernetes import client
 from faults.scenario import faulty_canary_analysed
 from localkube.faultproxy import HttpFaultProxy
 from localkube.wait import wait_for
-from slipway_e2e.lifecycle import condition
-from slipway_testing import events_for, get_object, patch_object, pods_of, wait_status
+from slipway_testing import condition, events_for, get_object, patch_object, pods_of, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -20,9 +20,8 @@ from faults.scenario import Clock, phase, promoted, serving, training, wait_arti
 from localkube.audit import audited_kubeconfig
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, read_or_none, wait_status
+from slipway_testing import apply_object, condition, get_object, read_or_none, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ takes longer than the operator's liveness limit (set to 10 s here; 300 s by defa
 10,000 files at 30 ms a request pass just the same). The operator digests a budget of each pass at
 a time (a tenth of the limit): its liveness endpoint answers OK throughout, another artifact is
 registered and Validated meanwhile, every file is read once, and the digest is sha256sum's.
-(The bulk, 10,000 files on a store costing 500 s, is tests/unit/test_digest_budget.py.)"""
+(The bulk, 10,000 files on a store costing 500 s, is tests/unit/mlflow/test_digest_budget.py.)"""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ of its own on the cluster's etcd, started with ``--watch-cache=false``: the shar
 outlasted 1,200 changes of each kind in a 60 s gap and always resumed the watches, where a busy real
 cluster answers 410 Gone. kopf notices its dead streams (no event for 70 s), watches again from where it
 was, is answered 410, and lists everything again: what vanished gets no DELETED event, and the cache
-heal (``slipway.resync``, unit-tested in ``tests/unit/test_resync.py``) drops it. Then: the child is made
+heal (``slipway.resync``, unit-tested in ``tests/unit/frame/test_resync.py``) drops it. Then: the child is made
 again, the re-created object is served, and nothing of the deleted one comes back."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.workloads.serve import parse_instances
+from slipway.workloads.servehttp import parse_instances
 from slipway_e2e.loadgen import Endpoint, LoadDriver, RoundRobin, predict_payload, ready_endpoints
 
 

@@ -30,7 +30,7 @@ from localkube.prometheus import binary as prometheus_binary
 from localkube.wait import wait_for
 from slipway.inference.analysis import AnalysisOutcome
 from slipway.inference.model import Analysis, AnalysisMetric
-from slipway.inference.providers import run_analysis
+from slipway.inference.providers import Services, Target, analyse
 from slipway.prometheus import PrometheusClient
 from slipway.workloads.servemetrics import ServingMetrics
 from slipway_testing import report
@@ -183,11 +183,16 @@ def prometheus(traffic: list[dict[str, object]], tmp_path_factory: pytest.TempPa
         running.stop()
 
 
+def analysed(client: PrometheusClient, analysis: Analysis, deployment: str) -> AnalysisOutcome:
+    """The analysis the operator runs (providers.analyse), ``client`` lent as its own Prometheus."""
+    return analyse(Target(analysis, NAMESPACE, deployment), Services(None, client, client.timeout), NOW)
+
+
 def analyse_when_measured(client: PrometheusClient, analysis: Analysis, deployment: str) -> AnalysisOutcome:
     """Analyse until every metric has data for every track it needs, then return that analysis."""
 
     def measured() -> AnalysisOutcome | None:
-        outcome = run_analysis(client, analysis, NAMESPACE, deployment, NOW)
+        outcome = analysed(client, analysis, deployment)
         complete = all(
             r.value is not None and (m.max_relative_to_stable is None or r.stable_value is not None)
             for r, m in zip(outcome.results, analysis.metrics or [], strict=False)
@@ -250,11 +255,11 @@ def test_a_deployment_without_series_follows_the_no_data_policy(prometheus: str)
     with httpx.Client(timeout=5) as http:
         client = PrometheusClient(prometheus, http=http)
         analyse_when_measured(client, Analysis(interval="5s", metrics=DEFAULTS), "good")  # Prometheus has data
-        inconclusive = run_analysis(client, Analysis(metrics=DEFAULTS), NAMESPACE, "absent", NOW)
-        failed = run_analysis(client, Analysis(metrics=DEFAULTS, noData="fail"), NAMESPACE, "absent", NOW)
+        inconclusive = analysed(client, Analysis(metrics=DEFAULTS), "absent")
+        failed = analysed(client, Analysis(metrics=DEFAULTS, noData="fail"), "absent")
 
     assert inconclusive.verdict == "Inconclusive" and "no data for the canary" in inconclusive.reason
-    assert not inconclusive.prometheus_unavailable
+    assert not inconclusive.source_unavailable
     assert failed.verdict == "Failed" and failed.metric == "errorRate" and failed.value is None
 
 
@@ -265,11 +270,11 @@ def test_a_stopped_prometheus_makes_the_analysis_inconclusive(traffic: list[dict
             client = PrometheusClient(running.url, http=http)
             assert client.query_value("vector(1)") == 1.0
             running.stop()
-            outcome = run_analysis(client, Analysis(metrics=DEFAULTS, noData="fail"), NAMESPACE, "bad", NOW)
+            outcome = analysed(client, Analysis(metrics=DEFAULTS, noData="fail"), "bad")
     finally:
         running.stop()
 
-    assert outcome.verdict == "Inconclusive" and outcome.prometheus_unavailable
+    assert outcome.verdict == "Inconclusive" and outcome.source_unavailable
     assert outcome.metric is None
     assert "unreachable" in outcome.reason
     assert all(r.result == "Inconclusive" for r in outcome.results)
@@ -303,7 +308,7 @@ def test_a_fresh_failing_canary_never_passes_before_its_first_failure_is_seen(pr
             for name in started:
                 if name in failed_after:
                     continue
-                result = run_analysis(client, analysis, NAMESPACE, name, NOW).results[0]
+                result = analysed(client, analysis, name).results[0]
                 verdicts[name].append(result.result)
                 if result.result == "Failed":
                     failed_after[name] = time.monotonic() - started[name]

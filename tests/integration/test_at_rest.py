@@ -13,30 +13,19 @@ import pytest
 from localkube.audit import audited_kubeconfig, requests_by, summarize
 from localkube.wait import wait_for
 from slipway import metrics
-from slipway_testing import apply_object, condition, get_object, report
+from slipway_testing import apply_object, condition, get_object, inference_deployment, report
 
 pytestmark = pytest.mark.cluster
 
 USER = "slipway-operator-at-rest"
 WINDOW_SECONDS = float(os.environ.get("SLIPWAY_AT_REST_SECONDS", "60"))
 ALIAS_POLL_SECONDS = 30.0
-SERVE = ["python", "-m", "slipway.workloads.serve"]
 
 
 def deployment(name: str, model: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": model,
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": SERVE,
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 2,
-                            "metrics": [{"type": "Pods", "name": "inflight", "targetAverageValue": "0.5"}]},
-            **spec,
-        },
-    }  # fmt: skip
+    inflight = [{"type": "Pods", "name": "inflight", "targetAverageValue": "0.5"}]
+    scaling = {"minReplicas": 1, "maxReplicas": 2, "metrics": inflight}
+    return inference_deployment(name, model, **{"autoscaling": scaling, **spec})
 
 
 def external_requests(service: str) -> float:

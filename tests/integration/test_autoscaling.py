@@ -14,7 +14,7 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, wait_status
+from slipway_testing import apply_object, inference_deployment, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -29,18 +29,7 @@ def serve(
         mlflow.get_or_create_registered_model(model)
         version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags).version
         mlflow.set_alias(model, "candidate", version)
-    body = {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": model, "alias": "candidate"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": ["python", "-m", "slipway.workloads.serve"],
-            **spec,
-        },
-    }
-    apply_object(kube_api, namespace, body)
+    apply_object(kube_api, namespace, inference_deployment(name, model, replicas=None, **spec))
     wait_status(
         kube_api,
         namespace,

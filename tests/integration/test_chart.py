@@ -27,7 +27,7 @@ from kubernetes import client
 from localkube.state import ClusterInfo
 from localkube.wait import wait_for
 from slipway_e2e.deploy import KUBECTL, deploy_operator, kubectl, write_overlay
-from slipway_testing import apply_object, condition, report, wait_status
+from slipway_testing import apply_object, condition, inference_deployment, report, wait_status
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
@@ -456,16 +456,7 @@ def other_aggregated_slipway_roles(kube_api: client.ApiClient, release_labels: d
 
 def missing_model_deployment(name: str) -> Obj:
     """An InferenceDeployment whose ModelArtifact does not exist: the operator writes status, starts no pod."""
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"artifactRef": {"name": "no-such-artifact"}},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": ["python", "-m", "slipway.workloads.serve"],
-        },
-    }
+    return inference_deployment(name, {"artifactRef": {"name": "no-such-artifact"}}, replicas=None)
 
 
 def has_status(obj: Obj) -> bool:

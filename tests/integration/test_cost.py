@@ -17,11 +17,12 @@ from kubernetes import client
 
 from localkube.kube import Kube
 from localkube.wait import wait_for
-from slipway.cost import record_attempts, reserved_by
+from slipway.cost import reserved_by
 from slipway.inference.providers.prometheus_queries import REVISION_LABEL, TRACK_LABEL
 from slipway.mlflow import MlflowClient
 from slipway.prices import Prices
 from slipway.status.conditions import parse_time
+from slipway.training.attempts import record_attempts
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import PREEMPTING, apply_object, report, training_run, wait_status
 
@@ -155,7 +156,7 @@ def time_in_attempt(seen: dict[str, dict]) -> float:
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "inferencedeployment-llm-local.yaml"
 # Equal canaries, none of which a cost gate may roll back: the first after the dear one's rollback, the
 # second after a promotion (a stable fresh from promotion, priced from its first answer). The rule (the
-# same pods at the same price are within 1.3 times) is a unit test (tests/unit/test_cost.py).
+# same pods at the same price are within 1.3 times) is a unit test (tests/unit/frame/test_cost.py).
 TRIALS = 2
 
 

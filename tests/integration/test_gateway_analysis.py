@@ -23,7 +23,7 @@ from localkube.gateway import gateway, private_gateway
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import ROOT, apply_object, get_object, report, wait_status
+from slipway_testing import ROOT, apply_object, get_object, inference_deployment, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -72,32 +72,28 @@ def mlflow_client(script: str, *args: str) -> dict:
 
 def deployment(model: str, mlflow_url: str) -> dict:
     ping = {"path": "/ping", "periodSeconds": 1}
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": "scorer"},
-        "spec": {
-            "model": {"name": model, "alias": "candidate"},
-            "image": "ghcr.io/mlflow/mlflow:v3.17.2",
-            "command": ["/bin/sh", "-c", SERVE],
-            "env": [{"name": "MLFLOW_TRACKING_URI", "value": mlflow_url}],
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
-            "probes": {"startup": {**ping, "failureThreshold": 120}, "readiness": ping, "liveness": ping},
-            "traffic": {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": [HOST]},
-            "rollout": {
-                "steps": [{"weight": 25, "pause": "20s"}, {"weight": 50, "pause": "20s"}],
-                "maxSurgeReplicas": 1,
-                "scaleDownDelaySeconds": 0,
-                "analysis": {
-                    "preset": "gateway",
-                    "gateway": "traefik",
-                    "interval": "10s",
-                    "failureLimit": 1,
-                    "metrics": [{"name": "errorRate", "max": 0.05}, {"name": "latencyP95Seconds", "max": 2.0}],
-                },
-            },  # fmt: skip
-        },
+    analysis = {
+        "preset": "gateway",
+        "gateway": "traefik",
+        "interval": "10s",
+        "failureLimit": 1,
+        "metrics": [{"name": "errorRate", "max": 0.05}, {"name": "latencyP95Seconds", "max": 2.0}],
     }
+    return inference_deployment(
+        "scorer",
+        model,
+        image="ghcr.io/mlflow/mlflow:v3.17.2",
+        command=["/bin/sh", "-c", SERVE],
+        env=[{"name": "MLFLOW_TRACKING_URI", "value": mlflow_url}],
+        probes={"startup": {**ping, "failureThreshold": 120}, "readiness": ping, "liveness": ping},
+        traffic={"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": [HOST]},
+        rollout={
+            "steps": [{"weight": 25, "pause": "20s"}, {"weight": 50, "pause": "20s"}],
+            "maxSurgeReplicas": 1,
+            "scaleDownDelaySeconds": 0,
+            "analysis": analysis,
+        },
+    )
 
 
 def counters(admin: int, namespace: str) -> dict[tuple[str, str], float]:

@@ -15,7 +15,7 @@ from localkube.gateway import ensure_gateway, gateway
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, get_object, report, wait_status
+from slipway_testing import apply_object, get_object, inference_deployment, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -55,24 +55,14 @@ def canary_step_through_gateway(kube_api, namespace, custom, mlflow, model, run_
 
     mlflow.get_or_create_registered_model(model)
     v1 = publish()
-    body = {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": "digits"},
-        "spec": {
-            "model": {"name": model, "alias": "candidate"},
-            "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-            "command": ["python", "-m", "slipway.workloads.serve"],
-            "autoscaling": {"minReplicas": 2, "maxReplicas": 2},
-            "traffic": {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": ["digits.test"]},
-            # One step held long enough to measure; no analysis (this test is about routing).
-            "rollout": {
-                "steps": [{"weight": 25, "pause": "10m"}],
-                "maxSurgeReplicas": 1,
-                "scaleDownDelaySeconds": DELAY,
-            },
-        },
-    }
+    body = inference_deployment(
+        "digits",
+        model,
+        replicas=2,
+        traffic={"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": ["digits.test"]},
+        # One step held long enough to measure; no analysis (this test is about routing).
+        rollout={"steps": [{"weight": 25, "pause": "10m"}], "maxSurgeReplicas": 1, "scaleDownDelaySeconds": DELAY},
+    )
     apply_object(kube_api, namespace, body)
 
     def phase_and_version(phase: str, version: str):

@@ -11,12 +11,12 @@ import pytest
 from kubernetes import client
 
 from localkube.wait import wait_for
-from slipway.builders.common import label_value
 from slipway.inference import build as idep
 from slipway.mlflow import MlflowClient
+from slipway.names import label_value
 from slipway.training import build as tr
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, condition, phase_in, wait_status
+from slipway_testing import apply_object, condition, inference_deployment, phase_in, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -30,20 +30,6 @@ LONG_RUN = "team-a.llama-3.1-8b.instruct-finetune-2024-06-01-lr-3e-4-seed-7-node
 
 def is_label(value: str, pattern: re.Pattern[str] = DNS1123_LABEL) -> bool:
     return len(value) <= 63 and pattern.fullmatch(value) is not None
-
-
-def inference_deployment(name: str, model: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "slipway.dev/v1alpha1",
-        "kind": "InferenceDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": model, "alias": "candidate"},
-            "image": IMAGE,
-            "command": ["python", "-m", "slipway.workloads.serve"],
-            "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
-        },
-    }
 
 
 def test_inference_deployments_named_after_models_serve(kube_api, namespace, operator, trained, cluster):

@@ -183,7 +183,7 @@ def test_a_failing_canary_with_on_failure_pause_is_held_for_a_person_and_a_dry_r
     gate fails and onFailure Pause holds it at its step with its pods, never rolled back, until
     `kubectl slipway abort`; the latency gate in dry run (at most 50 ms) is shown failing and is not
     what decided. The rules themselves (a dry-run metric never decides, a paused canary is never
-    analysed again nor timed out) are unit tests of the rollout plan (tests/unit/test_rollout.py)."""
+    analysed again nor timed out) are unit tests of the rollout plan (tests/unit/inference/test_rollout.py)."""
     operator()
     plugin = Plugin(cluster, namespace)
     versions = Versions(mlflow, f"digits-{namespace}", trained)

@@ -13,7 +13,7 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import apply_object, report, wait_status
+from slipway_testing import apply_object, inference_deployment, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -34,24 +34,17 @@ def test_fetched_model_is_served_and_a_digest_mismatch_never_serves(kube_api, na
 
         mlflow.get_or_create_registered_model(model)
         v1 = publish(digest)
-        body = {
-            "apiVersion": "slipway.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "fetched"},
-            "spec": {
-                "model": {"name": model, "alias": "candidate"},
-                "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                "command": ["python", "-m", "slipway.workloads.serve"],
-                "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
-                "modelLoad": {},
-                "podTemplate": {
-                    "labels": {"team": "search"},
-                    "env": [{"name": "GREETING", "value": "hello"}],
-                    "envFrom": [{"configMapRef": {"name": "tuning"}}],
-                },
-                "rollout": {"steps": [{"weight": 50, "pause": "5s"}], "progressDeadlineSeconds": 40},
+        body = inference_deployment(
+            "fetched",
+            model,
+            modelLoad={},
+            podTemplate={
+                "labels": {"team": "search"},
+                "env": [{"name": "GREETING", "value": "hello"}],
+                "envFrom": [{"configMapRef": {"name": "tuning"}}],
             },
-        }
+            rollout={"steps": [{"weight": 50, "pause": "5s"}], "progressDeadlineSeconds": 40},
+        )
         apply_object(kube_api, namespace, body)
 
         def serving(version: str):

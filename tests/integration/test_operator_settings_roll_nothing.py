@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway.settings import SETTINGS
-from slipway_testing import SERVE, Versions, apply_object, pods_of, report, serving, status_of
+from slipway_testing import Versions, apply_object, inference_deployment, pods_of, report, serving, status_of
 
 pytestmark = pytest.mark.cluster
 
@@ -52,11 +52,8 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
     with MlflowClient(cluster.mlflow_url) as mlflow:
         versions = Versions(mlflow, f"digits-{namespace}", trained)
         v1 = versions.publish()
-        body = {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "digits"},
-                "spec": {"model": {"name": versions.model, "alias": "candidate"},
-                         "image": "ghcr.io/slipway-dev/slipway:0.1.0", "command": SERVE, "modelLoad": {},
-                         "autoscaling": {"minReplicas": 2, "maxReplicas": 2},
-                         "rollout": {"steps": [{"weight": 50, "pause": "10m"}]}}}  # fmt: skip
+        rollout = {"steps": [{"weight": 50, "pause": "10m"}]}
+        body = inference_deployment("digits", versions.model, replicas=2, modelLoad={}, rollout=rollout)
         apply_object(kube_api, namespace, body)
         serving(kube_api, namespace, v1, timeout=180)
         wait_for(lambda: len([p for p in pods_of(kube_api, namespace, "stable") if p.status.phase == "Running"]) == 2,

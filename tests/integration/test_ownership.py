@@ -11,8 +11,7 @@ import logging
 import pytest
 from kubernetes import client
 
-from slipway_e2e.lifecycle import condition
-from slipway_testing import apply_object, events_for, get_object, training_run, wait_status
+from slipway_testing import apply_object, condition, events_for, get_object, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

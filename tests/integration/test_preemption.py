@@ -23,7 +23,7 @@ from kubernetes import client
 from localkube.kube import Kube
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_testing import PREEMPTING, apply_object, report, wait_status
+from slipway_testing import PREEMPTING, apply_object, inference_deployment, report, wait_status
 
 pytestmark = pytest.mark.cluster
 
@@ -105,23 +105,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
         mlflow.get_or_create_registered_model(model)
         version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, {}).version
         mlflow.set_alias(model, "candidate", version)
-    apply_object(
-        kube_api,
-        namespace,
-        {
-            "apiVersion": "slipway.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "server"},
-            "spec": {
-                "model": {"name": model, "alias": "candidate"},
-                "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                "command": ["python", "-m", "slipway.workloads.serve"],
-                "resources": {"gpus": 1},
-                "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
-                **pod_template,
-            },
-        },
-    )
+    apply_object(kube_api, namespace, inference_deployment("server", model, resources={"gpus": 1}, **pod_template))
     mark("InferenceDeployment asking for 1 GPU applied")
     applied = time.monotonic()
 

@@ -1,7 +1,7 @@
 """A status edited by hand (``kubectl edit --subresource=status``), on the local cluster: every edit
 the status model would refuse (a wrong type, an unknown enum value, an item missing a required field)
 is refused by the API server itself with the field named, since the CRD's schema is generated from
-the model; the operator's field-by-field repair (tests/unit/test_status_repair.py) covers a status
+the model; the operator's field-by-field repair (tests/unit/status/test_status_repair.py) covers a status
 written under a CRD of another version. Durable decisions written by hand, as a backup tool restores
 them, are kept and acted on: a pending MLflow tag lands, lastRollback and previousStable stay."""
 
@@ -12,7 +12,7 @@ from kubernetes import client
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
-from slipway_testing import SERVE, Versions, apply_object, custom, get_object, status_of
+from slipway_testing import Versions, apply_object, custom, get_object, inference_deployment, status_of
 
 pytestmark = pytest.mark.cluster
 
@@ -38,12 +38,7 @@ def test_a_status_edited_into_garbage_keeps_its_durable_decisions(kube_api, name
     with MlflowClient(cluster.mlflow_url) as mlflow:
         versions = Versions(mlflow, f"digits-{namespace}", trained)
         version = versions.publish()
-        body = {
-            "apiVersion": "slipway.dev/v1alpha1",
-            "kind": "InferenceDeployment",
-            "metadata": {"name": "digits"},
-            "spec": {"model": {"name": versions.model, "alias": "absent"}, "image": "srv:1", "command": SERVE},
-        }
+        body = inference_deployment("digits", {"name": versions.model, "alias": "absent"}, None, image="srv:1")
         apply_object(kube_api, namespace, body)
         tag = {"action": "SetTag", "model": versions.model, "version": version, "key": "slipway.test/kept",
                "value": "yes"}  # fmt: skip

@@ -24,10 +24,10 @@ from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter, tag_filter
 from slipway_testing import (
     ROOT,
-    SERVE,
     Versions,
     apply_object,
     get_object,
+    inference_deployment,
     install_priority_classes,
     model_artifact,
     patch_object,
@@ -72,10 +72,7 @@ def previous_with_current_writer(tmp_path_factory) -> Path:
 def serving_spec(name: str, model: str, **rollout: Any) -> dict[str, Any]:
     """One pod following ``model``'s `candidate`, fetched by an init container (modelLoad: the fetch
     image, which changed between the releases, must roll nothing)."""
-    return {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": name},
-            "spec": {"model": {"name": model, "alias": "candidate"}, "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                     "command": SERVE, "modelLoad": {}, "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
-                     "rollout": rollout}}  # fmt: skip
+    return inference_deployment(name, model, modelLoad={}, rollout=rollout)
 
 
 def status(api, namespace: str, name: str, kind: str = "InferenceDeployment") -> dict[str, Any]:

@@ -31,7 +31,7 @@ from localkube.kube import Kube, api_client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import ROOT
+from slipway_testing import ROOT, condition
 from slipway_testing.samples import Stages, serving, training
 
 SAMPLE = ROOT / "samples" / "trainingrun-digits.yaml"
@@ -39,10 +39,6 @@ WRITE_ROOT = "open('/model.bin', 'w')"  # what a trainer that saves next to itse
 LATER_TRAINERS = {"cpu": "500m", "memory": "1Gi"}  # beside two servers and the operator (above)
 FAULTY = {"SLIPWAY_SERVE_FAULT_ERROR_RATE": "0.3"}  # carried by the model into its servers
 INACCURATE = {"SLIPWAY_BAD_MODEL": "1"}  # shuffled labels: accuracy near 0.1, under the 0.9 gate
-
-
-def condition(obj: dict | None, kind: str) -> dict:
-    return next((c for c in (obj or {}).get("status", {}).get("conditions", []) if c["type"] == kind), {})
 
 
 @dataclass

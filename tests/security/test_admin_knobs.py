@@ -10,8 +10,7 @@ import pytest
 from kubernetes import client
 
 from localkube.audit import audited_kubeconfig
-from slipway_e2e.lifecycle import condition
-from slipway_testing import Versions, assert_writes_only_in, deployment, serving, wait_status
+from slipway_testing import Versions, assert_writes_only_in, condition, deployment, serving, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -24,8 +24,8 @@ from kubernetes.client.exceptions import ApiException
 
 from localkube.kube import Kube
 from localkube.wait import wait_for
-from slipway.training import build
-from slipway_testing import ROOT, apply_object, release, report
+from slipway.training import build, gate
+from slipway_testing import ROOT, apply_object, inference_deployment, release, report
 
 pytestmark = pytest.mark.cluster
 
@@ -130,7 +130,7 @@ def gated_pod(name: str, namespace: str) -> Obj:
     (which keeps it unscheduled once Slipway's is lifted)."""
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace,
             "labels": build.labels("attack")},
-            "spec": {"schedulingGates": [{"name": build.RUN_GATE}, {"name": "example.com/hold"}],
+            "spec": {"schedulingGates": [{"name": gate.RUN_GATE}, {"name": "example.com/hold"}],
                      "automountServiceAccountToken": False,
                      "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}  # fmt: skip
 
@@ -248,20 +248,19 @@ def only_the_gate_of_a_pod(attacks: Attacks, kube_api: client.ApiClient, core, n
     for patch, kind in patches:
         attacks.refuse(lambda p=patch, k=kind: core.patch_namespaced_pod("train-0", namespace, p, _content_type=k),
                        words)  # fmt: skip
-    link = build.MlflowLink("http://mlflow", "run-1", "7")
-    core.patch_namespaced_pod("train-0", namespace, build.release(pod, link), _content_type=MERGE)
+    link = gate.MlflowLink("http://mlflow", "run-1", "7")
+    core.patch_namespaced_pod("train-0", namespace, gate.release(pod, link), _content_type=MERGE)
     lifted = client.CoreV1Api(kube_api).read_namespaced_pod("train-0", namespace)
     assert [g.name for g in lifted.spec.scheduling_gates] == ["example.com/hold"]
     assert {k: lifted.metadata.annotations[k] for k in link.annotations()} == link.annotations()
     assert lifted.spec.containers[0].image == "busybox"
-    again = {"metadata": {"annotations": {build.RUN_ID_ANNOTATION: "run-2"}}}  # no gate left to lift
+    again = {"metadata": {"annotations": {gate.RUN_ID_ANNOTATION: "run-2"}}}  # no gate left to lift
     attacks.refuse(lambda: core.patch_namespaced_pod("train-0", namespace, again, _content_type=MERGE), words)
 
 
 def own_kinds(attacks: Attacks, kube_api: client.ApiClient, api: client.ApiClient, namespace: str) -> None:
     """Its kinds' status is written anywhere (a namespace not enabled is told so there), never a spec."""
-    body = {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "idep"},
-            "spec": {"model": {"artifactRef": {"name": "none"}}, "image": "busybox", "command": ["serve"]}}  # fmt: skip
+    body = inference_deployment("idep", {"artifactRef": {"name": "none"}}, None, image="busybox", command=["serve"])
     apply_object(kube_api, namespace, body)
     custom = client.CustomObjectsApi(api)
     args = ("slipway.dev", "v1alpha1", namespace, "inferencedeployments", "idep")

@@ -26,9 +26,8 @@ from slipway.inference.model import AnalysisMetric
 from slipway.inference.providers.gateway_queries import TRAEFIK, backend_selector, gateway_query
 from slipway.prometheus import PrometheusClient
 from slipway.settings import TRAEFIK_SELECTOR
-from slipway_e2e.lifecycle import condition
 from slipway_e2e.loadgen import LoadDriver
-from slipway_testing import Versions, apply_object, get_object, report, wait_status
+from slipway_testing import Versions, apply_object, condition, get_object, report, wait_status
 from slipway_testing import deployment as digits
 
 pytestmark = pytest.mark.cluster

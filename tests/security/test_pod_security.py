@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from slipway_e2e.lifecycle import condition
-from slipway_testing import Versions, deployment, serving, training_run, wait_status
+from slipway_testing import Versions, condition, deployment, serving, training_run, wait_status
 
 pytestmark = pytest.mark.cluster
 

@@ -8,9 +8,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from slipway_e2e.lifecycle import condition
 from slipway_testing import (
     Versions,
+    condition,
     deployment,
     get_object,
     promql_escapes,

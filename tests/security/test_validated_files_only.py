@@ -17,7 +17,16 @@ from kubernetes import client
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway.mlflow.digests import FILES_DIGEST_ENV
-from slipway_testing import condition, create_as, model_artifact, phase_in, pods_of, report, wait_status
+from slipway_testing import (
+    condition,
+    create_as,
+    inference_deployment,
+    model_artifact,
+    phase_in,
+    pods_of,
+    report,
+    wait_status,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -59,12 +68,7 @@ def test_files_changed_in_mlflow_after_validation_are_never_served(
     shutil.copytree(files, tampered)
     (tampered / "model.onnx").write_bytes(original[:-16] + b"\x00" * 16)
     mlflow.upload_artifact(run.run_id, tampered / "model.onnx", "model")
-    create_as(tenant, namespace, {
-        "apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "metadata": {"name": "served"},
-        "spec": {"model": {"artifactRef": {"name": "digits"}}, "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                 "command": ["python", "-m", "slipway.workloads.serve"], "modelLoad": {},
-                 "autoscaling": {"minReplicas": 1, "maxReplicas": 1}},
-    })  # fmt: skip
+    create_as(tenant, namespace, inference_deployment("served", {"artifactRef": {"name": "digits"}}, modelLoad={}))
 
     def refused(obj) -> bool:
         return "digest mismatch" in condition(obj, "Reconciling").get("message", "")

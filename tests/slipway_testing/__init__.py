@@ -4,6 +4,7 @@ Every name is re-exported here: tests import them from ``slipway_testing``."""
 
 from __future__ import annotations
 
+from localkube.kube import condition
 from slipway_testing.cluster import (
     GROUP,
     ROOT,
@@ -11,7 +12,6 @@ from slipway_testing.cluster import (
     WRITES,
     apply_object,
     assert_writes_only_in,
-    condition,
     custom,
     events_for,
     get_object,
@@ -25,10 +25,12 @@ from slipway_testing.cluster import (
 )
 from slipway_testing.inference import (
     ERRORS,
+    IMAGE,
     PREEMPTING,
     SERVE,
     Versions,
     deployment,
+    inference_deployment,
     patch_spec,
     pods_of,
     serving,
@@ -43,6 +45,7 @@ from slipway_testing.training import TRAIN, model_artifact, train_run, training_
 __all__ = [
     "ERRORS",
     "GROUP",
+    "IMAGE",
     "OperatorProcess",
     "OperatorReplica",
     "PREEMPTING",
@@ -63,6 +66,7 @@ __all__ = [
     "events_for",
     "free_port",
     "get_object",
+    "inference_deployment",
     "install_crds",
     "install_priority_classes",
     "model_artifact",

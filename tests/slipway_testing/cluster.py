@@ -65,13 +65,6 @@ def patch_object(api: client.ApiClient, namespace: str, kind: str, name: str, bo
     return custom(api).patch_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, body)  # type: ignore[no-any-return]
 
 
-def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond["type"] == type_:
-            return cond  # type: ignore[no-any-return]
-    return {}
-
-
 def wait_status(
     api: client.ApiClient,
     namespace: str,

@@ -11,6 +11,7 @@ from slipway_testing.cluster import GROUP, VERSION, get_object, patch_object, ph
 
 ERRORS = {"name": "errorRate", "max": 0.05}
 SERVE = ["python", "-m", "slipway.workloads.serve"]
+IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"  # the workloads image, as the samples name it
 
 
 class Versions:
@@ -36,16 +37,37 @@ class Versions:
         wait_for(lambda: self.alias(name) == version, timeout, f"alias {name} of {self.model} -> {version}")
 
 
+def inference_deployment(
+    name: str,
+    model: str | dict[str, Any],
+    replicas: int | None = 1,
+    image: str = IMAGE,
+    command: list[str] = SERVE,
+    **spec: Any,
+) -> dict[str, Any]:
+    """The InferenceDeployment ``name``: the reference server (``command`` in ``image``) serving
+    ``model``'s `candidate`, or the model reference given (``{"artifactRef": ...}``, another alias);
+    ``replicas`` pods (no autoscaling field with None: the operator's default); ``spec`` adds fields
+    or replaces these."""
+    reference = {"name": model, "alias": "candidate"} if isinstance(model, str) else model
+    fields: dict[str, Any] = {"model": reference, "image": image, "command": list(command)}
+    if replicas is not None:
+        fields["autoscaling"] = {"minReplicas": replicas, "maxReplicas": replicas}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "InferenceDeployment",
+        "metadata": {"name": name},
+        "spec": {**fields, **spec},
+    }
+
+
 def deployment(model: str, metrics: tuple[dict[str, Any], ...] = (ERRORS,), **rollout: Any) -> dict[str, Any]:
     """The InferenceDeployment `digits` of ``model``'s `candidate`: 2 replicas, canary 25% then 50%,
     analysis every 5 s (``metrics``), 40 s progress deadline, surge 1; ``rollout`` overrides."""
     analysis = {"interval": "5s", "failureLimit": 1, "metrics": list(metrics)}
     steps = [{"weight": 25, "pause": "5s"}, {"weight": 50, "pause": "5s"}]
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceDeployment", "metadata": {"name": "digits"},
-            "spec": {"model": {"name": model, "alias": "candidate"}, "image": "ghcr.io/slipway-dev/slipway:0.1.0",
-                     "command": SERVE, "autoscaling": {"minReplicas": 2, "maxReplicas": 2},
-                     "rollout": {"steps": steps, "interval": "5s", "progressDeadlineSeconds": 40,
-                                 "maxSurgeReplicas": 1, "analysis": analysis, **rollout}}}  # fmt: skip
+    defaults = {"steps": steps, "interval": "5s", "progressDeadlineSeconds": 40, "maxSurgeReplicas": 1}
+    return inference_deployment("digits", model, replicas=2, rollout={**defaults, "analysis": analysis, **rollout})
 
 
 def serving(api: client.ApiClient, namespace: str, version: str, timeout: float = 120) -> dict[str, Any]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from slipway_testing.cluster import GROUP, VERSION, condition, custom
+from localkube.kube import condition
+from slipway_testing.cluster import GROUP, VERSION, custom
 
 
 def create_as(tenant: Any, namespace: str, body: dict[str, Any]) -> None:

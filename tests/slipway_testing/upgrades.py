@@ -25,12 +25,12 @@ PREVIOUS = "62de949"
 NEWER_FIELDS = {"lastRollback": ("tag",)}
 # PREVIOUS's status writer sends null for a nested field its models do not know whenever it writes
 # the status (status.lastRollback.tag is lost on its first pass); the current writer keeps them
-# (tests/unit/test_status_writer_downgrade.py). True once PREVIOUS is a release with that writer.
+# (tests/unit/status/test_status_writer_downgrade.py). True once PREVIOUS is a release with that writer.
 PREVIOUS_KEEPS_NEWER_FIELDS = False
 # Spec fields the current CRDs default and PREVIOUS's spec models refuse ("Extra inputs are not
 # permitted"): the API server would write them into every stored object, and the previous operator
 # would stall each such object until the current one runs again. None: a spec field PREVIOUS's CRDs
-# do not have gets no schema default (tests/unit/test_crd_defaults.py).
+# do not have gets no schema default (tests/unit/models/test_crd_defaults.py).
 PREVIOUS_REFUSES: tuple[str, ...] = ()
 
 SERVING = ("stable", "canary")

@@ -1,5 +1,5 @@
 // promqlparse reads PromQL queries as Prometheus does, for the fuzzing of Slipway's confinement
-// (tests/unit/test_promql_fuzz.py). Each line of stdin is a JSON string (one query); each line of
+// (tests/unit/prometheus/test_promql_fuzz.py). Each line of stdin is a JSON string (one query); each line of
 // stdout is the JSON answer for it, under two parsers: "default" (the options of a Prometheus
 // started without feature flags, as Slipway's local one is) and "features" (experimental
 // functions, fill modifiers and unquoted UTF-8 names on, as an admin may enable). Each answer is

@@ -15,7 +15,7 @@ from slipway.inference import rollbacks
 from slipway.reference import pages
 from slipway.reference.__main__ import main as reference_main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGE = ROOT / "operator" / "slipway"
 REASON = re.compile(r"^[A-Z][A-Za-z]+$")
 

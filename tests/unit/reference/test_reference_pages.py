@@ -11,7 +11,7 @@ from slipway import reference
 from slipway.reference import kubectl, labels
 from slipway.reference.__main__ import main
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PAGES = reference.pages()
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from slipway_testing.release import load
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DIGESTS = {"operator": "sha256:" + "a" * 64, "workloads": "sha256:" + "b" * 64}
 
 

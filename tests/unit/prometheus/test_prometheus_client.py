@@ -18,7 +18,7 @@ from slipway import prometheus
 from slipway.config import OperatorConfig, parse_url_list
 from slipway.inference.analysis import AnalysisOutcome
 from slipway.inference.model import Analysis, AnalysisMetric
-from slipway.inference.providers import analyse_canary, run_analysis
+from slipway.inference.providers import Services, Target, analyse
 from slipway.prometheus import PrometheusClient, address_refusal
 
 SECRET = "s3cr3t-internal-value"
@@ -72,10 +72,15 @@ def everything_written(outcome: AnalysisOutcome) -> str:
     return json.dumps([outcome.reason, outcome.to_status(), [r.message for r in outcome.results]])
 
 
-def analyse(url: str, query: str = "sum(up)") -> AnalysisOutcome:
+def analysed(client: PrometheusClient, settings: Analysis) -> AnalysisOutcome:
+    """The analysis the operator runs (providers.analyse), ``client`` lent as its own Prometheus."""
+    return analyse(Target(settings, "a", "d"), Services(None, client, client.timeout), NOW)
+
+
+def ask(url: str, query: str = "sum(up)") -> AnalysisOutcome:
     client = PrometheusClient(url, timeout=5)
     try:
-        return run_analysis(client, Analysis(metrics=[AnalysisMetric(name="m", max=1, query=query)]), "a", "d", NOW)
+        return analysed(client, Analysis(metrics=[AnalysisMetric(name="m", max=1, query=query)]))
     finally:
         client.close()
 
@@ -118,9 +123,9 @@ HOSTILE = {
 @pytest.mark.parametrize(("answer", "words"), HOSTILE.values(), ids=HOSTILE.keys())
 def test_answers_that_are_no_measurement_never_reach_a_message(server: Server, answer: Answer, words: str) -> None:
     server.answer = answer
-    outcome = analyse(server.url)
+    outcome = ask(server.url)
     written = everything_written(outcome)
-    assert outcome.verdict == "Inconclusive" and not outcome.prometheus_unavailable
+    assert outcome.verdict == "Inconclusive" and not outcome.source_unavailable
     assert words in written
     assert SECRET not in written and "Admin console" not in written
     assert "fix the metric's query in spec.rollout.analysis.metrics" in outcome.reason
@@ -128,8 +133,8 @@ def test_answers_that_are_no_measurement_never_reach_a_message(server: Server, a
 
 def test_a_server_error_holds_the_step_without_its_body(server: Server) -> None:
     server.answer = Answer(503, "text/html", HTML)
-    outcome = analyse(server.url)
-    assert outcome.prometheus_unavailable and SECRET not in everything_written(outcome)
+    outcome = ask(server.url)
+    assert outcome.source_unavailable and SECRET not in everything_written(outcome)
     assert f"Prometheus at {server.url} answered 503 to /api/v1/query" in outcome.reason
 
 
@@ -137,7 +142,7 @@ def test_a_redirect_is_not_followed(server: Server) -> None:
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler) as elsewhere:
         target = f"http://127.0.0.1:{elsewhere.server_address[1]}/internal?{SECRET}"
         server.answer = Answer(302, "text/html", HTML, {"Location": target})
-        outcome = analyse(server.url)
+        outcome = ask(server.url)
     assert "a redirect, which the operator does not follow" in outcome.reason
     assert SECRET not in everything_written(outcome) and len(server.asked) == 1
 
@@ -145,7 +150,7 @@ def test_a_redirect_is_not_followed(server: Server) -> None:
 def test_an_answer_too_large_is_refused(server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(prometheus, "MAX_ANSWER_BYTES", 1024)
     server.answer = Answer(200, "application/json", js({"status": "success", "padding": SECRET * 100}))
-    outcome = analyse(server.url)
+    outcome = ask(server.url)
     assert "answered more than" in outcome.reason and SECRET not in everything_written(outcome)
 
 
@@ -161,15 +166,15 @@ def test_a_service_that_does_not_speak_http_is_unreachable_without_its_banner() 
                 conn.recv(65536)
 
         threading.Thread(target=banner, daemon=True).start()
-        outcome = analyse(f"http://127.0.0.1:{listener.getsockname()[1]}")
-    assert outcome.prometheus_unavailable
+        outcome = ask(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    assert outcome.source_unavailable
     assert "unreachable: it answered something that is not HTTP" in outcome.reason
     assert SECRET not in everything_written(outcome)
 
 
 def test_credentials_in_the_address_are_never_written(server: Server) -> None:
     server.answer = Answer(404, "text/html", HTML)
-    outcome = analyse(server.url.replace("http://", f"http://ops:{SECRET}@") + f"/?token={SECRET}")
+    outcome = ask(server.url.replace("http://", f"http://ops:{SECRET}@") + f"/?token={SECRET}")
     assert SECRET not in everything_written(outcome)
     assert "http://***@127.0.0.1:" in outcome.reason
     assert SECRET not in repr(PrometheusClient(f"http://ops:{SECRET}@prom:9090"))
@@ -177,7 +182,7 @@ def test_credentials_in_the_address_are_never_written(server: Server) -> None:
 
 def test_a_healthy_answer_is_still_measured(server: Server) -> None:
     server.answer = success("vector", [{"metric": {}, "value": [0, "0.5"]}])
-    outcome = analyse(server.url)
+    outcome = ask(server.url)
     assert outcome.verdict == "Passed" and outcome.results[0].value == 0.5
 
 
@@ -260,14 +265,14 @@ def test_a_bad_entry_of_the_list_is_refused_without_its_credentials() -> None:
     assert SECRET not in str(caught.value)
 
 
-def test_analyse_canary_asks_no_address_the_operator_refuses(server: Server) -> None:
+def test_an_analysis_asks_no_address_the_operator_refuses(server: Server) -> None:
     settings = Analysis(prometheus={"address": server.url}, metrics=[AnalysisMetric(name="m", max=1, query="up")])
     now = datetime(2025, 1, 1, tzinfo=UTC)
-    outcome = analyse_canary(None, settings, "a", "d", now, {}, 5, config=config())
+    outcome = analyse(Target(settings, "a", "d"), Services(config(), None, 5), now)
     assert outcome.verdict == "Inconclusive" and "--allowed-prometheus-urls" in outcome.reason
     assert server.asked == []
     server.answer = success("scalar", [0, "0"])
-    outcome = analyse_canary(None, settings, "a", "d", now, {}, 5, config=config(server.url))
+    outcome = analyse(Target(settings, "a", "d"), Services(config(server.url), None, 5), now)
     assert outcome.verdict == "Passed" and len(server.asked) == 1
 
 
@@ -299,13 +304,13 @@ def test_a_dry_run_query_that_times_out_leaves_the_deciding_metrics_measured(ser
                AnalysisMetric(name="errors", max=0.05, query="sum(errors)", maxRelativeToStable=2)]  # fmt: skip
     client = PrometheusClient(server.url, timeout=5)
     try:
-        outcome = run_analysis(client, Analysis(metrics=metrics), "a", "d", NOW)
+        outcome = analysed(client, Analysis(metrics=metrics))
     finally:
         client.close()
     new, errors = outcome.results
     assert (new.result, new.dry_run) == ("Inconclusive", True)
     assert errors.result == "Passed" and errors.value == 0.01 and errors.stable_value == 0.01
-    assert outcome.verdict == "Passed" and not outcome.prometheus_unavailable
+    assert outcome.verdict == "Passed" and not outcome.source_unavailable
 
 
 def test_without_prometheus_metrics_in_dry_run_hold_nothing() -> None:

@@ -10,7 +10,7 @@ import yaml
 
 from slipway import crdgen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KINDS = {k.kind: k for k in crdgen.KINDS}
 
 

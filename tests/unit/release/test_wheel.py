@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TEST_CODE = {"localkube", "slipway_e2e", "tests", "conftest.py", "slipway_testing", "slipway_testing.py", "e2e"}
 
 
