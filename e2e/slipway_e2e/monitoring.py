@@ -1,10 +1,10 @@
 """The monitoring kit (manifests/monitoring/) against a real Prometheus: the PrometheusRule's
-groups loaded as a rule file, alerts read back, and every dashboard panel's query run."""
+groups loaded as a rule file, alerts read back, and the dashboard's panels run."""
 
 from __future__ import annotations
 
-import json
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import yaml
 
 from localkube import prometheus
 from localkube.state import ClusterInfo
+from slipway_e2e import dashboard
 
 ROOT = Path(__file__).resolve().parents[2]
 KIT = ROOT / "manifests" / "monitoring"
@@ -26,9 +27,12 @@ def rule_groups() -> list[dict[str, Any]]:
 
 
 def dashboard_queries() -> list[tuple[str, str]]:
-    """(panel title, PromQL) of every target of every panel of the shipped dashboard."""
-    board = json.loads((KIT / "slipway-dashboard.json").read_text())
-    return [(p["title"], t["expr"]) for p in board["panels"] for t in p.get("targets", [])]
+    """(panel title, PromQL) of every target of every panel of the shipped dashboard, with every
+    variable at Grafana's "All"."""
+    board = dashboard.load()
+    values = dict.fromkeys(dashboard.variables(board), dashboard.ALL)
+    panels = [p for row in dashboard.rows(board).values() for p in row]
+    return [(p["title"], q) for p in panels for q in dashboard.queries(p, values)]
 
 
 def promtool_check(rules: Path) -> str:
@@ -65,3 +69,21 @@ def rules_loaded(url: str) -> set[str]:
     """Names of the alerting rules Prometheus evaluates."""
     groups = httpx.get(f"{url}/api/v1/rules", timeout=30).json()["data"]["groups"]
     return {r["name"] for g in groups for r in g["rules"] if r.get("type") == "alerting"}
+
+
+def panel_series(url: str, rows: list[str], values: Mapping[str, str], start: float, end: float) -> dict[str, int]:
+    """How many series each dashboard panel of ``rows`` shows, its variables at ``values``: its
+    queries' series over [start, end], or at the end where a query has none over the range (a range
+    query's last step may fall before a series that began seconds ago)."""
+    board = dashboard.load()
+    shown = {}
+    for panel in dashboard.panels_of(board, rows):
+        shown[panel["title"]] = sum(
+            len(query_range(url, q, start, end) or query(url, q)) for q in dashboard.queries(panel, values)
+        )
+    return shown
+
+
+def report_panels(shown: Mapping[str, int]) -> str:
+    """One line per panel: its series, or that it has none."""
+    return "\n".join(f"  {n:4d} series  {title}" if n else f"  NO SERIES    {title}" for title, n in shown.items())

@@ -6,16 +6,36 @@ own namespace does not overwrite them."""
 
 from __future__ import annotations
 
+import platform
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
+from slipway._version import __version__
 from slipway.clock import parse_time
 from slipway.reasons import ROLLBACK_REASONS
+
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# Which build each replica runs, as Prometheus' own prometheus_build_info: join it to another series
+# with `* on (pod) group_left (version) slipway_build_info`.
+BUILD_INFO = Gauge(
+    "slipway_build_info",
+    "Always 1; the operator's version, Python's and kopf's as labels.",
+    ["version", "python", "kopf"],
+)
+BUILD_INFO.labels(__version__, platform.python_version(), _installed("kopf")).set(1)
 
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
@@ -111,19 +131,28 @@ LAST_ROLLBACK = Gauge(
     "When the last rollback happened, with its reason and the model version it pulled.",
     ["namespace", "name", "reason", "version"],
 )
-SERVING_COST = Gauge(
-    "slipway_inferencedeployment_serving_cost",
-    "Each track's serving cost at its last analysis (unit: per_hour, per_1k_requests, "
-    "per_million_tokens; in the price table's currency).",
-    ["namespace", "name", "track", "unit", "currency"],
-)
+# One gauge per unit of cost (status.<track>.cost), each in the price table's currency.
+SERVING_COSTS: dict[str, Gauge] = {
+    key: Gauge(
+        f"slipway_inferencedeployment_serving_cost_{unit}",
+        f"Each track's serving cost {words} at its last analysis, in the price table's currency.",
+        ["namespace", "name", "track", "currency"],
+    )
+    for key, unit, words in (
+        ("perHour", "per_hour", "per hour (all its pods)"),
+        ("per1kRequests", "per_1k_requests", "per 1,000 answered requests"),
+        ("perMillionTokens", "per_million_tokens", "per million generated tokens"),
+    )
+}
 TRAINING_COST = Gauge(
     "slipway_trainingrun_cost",
     "What the training run has cost so far, every attempt.",
     ["namespace", "name", "currency"],
 )
-TRAINING_GPU_HOURS = Gauge(
-    "slipway_trainingrun_gpu_hours", "GPU-hours the run's pods reserved, every attempt.", ["namespace", "name"]
+TRAINING_GPU_SECONDS = Gauge(
+    "slipway_trainingrun_gpu_seconds",
+    "GPU time the run's pods reserved, every attempt: GPUs times seconds.",
+    ["namespace", "name"],
 )
 TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
 TRAINING_PROGRESS = Gauge(
@@ -224,20 +253,16 @@ def object_series(
                 labels = (namespace, name, track, str(served.get("modelName") or ""), str(served["modelVersion"]))
                 series.append((TRACK_INFO, labels, 1.0))
             spent = served.get("cost") or {}
-            for unit, key in (
-                ("per_hour", "perHour"),
-                ("per_1k_requests", "per1kRequests"),
-                ("per_million_tokens", "perMillionTokens"),
-            ):
+            for key, gauge in SERVING_COSTS.items():
                 if isinstance(spent.get(key), int | float):
-                    labels = (namespace, name, track, unit, str(spent.get("currency") or ""))
-                    series.append((SERVING_COST, labels, float(spent[key])))
+                    priced = (namespace, name, track, str(spent.get("currency") or ""))
+                    series.append((gauge, priced, float(spent[key])))
     if kind == "TrainingRun":
         spent = status.get("cost") or {}
         if isinstance(spent.get("total"), int | float):
             series.append((TRAINING_COST, (namespace, name, str(spent.get("currency") or "")), float(spent["total"])))
         if isinstance(spent.get("gpuHours"), int | float):
-            series.append((TRAINING_GPU_HOURS, (namespace, name), float(spent["gpuHours"])))
+            series.append((TRAINING_GPU_SECONDS, (namespace, name), round(float(spent["gpuHours"]) * 3600, 3)))
         progress = status.get("progress") or {}
         step, total = progress.get("step"), progress.get("totalSteps")
         if isinstance(step, int | float):

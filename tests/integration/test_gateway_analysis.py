@@ -22,6 +22,7 @@ from kubernetes import client
 from localkube.gateway import gateway, private_gateway
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
+from slipway_e2e import dashboard, monitoring
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import ROOT, apply_object, get_object, inference_deployment, report, wait_status
 
@@ -147,6 +148,7 @@ class Steps:
 def test_mlflow_models_serve_is_canaried_and_rolled_back_by_the_gateways_metrics(
     kube_api, namespace, operator, cluster, mlflow: MlflowClient, monkeypatch
 ):
+    began = time.time()
     model = f"scorer-{namespace}"
     versions = mlflow_client(LOG, cluster.mlflow_url, f"gateway-{namespace}", model, str(FAILING))["versions"]
     with private_gateway(cluster.directory, namespace) as gw:
@@ -161,6 +163,13 @@ def test_mlflow_models_serve_is_canaried_and_rolled_back_by_the_gateways_metrics
                                       body={"inputs": [[1.0, 2.0]]}, rate=20, max_duration=600)  # fmt: skip
         with load:
             canary_then_rollback(kube_api, namespace, gw.admin, mlflow, model, versions, load)
+        # The dashboard's gateway row shows this deployment's tracks from the gateway's series (its other
+        # rows read the operator's own series: this operator runs in the test's process, unscraped).
+        row = [dashboard.PRESET_ROWS["gateway"]]
+        values = {"namespace": namespace, "name": "scorer"}
+        shown = monitoring.panel_series(cluster.prometheus_url, row, values, began, time.time())
+    report(f"\ndashboard panels of the gateway preset ({values}):\n{monitoring.report_panels(shown)}")
+    assert all(shown.values()), shown
 
 
 def stable_is(version: str):

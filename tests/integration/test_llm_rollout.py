@@ -6,6 +6,7 @@ is 3x slower than the stable's fails ttftP95Seconds (maxRelativeToStable) and is
 from __future__ import annotations
 
 import copy
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import yaml
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
+from slipway_e2e import dashboard, monitoring
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import apply_object, report, wait_status
 
@@ -23,6 +25,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "inferencedeployment-
 
 def test_slow_first_token_canary_is_rolled_back_by_the_vllm_preset(kube_api, namespace, operator, cluster, trained):
     operator()
+    began = time.time()
     model = f"llm-{namespace}"
     run_id = trained
     body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
@@ -31,10 +34,10 @@ def test_slow_first_token_canary_is_rolled_back_by_the_vllm_preset(kube_api, nam
     body["spec"]["rollout"]["steps"] = [{"weight": 25, "pause": "15s"}, {"weight": 50, "pause": "15s"}]
     body["spec"]["rollout"]["progressDeadlineSeconds"] = 90
     with MlflowClient(cluster.mlflow_url) as mlflow:
-        digest = mlflow.get_run(run_id).tags["slipway.model.digest"]
+        digest = mlflow.get_run(run_id).tags["slipway.dev/model-digest"]
 
         def publish(**faults: str) -> str:
-            tags = {"slipway.digest": digest, **{f"slipway.fault.{k}": v for k, v in faults.items()}}
+            tags = {"slipway.dev/digest": digest, **{f"slipway.dev/fault-{k}": v for k, v in faults.items()}}
             version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags).version
             mlflow.set_alias(model, "candidate", version)
             return version
@@ -68,7 +71,14 @@ def test_slow_first_token_canary_is_rolled_back_by_the_vllm_preset(kube_api, nam
     # A request that reaches a canary pod as it shuts down may get its 503; nothing else fails.
     assert stats.by_code.get(200, 0) > 0 and stats.share(lambda c: c >= 500) < 0.01, stats.by_code
     assert stats.by_code.get(500, 0) == 0, stats.by_code
+    # The dashboard's vllm row shows this deployment's tracks (its other rows read the operator's own
+    # series: this operator runs in the test's process, unscraped).
+    values = {"namespace": namespace, "name": "digits-llm"}
+    row = [dashboard.PRESET_ROWS["vllm"]]
+    shown = monitoring.panel_series(cluster.prometheus_url, row, values, began, time.time())
     report(
         f"\nLLM canary (vllm preset, real scraped series): TTFT p95 {ttft['value']:.4f}s, threshold "
-        f"{ttft['threshold']}; rolled back; completions {stats.by_code}"
+        f"{ttft['threshold']}; rolled back; completions {stats.by_code}; dashboard panels "
+        f"({values}):\n{monitoring.report_panels(shown)}"
     )
+    assert all(shown.values()), shown
