@@ -4,10 +4,12 @@ module slipway.dev/e2e/health
 go 1.26.0
 
 require (
+	github.com/evanphx/json-patch v5.9.11+incompatible
 	github.com/fluxcd/pkg/apis/kustomize v1.21.0
 	github.com/fluxcd/pkg/runtime v0.117.0
 	github.com/yuin/gopher-lua v1.1.2
 	k8s.io/apimachinery v0.37.0
+	layeh.com/gopher-json v0.0.0-20190114024228-97fed8db8427
 	sigs.k8s.io/cli-utils v0.37.2
 	sigs.k8s.io/yaml v1.6.0
 )

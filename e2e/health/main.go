@@ -1,10 +1,15 @@
 // health: what Argo CD, kstatus (`helm --wait`, cli-utils) and Flux make of Slipway objects.
 // It reads a JSON array of objects on stdin and writes one JSON object per input: the Argo CD
 // health that a Lua health check gives (run in gopher-lua, the Lua VM Argo CD embeds, with the
-// libraries Argo CD opens for health checks), kstatus' computed status, and, given a Flux
-// Kustomization with healthCheckExprs, the status Flux's own CEL evaluator gives.
+// libraries Argo CD opens for the scripts of argocd-cm), kstatus' computed status, and, given a
+// Flux Kustomization with healthCheckExprs, the status Flux's own CEL evaluator gives.
+//
+// With `actions` and an argocd-cm ConfigMap, it runs each object's Argo CD resource actions
+// instead (actions.go): which actions discovery offers, and the patch each action makes.
 //
 // Usage: health LUA_FILE [FLUX_KUSTOMIZATION_YAML] < objects.json
+//
+//	health actions ARGOCD_CM_YAML < objects.json
 package main
 
 import (
@@ -33,8 +38,13 @@ type result struct {
 }
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "actions" {
+		check(runActions(os.Args[2], readObjects()))
+		return
+	}
 	if len(os.Args) != 2 && len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: health LUA_FILE [FLUX_KUSTOMIZATION_YAML] < objects.json")
+		fmt.Fprintln(os.Stderr, "       health actions ARGOCD_CM_YAML < objects.json")
 		os.Exit(2)
 	}
 	script, err := os.ReadFile(os.Args[1])
@@ -44,16 +54,9 @@ func main() {
 		flux, err = fluxEvaluators(os.Args[2])
 		check(err)
 	}
-	decoder := json.NewDecoder(os.Stdin)
-	decoder.UseNumber()
-	var decoded []any
-	check(decoder.Decode(&decoded))
-	out := make([]result, 0, len(decoded))
-	for _, item := range decoded {
-		obj, ok := numbers(item).(map[string]any)
-		if !ok {
-			check(fmt.Errorf("not an object: %v", item))
-		}
+	objects := readObjects()
+	out := make([]result, 0, len(objects))
+	for _, obj := range objects {
 		argo, err := argoHealth(string(script), obj)
 		check(err)
 		computed, err := status.Compute(&unstructured.Unstructured{Object: obj})
@@ -103,54 +106,32 @@ func fluxEvaluators(path string) (map[string]*fluxcel.StatusEvaluator, error) {
 // argoHealth runs a health script as Argo CD does: `obj` is the object as a Lua table, the
 // script returns a table with `status` and `message`.
 func argoHealth(script string, obj map[string]any) (verdict, error) {
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer l.Close()
-	for _, lib := range []struct {
-		name string
-		open lua.LGFunction
-	}{{lua.LoadLibName, lua.OpenPackage}, {lua.BaseLibName, lua.OpenBase}, {lua.TabLibName, lua.OpenTable},
-		{lua.StringLibName, lua.OpenString}, {lua.MathLibName, lua.OpenMath}} {
-		l.Push(l.NewFunction(lib.open))
-		l.Push(lua.LString(lib.name))
-		l.Call(1, 0)
-	}
-	l.SetGlobal("obj", toLua(l, obj))
-	if err := l.DoString(script); err != nil {
+	value, err := runLua(script, obj)
+	if err != nil {
 		return verdict{}, err
 	}
-	returned, ok := l.Get(-1).(*lua.LTable)
+	returned, ok := value.(*lua.LTable)
 	if !ok {
-		return verdict{}, fmt.Errorf("the health script returned %s, not a table", l.Get(-1).Type())
+		return verdict{}, fmt.Errorf("the health script returned %s, not a table", value.Type())
 	}
 	return verdict{Status: lua.LVAsString(returned.RawGetString("status")), Message: lua.LVAsString(returned.RawGetString("message"))}, nil
 }
 
-// toLua converts decoded JSON as Argo CD does: objects and arrays become tables (arrays from 1), null is nil.
-func toLua(l *lua.LState, value any) lua.LValue {
-	switch v := value.(type) {
-	case map[string]any:
-		t := l.NewTable()
-		for key, item := range v {
-			t.RawSetString(key, toLua(l, item))
+// readObjects decodes the JSON array of objects on stdin.
+func readObjects() []map[string]any {
+	decoder := json.NewDecoder(os.Stdin)
+	decoder.UseNumber()
+	var decoded []any
+	check(decoder.Decode(&decoded))
+	objects := make([]map[string]any, 0, len(decoded))
+	for _, item := range decoded {
+		obj, ok := numbers(item).(map[string]any)
+		if !ok {
+			check(fmt.Errorf("not an object: %v", item))
 		}
-		return t
-	case []any:
-		t := l.NewTable()
-		for _, item := range v {
-			t.Append(toLua(l, item))
-		}
-		return t
-	case string:
-		return lua.LString(v)
-	case float64:
-		return lua.LNumber(v)
-	case int64:
-		return lua.LNumber(v)
-	case bool:
-		return lua.LBool(v)
-	default:
-		return lua.LNil
+		objects = append(objects, obj)
 	}
+	return objects
 }
 
 // numbers turns JSON numbers into int64 where they are whole (as the API server's decoder does,

@@ -55,7 +55,8 @@ def test_the_argocd_config_map_carries_the_health_check_for_every_kind():
     config = yaml.safe_load((ROOT / "manifests" / "argocd" / "argocd-cm.yaml").read_text())
     assert config["metadata"]["name"] == "argocd-cm"
     script = HEALTH_LUA.read_text()
-    assert {f"resource.customizations.health.slipway.dev_{kind}": script for kind in KINDS} == config["data"]
+    health = {key: value for key, value in config["data"].items() if key.startswith("resource.customizations.health.")}
+    assert {f"resource.customizations.health.slipway.dev_{kind}": script for kind in KINDS} == health
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -190,7 +191,8 @@ def test_each_new_generation_reads_reconciling_before_any_io_and_kubectl_shows_t
     assert seen[-1] == ("Suspended", "InProgress"), versions[-1]["status"]
     assert readings(versions[-1:])[0][2] == "Current"  # Flux with Slipway's healthCheckExprs
     table = subprocess.run(
-        [str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get", "tr"],
+        [str(CONTROLPLANE.parent / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "-n", namespace, "get", "tr",
+         "-o", "wide"],  # REASON is a priority-1 column
         capture_output=True, text=True, timeout=60, check=True,
     ).stdout.splitlines()  # fmt: skip
     header, row = table[0], table[1]
@@ -267,5 +269,7 @@ def test_the_readme_patch_merges_the_health_checks_into_an_existing_argocd_cm(ku
         assert mine.items() <= data.items()  # what Argo CD had is kept
         script = HEALTH_LUA.read_text()
         assert all(data[f"resource.customizations.health.slipway.dev_{kind}"] == script for kind in KINDS)
+        shipped = yaml.safe_load((ROOT / "manifests" / "argocd" / "argocd-cm.yaml").read_text())["data"]
+        assert shipped.items() <= data.items()  # the resource actions too
     finally:
         core.delete_namespaced_config_map("argocd-cm", "argocd")
