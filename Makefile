@@ -16,7 +16,8 @@ ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
 KWOK := $(CACHE)/kwok/kwok
 KUEUE := $(CACHE)/kueue/kueue
 JOBSET := $(CACHE)/jobset/jobset
-CRD_DIRS := crds charts/slipway/crds charts/slipway-crds/files
+# The generated copies of the CRDs (charts/slipway/files/crds/ links to crds/).
+CRD_DIRS := crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
@@ -101,8 +102,8 @@ jobset: $(JOBSET)  ## build JobSet (multi-node TrainingRuns as one gang) from th
 $(JOBSET): e2e/batch/build.sh e2e/go-build.sh
 	bash e2e/batch/build.sh jobset $(JOBSET)
 
-health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua), kstatus (cli-utils) and Flux (CEL) health checker the tests use
-$(HEALTH): e2e/health/go.mod e2e/health/go.sum e2e/health/main.go
+health-tool: $(HEALTH)  ## build the Argo CD (gopher-lua: health and resource actions), kstatus (cli-utils) and Flux (CEL) checker the tests use
+$(HEALTH): e2e/health/go.mod e2e/health/go.sum $(wildcard e2e/health/*.go)
 	cd e2e/health && CGO_ENABLED=0 go build -trimpath -o $(abspath $(HEALTH)) .
 
 promql-oracle: $(PROMQL_ORACLE)  ## build Prometheus' PromQL parser as a command: the unit tests fuzz the queries' confinement against it
@@ -142,8 +143,9 @@ image: $(VENV)/.installed  ## the operator and workloads images (buildah, no Doc
 # registry, no Docker; a VERSION other than the tree's is stamped into a copy, never into the tree.
 # Supply chain (release/supply.py): each image's SBOM (syft), the base's package list, SHA256SUMS and the
 # archives signed with SIGNING_KEY (an OpenSSH private key); refused from a working tree with changes.
+# `make plugin`: the kubectl plugin alone (release/plugin.py, no image, no venv), also part of `make release`.
 # Development builds: ALLOW_DIRTY=1 (uncommitted changes), UNSIGNED=1 (no key).
-.PHONY: version release syft
+.PHONY: version release plugin syft
 REGISTRY ?= ghcr.io/slipway-dev
 SYFT := $(CACHE)/syft/syft
 version:  ## print the version (from the git tags); VERSION=X.Y.Z stamps it into the tree for a release commit
@@ -153,11 +155,14 @@ release: $(VENV)/.installed helm syft  ## dist/VERSION/ (default: the tree's ver
 	$(PY) release/bundle.py $(VERSION) --registry $(REGISTRY) $(if $(SIGNING_KEY),--signing-key $(SIGNING_KEY)) \
 	  $(if $(UNSIGNED),--unsigned) $(if $(ALLOW_DIRTY),--allow-dirty)
 
+plugin:  ## the kubectl plugin alone, as one file (a zipapp) with its krew archive and manifest, in dist/VERSION/ (release/plugin.py)
+	$(PYTHON) release/plugin.py
+
 syft: $(SYFT)  ## build syft (each image's SBOM in make release) from the Go module proxy (cached)
 $(SYFT): release/build-tool.sh e2e/go-build.sh
 	bash release/build-tool.sh syft $(SYFT)
 
-crds: $(VENV)/.installed  ## regenerate crds/, charts/slipway/crds/ and charts/slipway-crds/files/ from the pydantic models, and the operator's RBAC from slipway.kinds
+crds: $(VENV)/.installed  ## regenerate crds/ and charts/slipway-crds/files/ (charts/slipway/files/crds/ links to crds/) from the pydantic models, and the operator's RBAC from slipway.kinds
 	$(PY) -m slipway.crdgen $(CRD_DIRS)
 	$(PY) -m slipway.rbacgen
 

@@ -45,7 +45,7 @@ deps workloads workloads
 
 src=$out/src
 rm -rf "$src" "$out/operator" "$out/workloads" && mkdir -p "$src/operator"
-cp pyproject.toml README.md "$src/"
+cp pyproject.toml README.md LICENSE "$src/"
 tar -c --exclude=__pycache__ operator/slipway | tar -x -C "$src"
 "$py" -m pip wheel --quiet --no-deps --no-build-isolation "$src" -w "$out/slipway"
 for kind in operator workloads; do

@@ -3,9 +3,11 @@
     slipway-operator-X.Y.Z.oci.tar    the operator image (make image), an OCI archive
     slipway-workloads-X.Y.Z.oci.tar   the workloads image
     install.yaml                      CRDs, RBAC and the operator, images by digest (kubectl apply --server-side)
-    slipway-X.Y.Z.tgz                 the Helm chart with its CRDs, its values naming both images by digest
+    slipway-X.Y.Z.tgz                 the Helm chart (its CRDs only with crds.install=true), images by digest
     slipway-crds-X.Y.Z.tgz            the CRDs as a chart of their own (helm upgrade upgrades them)
     slipway_operator-X.Y.Z-py3-none-any.whl  the Python package and kubectl plugin (pip, pipx)
+    kubectl-slipway.pyz, kubectl-slipway.tar.gz, plugin.yaml  the kubectl plugin as one file, and for krew
+                                      (release/plugin.py)
     images.txt                        each image's name, digest and archive
     slipway-{operator,workloads}-X.Y.Z.sbom.cdx.json  each image's SBOM (CycloneDX, syft): Debian and Python packages
     slipway-base-X.Y.Z.packages.txt   the Debian base both images share: when it was built, from what, dpkg -l
@@ -37,6 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import plugin  # noqa: E402
 import supply  # noqa: E402
 import versioning  # noqa: E402
 
@@ -47,6 +50,7 @@ HELM = ROOT / ".cache" / "helm" / "helm"
 SOURCES = [
     "pyproject.toml",
     "README.md",
+    "LICENSE",
     "constraints.txt",
     "operator/slipway",
     "images",
@@ -196,6 +200,7 @@ def release(version: str, registry: str, skip_images: bool = False, signing_key:
     for wheel in (src / "build" / "image" / "operator" / "slipway").glob(f"slipway_operator-{version}-*.whl"):
         link(wheel, out / wheel.name)
     (out / "install.yaml").write_text(install_yaml(src, version, registry, digests))
+    plugin.build(src, version, out)
     chart = ROOT / "build" / "release" / "chart" / "slipway"
     shutil.rmtree(chart.parent, ignore_errors=True)
     shutil.copytree(src / "charts" / "slipway", chart)

@@ -52,10 +52,8 @@ def helm(*args: str, kubeconfig: Path | None = None, check: bool = True, timeout
     return done.stdout + done.stderr if not check else done.stdout
 
 
-def render(*sets: str, release: str = "slipway", namespace: str = "slipway-system", crds: bool = False) -> list[Obj]:
+def render(*sets: str, release: str = "slipway", namespace: str = "slipway-system") -> list[Obj]:
     args = ["template", release, str(CHART), "-n", namespace]
-    if crds:
-        args.append("--include-crds")
     for s in sets:
         args += ["--set", s]
     return [o for o in yaml.safe_load_all(helm(*args)) if o]
@@ -246,6 +244,35 @@ def test_prices_become_a_config_map_mounted_where_the_operator_reads_it():
     assert env(objs)["SLIPWAY_PRICES_FILE"] == f"{mount['mountPath']}/prices.yaml"
 
 
+def test_tls_files_come_by_reference_to_where_the_settings_point():
+    assert not [e for e in env(render()) if "_TLS" in e or "CA_BUNDLE" in e or "CLIENT_CERT" in e]
+    objs = render(
+        "mlflow.tls.caBundle.configMap=corp-ca",
+        "mlflow.tls.clientCertSecret=slipway-mlflow-client",
+        "mlflow.tls.workloadCaConfigMap=corp-ca",
+        "mlflow.tls.workloadClientCertSecret=mlflow-client",
+        "prometheus.tls.caBundle.secret=prometheus-ca",
+        "prometheus.tls.caBundle.key=bundle.pem",
+    )
+    e = env(objs)
+    mounts = {m["name"]: m["mountPath"] for m in container(objs)["volumeMounts"]}
+    volumes = {v["name"]: v for v in only(objs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    assert e["SLIPWAY_MLFLOW_CA_BUNDLE"] == f"{mounts['mlflow-ca']}/ca.crt"
+    assert volumes["mlflow-ca"]["configMap"]["name"] == "corp-ca"
+    client = mounts["mlflow-client-cert"]
+    assert e["SLIPWAY_MLFLOW_CLIENT_CERT"] == f"{client}/tls.crt"
+    assert e["SLIPWAY_MLFLOW_CLIENT_KEY"] == f"{client}/tls.key"
+    assert volumes["mlflow-client-cert"]["secret"]["secretName"] == "slipway-mlflow-client"
+    assert e["SLIPWAY_PROMETHEUS_CA_BUNDLE"] == f"{mounts['prometheus-ca']}/bundle.pem"
+    assert volumes["prometheus-ca"]["secret"]["items"] == [{"key": "bundle.pem", "path": "bundle.pem"}]
+    assert (e["SLIPWAY_MLFLOW_CA_CONFIGMAP"], e["SLIPWAY_MLFLOW_CLIENT_CERT_SECRET"]) == ("corp-ca", "mlflow-client")
+    assert "SLIPWAY_MLFLOW_INSECURE_TLS" not in e and "SLIPWAY_PROMETHEUS_CLIENT_CERT" not in e
+    assert env(render("mlflow.tls.insecure=true"))["SLIPWAY_MLFLOW_INSECURE_TLS"] == "true"
+    sets = ["--set", "mlflow.tls.caBundle.configMap=a", "--set", "mlflow.tls.caBundle.secret=b"]
+    both = helm("template", "s", str(CHART), *sets, check=False)
+    assert "mlflow.tls.caBundle: set configMap or secret, not both" in both
+
+
 def test_watched_namespaces_become_flags_and_narrow_the_rbac():
     objs = render("watchNamespaces={team-a,team-b}")
     assert container(objs)["args"] == ["-n", "team-a", "-n", "team-b", "--require-model-allowlist"]
@@ -341,7 +368,7 @@ def test_the_monitoring_kit_is_off_by_default_and_the_same_as_manifests_monitori
 
 
 def test_chart_and_kustomize_install_the_same_objects():
-    chart = index(render(crds=True))
+    chart = index(render("crds.install=true"))  # the CRDs too, as kustomize applies them
     kust = index(kustomize())
     # The Namespace is kustomize's; Helm creates the release namespace (--create-namespace).
     assert set(chart) == set(kust) - {("Namespace", "", "slipway-system")}, (
@@ -353,7 +380,8 @@ def test_chart_and_kustomize_install_the_same_objects():
         if k[0] in {"ClusterRoleBinding", "RoleBinding"}:
             assert chart[k]["roleRef"] == kust[k]["roleRef"] and chart[k]["subjects"] == kust[k]["subjects"], k
         if k[0] == "CustomResourceDefinition":
-            assert chart[k] == kust[k], f"{k}: the chart's copy differs from crds/"
+            ours = {**chart[k], "metadata": {"name": chart[k]["metadata"]["name"]}}  # Helm's labels and keep aside
+            assert ours == kust[k], f"{k}: the chart's copy differs from crds/"
         if k[0] == "PriorityClass":
             for field in ("value", "preemptionPolicy", "globalDefault"):
                 assert chart[k][field] == kust[k][field], (k, field)
@@ -398,12 +426,16 @@ def kubectl_stdin(cluster: ClusterInfo, text: str, *args: str) -> subprocess.Com
             "prices.currency=USD",
             "prices.gpuHour=2.5",
             "mlflow.webhookSecret=slipway-mlflow-webhook",
+            "crds.install=true",
+            "mlflow.tls.caBundle.configMap=corp-ca",
+            "mlflow.tls.clientCertSecret=slipway-mlflow-client",
+            "prometheus.tls.insecure=true",
         ),
     ],
     ids=["defaults", "toggled"],
 )
 def test_the_api_server_accepts_what_the_chart_renders(cluster, namespace, sets):
-    objs = render(*(s.replace("NS", namespace) for s in sets), release="slipway-dry", namespace=namespace, crds=True)
+    objs = render(*(s.replace("NS", namespace) for s in sets), release="slipway-dry", namespace=namespace)
     text = yaml.safe_dump_all(objs)
     done = kubectl_stdin(cluster, text, "apply", "--dry-run=server", "-f", "-")
     assert done.returncode == 0, done.stderr

@@ -1,6 +1,7 @@
 """charts/slipway-crds, the chart of Slipway's CRDs: rendered as templates (so `helm upgrade`
 applies a new schema, which Helm never does for a chart's crds/ directory), each kept on uninstall
-(helm.sh/resource-policy: keep), the same CRDs as crds/.
+(helm.sh/resource-policy: keep), the same CRDs as crds/. One owner: the operator chart renders them
+only with crds.install=true, by the same helper, and has no crds/ of its own.
 
 On the local cluster the chart is installed as a private copy (its CRDs in a group of the test's
 own, see slipway_testing.crdcopies) with the previous CRDs, upgraded to crds/ by `helm upgrade`
@@ -42,6 +43,7 @@ from slipway_testing.crdcopies import (
 ROOT = Path(__file__).resolve().parents[2]
 HELM = ROOT / ".cache" / "helm" / "helm"
 CHART = ROOT / "charts" / "slipway-crds"
+OPERATOR_CHART = ROOT / "charts" / "slipway"
 KEEP = {"helm.sh/resource-policy": "keep"}
 Obj = dict[str, Any]
 
@@ -80,6 +82,63 @@ def test_the_crd_chart_renders_the_crds_of_crds_dir_as_templates_kept_on_uninsta
         assert ours["metadata"]["annotations"] == KEEP, ours["metadata"]
         assert ours["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
         assert {k: v for k, v in ours.items() if k != "metadata"} == {k: v for k, v in crd.items() if k != "metadata"}
+
+
+def crd_names() -> set[str]:
+    return {crd["metadata"]["name"] for crd in current_crds().values()}
+
+
+def crds_rendered(chart: Path, *sets: str) -> dict[str, Obj]:
+    """The CRDs a release of ``chart`` would own (templates and any crds/ directory), by name."""
+    args = ["template", "slipway", str(chart), "-n", "slipway-system", "--include-crds"]
+    docs = yaml.safe_load_all(helm(*args, *(a for s in sets for a in ("--set", s))).stdout)
+    return {d["metadata"]["name"]: d for d in docs if d and d["kind"] == "CustomResourceDefinition"}
+
+
+@pytest.mark.parametrize(
+    ("path", "releases"),
+    [
+        ("two charts (the default)", [(CHART, ()), (OPERATOR_CHART, ())]),
+        ("one chart, crds.install=true", [(OPERATOR_CHART, ("crds.install=true",))]),
+    ],
+)
+def test_each_crd_has_exactly_one_owning_release(path, releases):
+    """Helm's install paths (docs/install.md, docs/how-to/gitops.md): every CRD of crds/ is rendered
+    by exactly one release, so neither Helm nor Argo CD ever has two releases own one CRD."""
+    owners: dict[str, list[str]] = {}
+    for chart, sets in releases:
+        for name in crds_rendered(chart, *sets):
+            owners.setdefault(name, []).append(chart.name)
+    assert {n: len(o) for n, o in owners.items()} == dict.fromkeys(crd_names(), 1), (path, owners)
+
+
+def test_the_operator_chart_renders_the_crds_only_when_asked_by_the_shared_helper():
+    assert not (OPERATOR_CHART / "crds").exists()  # Helm would install those on every first install
+    assert crds_rendered(OPERATOR_CHART) == {}
+    # files/crds/ links to crds/: no copy of its own to drift.
+    links = {p.name: p for p in (OPERATOR_CHART / "files" / "crds").iterdir()}
+    assert set(links) == {p.name for p in (ROOT / "crds").glob("slipway.dev_*.yaml")}
+    assert all(p.is_symlink() and p.resolve() == ROOT / "crds" / name for name, p in links.items())
+    helper = "templates/_crds.tpl"
+    assert (OPERATOR_CHART / helper).read_text() == (CHART / helper).read_text(), "the two charts' helpers differ"
+    ours, theirs = crds_rendered(OPERATOR_CHART, "crds.install=true"), rendered()
+    assert set(ours) == set(theirs) == crd_names()
+    for name, crd in ours.items():
+        assert crd["metadata"]["annotations"] == KEEP
+        assert crd["metadata"]["labels"]["helm.sh/chart"].startswith("slipway-")
+        assert {k: v for k, v in crd.items() if k != "metadata"} == {
+            k: v for k, v in theirs[name].items() if k != "metadata"
+        }
+    kept_off = crds_rendered(OPERATOR_CHART, "crds.install=true", "crds.keep=false")
+    assert all("annotations" not in crd["metadata"] for crd in kept_off.values())
+
+
+def test_an_upgrade_reusing_values_without_a_crds_value_renders_none():
+    """`helm upgrade --reuse-values` from a release made before crds.install: Helm then renders with the
+    old chart's values, which have no crds (here: the value removed), so the release owns no CRD."""
+    out = helm("template", "slipway", str(OPERATOR_CHART), "--set", "crds=null").stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert docs and not [d for d in docs if d["kind"] == "CustomResourceDefinition"]
 
 
 def private_chart(kinds: Copy, crds: dict[str, Obj], where: Path) -> Path:

@@ -33,6 +33,7 @@ from slipway_testing import ROOT
 KUBECTL = ROOT / ".cache" / "controlplane" / "kubectl"
 HELM = ROOT / ".cache" / "helm" / "helm"
 CHART = ROOT / "charts" / "slipway"
+CRDS_CHART = ROOT / "charts" / "slipway-crds"
 REALNODE_DIR = Path(os.environ.get("LOCALKUBE_REALNODE_DIR", ROOT / ".cache" / "cluster-realnode"))
 
 
@@ -101,9 +102,19 @@ class RealCluster:
         repository, tag = tags[0].rsplit(":", 1)
         return repository, tag
 
-    def install_operator(self, release: str, ns: str, *values: str, chart: Path = CHART) -> None:
+    def install_crds(self, chart: Path = CRDS_CHART) -> None:
+        """The CRDs as docs/install.md installs them, before any operator: the release slipway-crds of
+        ``chart`` in slipway-system (CRDs an earlier release left, kept on its uninstall, are taken over)."""
+        install = ["upgrade", "--install", "slipway-crds", str(chart), "-n", "slipway-system", "--create-namespace"]
+        self.helm(*install, "--take-ownership")
+
+    def install_operator(
+        self, release: str, ns: str, *values: str, chart: Path = CHART, crds: Path = CRDS_CHART
+    ) -> None:
         """``helm install`` of ``chart`` (default charts/slipway, with the images of the node) into
-        ``ns`` (made beforehand), the cluster's MLflow and Prometheus behind Services of ``ns``."""
+        ``ns`` (made beforehand), the cluster's MLflow and Prometheus behind Services of ``ns``, after
+        the CRD chart ``crds``."""
+        self.install_crds(crds)
         mlflow = self.host_service(ns, "mlflow", self.info.mlflow_url or "")
         prometheus = self.host_service(ns, "prometheus", self.info.prometheus_url or "")
         images: list[str] = []

@@ -163,7 +163,8 @@ def installed(real_cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterato
             start = time.monotonic()
             real_cluster.install_operator(ns, ns, f"image.repository={registry.host}/team/slipway-operator",
                                           f"workloadsImage.repository={registry.host}/team/slipway-workloads",
-                                          chart=here / f"slipway-{version}.tgz")  # fmt: skip
+                                          chart=here / f"slipway-{version}.tgz",
+                                          crds=here / f"slipway-crds-{version}.tgz")  # fmt: skip
             yield Installed(ns, registry, here, version, digests, pinned, socket, unpacked, time.monotonic() - start)
         finally:
             with contextlib.suppress(AssertionError):

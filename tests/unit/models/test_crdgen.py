@@ -27,12 +27,13 @@ def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-CRD_DIRS = (ROOT / "crds", ROOT / "charts" / "slipway" / "crds", ROOT / "charts" / "slipway-crds" / "files")
+# The operator chart's files/crds/ are links to crds/ (a chart test holds them so).
+CRD_DIRS = (ROOT / "crds", ROOT / "charts" / "slipway-crds" / "files")
 
 
-@pytest.mark.parametrize("directory", CRD_DIRS, ids=["kustomize", "chart", "crd-chart"])
+@pytest.mark.parametrize("directory", CRD_DIRS, ids=["kustomize", "crd-chart"])
 def test_no_drift(tmp_path, directory):
-    """`make crds` output matches what is committed (crds/ and the chart's crds/)."""
+    """`make crds` output matches what is committed (crds/ and the CRD chart's files/)."""
     assert crdgen.main([str(tmp_path)]) == 0
     for kind in crdgen.KINDS:
         committed = directory / crdgen.file_name(kind)
