@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         flags = {s.name: getattr(args, s.dest) for s in SETTINGS if s.flag and s.name in CONFIG_FIELDS}
         config = OperatorConfig(**{**flags, "prices_file": args.prices_file or None}, namespaces=tuple(args.namespace))
+        config.check_tls()  # a TLS file that cannot be used stops the start, naming its flag (never what it holds)
     except ValueError as exc:  # a bad address: its message names the flag, never the credentials
         parser.error(str(exc))
     kopf.run(

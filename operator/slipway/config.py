@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from slipway import settings
+from slipway import settings, tls
+from slipway.podspec import PodTls
 from slipway.redact import ambiguous_userinfo, redact_url, without_credentials
 from slipway.settings import parse_list, parse_url_list
 
@@ -60,11 +61,55 @@ class OperatorConfig:
     lease_retry_seconds: float = _setting("lease_retry_seconds")
     stuck_pass_seconds: float = _setting("stuck_pass_seconds")
     max_digest_files: int = _setting("max_digest_files")
+    mlflow_ca_bundle: str | None = _setting("mlflow_ca_bundle")
+    mlflow_client_cert: str | None = _setting("mlflow_client_cert")
+    mlflow_client_key: str | None = _setting("mlflow_client_key")
+    mlflow_insecure_tls: bool = _setting("mlflow_insecure_tls")
+    mlflow_ca_configmap: str = _setting("mlflow_ca_configmap")
+    mlflow_client_cert_secret: str = _setting("mlflow_client_cert_secret")
+    prometheus_ca_bundle: str | None = _setting("prometheus_ca_bundle")
+    prometheus_client_cert: str | None = _setting("prometheus_client_cert")
+    prometheus_client_key: str | None = _setting("prometheus_client_key")
+    prometheus_insecure_tls: bool = _setting("prometheus_insecure_tls")
 
     @property
     def pod_mlflow_url(self) -> str | None:
         """The MLflow address pods get: the operator's, without credentials."""
         return without_credentials(self.mlflow_url) if self.mlflow_url else None
+
+    @property
+    def mlflow_tls(self) -> tls.TlsOptions:
+        """What the operator's MLflow client checks and presents (--mlflow-ca-bundle, ...)."""
+        return tls.TlsOptions(
+            self.mlflow_ca_bundle,
+            self.mlflow_client_cert,
+            self.mlflow_client_key,
+            self.mlflow_insecure_tls,
+            tls.setting_names("mlflow"),
+        )
+
+    @property
+    def prometheus_tls(self) -> tls.TlsOptions:
+        """What the operator's Prometheus clients check and present (--prometheus-ca-bundle, ...)."""
+        return tls.TlsOptions(
+            self.prometheus_ca_bundle,
+            self.prometheus_client_cert,
+            self.prometheus_client_key,
+            self.prometheus_insecure_tls,
+            tls.setting_names("prometheus"),
+        )
+
+    @property
+    def pod_mlflow_tls(self) -> PodTls:
+        """What Slipway's pods that talk to MLflow mount and are told of TLS."""
+        return PodTls(self.mlflow_ca_configmap, self.mlflow_client_cert_secret, self.mlflow_insecure_tls)
+
+    def check_tls(self) -> None:
+        """A ValueError naming the setting when a TLS file cannot be used or two settings contradict
+        (checked at start, before any client is made)."""
+        for options in (self.mlflow_tls, self.prometheus_tls):
+            if options.configured:
+                tls.TlsContext(options)
 
     def __post_init__(self) -> None:
         for flag, url in (

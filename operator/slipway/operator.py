@@ -17,7 +17,7 @@ from typing import Any
 
 import kopf
 
-from slipway import behaviour, cost, kube, metrics, mlflowhook, proofkey, watches
+from slipway import behaviour, cost, kube, metrics, mlflowhook, proofkey, tls, watches
 from slipway.artifact import register as _artifact  # noqa: F401 - each kind package registers its kind
 from slipway.config import OperatorConfig
 from slipway.controller import Cache, Key, Scheduler
@@ -147,14 +147,17 @@ async def startup(
         )
     if memo.get("kube") is None:
         memo.kube = Kube.connect(connections=config.workers + 4)  # passes, and the leader's renewals
+    warn_insecure_tls(config, logger)
     if memo.get("mlflow") is None and config.mlflow_url:
-        memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds)
+        memo.mlflow = MlflowClient(config.mlflow_url, timeout=config.http_timeout_seconds, tls=config.mlflow_tls)
     if isinstance(memo.get("mlflow"), MlflowClient) and memo.mlflow.proof is None:  # what it creates, proven
         memo.mlflow.proof = await asyncio.to_thread(
             proofkey.load, memo.kube, config.leader_election_namespace, config.mlflow_proof_secret
         )
     if memo.get("prometheus") is None and config.prometheus_url:
-        memo.prometheus = PrometheusClient(config.prometheus_url, timeout=config.http_timeout_seconds)
+        memo.prometheus = PrometheusClient(
+            config.prometheus_url, timeout=config.http_timeout_seconds, tls=config.prometheus_tls
+        )
     memo.healer = Healer(
         memo.kube, memo.cache, memo.scheduler, config.namespaces, watches.PLURALS, watches.MANAGED_SELECTOR
     )
@@ -167,6 +170,13 @@ async def startup(
         memo.leader = None
     else:
         memo.leader = elect(memo, config)
+
+
+def warn_insecure_tls(config: OperatorConfig, logger: Any) -> None:
+    """A warning at start for each server whose certificate the operator was told not to check."""
+    for service, options in (("MLflow", config.mlflow_tls), ("Prometheus", config.prometheus_tls)):
+        if options.insecure:
+            logger.warning(tls.insecure_warning(service, options))
 
 
 async def serve_mlflow_webhook(memo: kopf.Memo, config: OperatorConfig, logger: Any) -> None:

@@ -1,8 +1,10 @@
-"""The pod pieces every child's builder shares: environment, resources, MLflow credentials by
-reference, the restricted Pod Security Standard and a spec's podTemplate merged over them."""
+"""The pod pieces every child's builder shares: environment, resources, MLflow credentials and TLS
+files by reference, the restricted Pod Security Standard and a spec's podTemplate merged over them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from slipway.models.base import EnvVar, PodTemplate, Resources
@@ -33,21 +35,106 @@ def resource_requirements(resources: Resources) -> dict[str, Any]:
     return out
 
 
-def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
-    """``manifest`` (a Job, JobSet or Deployment) whose containers that talk to MLflow read its credentials
-    from the Secret ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
-    MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values. Where init
-    containers fetch the model (a serving pod with spec.modelLoad), only they talk to MLflow: the
-    model server then reads files and gets no credentials."""
-    if not secret:
-        return manifest
+def mlflow_containers(manifest: dict[str, Any]) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(pod spec, its containers that talk to MLflow) of each pod template of ``manifest`` (a Job,
+    JobSet or Deployment). Where init containers fetch the model (a serving pod with spec.modelLoad),
+    only they talk to MLflow: the model server then reads files."""
     if manifest.get("kind") == "JobSet":
         pods = [r["template"]["spec"]["template"]["spec"] for r in manifest["spec"]["replicatedJobs"]]
     else:
         pods = [manifest["spec"]["template"]["spec"]]
-    for pod in pods:
-        for container in pod.get("initContainers") or pod["containers"]:
+    return [(pod, pod.get("initContainers") or pod["containers"]) for pod in pods]
+
+
+def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
+    """``manifest`` (a Job, JobSet or Deployment) whose containers that talk to MLflow read its credentials
+    from the Secret ``secret`` in their namespace, if it exists (MLFLOW_TRACKING_USERNAME/PASSWORD or
+    MLFLOW_TRACKING_TOKEN): credentials reach pods only by reference, never as values; the model server
+    of a pod whose init containers fetch the model gets none (:func:`mlflow_containers`)."""
+    if not secret:
+        return manifest
+    for _, containers in mlflow_containers(manifest):
+        for container in containers:
             container.setdefault("envFrom", []).append({"secretRef": {"name": secret, "optional": True}})
+    return manifest
+
+
+@dataclass(frozen=True)
+class PodTls:
+    """What the pods that talk to MLflow get of TLS: a ConfigMap of their namespace holding the CA bundle
+    (key ``ca.crt``), a Secret of it holding their client certificate and key in one PEM file (key
+    ``tls-combined.pem``), or no check of MLflow's certificate (the operator's --mlflow-insecure-tls)."""
+
+    ca_configmap: str = ""
+    client_cert_secret: str = ""
+    insecure: bool = False
+
+
+MLFLOW_TLS_DIR = "/etc/slipway-tls"
+CA_KEY = "ca.crt"
+CLIENT_CERT_KEY = "tls-combined.pem"
+# The volumes (and mounts) the operator adds, and the variables of MLflow's client they feed.
+MLFLOW_CA_VOLUME = "slipway-mlflow-ca"
+MLFLOW_CLIENT_CERT_VOLUME = "slipway-mlflow-client-cert"
+MLFLOW_TLS_VOLUMES = (MLFLOW_CA_VOLUME, MLFLOW_CLIENT_CERT_VOLUME)
+SERVER_CERT_ENV = "MLFLOW_TRACKING_SERVER_CERT_PATH"
+CLIENT_CERT_ENV = "MLFLOW_TRACKING_CLIENT_CERT_PATH"
+INSECURE_ENV = "MLFLOW_TRACKING_INSECURE_TLS"
+MLFLOW_TLS_ENV = (SERVER_CERT_ENV, CLIENT_CERT_ENV, INSECURE_ENV)
+
+
+def tls_pieces(tls: PodTls) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, str]]:
+    """(volumes, mounts, variables) of ``tls``: each file by reference, optional (a namespace without
+    the ConfigMap or Secret runs its pods without it), never its content."""
+    volumes, mounts, env = [], [], {}
+    if tls.insecure:  # MLflow's client refuses a CA bundle beside it
+        env[INSECURE_ENV] = "true"
+    elif tls.ca_configmap:
+        items = [{"key": CA_KEY, "path": CA_KEY}]
+        volumes.append(
+            {"name": MLFLOW_CA_VOLUME, "configMap": {"name": tls.ca_configmap, "items": items, "optional": True}}
+        )
+        mounts.append({"name": MLFLOW_CA_VOLUME, "mountPath": f"{MLFLOW_TLS_DIR}/mlflow-ca", "readOnly": True})
+        env[SERVER_CERT_ENV] = f"{MLFLOW_TLS_DIR}/mlflow-ca/{CA_KEY}"
+    if tls.client_cert_secret:
+        items = [{"key": CLIENT_CERT_KEY, "path": CLIENT_CERT_KEY}]
+        secret = {"secretName": tls.client_cert_secret, "items": items, "optional": True}
+        volumes.append({"name": MLFLOW_CLIENT_CERT_VOLUME, "secret": secret})
+        mounts.append(
+            {"name": MLFLOW_CLIENT_CERT_VOLUME, "mountPath": f"{MLFLOW_TLS_DIR}/mlflow-client", "readOnly": True}
+        )
+        env[CLIENT_CERT_ENV] = f"{MLFLOW_TLS_DIR}/mlflow-client/{CLIENT_CERT_KEY}"
+    return volumes, mounts, {name: env[name] for name in MLFLOW_TLS_ENV if name in env}
+
+
+def pod_tls_of(pod: Mapping[str, Any]) -> PodTls:
+    """The PodTls a pod spec was built with (:func:`with_mlflow_tls`), from its volumes and variables."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or [] if isinstance(v, Mapping)}
+    configmap = (volumes.get(MLFLOW_CA_VOLUME) or {}).get("configMap") or {}
+    secret = (volumes.get(MLFLOW_CLIENT_CERT_VOLUME) or {}).get("secret") or {}
+    containers = [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+    insecure = any(
+        e.get("name") == INSECURE_ENV and e.get("value") == "true" for c in containers for e in c.get("env") or []
+    )
+    return PodTls(str(configmap.get("name") or ""), str(secret.get("secretName") or ""), insecure)
+
+
+def with_mlflow_tls(manifest: dict[str, Any], tls: PodTls) -> dict[str, Any]:
+    """``manifest`` (a Job, JobSet or Deployment) whose containers that talk to MLflow get, in MLflow's own
+    variables, the CA bundle and client certificate of ``tls`` (mounted from their namespace) or the
+    insecure switch. A container whose spec sets one of those variables itself is left as the spec says."""
+    volumes, mounts, env = tls_pieces(tls)
+    if not env:
+        return manifest
+    for pod, containers in mlflow_containers(manifest):
+        if volumes:
+            pod["volumes"] = [*pod.get("volumes", []), *volumes]
+        for container in containers:
+            if any(e["name"] in MLFLOW_TLS_ENV for e in container.get("env", [])):
+                continue
+            container["env"] = [*container.get("env", []), *({"name": k, "value": v} for k, v in env.items())]
+            if mounts:
+                container["volumeMounts"] = [*container.get("volumeMounts", []), *mounts]
     return manifest
 
 

@@ -26,6 +26,7 @@ from slipway import metrics
 from slipway.config import OperatorConfig
 from slipway.models.base import PROMETHEUS_ADDRESS_PATTERN
 from slipway.redact import redact_url, transport_failure
+from slipway.tls import TlsContext, TlsOptions, failure, setting_names
 
 ADDRESS_FIELD = "spec.rollout.analysis.prometheus.address"
 QUERY_PATH = "/api/v1/query"
@@ -50,13 +51,20 @@ class Sample:
 
 
 class PrometheusClient:
-    """A small client of ``/api/v1/query``; it follows no redirect."""
+    """A small client of ``/api/v1/query``; it follows no redirect. ``tls``: the CA bundle, client
+    certificate or insecure switch of an https address (``--prometheus-ca-bundle``, ...)."""
 
-    def __init__(self, base_url: str, timeout: float = 10.0, http: httpx.Client | None = None) -> None:
+    def __init__(
+        self, base_url: str, timeout: float = 10.0, http: httpx.Client | None = None, tls: TlsOptions | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.shown_url = redact_url(self.base_url)  # how messages name it
         self.timeout = timeout  # per network operation, and twice that for a whole answer
-        self._http = http or httpx.Client(timeout=timeout, follow_redirects=False)
+        self.tls = tls if tls is not None else TlsOptions(names=setting_names("prometheus"))  # named in errors
+        https = self.base_url.lower().startswith("https://")
+        self._tls = TlsContext(self.tls) if http is None and self.tls.configured and https else None
+        verify = self._tls.ssl if self._tls is not None else True
+        self._http = http or httpx.Client(timeout=timeout, follow_redirects=False, verify=verify)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.shown_url!r})"
@@ -68,6 +76,8 @@ class PrometheusClient:
 
     def _query(self, promql: str) -> list[Sample]:
         where = f"Prometheus at {self.shown_url}"
+        if self._tls is not None:
+            self._tls.refresh()
         try:
             # timeout: Prometheus itself stops evaluating a query past it (its own time, not just ours).
             params = {"query": promql, "timeout": f"{self.timeout:g}s"}
@@ -75,7 +85,9 @@ class PrometheusClient:
                 status, content_type = resp.status_code, resp.headers.get("content-type", "")
                 content = self._read(resp, where)
         except httpx.HTTPError as exc:
-            raise PrometheusUnavailable(f"{where} unreachable: {transport_failure(exc)}") from None
+            raise PrometheusUnavailable(
+                f"{where} unreachable: {failure(exc, self.tls) or transport_failure(exc)}"
+            ) from None
         body = _json_object(content) if content_type.startswith("application/json") else {}
         error_type = body.get("errorType") if body.get("status") == "error" else None
         said = f" {error_type}" if error_type in ERROR_TYPES else ""

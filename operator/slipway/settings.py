@@ -98,6 +98,53 @@ def _s(name: str, env: str, default: Any, help: str, flag: str | None = None, **
     return Setting(name, tuple(env.split()), default, help, flag, **kw)
 
 
+def _tls_settings(service: str, server: str) -> tuple[Setting, ...]:
+    """The CA bundle, client certificate and key, and insecure switch of the operator's client of ``service``."""
+    flag, env, group = f"--{service}-", f"SLIPWAY_{service.upper()}_", "TLS"
+    pods = "; Slipway's pods get MLFLOW_TRACKING_INSECURE_TLS=true" if service == "mlflow" else ""
+    return (
+        _s(
+            f"{service}_ca_bundle",
+            f"{env}CA_BUNDLE",
+            None,
+            f"a PEM file of the CA certificates that the certificate of {server} is checked against, instead of the "
+            "image's (a private CA); read again when it changes",
+            f"{flag}ca-bundle",
+            metavar="FILE",
+            group=group,
+        ),
+        _s(
+            f"{service}_client_cert",
+            f"{env}CLIENT_CERT",
+            None,
+            f"a PEM file of the client certificate the operator presents to {server} (mutual TLS), with its key "
+            f"unless {flag}client-key names another file; read again when it changes",
+            f"{flag}client-cert",
+            metavar="FILE",
+            group=group,
+        ),
+        _s(
+            f"{service}_client_key",
+            f"{env}CLIENT_KEY",
+            None,
+            "a PEM file of the client certificate's key, unencrypted",
+            f"{flag}client-key",
+            metavar="FILE",
+            group=group,
+        ),
+        _s(
+            f"{service}_insecure_tls",
+            f"{env}INSECURE_TLS",
+            False,
+            f"skip checking the certificate of {server}: anyone on the way can read and change what is exchanged "
+            f"(for a trial only; the operator warns at start){pods}",
+            f"{flag}insecure-tls",
+            parse=parse_bool,
+            group=group,
+        ),
+    )
+
+
 # fmt: off
 SETTINGS: tuple[Setting, ...] = (
     _s("standalone", "", False, "no leader election: this replica always reconciles (one replica only, tests)",
@@ -129,6 +176,8 @@ SETTINGS: tuple[Setting, ...] = (
        metavar="FILE"),
     _s("prometheus_url", "SLIPWAY_PROMETHEUS_URL", None, "default Prometheus for canary analysis",
        "--prometheus-url", empty=True),
+    *_tls_settings("mlflow", "MLflow"),
+    *_tls_settings("prometheus", "every Prometheus the operator queries (--prometheus-url, --allowed-prometheus-urls)"),
     _s("require_model_allowlist", "SLIPWAY_REQUIRE_MODEL_ALLOWLIST", False, "multi-tenant mode: a namespace may "
        "use only the MLflow models its slipway.dev/allowed-models annotation lists (comma-separated globs, set by "
        "cluster admins); none without it", "--require-model-allowlist", parse=parse_bool),
@@ -154,6 +203,14 @@ SETTINGS: tuple[Setting, ...] = (
        "pods read MLflow credentials from this Secret of their namespace, if it exists, unless the Namespace's "
        "slipway.dev/mlflow-credentials annotation names another (in multi-tenant mode, only then do they get any); "
        "the MLflow address they get carries none", empty=True),
+    _s("mlflow_ca_configmap", "SLIPWAY_MLFLOW_CA_CONFIGMAP", "", "a ConfigMap of each namespace whose key ca.crt "
+       "(PEM) is the CA bundle Slipway's pods check MLflow's certificate against (MLFLOW_TRACKING_SERVER_CERT_PATH): "
+       "mounted by reference into the containers that talk to MLflow, where it exists (trust-manager can put one in "
+       "every namespace); empty: none", empty=True, shown_default=""),
+    _s("mlflow_client_cert_secret", "SLIPWAY_MLFLOW_CLIENT_CERT_SECRET", "", "a Secret of each namespace whose key "
+       "tls-combined.pem (the client certificate and its unencrypted key, PEM; cert-manager's CombinedPEM output) "
+       "Slipway's pods present to MLflow (MLFLOW_TRACKING_CLIENT_CERT_PATH): mounted by reference into the containers "
+       "that talk to MLflow, where it exists; empty: none", empty=True, shown_default=""),
     _s("workload_image", "SLIPWAY_WORKLOAD_IMAGE", f"ghcr.io/slipway-dev/slipway-workloads:{__version__}",
        "the image of Slipway's own workloads (quantize, validate) when a spec names none", empty=True),
     _s("fetch_image", "SLIPWAY_FETCH_IMAGE", "", "the image of the fetch-model init container of serving pods with "
@@ -301,3 +358,11 @@ def markdown() -> str:
         env = ", ".join(f"`{e}`" for e in s.env) + (" *empty is a value*" if s.empty else "")
         lines.append(f"| {s.name} | {flag} | {env} | {default} | {s.help} |")
     return "\n".join(lines) + "\n"
+
+
+def named(name: str) -> str:
+    """How a message names a setting, so that a refusal its value caused says where to change it:
+    ``--max-digest-files (SLIPWAY_MAX_DIGEST_FILES)``, or the variable alone for a setting with no flag."""
+    setting = BY_NAME[name]
+    env = setting.env[0] if setting.env else ""
+    return f"{setting.flag} ({env})" if setting.flag and env else setting.flag or env

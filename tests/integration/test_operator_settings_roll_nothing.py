@@ -1,7 +1,8 @@
 """The operator's own settings are no part of a revision, on the local cluster: a serving fleet with
-spec.modelLoad, then the operator restarted with another image, another fetch image and MLflow at
-another address (the same server under another name). Its passes restart no pod, edit no
-Deployment and start no canary; the next model version's canary gets the new fetch image."""
+spec.modelLoad, then the operator restarted with another image, another fetch image, MLflow at
+another address (the same server under another name) and TLS files for the pods. Its passes restart
+no pod, edit no Deployment and start no canary; the next model version's canary gets the new fetch
+image and the TLS files."""
 
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
 
         monkeypatch.setenv("SLIPWAY_WORKLOAD_IMAGE", NEW_IMAGE)
         monkeypatch.setenv("SLIPWAY_FETCH_IMAGE", NEW_FETCH)
+        monkeypatch.setenv("SLIPWAY_MLFLOW_CA_CONFIGMAP", "corp-ca")  # TLS files for the pods, from now on
+        monkeypatch.setenv("SLIPWAY_MLFLOW_CLIENT_CERT_SECRET", "mlflow-client")
         moved = cluster.mlflow_url.replace("127.0.0.1", "localhost")
         assert moved != cluster.mlflow_url
         op.mlflow_url = moved
@@ -97,3 +100,6 @@ def test_new_operator_image_fetch_image_and_mlflow_address_roll_nothing(
         assert fetch_image(canary) == NEW_FETCH
         env = {e.name: e.value for e in canary.spec.template.spec.init_containers[0].env}
         assert env["MLFLOW_TRACKING_URI"] == moved
+        assert env["MLFLOW_TRACKING_SERVER_CERT_PATH"] == "/etc/slipway-tls/mlflow-ca/ca.crt"
+        kept = {e.name for e in after.spec.template.spec.init_containers[0].env}
+        assert "MLFLOW_TRACKING_SERVER_CERT_PATH" not in kept  # the stable as it was

@@ -1,7 +1,7 @@
 """What the operator's own settings put in a serving pod (the fetch-model image, the MLflow address,
-the Secret of MLflow credentials its containers read) is no part of a revision: an existing
-Deployment keeps what it has until its next revision, and a
-revision hashed by an operator that counted its MLflow address in is still recognised (pure)."""
+the Secret of MLflow credentials its containers read, the TLS files they mount) is no part of a
+revision: an existing Deployment keeps what it has until its next revision, and a revision hashed
+by an operator that counted its MLflow address in is still recognised (pure)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,15 @@ from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.revision import legacy_revisions, revision
 from slipway.inference.rollout.base import Desired
 from slipway.mlflow.digests import FILES_DIGEST_ENV, is_digest
+from slipway.podspec import MLFLOW_TLS_ENV, MLFLOW_TLS_VOLUMES, pod_tls_of, tls_pieces
 
 
 def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any] | None) -> dict[str, Any]:
     """``desired`` with what the operator's settings put in the pod template (the fetch image, the
-    MLflow address and the credentials Secret of each container) taken from ``existing`` when that
-    Deployment already serves the same revision: a new operator image, fetch image, MLflow address
-    or credentials rule (an upgrade to Namespace-named credentials) restarts no pod and reaches them
-    with the next revision, or `kubectl rollout restart`."""
+    MLflow address, the credentials Secret, the TLS variables and files of each container) taken from
+    ``existing`` when that Deployment already serves the same revision: a new operator image, fetch
+    image, MLflow address, credentials rule (an upgrade to Namespace-named credentials) or TLS setting
+    restarts no pod and reaches them with the next revision, or `kubectl rollout restart`."""
     if existing is None:
         return desired
     labels = ((existing.get("spec") or {}).get("template") or {}).get("metadata", {}).get("labels") or {}
@@ -36,14 +37,40 @@ def keeping_operator_fields(desired: dict[str, Any], existing: Mapping[str, Any]
                 continue
             if container["name"] == "fetch-model" and old.get("image"):
                 container["image"] = old["image"]
-            _keep_env(container, old, "MLFLOW_TRACKING_URI")
+            for name in ("MLFLOW_TRACKING_URI", *MLFLOW_TLS_ENV):
+                _keep_env(container, old, name)
             # The MLflow credentials Secret a container reads (the operator's setting, or the one the
             # Namespace names): envFrom holds nothing else the revision does not already fix.
             if old.get("envFrom"):
                 container["envFrom"] = [dict(e) for e in old["envFrom"] if isinstance(e, Mapping)]
             else:
                 container.pop("envFrom", None)
+    _keep_tls_files(pod, had)
     return desired
+
+
+def _keep_tls_files(pod: dict[str, Any], had: Mapping[str, Any]) -> None:
+    """The TLS volumes of ``pod`` and their mounts as the pod spec ``had`` them (rebuilt from the
+    ConfigMap and Secret it names: the API server's defaults are no part of what Slipway applied)."""
+    volumes, mounts, _ = tls_pieces(pod_tls_of(had))
+    mounted = {
+        c.get("name")
+        for key in ("containers", "initContainers")
+        for c in had.get(key) or []
+        if any(m.get("name") in MLFLOW_TLS_VOLUMES for m in c.get("volumeMounts") or [])
+    }
+    _replace_tls(pod, "volumes", volumes)
+    for container in [*(pod.get("initContainers") or []), *pod["containers"]]:
+        _replace_tls(container, "volumeMounts", mounts if container["name"] in mounted else [])
+
+
+def _replace_tls(into: dict[str, Any], key: str, entries: list[dict[str, Any]]) -> None:
+    """The list ``key`` of ``into`` with its MLflow TLS entries (by name) replaced by ``entries``, at its end."""
+    others = [e for e in into.get(key) or [] if e.get("name") not in MLFLOW_TLS_VOLUMES]
+    if others or entries:
+        into[key] = others + entries
+    else:
+        into.pop(key, None)
 
 
 def _keep_env(container: dict[str, Any], old: Mapping[str, Any], name: str) -> None:

@@ -5,7 +5,9 @@ credentials redacted.
 
 Authentication comes from the environment, as in MLflow's own client:
 ``MLFLOW_TRACKING_TOKEN`` (bearer) or ``MLFLOW_TRACKING_USERNAME`` and
-``MLFLOW_TRACKING_PASSWORD`` (basic). Secret values are never logged or shown in ``repr``.
+``MLFLOW_TRACKING_PASSWORD`` (basic). Secret values are never logged or shown in ``repr``. TLS
+(:mod:`slipway.tls`): the operator's settings, or in pods MLflow's own ``MLFLOW_TRACKING_SERVER_CERT_PATH``,
+``MLFLOW_TRACKING_CLIENT_CERT_PATH`` and ``MLFLOW_TRACKING_INSECURE_TLS``.
 
 Every request sent (each retry too) counts in ``slipway_external_requests_total{service="mlflow"}``.
 
@@ -38,6 +40,7 @@ from slipway.mlflow.errors import (
     raise_for_answer,
 )
 from slipway.redact import redact_url, transport_failure
+from slipway.tls import MLFLOW_ENV_NAMES, TlsContext, TlsOptions, failure, insecure_warning
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,17 @@ def _auth_from_env() -> httpx.Auth | None:
     return None
 
 
+def _tls_from_env() -> TlsOptions:
+    """MLflow's TLS variables: a CA bundle, one PEM file of the client certificate and its key, insecure."""
+    insecure = os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").strip().lower() in ("true", "1")
+    return TlsOptions(
+        os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or None,
+        os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH") or None,
+        insecure=insecure,
+        names=MLFLOW_ENV_NAMES,
+    )
+
+
 class _BearerAuth(httpx.Auth):
     def __init__(self, token: str) -> None:
         self._token = token
@@ -105,6 +119,7 @@ class MlflowHttp:
         auth: httpx.Auth | None = None,
         transport: httpx.BaseTransport | None = None,
         lease_left: Callable[[], float] | None = None,
+        tls: TlsOptions | None = None,
     ) -> None:
         parsed = urllib.parse.urlparse(tracking_uri)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
@@ -118,20 +133,28 @@ class MlflowHttp:
         self.timeout = timeout
         # Seconds before this replica's renew deadline (None: it writes at any time, e.g. --standalone).
         self.lease_left = lease_left
+        # A CA bundle, a client certificate or no check (https only; a ValueError names a bad file's option).
+        self.tls = tls
+        self._tls = TlsContext(tls) if tls is not None and tls.configured and parsed.scheme == "https" else None
         self._http = httpx.Client(
             base_url=self.tracking_uri,
             timeout=timeout,
             auth=auth if auth is not None else _auth_from_env(),
             transport=transport,
             headers={"User-Agent": "slipway"},
+            verify=self._tls.ssl if self._tls is not None else True,
         )
 
     @classmethod
     def from_env(cls, tracking_uri: str | None = None, **kwargs: Any) -> Self:
-        """A client for ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``, with auth from the env."""
+        """A client for ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``, with auth and TLS from the env, as
+        MLflow's own client reads them (``MLFLOW_TRACKING_SERVER_CERT_PATH``, ...)."""
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not uri:
             raise ValueError("MLFLOW_TRACKING_URI is not set: point it at the MLflow tracking server")
+        kwargs.setdefault("tls", _tls_from_env())
+        if kwargs["tls"].insecure:
+            log.warning(insecure_warning("MLflow", kwargs["tls"]))
         return cls(uri, **kwargs)
 
     def __repr__(self) -> str:
@@ -226,6 +249,8 @@ class MlflowHttp:
         metric keys must not take the operator's memory): more is an :class:`MlflowAnswerTooLarge`.
         ``until``: the ``time.monotonic()`` by which a write ends (:meth:`_write_window`)."""
         timeout = self.timeout if until is None else bounds.write_timeout(until - time.monotonic(), self.timeout)
+        if self._tls is not None:
+            self._tls.refresh()
         request = self._http.build_request(method, url, params=params, json=json, timeout=timeout)
         streamed = self._http.send(request, stream=True)
         try:
@@ -265,9 +290,8 @@ class MlflowHttp:
                     f"MLflow at {self.shown_uri} did not answer {what} in time"
                 )
             except httpx.TransportError as exc:
-                error = MlflowUnavailable(
-                    f"MLflow at {self.shown_uri} is unreachable ({what}): {transport_failure(exc)}"
-                )
+                why = failure(exc, self.tls) or transport_failure(exc)
+                error = MlflowUnavailable(f"MLflow at {self.shown_uri} is unreachable ({what}): {why}")
             except MlflowUnavailable as exc:
                 error = exc
             if attempt + 1 < attempts:

@@ -24,6 +24,9 @@ FLAGS = {"--standalone", "--leader-election-namespace", "--lease-duration", "--l
          "--allowed-prometheus-urls", "--metrics-port", "--liveness", "--verbose", "-v", "--namespace", "-n",
          "--all-namespaces", "-A", "-h", "--help", "--traefik-selector", "--max-digest-files",
          "--mlflow-proof-secret", "--adopt-mlflow-names"}  # fmt: skip
+# Flags added since, each a setting of its own.
+FLAGS |= {f"--{service}-{option}" for service in ("mlflow", "prometheus")
+          for option in ("ca-bundle", "client-cert", "client-key", "insecure-tls")}  # fmt: skip
 # What each setting's variable reads as, a text that is not the default.
 SAMPLES = {float: ("7.5", 7.5), int: ("9", 9), settings.parse_bool: ("yes", True),
            settings.parse_list: (" a/b ,, c/d", ("a/b", "c/d")),

@@ -88,7 +88,8 @@ class PrometheusSource:
         if refusal is not None:
             yield refusal
             return
-        client = PrometheusClient(address, timeout=services.timeout) if address is not None else services.prometheus
+        tls = services.config.prometheus_tls if services.config is not None else None  # as for the operator's own
+        client = PrometheusClient(address, services.timeout, tls=tls) if address is not None else services.prometheus
         if client is None:
             yield NO_PROMETHEUS
             return
