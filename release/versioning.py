@@ -38,6 +38,7 @@ CHECKED_PATTERNS = [
     rf"ghcr\.io/slipway-dev/slipway[\w-]*:({SEMVER})\b",
     rf"slipway-(?:operator|workloads)-({SEMVER})\.oci\.tar",
     rf"slipway_operator-({SEMVER})-py3",
+    rf"dist/({SEMVER})/kubectl-slipway",  # the single-file plugin's install lines
 ]
 
 

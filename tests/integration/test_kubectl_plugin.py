@@ -1,9 +1,13 @@
 """kubectl slipway against a real rollout: the installed console script, run as a user would, with
-the test cluster's kubeconfig, while the operator moves real serving pods."""
+the test cluster's kubeconfig and its kubectl on PATH (the plugin makes its requests through kubectl),
+while the operator moves real serving pods. The transcripts of list -A, history, version and get -o json
+are reported (run with -s to see them)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from localkube.cluster import CONTROLPLANE
 from localkube.wait import wait_for
+from slipway import __version__
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import (
     ERRORS,
@@ -26,12 +32,18 @@ from slipway_testing import (
     serving,
     wait_status,
 )
+from slipway_testing.cluster import report
 
 pytestmark = pytest.mark.cluster
 
 PLUGIN = Path(sys.executable).with_name("kubectl-slipway")
 KUBECTL = CONTROLPLANE.parent / "kubectl"
 HOLD = "600s"  # each step holds far longer than the test: only the commands move the rollout
+
+
+def with_kubectl(path: str = "") -> str:
+    """PATH with the test cluster's kubectl first (and ``path`` before it)."""
+    return os.pathsep.join(p for p in (path, str(KUBECTL.parent), os.environ.get("PATH", "")) if p)
 
 
 class Plugin:
@@ -41,7 +53,7 @@ class Plugin:
         self.cluster, self.namespace = cluster, namespace
 
     def env(self) -> dict[str, str]:
-        return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig)}
+        return {**os.environ, "KUBECONFIG": str(self.cluster.kubeconfig), "PATH": with_kubectl()}
 
     def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(PLUGIN), *args, "-n", self.namespace], env=self.env(), capture_output=True,
@@ -99,7 +111,7 @@ def test_steer_a_live_rollout(kube_api, namespace, operator, mlflow, trained, cl
     )
     assert stable["weight"] + canary["weight"] == 100 and 0 < canary["weight"] <= 50
     # kubectl itself finds the plugin on PATH.
-    path = f"{PLUGIN.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = with_kubectl(str(PLUGIN.parent))
     via_kubectl = subprocess.run([str(KUBECTL), "slipway", "get", "inferencedeployment", "digits", "-n", namespace,
                                   f"--kubeconfig={cluster.kubeconfig}"], env={**os.environ, "PATH": path},
                                  capture_output=True, text=True, timeout=60)  # fmt: skip
@@ -154,7 +166,7 @@ def test_steer_a_live_rollout(kube_api, namespace, operator, mlflow, trained, cl
     # retry rolls the rolled-back version out again; a watching get redraws as it moves.
     watcher = subprocess.Popen([str(PLUGIN), "get", "idep/digits", "-w", "--timeout=25s", "-n", namespace,
                                 f"--kubeconfig={cluster.kubeconfig}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)  # fmt: skip
+                               text=True, env=plugin.env())  # fmt: skip
     try:
         assert watcher.stdout is not None
         first = watcher.stdout.readline()  # the first frame is drawn (bounded by the watch's --timeout)
@@ -174,6 +186,70 @@ def test_steer_a_live_rollout(kube_api, namespace, operator, mlflow, trained, cl
     assert "InferenceDeployment/digits  RolledBack" in frames[0], frames[0]
     assert "InferenceDeployment/digits  RolledBack" not in frames[-1] and "(retried)" in frames[-1], frames[-1]
     assert versions.alias("production") == v2
+
+    # list -A, history, get -o json and version, on what the API server holds now (v3 retried, held at step 1).
+    idep = get_object(kube_api, namespace, "InferenceDeployment", "digits")
+    listed_across_namespaces(plugin, namespace, versions.model, v2, v3)
+    history_of_the_rollout(plugin, versions.model, v2, v3, idep)
+    shown = plugin.ok("get", "idep/digits", "-o", "json")
+    report(f"kubectl slipway get idep/digits -o json -n {namespace}\n{shown}")
+    (item,) = json.loads(shown)["items"]  # the deployment follows an alias: no ModelArtifact in its tree
+    assert (item["apiVersion"], item["kind"]) == ("slipway.dev/v1alpha1", "InferenceDeployment")
+    assert item["metadata"]["uid"] == idep["metadata"]["uid"] and item["spec"] == idep["spec"]
+    assert "managedFields" not in item["metadata"]
+    assert item["status"]["stable"]["modelVersion"] == v2 and item["status"]["canary"]["modelVersion"] == v3
+    assert item["status"]["lastRollback"]["reason"] == "Aborted"
+    operator_version_from_its_deployment(plugin, kube_api, namespace)
+
+
+def listed_across_namespaces(plugin: Plugin, namespace: str, model: str, stable: str, canary: str) -> None:
+    listed = plugin.ok("list", "-A")
+    report(f"kubectl slipway list -A\n{listed}")
+    header, *rows = listed.splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "PHASE", "PROGRESS", "VERSION", "AGE"]
+    (mine,) = [row for row in rows if row.split()[:2] == [namespace, "idep/digits"]]
+    expected = rf"{namespace} +idep/digits +Analyzing +step 1/2 \d+% +{model} v{stable} -> v{canary} +\S+"
+    assert re.fullmatch(expected, mine), mine
+    assert plugin.ok("list", "tr", "ma") == f"No TrainingRuns or ModelArtifacts found in namespace {namespace}.\n"
+
+
+ROW = re.compile(r"(\S+) +(\S+) +(\S+ v\S+|-) +(.*)")
+
+
+def history_of_the_rollout(plugin: Plugin, model: str, v2: str, v3: str, idep: dict[str, Any]) -> None:
+    """From the deployment's Events and status: v2 promoted, v3 aborted, then retried."""
+    shown = plugin.ok("history", "digits")
+    report(f"kubectl slipway history digits -n {plugin.namespace}\n{shown}")
+    head, table = shown.split("\nTIME ", 1)
+    assert head.startswith("InferenceDeployment/digits  Analyzing\n")
+    rows = [m.groups() for m in map(ROW.fullmatch, table.splitlines()[1:]) if m]
+    assert len(rows) == len(table.splitlines()) - 1, table
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    events = [(event, version) for _, event, version, _ in rows]
+    assert events.index(("Promoted", f"{model} v{v2}")) < events.index(("RolledBack", f"{model} v{v3}"))
+    # status.lastRollback stands for the rollback's Events: its reason on the first of them.
+    rollback = idep["status"]["lastRollback"]
+    (rolled,) = [r for r in rows if r[1] == "RolledBack" and r[3].startswith("Aborted; ")]
+    assert rolled[3].startswith(f"Aborted; revision {rollback['revision']}; retried since: "), rolled
+    retried = events[events.index(("RolledBack", f"{model} v{v3}")) + 1 :]  # the canary again, in flight
+    assert ("Progressing", f"{model} v{v3}") in retried and ("Analyzing", f"{model} v{v3}") in retried
+
+
+def operator_version_from_its_deployment(plugin: Plugin, kube_api: Any, namespace: str) -> None:
+    """An operator Deployment (no pods) labelled as manifests/ label it: its image's tag is its version."""
+    labels = {"app.kubernetes.io/name": "slipway", "app.kubernetes.io/component": "operator"}
+    image = "ghcr.io/slipway-dev/slipway-operator:0.1.0"
+    pod = {"metadata": {"labels": labels}, "spec": {"containers": [{"name": "operator", "image": image}]}}
+    body = {
+        "metadata": {"name": "slipway-operator", "labels": labels},
+        "spec": {"replicas": 0, "selector": {"matchLabels": labels}, "template": pod},
+    }
+    client.AppsV1Api(kube_api).create_namespaced_deployment(namespace, body)
+    shown = plugin.ok("version")
+    report(f"kubectl slipway version\n{shown}")
+    lines = shown.splitlines()
+    assert lines[0] == f"plugin: {__version__}"
+    assert f"operator: 0.1.0 ({namespace}/slipway-operator, image {image}, 0/0 ready)" in lines[1:]
 
 
 def test_a_failing_canary_with_on_failure_pause_is_held_for_a_person_and_a_dry_run_gate_only_shown(

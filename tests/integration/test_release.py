@@ -84,6 +84,9 @@ def test_the_release_holds_every_file_and_its_sums(release):
         f"slipway-{VERSION}.tgz",
         f"slipway-crds-{VERSION}.tgz",
         f"slipway_operator-{VERSION}-py3-none-any.whl",
+        "kubectl-slipway.pyz",
+        "kubectl-slipway.tar.gz",
+        "plugin.yaml",
         "images.txt",
         f"slipway-operator-{VERSION}.sbom.cdx.json",
         f"slipway-workloads-{VERSION}.sbom.cdx.json",
@@ -146,7 +149,9 @@ def test_the_packaged_chart_pins_both_images_and_carries_its_crds(release):
     chart = here / f"slipway-{VERSION}.tgz"
     objs = helm_template(chart, "slipway-system")
     assert_pinned(objs, digests)
-    crds = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "CustomResourceDefinition")
+    assert not [o for o in objs if o["kind"] == "CustomResourceDefinition"]  # slipway-crds owns them by default
+    with_crds = helm_template(chart, "slipway-system", "crds.install=true")  # its files/crds/, links resolved
+    crds = sorted(o["metadata"]["name"] for o in with_crds if o["kind"] == "CustomResourceDefinition")
     assert crds == ["inferencedeployments.slipway.dev", "modelartifacts.slipway.dev", "trainingruns.slipway.dev"]
     in_crds_chart = helm_template(here / f"slipway-crds-{VERSION}.tgz", "slipway-system")
     assert sorted(o["metadata"]["name"] for o in in_crds_chart if o["kind"] == "CustomResourceDefinition") == crds

@@ -64,6 +64,12 @@ def fresh(out: Path, version: str) -> bool:
     if not all(a.exists() for a in [*archives, *sboms, out / "install.yaml", out / f"slipway-crds-{version}.tgz",
                                     out / "SHA256SUMS.sig"]):  # fmt: skip
         return False
+    plugin = load("plugin")  # the single-file plugin: listed in SHA256SUMS, and what the tree builds now
+    zipapp = out / plugin.ZIPAPP
+    if f"  {plugin.MANIFEST}\n" not in (out / "SHA256SUMS").read_text() or not zipapp.exists():
+        return False
+    if zipapp.read_bytes() != plugin.zipapp_bytes(ROOT / "operator" / "slipway"):
+        return False
     if not load("supply").verify(signing_key()[1], out / "SHA256SUMS")[0]:
         return False
     digests = {k: bundle.digest_of(a) for k, a in zip(bundle.KINDS, archives, strict=True)}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from typing import Any
 
-from slipway.models.base import parse_duration
-
 OK, ERROR, USAGE, REFUSED, STALLED, TIMED_OUT = 0, 1, 2, 3, 4, 5
+OUTPUTS = ("json", "yaml")
+SHELLS = ("bash", "zsh")
 
 EPILOG = """\
 exit codes:
@@ -24,7 +25,9 @@ exit codes:
 
 Kinds: trainingrun (tr), modelartifact (ma), inferencedeployment (idep), by
 plural, singular or short name. Like kubectl: KUBECONFIG or --kubeconfig,
---context, -n/--namespace (default: the context's namespace).
+--context, -n/--namespace (default: the context's namespace). Every request
+goes through kubectl (found on PATH) with those flags, so any kubeconfig that
+works with kubectl works here.
 """
 
 
@@ -41,12 +44,19 @@ def _common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("-n", "--namespace", default=default(None), help="namespace (default: the context's)")
 
 
+# Durations as the CRDs write them (slipway.models.base.DURATION_PATTERN; a unit test holds them equal).
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
 def duration(text: str) -> float:
-    """``5m``, ``30s``, ``1h30m``, or plain seconds."""
-    try:
-        return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text).total_seconds()
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
+    """``5m``, ``30s``, ``1h30m``, ``250ms``, or plain seconds."""
+    if text.replace(".", "", 1).isdigit():
+        return float(text)
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: use a number with ms, s, m or h, e.g. 30s or 5m")
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)", text)
+    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in parts)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,9 +82,23 @@ def parser() -> argparse.ArgumentParser:
         return sub
 
     _get(command)
+    _list(command)
+    _history(command)
     _steering(command)
     _wait(command)
+    _version(command)
+    _completion(command)
     return top
+
+
+def _output(sub: argparse.ArgumentParser, what: str) -> None:
+    sub.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=None,
+        help=f"print {what} as JSON or YAML (a kubectl List) instead of text",
+    )
 
 
 def _get(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
@@ -92,6 +116,59 @@ def _get(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
     get.add_argument(
         "--timeout", type=duration, default=None, help="with --watch: stop after this long (e.g. 5m); exit 0"
     )
+    _output(get, "the objects of the tree, roots first")
+
+
+def _list(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    sub = command(
+        "list",
+        "list TrainingRuns, ModelArtifacts and InferenceDeployments, one line each",
+        "One line an object, of all three kinds (or of the kinds given): KIND/NAME, the phase, the progress "
+        "(a TrainingRun's step; an InferenceDeployment's canary step of N and canary weight while a canary is in "
+        "flight), the version (what a ModelArtifact registered; what an InferenceDeployment's stable track serves, "
+        "and its canary's) and the age. In the namespace (-n, or the context's), or in all with -A.",
+    )
+    sub.add_argument("kinds", nargs="*", metavar="KIND", help="only these kinds, e.g. idep (default: all three)")
+    sub.add_argument("-A", "--all-namespaces", action="store_true", help="list in every namespace")
+    _output(sub, "the objects")
+
+
+def _history(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    sub = command(
+        "history",
+        "what an InferenceDeployment served, promoted and rolled back, and when",
+        "An InferenceDeployment's history, oldest first: each phase it went through with the version it was "
+        "rolling out (its Events: canary started, analysed, paused, promoted, rolled back, ...), each rollback "
+        "with its reason, failed metric and time (status.lastRollback), and what it serves now (status.stable, "
+        "status.canary, status.previousStable). Read from the object's status and its Events only: the plugin "
+        "does not talk to MLflow, so an alias moved or a version tagged in MLflow by hand is not shown. Events "
+        "last an hour by default (kube-apiserver --event-ttl); older than that, only what status keeps is shown: "
+        "the tracks now and the last rollback.",
+    )
+    sub.add_argument("ref", nargs="+", metavar="NAME", help="an InferenceDeployment: NAME or idep/NAME")
+
+
+def _version(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    sub = command(
+        "version",
+        "print the plugin's version and the operator's",
+        "The plugin's version, then the operator's: the Deployments labelled app.kubernetes.io/name=slipway and "
+        "app.kubernetes.io/component=operator, in every namespace you may list (else in slipway-system), by "
+        "their app.kubernetes.io/version label (the Helm chart sets it) or their image's tag (manifests/). "
+        '"operator: not found" when there is none; exit 1 when the API server cannot be reached.',
+    )
+    sub.add_argument("--client", action="store_true", help="the plugin's version only; no API request")
+
+
+def _completion(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:
+    sub = command(
+        "completion",
+        "print a shell completion script (bash or zsh)",
+        "A completion script for kubectl-slipway's commands, flags, kinds and choices. bash: "
+        "source <(kubectl-slipway completion bash), or save it in ~/.local/share/bash-completion/completions/"
+        "kubectl-slipway. zsh: save it as _kubectl-slipway in a directory of $fpath, or source it after compinit.",
+    )
+    sub.add_argument("shell", choices=SHELLS, help="bash or zsh")
 
 
 def _steering(command: Callable[[str, str, str], argparse.ArgumentParser]) -> None:

@@ -1,21 +1,48 @@
-"""``kubectl slipway``'s access to the API server: the kubeconfig, reads and lists of the three
-kinds, errors said as what to do, and a watched cache of one lifecycle."""
+"""``kubectl slipway``'s access to the API server, through kubectl itself: the connection flags
+passed on, reads, lists and patches of the three kinds and of Events and Deployments, and errors
+said as what to do.
+
+Every request is a ``kubectl`` command (found on PATH) with the user's --kubeconfig and --context:
+whatever authenticates kubectl (client certificates, tokens, exec and OIDC plugins, the pod's
+service account) authenticates the plugin, and the plugin needs no Kubernetes client library.
+Reads are ``kubectl get --raw`` of the API path, so they need no discovery."""
 
 from __future__ import annotations
 
 import json
 import os
-import queue
-import threading
-from collections.abc import Sequence
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from slipway.cli.args import ERROR
 from slipway.cli.refs import Kind
 
-GROUP, VERSION = "slipway.dev", "v1alpha1"
 REQUEST_TIMEOUT = 30.0  # seconds, for each API request
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+# kubectl prints an API error as "Error from server (Reason): message": the reason's HTTP status.
+STATUS_OF_REASON = {
+    "BadRequest": 400,
+    "Unauthorized": 401,
+    "Forbidden": 403,
+    "NotFound": 404,
+    "MethodNotAllowed": 405,
+    "Conflict": 409,
+    "AlreadyExists": 409,
+    "Gone": 410,
+    "Expired": 410,
+    "Invalid": 422,
+    "TooManyRequests": 429,
+    "InternalError": 500,
+    "ServiceUnavailable": 503,
+    "Timeout": 504,
+    "ServerTimeout": 504,
+}
 
 
 class Failure(Exception):
@@ -26,190 +53,211 @@ class Failure(Exception):
         self.code = code
 
 
+class ApiError(Exception):
+    """A request kubectl could not carry out: the API server's status (None: no answer) and message."""
+
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def api_error(stderr: str) -> ApiError:
+    """What kubectl's error output says: ``Error from server (NotFound): ...`` is a 404; an error
+    without a server's answer (refused, timed out, a bad certificate) has no status."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(("Error from server", "error:"))] or lines
+    text = errors[0] if errors else "kubectl failed and printed nothing"
+    found = re.match(r"Error from server \((\w+)\): (.*)", text)
+    if found:
+        return ApiError(STATUS_OF_REASON.get(found.group(1)), found.group(2))
+    if "(Unauthorized)" in text:
+        return ApiError(401, text.removeprefix("error: "))
+    return ApiError(None, text.removeprefix("error: "))
+
+
+@dataclass(frozen=True)
+class Kubectl:
+    """kubectl with the user's connection flags."""
+
+    command: tuple[str, ...]  # the binary, --kubeconfig and --context
+
+    def run(self, *args: str, timeout: float = REQUEST_TIMEOUT) -> str:
+        """kubectl's output; an ApiError when it fails."""
+        try:
+            done = subprocess.run(
+                [*self.command, f"--request-timeout={int(timeout)}s", *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout + 10,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ApiError(None, f"kubectl did not answer within {timeout + 10:g}s") from exc
+        if done.returncode != 0:
+            raise api_error(done.stderr)
+        return done.stdout
+
+    def get(self, path: str) -> dict[str, Any]:
+        """GET an API path (``/apis/...``): the answer's JSON."""
+        answer: dict[str, Any] = json.loads(self.run("get", "--raw", path))
+        return answer
+
+    def stream(self, path: str) -> subprocess.Popen[bytes]:
+        """GET an API path whose answer streams (a watch), with no request timeout."""
+        return subprocess.Popen(
+            [*self.command, "--request-timeout=0", "get", "--raw", path],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+
 @dataclass
 class Session:
-    api: Any  # kubernetes.client.ApiClient
+    kubectl: Kubectl
     namespace: str
 
-    @property
-    def custom(self) -> Any:
-        from kubernetes import client
 
-        return client.CustomObjectsApi(self.api)
-
-
-def connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Session:
-    """A client as kubectl would make it: --kubeconfig, else $KUBECONFIG (paths joined by ':'), else
-    ~/.kube/config, else the pod's service account; the namespace from -n, else the context's."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
+def _kubeconfig_files(kubeconfig: str | None) -> tuple[str, list[str]]:
     path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    files = [p for p in path.split(os.pathsep) if p]
-    if kubeconfig is None and not any(os.path.exists(p) for p in files) and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        config.load_incluster_config()
-        sa_ns = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-        with open(sa_ns) as f:
-            return Session(client.ApiClient(), namespace or f.read().strip())
-    try:
-        api = config.new_client_from_config(config_file=path, context=context)
-        contexts, active = config.list_kube_config_contexts(config_file=path)
-    except (ConfigException, OSError) as exc:
+    return path, [p for p in path.split(os.pathsep) if p]
+
+
+def connect(
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    which: Callable[[str], str | None] = shutil.which,
+) -> Session:
+    """kubectl as the user runs it: --kubeconfig, else $KUBECONFIG (paths joined by ':'), else
+    ~/.kube/config, else the pod's service account; the namespace from -n, else the context's."""
+    binary = which("kubectl")
+    if binary is None:
         raise Failure(
-            f"cannot load the kubeconfig {path}: {exc}; set KUBECONFIG or --kubeconfig (and --context)"
-        ) from exc
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    return Session(api, namespace or (chosen or {}).get("context", {}).get("namespace") or "default")
-
-
-def api_failure(exc: Any, what: str, session: Session, kind: Kind | None = None) -> Failure:
-    """An ApiException as a message naming the object and what to do."""
-    status = getattr(exc, "status", None)
+            "kubectl is not on PATH: kubectl slipway makes its API requests through kubectl; install it "
+            "(https://kubernetes.io/docs/tasks/tools/) or add its directory to PATH"
+        )
+    flags = [binary]
+    flags += ["--kubeconfig", kubeconfig] if kubeconfig else []
+    flags += ["--context", context] if context else []
+    kubectl = Kubectl(tuple(flags))
+    path, files = _kubeconfig_files(kubeconfig)
+    if not any(os.path.exists(p) for p in files):
+        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):  # in a pod: its service account
+            if namespace:
+                return Session(kubectl, namespace)
+            with open(SERVICE_ACCOUNT_NAMESPACE) as f:
+                return Session(kubectl, f.read().strip())
+        raise Failure(f"no kubeconfig at {path}: set KUBECONFIG or --kubeconfig (and --context)")
     try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") or getattr(exc, "reason", None) or str(exc)
+        own = kubectl.run("config", "view", "--minify", "-o", "jsonpath={.contexts[0].context.namespace}")
+    except ApiError as exc:
+        raise Failure(
+            f"cannot use the kubeconfig {path}: {exc.message}; set KUBECONFIG or --kubeconfig (and --context)"
+        ) from exc
+    return Session(kubectl, namespace or own.strip() or "default")
+
+
+def api_failure(exc: ApiError, what: str, session: Session, kind: Kind | None = None) -> Failure:
+    """An ApiError as a message naming the object and what to do."""
     ns = session.namespace
-    if status == 404 and kind is not None:
-        if (body.get("details") or {}).get("name"):
+    if exc.status == 404 and kind is not None:
+        named = re.search(r'"([^"]+)" not found', exc.message)
+        if named:
             return Failure(
-                f"{what}: {kind.kind} {ns}/{body['details']['name']} not found; check the name and "
+                f"{what}: {kind.kind} {ns}/{named.group(1)} not found; check the name and "
                 f"-n/--namespace (kubectl get {kind.plural} -n {ns} lists them)"
             )
         return Failure(
-            f"{what}: the API server does not serve {kind.plural}.{GROUP}/{VERSION}: are the Slipway "
+            f"{what}: the API server does not serve {kind.plural}.{kind.api_version}: are the Slipway "
             "CRDs installed (kubectl apply -k manifests/)?"
         )
-    if status in (401, 403):
+    if exc.status in (401, 403):
         return Failure(
-            f"{what}: the API server refused ({status}: {message}); your kubeconfig's user needs RBAC for "
-            f"{kind.plural if kind else 'Slipway objects'} in namespace {ns}"
+            f"{what}: the API server refused ({exc.status}: {exc.message}); your kubeconfig's user needs RBAC "
+            f"for {kind.plural if kind else 'Slipway objects'} in namespace {ns}"
         )
-    if status is None:
-        return Failure(f"{what}: no answer from the API server ({exc}); check --kubeconfig and --context")
-    return Failure(f"{what}: the API server answered {status}: {message}")
+    if exc.status is None:
+        return Failure(f"{what}: no answer from the API server ({exc.message}); check --kubeconfig and --context")
+    return Failure(f"{what}: the API server answered {exc.status}: {exc.message}")
+
+
+def collection_path(api_version: str, plural: str, namespace: str | None, **query: str) -> str:
+    """The API path of a collection, in a namespace or (None) in all, with its query."""
+    root = f"/apis/{api_version}" if "/" in api_version else f"/api/{api_version}"
+    where = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
+    params = urlencode({k: v for k, v in query.items() if v})
+    return f"{root}{where}/{plural}" + (f"?{params}" if params else "")
 
 
 def read(session: Session, kind: Kind, name: str, what: str) -> dict[str, Any]:
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
+    path = collection_path(kind.api_version, kind.plural, session.namespace) + f"/{quote(name, safe='')}"
     try:
-        obj: dict[str, Any] = session.custom.get_namespaced_custom_object(
-            GROUP, VERSION, session.namespace, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
-        )
-    except (ApiException, HTTPError) as exc:
+        return session.kubectl.get(path)
+    except ApiError as exc:
         raise api_failure(exc, what, session, kind) from exc
-    return obj
 
 
-def list_kind(session: Session, kind: Kind, what: str, **selectors: str) -> tuple[list[dict[str, Any]], str]:
-    """The kind's objects in the namespace, and the list's resourceVersion (to watch from)."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
+def list_kind(
+    session: Session, kind: Kind, what: str, all_namespaces: bool = False, field_selector: str = ""
+) -> tuple[list[dict[str, Any]], str]:
+    """The kind's objects in the namespace (or in all), and the list's resourceVersion (to watch from).
+    Each carries its apiVersion and kind."""
+    namespace = None if all_namespaces else session.namespace
+    path = collection_path(kind.api_version, kind.plural, namespace, fieldSelector=field_selector)
     try:
-        answer = session.custom.list_namespaced_custom_object(
-            GROUP, VERSION, session.namespace, kind.plural, _request_timeout=REQUEST_TIMEOUT, **selectors
-        )
-    except (ApiException, HTTPError) as exc:
+        answer = session.kubectl.get(path)
+    except ApiError as exc:
         raise api_failure(exc, what, session, kind) from exc
-    return list(answer.get("items") or []), str(answer["metadata"].get("resourceVersion") or "")
+    items = [{"apiVersion": kind.api_version, "kind": kind.kind, **item} for item in answer.get("items") or []]
+    return items, str((answer.get("metadata") or {}).get("resourceVersion") or "")
 
 
-class Cache:
-    """The objects of some kinds in the namespace, kept current by watches (one thread each); ``changed``
-    gets the kind's name at every change, or the Failure a watch met."""
+def patch(session: Session, kind: Kind, name: str, body: Mapping[str, Any], what: str) -> None:
+    """A merge patch of the object; a conflict (the resourceVersion in ``body`` is stale) is raised as
+    the ApiError 409, for the caller to decide again."""
+    try:
+        session.kubectl.run(
+            "patch",
+            f"{kind.plural}.{kind.api_version.split('/')[0]}",
+            name,
+            "-n",
+            session.namespace,
+            "--type=merge",
+            "-p",
+            json.dumps(body),
+        )
+    except ApiError as exc:
+        if exc.status == 409:
+            raise
+        raise api_failure(exc, what, session, kind) from exc
 
-    def __init__(self, session: Session, kinds: Sequence[Kind], name: str | None = None) -> None:
-        self.session, self.kinds, self.name = session, kinds, name
-        self.objects: dict[str, dict[str, dict[str, Any]]] = {}
-        self.changed: queue.Queue[str | Failure] = queue.Queue()
-        self.stop = threading.Event()
-        self.lock = threading.Lock()
 
-    def selectors(self) -> dict[str, str]:
-        return {"field_selector": f"metadata.name={self.name}"} if self.name else {}
+def events_of(session: Session, kind: Kind, name: str, what: str) -> list[dict[str, Any]]:
+    """The Events of the object ``kind/name`` in the namespace (as ``kubectl describe`` shows them)."""
+    selector = f"involvedObject.kind={kind.kind},involvedObject.name={name}"
+    try:
+        answer = session.kubectl.get(collection_path("v1", "events", session.namespace, fieldSelector=selector))
+    except ApiError as exc:
+        raise api_failure(exc, what, session) from exc
+    return list(answer.get("items") or [])
 
-    def relist(self, kind: Kind) -> str:
-        items, version = list_kind(self.session, kind, f"listing {kind.plural}", **self.selectors())
-        with self.lock:
-            self.objects[kind.kind] = {o["metadata"]["name"]: o for o in items}
-        return version
 
-    def start(self) -> None:
-        versions = {kind.kind: self.relist(kind) for kind in self.kinds}
-        for kind in self.kinds:
-            threading.Thread(target=self.watch, args=(kind, versions[kind.kind]), daemon=True).start()
-
-    def items(self, kind: Kind) -> list[dict[str, Any]]:
-        with self.lock:
-            return list(self.objects.get(kind.kind, {}).values())
-
-    def get(self, kind: Kind, name: str) -> dict[str, Any] | None:
-        with self.lock:
-            return self.objects.get(kind.kind, {}).get(name)
-
-    def watch(self, kind: Kind, version: str) -> None:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        failures = 0
-        while not self.stop.is_set():
-            try:
-                stream = watch.Watch().stream(
-                    self.session.custom.list_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    self.session.namespace,
-                    kind.plural,
-                    resource_version=version,
-                    timeout_seconds=60,
-                    allow_watch_bookmarks=True,
-                    _request_timeout=(REQUEST_TIMEOUT, 90),
-                    **self.selectors(),
-                )
-                for event in stream:
-                    obj = event["object"]
-                    if event["type"] == "ERROR":
-                        raise ApiException(status=obj.get("code"), reason=obj.get("message"))
-                    version = obj["metadata"]["resourceVersion"]
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    with self.lock:
-                        store = self.objects.setdefault(kind.kind, {})
-                        if event["type"] == "DELETED":
-                            store.pop(obj["metadata"]["name"], None)
-                        else:
-                            store[obj["metadata"]["name"]] = obj
-                    self.changed.put(kind.kind)
-                failures = 0
-            except Exception as exc:  # noqa: BLE001 - a watch thread reports every failure, never raises
-                if self.stop.is_set():
-                    return
-                failures += 1
-                if failures > 5:
-                    self.changed.put(api_failure(exc, f"watching {kind.plural}", self.session, kind))
-                    return
-                try:
-                    if getattr(exc, "status", None) == 410 or failures > 1:  # expired: list again
-                        version = self.relist(kind)
-                        self.changed.put(kind.kind)
-                except Failure:
-                    pass
-                self.stop.wait(min(2.0**failures, 10))
-
-    def next_change(self, timeout: float | None) -> bool:
-        """Block until something changed (True) or ``timeout`` passed (False); raise a watch's Failure."""
+def list_anywhere(
+    session: Session, api_version: str, plural: str, namespaces: Sequence[str], label_selector: str
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Objects of a kind by label, and where they were listed: in every namespace (None) if the user
+    may list there, else in the first of ``namespaces`` they may. Raises the ApiError of the last
+    refusal, or of a server that did not answer."""
+    last: ApiError | None = None
+    for namespace in (None, *namespaces):
         try:
-            item = self.changed.get(timeout=timeout)
-        except queue.Empty:
-            return False
-        if isinstance(item, Failure):
-            raise item
-        while not self.changed.empty():  # one redraw for a burst of events
-            more = self.changed.get_nowait()
-            if isinstance(more, Failure):
-                raise more
-        return True
+            answer = session.kubectl.get(collection_path(api_version, plural, namespace, labelSelector=label_selector))
+        except ApiError as exc:
+            if exc.status not in (401, 403):
+                raise
+            last = exc
+            continue
+        return list(answer.get("items") or []), namespace
+    assert last is not None
+    raise last

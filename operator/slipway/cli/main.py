@@ -1,11 +1,10 @@
-"""``kubectl slipway``: see a lifecycle as a tree, steer a rollout, wait for an object.
+"""``kubectl slipway``: see a lifecycle as a tree, list, steer a rollout, wait for an object.
 
-Installed with Slipway as the console script ``kubectl-slipway``: kubectl finds it on PATH, so
-``kubectl slipway get idep/digits`` runs it. The text of every command is in
-:data:`slipway.cli.args.EPILOG` and each command's help. This module runs the commands; the
-arguments are :mod:`slipway.cli.args`, the API server :mod:`slipway.cli.client`, the kinds and
-references :mod:`slipway.cli.refs`, the text :mod:`slipway.cli.render` and the decisions
-:mod:`slipway.cli.view`.
+Installed as ``kubectl-slipway`` (the console script of the Python package, or the single-file
+plugin ``make release`` builds): kubectl finds it on PATH, so ``kubectl slipway get idep/digits``
+runs it. The text of every command is in :data:`slipway.cli.args.EPILOG` and each command's help.
+This module parses, connects and runs ``get`` and ``wait``; ``list``, ``history`` and ``version``
+are :mod:`slipway.cli.overview`, the steering commands :mod:`slipway.cli.steer`.
 """
 
 from __future__ import annotations
@@ -17,23 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TextIO
 
-from slipway.cli import view
-from slipway.cli.args import OK, REFUSED, STALLED, TIMED_OUT, USAGE, parser
-from slipway.cli.client import (
-    GROUP,
-    REQUEST_TIMEOUT,
-    VERSION,
-    Cache,
-    Failure,
-    Session,
-    api_failure,
-    connect,
-    list_kind,
-    read,
-)
-from slipway.cli.refs import INFERENCE_DEPLOYMENT, KINDS, Kind, UsageError, parse_ref
+from slipway.cli import completion, output, overview, steer, view
+from slipway.cli.args import OK, STALLED, TIMED_OUT, USAGE, parser
+from slipway.cli.cache import Cache
+from slipway.cli.client import Failure, Session, connect, list_kind
+from slipway.cli.refs import INFERENCE_DEPLOYMENT, KINDS, Kind, UsageError, parse_ref, resolve_kind
 from slipway.cli.render import render
-from slipway.cli.tree import lifecycle
+from slipway.cli.tree import Node, lifecycle
 
 # -- commands --------------------------------------------------------------------------------------
 
@@ -42,17 +31,37 @@ def _ts() -> str:
     return time.strftime("%H:%M:%S")
 
 
+def _objects_of(roots: list[Node]) -> list[dict[str, Any]]:
+    """The objects of the trees, each once, roots first (a missing one is left out)."""
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def walk(node: Node) -> None:
+        if node.obj is not None:
+            found.setdefault((node.kind.kind, node.name), dict(node.obj))
+        for child in node.children:
+            walk(child)
+
+    for root in roots:
+        walk(root)
+    return list(found.values())
+
+
 def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
     kind, name = parse_ref(args.ref)
     where = f"{kind.kind} {session.namespace}/{name}"
     fix = f"check the name and -n/--namespace (kubectl get {kind.plural} -n {session.namespace} lists them)"
 
-    def tree(objects: Callable[[Kind], list[dict[str, Any]]]) -> str:
+    def roots(objects: Callable[[Kind], list[dict[str, Any]]]) -> list[Node]:
         try:
-            roots = lifecycle(kind, name, *(objects(k) for k in KINDS))
+            return lifecycle(kind, name, *(objects(k) for k in KINDS))
         except KeyError:
             raise Failure(f"{where} not found; {fix}") from None
-        return render(roots)
+
+    def tree(objects: Callable[[Kind], list[dict[str, Any]]]) -> str:
+        found = roots(objects)
+        if args.output:
+            return output.render(output.as_list(_objects_of(found)), args.output)
+        return render(found)
 
     if not args.watch:
         out.write(tree(lambda k: list_kind(session, k, f"listing {k.plural}")[0]))
@@ -80,7 +89,7 @@ def cmd_get(session: Session, args: argparse.Namespace, out: TextIO) -> int:
     except KeyboardInterrupt:
         return OK
     finally:
-        cache.stop.set()
+        cache.close()
 
 
 def cmd_wait(session: Session, args: argparse.Namespace, out: TextIO) -> int:
@@ -121,104 +130,36 @@ def cmd_wait(session: Session, args: argparse.Namespace, out: TextIO) -> int:
                 )
             cache.next_change(remaining)
     finally:
-        cache.stop.set()
+        cache.close()
 
 
-def _patch(session: Session, name: str, body: dict[str, Any], what: str) -> None:
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        session.custom.patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            session.namespace,
-            INFERENCE_DEPLOYMENT.plural,
-            name,
-            body,
-            _request_timeout=REQUEST_TIMEOUT,
-        )
-    except (ApiException, HTTPError) as exc:
-        if getattr(exc, "status", None) == 409:
-            raise
-        raise api_failure(exc, what, session, INFERENCE_DEPLOYMENT) from exc
-
-
-def _with_conflict_retry(attempt: Callable[[], int]) -> int:
-    """Patches carry the resourceVersion the decision was made on: if the object changed meanwhile,
-    read it again and decide again."""
-    from kubernetes.client.exceptions import ApiException
-
-    for _ in range(5):
-        try:
-            return attempt()
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    raise Failure("the object kept changing under five attempts to patch it; try again")
-
-
-def cmd_annotate(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
-    if kind is not INFERENCE_DEPLOYMENT:
-        raise UsageError(f"{args.command} applies to an InferenceDeployment (idep), not a {kind.kind}")
-    annotation = view.ACTIONS[args.command]
-    where = f"InferenceDeployment {session.namespace}/{name}"
-
-    def attempt() -> int:
-        obj = read(session, kind, name, f"{args.command} {name}")
-        if (obj["metadata"].get("annotations") or {}).get(annotation):
-            out.write(f"{where}: {annotation} is already set; the operator removes it once it has acted\n")
-            return OK
-        refusal = view.action_refusal(args.command, obj)
-        if refusal:
-            raise Failure(refusal, REFUSED)
-        body = {
-            "metadata": {"annotations": {annotation: "true"}, "resourceVersion": obj["metadata"]["resourceVersion"]}
-        }
-        _patch(session, name, body, f"{args.command} {name}")
-        out.write(
-            f"{where}: {args.command} requested ({annotation}=true); the operator removes the annotation once "
-            f"it has acted. Follow it: kubectl slipway get idep/{name} -w\n"
-        )
-        return OK
-
-    return _with_conflict_retry(attempt)
-
-
-def cmd_pause(session: Session, args: argparse.Namespace, out: TextIO) -> int:
-    kind, name = parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
-    if kind is not INFERENCE_DEPLOYMENT:
-        raise UsageError(f"{args.command} applies to an InferenceDeployment (idep), not a {kind.kind}")
-    paused = args.command == "pause"
-    where = f"InferenceDeployment {session.namespace}/{name}"
-
-    def attempt() -> int:
-        obj = read(session, kind, name, f"{args.command} {name}")
-        if bool(((obj.get("spec") or {}).get("rollout") or {}).get("paused")) == paused:
-            out.write(f"{where}: spec.rollout.paused is already {str(paused).lower()}\n")
-            return OK
-        body = {
-            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-            "spec": {"rollout": {"paused": paused}},
-        }
-        _patch(session, name, body, f"{args.command} {name}")
-        effect = "held at its current step" if paused else "resumed"
-        out.write(f"{where}: spec.rollout.paused={str(paused).lower()} ({effect})\n")
-        return OK
-
-    return _with_conflict_retry(attempt)
-
-
-COMMANDS = {
+COMMANDS: dict[str, Callable[[Session, argparse.Namespace, TextIO], int]] = {
     "get": cmd_get,
+    "list": overview.cmd_list,
+    "history": overview.cmd_history,
     "wait": cmd_wait,
-    "promote": cmd_annotate,
-    "abort": cmd_annotate,
-    "retry": cmd_annotate,
-    "pause": cmd_pause,
-    "resume": cmd_pause,
+    "promote": steer.cmd_annotate,
+    "abort": steer.cmd_annotate,
+    "retry": steer.cmd_annotate,
+    "pause": steer.cmd_pause,
+    "resume": steer.cmd_pause,
 }
+ON_A_DEPLOYMENT = ("history", "promote", "abort", "retry", "pause", "resume")
+
+
+def check_usage(args: argparse.Namespace) -> None:
+    """The command line's kinds, references and phases, before any connection (UsageError: exit 2)."""
+    if args.command in ("get", "wait"):
+        kind, _ = parse_ref(args.ref)
+        if args.command == "wait":
+            view.wait_target(kind, args.target)
+    elif args.command in ON_A_DEPLOYMENT:
+        kind, _ = parse_ref(args.ref, default=INFERENCE_DEPLOYMENT)
+        if kind is not INFERENCE_DEPLOYMENT:
+            raise UsageError(f"{args.command} applies to an InferenceDeployment (idep), not a {kind.kind}")
+    elif args.command == "list":
+        for word in args.kinds:
+            resolve_kind(word)
 
 
 def run(argv: Sequence[str], out: TextIO, err: TextIO, connect_: Callable[..., Session] = connect) -> int:
@@ -232,13 +173,17 @@ def run(argv: Sequence[str], out: TextIO, err: TextIO, connect_: Callable[..., S
         err.write(f"error: {message}\n")
         return code
 
+    def session() -> Session:
+        return connect_(args.kubeconfig, args.context, args.namespace)
+
     try:
-        if args.command in ("get", "wait"):
-            kind, _ = parse_ref(args.ref)  # usage errors before any connection
-            if args.command == "wait":
-                view.wait_target(kind, args.target)
-        session = connect_(args.kubeconfig, args.context, args.namespace)
-        return COMMANDS[args.command](session, args, out)
+        check_usage(args)
+        if args.command == "completion":
+            out.write(completion.script(parser(), args.shell))
+            return OK
+        if args.command == "version":
+            return overview.cmd_version(session, args, out)
+        return COMMANDS[args.command](session(), args, out)
     except UsageError as exc:
         return fail(str(exc), USAGE)
     except Failure as exc:

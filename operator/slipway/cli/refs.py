@@ -6,12 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Any
 
 from slipway import kinds
-from slipway.artifact.model import ArtifactPhase
-from slipway.inference.model import DeploymentPhase
-from slipway.training.model import TrainingPhase
 
 Obj = Mapping[str, Any]
 
@@ -26,6 +23,7 @@ class Kind:
     plural: str
     short: str
     phases: tuple[str, ...]
+    api_version: str
 
     @property
     def singular(self) -> str:
@@ -37,12 +35,18 @@ class Kind:
 
 
 def _kind(kind: kinds.Kind, phases: tuple[str, ...]) -> Kind:
-    return Kind(kind.kind, kind.plural, kind.short, phases)
+    return Kind(kind.kind, kind.plural, kind.short, phases, kind.api_version)
 
 
-TRAINING_RUN = _kind(kinds.TRAINING_RUN, get_args(TrainingPhase))
-MODEL_ARTIFACT = _kind(kinds.MODEL_ARTIFACT, get_args(ArtifactPhase))
-INFERENCE_DEPLOYMENT = _kind(kinds.INFERENCE_DEPLOYMENT, get_args(DeploymentPhase))
+# The phases of each kind, as its status model declares them (TrainingPhase, ArtifactPhase,
+# DeploymentPhase): written out here so the plugin needs no pydantic; a unit test holds them equal.
+TRAINING_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Suspended")
+ARTIFACT_PHASES = ("Registering", "Quantizing", "Validating", "Validated", "Rejected", "Failed")
+DEPLOYMENT_PHASES = ("Progressing", "Analyzing", "Promoting", "Baking", "Promoted", "RolledBack", "Paused", "Failed")
+
+TRAINING_RUN = _kind(kinds.TRAINING_RUN, TRAINING_PHASES)
+MODEL_ARTIFACT = _kind(kinds.MODEL_ARTIFACT, ARTIFACT_PHASES)
+INFERENCE_DEPLOYMENT = _kind(kinds.INFERENCE_DEPLOYMENT, DEPLOYMENT_PHASES)
 KINDS = (TRAINING_RUN, MODEL_ARTIFACT, INFERENCE_DEPLOYMENT)
 KIND_NAMES = ", ".join(f"{k.singular} ({k.short})" for k in KINDS)
 CANARY_PHASES = ("Progressing", "Analyzing", "Paused")  # a canary may be in flight

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from slipway.cli.refs import CANARY_PHASES, INFERENCE_DEPLOYMENT, MODEL_ARTIFACT, TRAINING_RUN, Obj, lookup
 from slipway.inference import registry
-from slipway.inference.model import Rollout
-from slipway.inference.rollout.canary import step_weights
 from slipway.status.conditions import get_condition
 
 if TYPE_CHECKING:
@@ -44,7 +42,7 @@ def ready_line(obj: Obj) -> str:
     return text
 
 
-def _track(track: Mapping[str, Any] | None) -> str:
+def track_line(track: Mapping[str, Any] | None) -> str:
     if not track or not track.get("revision"):
         return "none"
     model = f"{track.get('modelName') or '?'} v{fmt(track.get('modelVersion'))}"
@@ -55,11 +53,30 @@ def _track(track: Mapping[str, Any] | None) -> str:
     )
 
 
+# The canary's weights when spec.rollout lists no steps, as slipway.inference.model declares them
+# (DEFAULT_STEP_WEIGHTS, DEFAULT_MAX_WEIGHT): written out so the plugin needs no pydantic; a unit
+# test holds them equal.
+DEFAULT_STEP_WEIGHTS = (20, 50)
+DEFAULT_MAX_WEIGHT = 50
+
+
+def step_weights(rollout: Mapping[str, Any]) -> list[int]:
+    """The canary weights of spec.rollout's steps, read from the object's dict as the operator reads
+    its model (slipway.inference.rollout.canary.step_weights; a unit test holds them equal)."""
+    if rollout.get("steps"):
+        return [int(step["weight"]) for step in rollout["steps"]]
+    step_weight = rollout.get("stepWeight")
+    if step_weight:
+        top = int(rollout.get("maxWeight") or DEFAULT_MAX_WEIGHT)
+        return list(range(int(step_weight), top + 1, int(step_weight))) or [top]
+    return list(DEFAULT_STEP_WEIGHTS)
+
+
 def steps_of(spec: Mapping[str, Any]) -> int | None:
     """How many canary steps the spec's rollout has (None if the spec cannot be read)."""
     try:
-        return len(step_weights(Rollout.model_validate(spec.get("rollout") or {})))
-    except ValueError:
+        return len(step_weights(spec.get("rollout") or {}))
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
@@ -134,9 +151,9 @@ def _deployment_details(obj: Obj) -> list[tuple[str, str]]:
         if model.get("artifactRef")
         else f"{model.get('name')} alias {model.get('alias')}"
     )
-    lines = [("Ready", ready_line(obj)), ("model", source), ("stable", _track(status.get("stable")))]
+    lines = [("Ready", ready_line(obj)), ("model", source), ("stable", track_line(status.get("stable")))]
     canary = status.get("canary") or {}
-    canary_text = _track(canary)
+    canary_text = track_line(canary)
     if canary.get("revision"):
         if canary.get("requestedWeight") is not None:
             canary_text += f" (requested {canary['requestedWeight']}%)"

@@ -15,7 +15,6 @@ from typing import Any
 
 from slipway.cli.refs import CANARY_PHASES, Kind, Obj, UsageError, lookup, name_of
 from slipway.cli.render import fmt, ready_line
-from slipway.inference.rollout.base import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RETRY_ANNOTATION
 from slipway.status.conditions import get_condition
 
 # -- wait ---------------------------------------------------------------------------------------------
@@ -68,7 +67,9 @@ def wait_target(kind: Kind, text: str) -> str:
 
 # -- manual control -----------------------------------------------------------------------------------
 
-ACTIONS = {"promote": PROMOTE_ANNOTATION, "abort": ABORT_ANNOTATION, "retry": RETRY_ANNOTATION}
+# The annotations the operator reads (slipway.inference.rollout.base): written out so the plugin
+# needs no pydantic; a unit test holds them equal.
+ACTIONS = {"promote": "slipway.dev/promote", "abort": "slipway.dev/abort", "retry": "slipway.dev/retry"}
 
 
 def action_refusal(action: str, obj: Obj) -> str | None:
