@@ -1,9 +1,9 @@
 """Generate Slipway's CustomResourceDefinitions from the pydantic models.
 
-``python -m slipway.crdgen crds charts/slipway/crds charts/slipway-crds/files`` writes ``*.yaml``
-into each directory (kustomize's ``crds/``, the Helm chart's ``crds/`` and the CRD chart's
-``files/``, which it renders as templates); ``--check`` fails when the files in
-any of them differ from what the models generate (CI drift check).
+``python -m slipway.crdgen crds charts/slipway-crds/files`` writes ``*.yaml`` into each directory
+(kustomize's ``crds/`` and the CRD chart's ``files/``, which it renders as templates; the operator
+chart's ``files/crds/`` links to ``crds/``); ``--check`` fails when the files in any of them differ
+from what the models generate (CI drift check).
 
 The JSON schema pydantic emits is turned into a Kubernetes structural schema:
 ``$ref`` inlined, ``title`` dropped, ``Optional`` unwrapped (absent, not null),
@@ -52,7 +52,14 @@ def _ready_column() -> dict[str, Any]:
 
 
 def _reason_column() -> dict[str, Any]:
-    return {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].reason'}
+    """The Ready condition's reason; the longest (``CreateContainerConfigError``) would take ``kubectl get``
+    past 120 columns, so ``-o wide`` shows it."""
+    return {
+        "name": "Reason",
+        "type": "string",
+        "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+        "priority": 1,
+    }
 
 
 def frozen_spec_rule(spec: type[BaseModel], once: str, mutable: tuple[str, ...], message: str) -> dict[str, str]:
@@ -70,6 +77,9 @@ def _age_column() -> dict[str, Any]:
     return {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
 
 
+# Columns at priority 0 fit `kubectl get` of each kind, and of the `slipway` category (names as
+# `<kind>.slipway.dev/<name>`), in 120 columns with `-A` (tests/unit/models/test_printer_columns.py);
+# the rest are priority 1, shown by `kubectl get -o wide`.
 KINDS = (
     Kind(
         kind="TrainingRun",
@@ -80,13 +90,13 @@ KINDS = (
         description="A training run: Jobs on GPU nodes with checkpoint/resume, an MLflow run, "
         "and the ModelArtifact it produces when it succeeds.",
         columns=(
-            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-            {"name": "GPUs", "type": "integer", "jsonPath": ".spec.resources.gpus"},
-            {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
+            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
+            {"name": "GPUs", "type": "integer", "jsonPath": ".spec.resources.gpus", "priority": 1},
+            {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes", "priority": 1},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Step", "type": "integer", "jsonPath": ".status.progress.step"},
             {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
-            {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary"},
+            {"name": "Cost", "type": "string", "jsonPath": ".status.cost.summary", "priority": 1},
             _ready_column(),
             _reason_column(),
             {"name": "Run", "type": "string", "jsonPath": ".status.mlflow.runId", "priority": 1},
@@ -112,9 +122,9 @@ KINDS = (
         description="One immutable model version in MLflow: registered, quantized and validated "
         "against gates before its aliases move.",
         columns=(
-            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
+            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name", "priority": 1},
             {"name": "Version", "type": "string", "jsonPath": ".status.modelVersion"},
-            {"name": "Method", "type": "string", "jsonPath": ".spec.quantization.method"},
+            {"name": "Method", "type": "string", "jsonPath": ".spec.quantization.method", "priority": 1},
             {"name": "Quantized", "type": "string", "jsonPath": ".status.quantizedVersion"},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             _ready_column(),
@@ -133,13 +143,12 @@ KINDS = (
         description="Serves a validated model on autoscaled replicas and moves traffic to new "
         "versions through canary steps gated by Prometheus analysis, with automatic rollback.",
         columns=(
-            {"name": "Artifact", "type": "string", "jsonPath": ".spec.model.artifactRef.name"},
-            {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-            {"name": "Alias", "type": "string", "jsonPath": ".spec.model.alias"},
+            {"name": "Model", "type": "string", "jsonPath": ".status.modelRef", "priority": 1},
             {"name": "Stable", "type": "string", "jsonPath": ".status.stable.modelVersion"},
             {"name": "Canary", "type": "string", "jsonPath": ".status.canary.modelVersion"},
             {"name": "Weight", "type": "integer", "jsonPath": ".status.canary.weight"},
-            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+            {"name": "Step", "type": "integer", "jsonPath": ".status.currentStep", "priority": 1},
+            {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas", "priority": 1},
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             _ready_column(),
             _reason_column(),

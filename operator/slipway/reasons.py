@@ -91,7 +91,9 @@ REASONS: tuple[Reason, ...] = (
     _r("ForeignWriteRefused", "Stalled", ANY, "a write the operator was about to make is not one of the object's "
        "own children (a forged annotation); nothing was written", "remove the forged annotation"),
     _r("FailedCreate", "Stalled", (*TR, *MA), "the API server refuses a Job's pods (Pod Security, a quota); its "
-       "words are in the message", "fix `spec.podTemplate` or the namespace's policy and the Job creates them"),
+       "words are in the message", "fix `spec.podTemplate` or the namespace's policy and the Job creates them; a "
+       "missing PriorityClass the spec never named is the operator's default: create it or change "
+       "`SLIPWAY_TRAINING_PRIORITY_CLASS`"),
     # -- TrainingRun --------------------------------------------------------------------------------
     _r("InsufficientGPUMemory", "Stalled", TR, "the estimate (weights, gradients, optimizer state, activations) "
        "does not fit the GPUs asked for", "the message says how many GPUs would fit; or lower `batchSize`, turn "
@@ -244,10 +246,10 @@ def markdown() -> str:
         "",
         "<!-- Generated from operator/slipway/reasons.py by `make reference`: do not edit by hand. -->",
         "",
-        "Every reason Slipway writes in a condition, with what to do. `kubectl get` shows the `Ready` condition's",
-        "reason in its `REASON` column; `kubectl describe` shows every condition. `Stalled` means a person must",
-        "act; `Reconciling` means work in flight; `Held` means Ready, Reconciling and Stalled are all False",
-        "(suspended or paused on purpose). A TrainingRun's `Trained`, a ModelArtifact's unfinished steps and an",
+        "Every reason Slipway writes in a condition, with what to do. `kubectl get -o wide` shows the `Ready`",
+        "condition's reason in its `REASON` column; `kubectl describe` shows every condition. `Stalled` means a",
+        "person must act; `Reconciling` means work in flight; `Held` means Ready, Reconciling and Stalled are all",
+        "False (suspended or paused on purpose). A TrainingRun's `Trained`, a ModelArtifact's unfinished steps and an",
         "InferenceDeployment's `Progressing` carry the same reason. Reasons marked *copied* are Kubernetes' own",
         "words, passed on; reasons marked *rollback* are also `status.lastRollback.reason` and a `reason` of",
         "`slipway_rollbacks_total`.",

@@ -103,7 +103,9 @@ def markdown(kind: crdgen.Kind) -> str:
     version = crdgen.crd(kind)["spec"]["versions"][0]
     schema = version["schema"]["openAPIV3Schema"]
     spec, status = schema["properties"]["spec"], schema["properties"]["status"]
-    columns = ", ".join(c["name"] for c in version["additionalPrinterColumns"])
+    printed = version["additionalPrinterColumns"]
+    columns = ", ".join(c["name"] for c in printed if not c.get("priority"))
+    wide = ", ".join(c["name"] for c in printed if c.get("priority"))
     lines = [
         f"# {kind.kind}",
         "",
@@ -112,7 +114,7 @@ def markdown(kind: crdgen.Kind) -> str:
         f"`apiVersion: {API_VERSION}`, `kind: {kind.kind}`, short name `{kind.short_name}`, plural "
         f"`{kind.plural}`, category `slipway`. {kind.description}",
         "",
-        f"`kubectl get {kind.short_name}` shows {columns}. "
+        f"`kubectl get {kind.short_name}` shows {columns}; `-o wide` adds {wide}. "
         f"`kubectl explain {kind.kind.lower()}.spec` describes the same fields.",
         "",
         "## spec",
