@@ -151,7 +151,7 @@ def train(mlflow_url: str) -> str:
 
 def publish(mlflow: MlflowClient, model: str, run_id: str, **faults: str) -> str:
     """A new version (its fault tags travel with it, as in the integration tests); ``candidate`` moves to it."""
-    tags = {f"slipway.fault.{k}": v for k, v in faults.items()}
+    tags = {f"slipway.dev/fault-{k}": v for k, v in faults.items()}
     version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags).version
     mlflow.set_alias(model, "candidate", version)
     return str(version)

@@ -55,8 +55,9 @@ def figures(root: Path) -> dict[str, object]:
         "largest module (lines, API models aside)": largest_module,
         "largest function (lines)": max(functions),
         "functions over 60 lines": sum(1 for n, _ in functions if n > 60),
-        "modules over 360 lines": sum(1 for n, p in modules.items() if p.read_text().count("\n") > 360
-                                      and not n.endswith(".model")),
+        "modules over 360 lines": sum(
+            1 for n, p in modules.items() if p.read_text().count("\n") > 360 and not n.endswith(".model")
+        ),
         "kind names in the frame": len(here.kind_names_in_frame()),
         "'# fmt: skip' in product code": sum(p.read_text().count("# fmt: skip") for p in modules.values()),
     }

@@ -23,7 +23,7 @@ canary), the same bad canary, the same gate, on one local cluster.
    throughout, but one system at a time is active: the other's objects are settled and idle (no
    new version, no load), and each trial records both controllers' CPU seconds to show it. A
    trial: a load driver at 20 requests/s over the Service's ready endpoints, then a bad version
-   (MLflow tag ``slipway.fault.errorRate=0.3``, so stable and canary pods get the same env) is
+   (MLflow tag ``slipway.dev/fault-errorRate=0.3``, so stable and canary pods get the same env) is
    published: Slipway's ``candidate`` alias moves to it; Argo's Rollout template is patched to its
    ``models:/name/version``. The bench polls the API every 0.25 s and Prometheus every 0.5 s:
    canary ready (pod Ready condition, first seen), breach visible (the analysis query > 0.05 in

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient, model_version_filter
-from slipway_e2e import monitoring
+from slipway_e2e import dashboard, monitoring
 from slipway_e2e.deploy import NAMESPACE as SYSTEM
 from slipway_e2e.deploy import (
     OPERATOR,
@@ -144,10 +144,10 @@ def test_lifecycle_survives_operator_pod_deletion(cluster, kube_api, namespace, 
         # The production version carries what it cost to make (its lineage: training, quantization,
         # validation, from the operator's price table) and to serve (its canary's last analysis).
         tags = mlflow.get_model_version(model, v2).tags
-    parts = [float(tags[f"slipway.cost.{part}"]) for part in ("training", "quantization", "validation")]
+    parts = [float(tags[f"slipway.dev/cost-{part}"]) for part in ("training", "quantization", "validation")]
     assert all(p > 0 for p in parts), tags
-    assert float(tags["slipway.cost.lineage"]) == pytest.approx(sum(parts), abs=1e-6), tags
-    assert float(tags["slipway.cost.per1kRequests"]) > 0 and tags["slipway.cost.currency"] == "USD", tags
+    assert float(tags["slipway.dev/cost-lineage"]) == pytest.approx(sum(parts), abs=1e-6), tags
+    assert float(tags["slipway.dev/cost-per-1k-requests"]) > 0 and tags["slipway.dev/cost-currency"] == "USD", tags
     idep = status(kube_api, namespace, "inferencedeployments", "digits")
     assert idep["phase"] == "RolledBack" and idep["stable"]["modelVersion"] == v2
     report("\nstage durations since the first apply:\n" + stages.report())
@@ -207,7 +207,7 @@ def test_lifecycle_with_training_code_on_mlflows_own_client(cluster, kube_api, n
 
 def check_monitoring(cluster, namespace: str, began: float, stable_version: str, rolled_back: str) -> None:
     """The monitoring kit during this lifecycle: the rollback alert fires for this deployment,
-    the per-object gauges name it, and every dashboard panel's query has data."""
+    the per-object gauges name it, and every dashboard panel of a slipway-preset lifecycle has series."""
     url = cluster.prometheus_url
     assert {r["alert"] for g in monitoring.rule_groups() for r in g["rules"]} <= monitoring.rules_loaded(url)
     phase = f'slipway_inferencedeployment_phase{{namespace="{namespace}", name="digits", phase="RolledBack"}} == 1'
@@ -221,10 +221,10 @@ def check_monitoring(cluster, namespace: str, began: float, stable_version: str,
     firing = f'ALERTS{{alertname="SlipwayRollback", alertstate="firing", namespace="{namespace}", name="digits"}}'
     alert = wait_for(lambda: monitoring.query(url, firing), 60, "the SlipwayRollback alert firing for this deployment")
     assert (alert[0]["metric"]["reason"], alert[0]["metric"]["version"]) == ("AnalysisFailed", rolled_back), alert
-    # A range query's last step may fall before a series that began seconds ago (the rollback's):
-    # a panel has data if its range query or its instant query has some.
-    empty = [(title, expr) for title, expr in monitoring.dashboard_queries()
-             if not monitoring.query_range(url, expr, began, time.time())
-             and not monitoring.query(url, expr)]  # fmt: skip
-    assert not empty, f"dashboard panels without data during the lifecycle: {empty}"
-    report(f"monitoring: SlipwayRollback fired; {len(monitoring.dashboard_queries())} dashboard queries had data")
+    # Every panel but the other presets' serving rows has series for this namespace, its deployment
+    # and its runs and artifacts selected as Grafana's variables select several (v1..v3, digits).
+    rows = dashboard.rows_for(dashboard.load(), "slipway")
+    values = {"namespace": namespace, "name": "(digits|v1|v2|v3)"}
+    shown = monitoring.panel_series(url, rows, values, began, time.time())
+    report(f"monitoring: SlipwayRollback fired; dashboard panels ({values}):\n{monitoring.report_panels(shown)}")
+    assert all(shown.values()), f"dashboard panels without series during the lifecycle: {shown}"

@@ -122,7 +122,7 @@ def test_a_training_pod_sigkilled_resumes_from_its_checkpoint(cluster, kube_api,
         kill_pod_process(Path(cluster.directory), namespace, pod.metadata.name, signal.SIGKILL)
         killed = time.monotonic()
         at_kill = max(int(m.value) for m in mlflow.get_metric_history(run_id, "step"))
-        resumed = wait_for(lambda: mlflow.get_run(run_id).tags.get("slipway.resumedFromStep"), 120,
+        resumed = wait_for(lambda: mlflow.get_run(run_id).tags.get("slipway.dev/resumed-from-step"), 120,
                            "a second attempt resuming", interval=0.5)  # fmt: skip
         resumed_after = time.monotonic() - killed
         done = wait_status(kube_api, namespace, "TrainingRun", "run", finished, 180, "finished")

@@ -105,7 +105,7 @@ def test_pods_metric_in_flight_requests_scales_the_stable_track_and_back(
     metric = {"type": "Pods", "name": "slipway_requests_in_flight", "targetAverageValue": "1"}
     autoscaling = {"minReplicas": 2, "maxReplicas": 4, "metrics": [metric]}
     # Each request takes 0.4 s: at 20 requests/s about 8 are in flight, 4 per pod of 2.
-    slow = {"slipway.fault.latencySeconds": "0.4"}
+    slow = {"slipway.dev/fault-latencySeconds": "0.4"}
     serve(kube_api, namespace, cluster, trained, "inflight", {"autoscaling": autoscaling}, slow)
     scaling = Scaling(kube_api, namespace, "inflight")
     load = LoadDriver.for_service(kube_api, namespace, "inflight", rate=20, concurrency=16, max_duration=400)

@@ -1,7 +1,7 @@
 """A TrainingRun's checkpoint claim across a delete (spec.checkpoint.whenDeleted) and a restore, on
 the local cluster (its garbage collector, PV controller and provisioner) with real MLflow: a run cut
 short and applied again resumes from its checkpoint (the step the reference trainer reports it
-resumed from, the MLflow tag ``slipway.resumedFromStep``), in one MLflow run; a claim that is not
+resumed from, the MLflow tag ``slipway.dev/resumed-from-step``), in one MLflow run; a claim that is not
 this TrainingRun's is refused before any Job mounts it."""
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def resumed_in_one_run(
     run, model = mlflow.get_run(run_id), done["spec"]["model"]["name"]
     steps = [int(m.value) for m in mlflow.get_metric_history(run_id, "step")]
     runs, jobs = training_runs(mlflow, model, f"{namespace}/digits"), jobs_created(cluster, namespace, since)
-    resumed = run.tags.get("slipway.resumedFromStep", "")
+    resumed = run.tags.get("slipway.dev/resumed-from-step", "")
     report(f"{how}: run shown {done['status']['mlflow']['runId']} (first {run_id}), resumed from step "
            f"{resumed or 'none'}, steps logged {len(steps)} (step 1 {steps.count(1)}x), training runs "
            f"{len(runs_before)} -> {len(runs)}, Jobs created {jobs}")  # fmt: skip

@@ -131,7 +131,7 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
     logged = mlflow.get_run(status["mlflow"]["runId"])
     assert logged.metrics["slipway.cost.total"].value == pytest.approx(spent["total"])
     assert logged.metrics["slipway.cost.wastedShare"].value == pytest.approx(spent["wastedShare"])
-    assert logged.tags["slipway.cost.currency"] == "USD"
+    assert logged.tags["slipway.dev/cost-currency"] == "USD"
     # The version it made carries its lineage: training (every attempt), quantization, validation.
     artifact = wait_status(kube_api, namespace, "ModelArtifact", "costly",
                            lambda o: (o.get("status") or {}).get("phase") in ("Validated", "Rejected"), 180,
@@ -142,8 +142,8 @@ def test_a_runs_cost_counts_its_failed_and_preempted_attempts(
     assert lineage["training"] == pytest.approx(spent["total"]) and "message" not in lineage, lineage
     assert lineage["quantization"] > 0 and lineage["validation"] > 0
     assert lineage["total"] == pytest.approx(lineage["training"] + lineage["quantization"] + lineage["validation"])
-    assert float(version.tags["slipway.cost.lineage"]) == pytest.approx(lineage["total"])
-    assert float(version.tags["slipway.cost.training"]) == pytest.approx(spent["total"])
+    assert float(version.tags["slipway.dev/cost-lineage"]) == pytest.approx(lineage["total"])
+    assert float(version.tags["slipway.dev/cost-training"]) == pytest.approx(spent["total"])
 
 
 def time_in_attempt(seen: dict[str, dict]) -> float:
@@ -184,9 +184,10 @@ def serve_first_version(kube_api, namespace: str, cluster, trained: str, body: d
     deployment and wait until it serves it; that version."""
     model, name = body["spec"]["model"]["name"], body["metadata"]["name"]
     with MlflowClient(cluster.mlflow_url) as registry:
-        digest = registry.get_run(trained).tags["slipway.model.digest"]
+        digest = registry.get_run(trained).tags["slipway.dev/model-digest"]
         registry.get_or_create_registered_model(model)
-        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, {"slipway.digest": digest}).version
+        tags = {"slipway.dev/digest": digest}
+        v1 = registry.create_model_version(model, f"runs:/{trained}/model", trained, tags).version
         registry.set_alias(model, "candidate", v1)
     apply_object(kube_api, namespace, body)
     serving = f"{model} version {v1} served"
@@ -311,7 +312,7 @@ def test_a_canary_that_makes_each_token_dearer_is_rolled_back_and_equal_ones_are
         pytest.approx(one_gpu, rel=0.01), pytest.approx(2 * one_gpu, rel=0.01))  # fmt: skip
     assert stable_cost["per1kRequests"] > 0 and stable_cost["perMillionTokens"] > 0
     # The version promoted (v1 under a new revision) carries what it cost to serve.
-    assert float(tags["slipway.cost.perMillionTokens"]) > 0 and tags["slipway.cost.currency"] == "USD"
+    assert float(tags["slipway.dev/cost-per-million-tokens"]) > 0 and tags["slipway.dev/cost-currency"] == "USD"
     assert stats.share(lambda c: c >= 500) < 0.01, stats.by_code
 
 

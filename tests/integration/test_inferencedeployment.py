@@ -338,6 +338,7 @@ def test_an_image_change_is_canaried_and_a_faulty_template_rolled_back(kube_api,
                            lambda o: phase_in("Promoted")(o) and o["status"]["stable"]["revision"] != first, 180,
                            "the new image promoted")  # fmt: skip
         assert idep["status"]["stable"]["modelVersion"] == v1
+        assert idep["status"]["stable"]["versionUrl"].endswith(f"/#/models/{versions.model}/versions/{v1}")
         assert any(r["result"] == "Passed" for r in idep["status"]["analysis"])
         stable = apps.read_namespaced_deployment("digits-stable", namespace)
         assert stable.spec.template.spec.containers[0].image == "ghcr.io/slipway-dev/slipway:0.1.1"

@@ -244,7 +244,7 @@ def test_a_higher_priority_run_preempts_a_lower_one_which_resumes_from_its_check
     high_seen = [reason for _, reason in recorder.seen["high"]]
     assert subsequence(["Queued", "Training"], high_seen), recorder.seen["high"]
     run = mlflow.get_run(low_status["mlflow"]["runId"])
-    resumed = int(run.tags["slipway.resumedFromStep"])
+    resumed = int(run.tags["slipway.dev/resumed-from-step"])
     assert resumed >= 4, f"low started over after the preemption (resumed from {resumed})"
     steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
     assert steps.count(1) == 1, f"the second attempt started over: {steps}"

@@ -107,9 +107,9 @@ def test_models_logged_by_mlflows_own_client_are_registered_with_their_files_or_
     for name, (version, status) in versions.items():
         digest, files = sha256sum_tree(Path(read[version.uri]["dir"]))
         assert read[version.uri]["prediction"] == [0, 1], name
-        assert status.get("digest") == digest == version.tags["slipway.source.digest"], name
-        assert version.tags["slipway.source.files"] == str(files) and files >= 4, name
-        assert status["sizeBytes"] == int(version.tags["slipway.source.sizeBytes"]) > 0, name
+        assert status.get("digest") == digest == version.tags["slipway.dev/source-digest"], name
+        assert version.tags["slipway.dev/source-files"] == str(files) and files >= 4, name
+        assert status["sizeBytes"] == int(version.tags["slipway.dev/source-size-bytes"]) > 0, name
         rows.append((name, status["phase"], version.source, digest, f"{files} ({status['sizeBytes']} bytes)"))
 
     stalls = (("no-model", "EmptySource", f"LoggedModel named 'model' whose source run is {empty}"),
@@ -192,7 +192,7 @@ def test_a_logged_model_holding_an_onnx_model_is_quantized_validated_and_aliased
     assert status["phase"] == "Validated", status
     source_version = mlflow.get_model_version(model, status["modelVersion"])
     assert source_version.source == f"models:/{logged['model_id']}"
-    assert source_version.tags["slipway.source.files"] == str(sum(1 for p in files.rglob("*") if p.is_file()))
+    assert source_version.tags["slipway.dev/source-files"] == str(sum(1 for p in files.rglob("*") if p.is_file()))
     quantized = mlflow.get_version_by_alias(model, "candidate")
     assert quantized is not None and quantized.version == status["quantizedVersion"] != source_version.version
     report(f"LoggedModel {logged['model_id']}: version {source_version.version} ({source_version.source}), "

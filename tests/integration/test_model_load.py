@@ -25,10 +25,11 @@ def test_fetched_model_is_served_and_a_digest_mismatch_never_serves(kube_api, na
     model = f"digits-{namespace}"
     run_id = trained
     with MlflowClient(cluster.mlflow_url) as mlflow:
-        digest = mlflow.get_run(run_id).tags["slipway.model.digest"]
+        digest = mlflow.get_run(run_id).tags["slipway.dev/model-digest"]
 
         def publish(recorded: str) -> str:
-            version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, {"slipway.digest": recorded})
+            tags = {"slipway.dev/digest": recorded}
+            version = mlflow.create_model_version(model, f"runs:/{run_id}/model", run_id, tags)
             mlflow.set_alias(model, "candidate", version.version)
             return version.version
 

@@ -69,10 +69,14 @@ def test_training_run_artifact_is_quantized_validated_and_aliased(kube_api, name
     assert quantized.tags["slipway.dev/parent-version"] == source.version
     assert quantized.tags["slipway.dev/quantization-method"] == "int8-dynamic"
     assert status["digest"].startswith("sha256:")
-    fp32_size = int(mlflow.get_run(source.run_id).tags["slipway.model.sizeBytes"])
+    fp32_size = int(mlflow.get_run(source.run_id).tags["slipway.dev/model-size-bytes"])
     ratio = status["sizeBytes"] / fp32_size
     assert ratio < 0.6, f"int8 {status['sizeBytes']} B vs fp32 {fp32_size} B"
     assert mlflow.get_version_by_alias(model, "candidate").version == quantized.version
+    # Links to MLflow's UI: the version validated, and the quantize run its model came from.
+    links = status["mlflow"]
+    assert links["versionUrl"].endswith(f"/#/models/{model}/versions/{quantized.version}"), links
+    assert links["runUrl"].endswith(f"/#/runs/{quantized.run_id}"), links
     gates = status["gates"]
     assert [g["metric"] for g in gates] == ["accuracy", "accuracy", "latencyP95Seconds"]
     assert all(g["passed"] for g in gates)
@@ -166,9 +170,9 @@ def test_a_cost_gate_rejects_an_int8_version_that_is_not_cheaper_enough(
                        "the fp32 version decided")["status"]  # fmt: skip
     assert fp32["phase"] == "Validated", fp32
     production = mlflow.get_model_version(model, fp32["modelVersion"])
-    throughput = float(production.tags["slipway.metric.predictionsPerCpuSecond"])
+    throughput = float(production.tags["slipway.dev/metric-predictionsPerCpuSecond"])
     expected = cpu_hour / 3600 / throughput * 1e6
-    recorded = float(production.tags["slipway.metric.costPerMillionPredictions"])
+    recorded = float(production.tags["slipway.dev/metric-costPerMillionPredictions"])
     assert recorded == pytest.approx(expected, rel=1e-9) and fp32["gates"][0]["value"] == pytest.approx(expected)
 
     def int8(name: str, ratio: float) -> dict[str, Any]:
@@ -181,7 +185,7 @@ def test_a_cost_gate_rejects_an_int8_version_that_is_not_cheaper_enough(
     strict, lenient = int8("int8-strict", 0.1), int8("int8-lenient", 10)
     (gate,) = strict["status"]["gates"]
     version = mlflow.get_model_version(model, strict["status"]["quantizedVersion"])
-    int8_expected = cpu_hour / 3600 / float(version.tags["slipway.metric.predictionsPerCpuSecond"]) * 1e6
+    int8_expected = cpu_hour / 3600 / float(version.tags["slipway.dev/metric-predictionsPerCpuSecond"]) * 1e6
     assert gate["value"] == pytest.approx(int8_expected, rel=1e-9)
     assert gate["baselineValue"] == pytest.approx(expected, rel=1e-9)
     ratio = gate["value"] / gate["baselineValue"]

@@ -183,7 +183,7 @@ def test_serving_preempts_training_which_resumes_from_its_checkpoint(
     assert int(status["lastCheckpoint"]["step"]) >= STEPS - CHECKPOINT_EVERY, status
     with MlflowClient(cluster.mlflow_url) as mlflow:
         run = mlflow.get_run(status["mlflow"]["runId"])
-        resumed = int(run.tags["slipway.resumedFromStep"])
+        resumed = int(run.tags["slipway.dev/resumed-from-step"])
         steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
     lost = len(steps) - len(set(steps))  # steps logged by both attempts: done again after the resume
     assert steps.count(1) == 1, f"training started over: {steps}"

@@ -159,14 +159,14 @@ def test_a_trainingrun_cut_short_and_applied_again_goes_on_in_its_run(kube_api, 
     done = wait_status(kube_api, namespace, "TrainingRun", "digits", settled, 300, "finished after re-apply")
     after, made, run = training_runs(mlflow, model, owner), created(cluster, namespace, since), mlflow.get_run(run_id)
     steps = [int(m.value) for m in mlflow.get_metric_history(run_id, "step")]
-    report(f"TrainingRun cut short at checkpoint {cut.tags.get('slipway.checkpoint.step')} ({cut.status}), "
+    report(f"TrainingRun cut short at checkpoint {cut.tags.get('slipway.dev/checkpoint-step')} ({cut.status}), "
            f"re-applied: created {made}, training runs {len(before)} -> {len(after)}, run shown "
            f"{done['status']['mlflow']['runId']} (first {run_id}), resumed from step "
-           f"{run.tags.get('slipway.resumedFromStep', 'none: its checkpoint volume went with the TrainingRun')}, "
-           f"steps logged {len(steps)}, attempts {run.tags.get('slipway.attempts')}")  # fmt: skip
+           f"{run.tags.get('slipway.dev/resumed-from-step', 'none: its checkpoint volume went with the TrainingRun')}, "
+           f"steps logged {len(steps)}, attempts {run.tags.get('slipway.dev/attempts')}")  # fmt: skip
     assert done["status"]["phase"] == "Succeeded" and done["status"]["mlflow"]["runId"] == run_id
     assert after == before and made["jobs"] == 1 and run.status == "FINISHED"
-    assert run.tags.get("slipway.attempts") == "2"  # the second attempt reported to the same run
+    assert run.tags.get("slipway.dev/attempts") == "2"  # the second attempt reported to the same run
     assert any(run_id in m for m in adopted_events(kube_api, namespace, again["metadata"]["uid"]))
 
 
@@ -182,7 +182,7 @@ def test_a_run_forged_outside_the_trainingruns_experiment_is_never_adopted(
     work = work_of(namespace, "digits", TrainingRunSpec.model_validate(body["spec"]))
     forged = []
     for experiment, named in ((f"other-team-{namespace}", owner), (model, f"{namespace}/other")):
-        tags = {"slipway.dev/work": work, "slipway.dev/trainingrun": named, "slipway.checkpoint.step": "2"}
+        tags = {"slipway.dev/work": work, "slipway.dev/trainingrun": named, "slipway.dev/checkpoint-step": "2"}
         run = mlflow.create_run(mlflow.get_or_create_experiment(experiment), "forged", tags)
         mlflow.update_run(run.run_id, status="FINISHED")
         forged.append(run.run_id)

@@ -84,7 +84,7 @@ def test_retryable_exit_resumes_from_checkpoint_and_counts_restart(kube_api, nam
     assert status["phase"] == "Succeeded", status
     assert status["restarts"] == 1
     run = mlflow.get_run(status["mlflow"]["runId"])
-    assert int(run.tags["slipway.resumedFromStep"]) == 4
+    assert int(run.tags["slipway.dev/resumed-from-step"]) == 4
     steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
     assert steps[0] == 1 and steps[-1] == 8
     assert steps.count(1) == 1, f"the second attempt started over: {steps}"
@@ -146,7 +146,7 @@ def test_suspend_keeps_checkpoint_and_resume_continues(kube_api, namespace, oper
     tr = wait_status(kube_api, namespace, "TrainingRun", "pause", phase_is("Succeeded", "Failed"), 180, "finish")
     assert tr["status"]["phase"] == "Succeeded"
     run = mlflow.get_run(tr["status"]["mlflow"]["runId"])
-    assert int(run.tags["slipway.resumedFromStep"]) >= 4
+    assert int(run.tags["slipway.dev/resumed-from-step"]) >= 4
 
 
 def test_more_gpus_than_any_node_shows_schedulers_reason(kube_api, namespace, operator):

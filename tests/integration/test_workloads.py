@@ -105,8 +105,8 @@ def test_training_resumes_from_its_checkpoint_after_a_failure(workloads: Workloa
     workloads.run("train", *args, expect=42, **env)
     interrupted = client.get_run(run_id)
     assert interrupted.status == "RUNNING"  # a preempted attempt is not a failed run
-    assert interrupted.tags["slipway.checkpoint.step"] == "5"
-    assert interrupted.tags["slipway.checkpoint"].endswith("ckpt-00000005.pkl")
+    assert interrupted.tags["slipway.dev/checkpoint-step"] == "5"
+    assert interrupted.tags["slipway.dev/checkpoint"].endswith("ckpt-00000005.pkl")
 
     workloads.run("train", *args, **env)  # the replacement pod: same env, same checkpoint volume
     steps = [int(m.value) for m in sorted(client.get_metric_history(run_id, "step"), key=lambda m: m.timestamp)]
@@ -114,8 +114,8 @@ def test_training_resumes_from_its_checkpoint_after_a_failure(workloads: Workloa
     assert steps == [1, 2, 3, 4, 5, 6, 7, 6, 7, 8, 9, 10, 11, 12]  # resumed after 5, not from 1
     finished = client.get_run(run_id)
     assert finished.status == "FINISHED"
-    assert finished.tags["slipway.resumedFromStep"] == "5"
-    assert finished.tags["slipway.checkpoint.step"] == "12"
+    assert finished.tags["slipway.dev/resumed-from-step"] == "5"
+    assert finished.tags["slipway.dev/checkpoint-step"] == "12"
     assert finished.metrics["checkpointStep"].value == 12 and finished.metrics["totalSteps"].value == 12
     assert finished.params["steps"] == "12"
     assert {f.path for f in client.list_artifacts(run_artifact_uri(run_id, "model"))} == {
@@ -151,7 +151,7 @@ def test_sigterm_checkpoints_the_last_step_and_exits_143(workloads: Workloads, t
     run = client.get_run(run_id)
     last_step = int(run.metrics["step"].value)
     assert run.status == "RUNNING"
-    assert run.tags["slipway.checkpoint.step"] == str(last_step)
+    assert run.tags["slipway.dev/checkpoint-step"] == str(last_step)
     assert [p.name for p in checkpoint_dir.glob("ckpt-*.pkl")] == [f"ckpt-{last_step:08d}.pkl"]
 
 
@@ -175,7 +175,7 @@ def test_quantize_int8_dynamic_makes_a_smaller_model(workloads: Workloads, train
 
     run = client.get_run(run_id)
     assert run.status == "FINISHED"
-    assert run.tags["slipway.quantize.digest"] == result["digest"]
+    assert run.tags["slipway.dev/quantize-digest"] == result["digest"]
     assert run.metrics["sizeBytes"].value == result["sizeBytes"]
     # The operator registers the output as its own version, tagged with its lineage.
     name = f"digits-{uuid.uuid4().hex[:8]}"
@@ -420,7 +420,7 @@ def test_serve_takes_faults_from_the_model_version_tags(workloads: Workloads, tr
     client.get_or_create_registered_model(name)
     source = client.get_run(trained_run).artifact_uri + "/model"
     bad = client.create_model_version(name, source, run_id=trained_run)
-    client.set_model_version_tag(name, bad.version, "slipway.fault.errorRate", "1.0")
+    client.set_model_version_tag(name, bad.version, "slipway.dev/fault-errorRate", "1.0")
     good = client.create_model_version(name, source, run_id=trained_run)
     client.set_alias(name, "stable", good.version)
 
@@ -433,7 +433,7 @@ def test_serve_takes_faults_from_the_model_version_tags(workloads: Workloads, tr
 
     answers = [canary.predict(sample) for _ in range(5)]
     assert [a.status_code for a in answers] == [500] * 5
-    assert "slipway.fault.errorRate" in answers[0].json()["error"]
+    assert "slipway.dev/fault-errorRate" in answers[0].json()["error"]
     assert canary.metric('slipway_requests_total{code="500"}') == 5
     assert canary.metric('slipway_requests_total{code="200"}') == 0
 
@@ -443,7 +443,7 @@ def test_serve_takes_faults_from_the_model_version_tags(workloads: Workloads, tr
     assert stable.metric('slipway_requests_total{code="500"}') == 0
 
     assert canary.stop() == 0 and stable.stop() == 0
-    assert "fault switches: errorRate=1.0 (model version tag slipway.fault.errorRate)" in canary.output()
+    assert "fault switches: errorRate=1.0 (model version tag slipway.dev/fault-errorRate)" in canary.output()
     assert "fault switches: none set" in stable.output()
 
 
@@ -454,7 +454,7 @@ def _registered(workloads: Workloads, trained_run: str, digest: str | None) -> t
     client.get_or_create_registered_model(name)
     version = client.create_model_version(name, client.get_run(trained_run).artifact_uri + "/model", run_id=trained_run)
     if digest:
-        client.set_model_version_tag(name, version.version, "slipway.digest", digest)
+        client.set_model_version_tag(name, version.version, "slipway.dev/digest", digest)
     return name, version.version
 
 
@@ -463,7 +463,7 @@ def test_fetch_puts_the_version_where_the_server_reads_it(
 ) -> None:
     from slipway.workloads.common import file_digest
 
-    digest = workloads.client.get_run(trained_run).tags["slipway.model.digest"]
+    digest = workloads.client.get_run(trained_run).tags["slipway.dev/model-digest"]
     name, version = _registered(workloads, trained_run, digest)
     dest, cache = tmp_path / "models" / "current", tmp_path / "cache"
     uri = f"models:/{name}/{version}"

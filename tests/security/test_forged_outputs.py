@@ -1,5 +1,5 @@
 """What a tenant's own pods and URIs say is checked like a source: in multi-tenant mode the tenant's
-quantize pod sets its run's tag ``slipway.quantize.uri`` to another team's run, another team's
+quantize pod sets its run's tag ``slipway.dev/quantize-uri`` to another team's run, another team's
 ``models:/…@production``, an ``s3://`` URI and an encoded climb out of its own run; a source climbs
 out of an allowed run with ``%2e%2e`` and its variants. Each is a Stalled condition naming the tag or
 the field; no version is registered from any of them and no alias moves. The reference quantizer,
@@ -20,7 +20,7 @@ import os, sys
 from slipway.mlflow import MlflowClient
 with MlflowClient.from_env() as mlflow:
     run = mlflow.get_run(os.environ["MLFLOW_RUN_ID"])
-    mlflow.set_tags(run.run_id, {"slipway.quantize.uri": sys.argv[1].replace("{root}", run.artifact_uri)})
+    mlflow.set_tags(run.run_id, {"slipway.dev/quantize-uri": sys.argv[1].replace("{root}", run.artifact_uri)})
 """
 
 
@@ -75,7 +75,7 @@ def test_a_quantizers_forged_output_and_encoded_climbs_register_nothing(
                           f"{name}'s quantizer output refused")  # fmt: skip
         message = condition(obj, "Stalled")["message"]
         run_id = message.split("of the quantize run ", 1)[1].split(" ", 1)[0]
-        assert message.startswith(f"MLflow tag slipway.quantize.uri of the quantize run {run_id} is "), message
+        assert message.startswith(f"MLflow tag slipway.dev/quantize-uri of the quantize run {run_id} is "), message
         assert f"set the tag to runs:/{run_id}/<path>" in message and "nothing was registered" in message, message
         assert obj["status"]["phase"] == "Failed"
         assert condition(obj, "Quantized")["status"] == "False"

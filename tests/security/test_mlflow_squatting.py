@@ -50,7 +50,7 @@ def test_names_squatted_by_another_team_are_neither_used_nor_adopted(kube_api, n
     mlflow.get_or_create_experiment(model)
     experiment_id = mlflow.get_or_create_experiment(experiment)
     planted_tags = {"slipway.dev/trainingrun": f"{namespace}/acme-train", "slipway.dev/work": work,
-                    "slipway.checkpoint.step": "2", PROOF_TAG: "0" * 64}  # fmt: skip
+                    "slipway.dev/checkpoint-step": "2", PROOF_TAG: "0" * 64}  # fmt: skip
     planted = mlflow.create_run(experiment_id, "planted", planted_tags).run_id
     mlflow.update_run(planted, status="FINISHED")
 

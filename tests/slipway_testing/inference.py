@@ -23,7 +23,7 @@ class Versions:
 
     def publish(self, **faults: str) -> str:
         """Register a version (with fault tags that travel with it) and move `candidate` to it."""
-        tags = {f"slipway.fault.{k}": v for k, v in faults.items()}
+        tags = {f"slipway.dev/fault-{k}": v for k, v in faults.items()}
         version = self.mlflow.create_model_version(self.model, f"runs:/{self.run_id}/model", self.run_id, tags)
         self.mlflow.set_alias(self.model, "candidate", version.version)
         return str(version.version)

@@ -17,6 +17,21 @@ DEFAULT_COMMANDS = {
 }
 
 
+# Every variable Slipway sets in a step's container, and when: the quantizer's and the evaluator's
+# contract (docs/reference/programs/ is generated from it; a test holds it to the Jobs the pass
+# builds). A variable of the same name in spec.validation.env wins.
+STEP_ENV: dict[str, str] = {
+    "MLFLOW_TRACKING_URI": "The MLflow address the pods use (the operator's, without credentials).",
+    "MLFLOW_RUN_ID": "The step's MLflow run, made by Slipway before the Job: log to it.",
+    "SLIPWAY_MODELARTIFACT": "The ModelArtifact's name.",
+    "SLIPWAY_MODEL_URI": "The model to read: the source version (`models:/<name>/<version>`) to quantize, or the "
+    "candidate version to evaluate (the quantized one, if any).",
+}
+QUANTIZE_ENV: dict[str, str] = {
+    "SLIPWAY_QUANTIZATION_METHOD": "spec.quantization.method.",
+}
+
+
 def step_failure_policy(container: str) -> dict[str, Any]:
     """A step pod that could not reach MLflow (exit 75, after retrying for minutes) or was evicted
     is replaced without counting against backoffLimit: an MLflow outage delays the step, the

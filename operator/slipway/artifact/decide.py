@@ -44,6 +44,8 @@ from slipway.artifact.work import work_keys
 from slipway.mlflow import ModelVersion, Run
 from slipway.mlflow.digests import is_digest
 from slipway.mlflow.sources import MAX_DIGEST_BYTES
+from slipway.mlflow.tags import DIGEST, SIZE, SOURCE_DIGEST, SOURCE_SIZE
+from slipway.mlflow.uris import ui_run_url, ui_version_url
 from slipway.redact import redact_url
 from slipway.status import jobs
 from slipway.status.pods import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RECHECK_SECONDS
@@ -94,10 +96,10 @@ def _candidate(spec: ModelArtifactSpec, seen: Observed, fields: dict[str, Any]) 
     version = _version(spec, seen, SOURCE, source, {})
     if not isinstance(version, ModelVersion):
         return version
-    fields |= {"model_version": version.version, "uri": version.uri}
+    fields |= {"model_version": version.version, "uri": version.uri, **_links(seen, version)}
     fields |= states.digest_fields(
-        source.digest or version.tags.get(states.SOURCE_DIGEST_TAG),
-        source.size_bytes or version.tags.get(states.SOURCE_SIZE_TAG),
+        source.digest or SOURCE_DIGEST.read(version.tags),
+        source.size_bytes or SOURCE_SIZE.read(version.tags),
     )
     candidate = version
     q = spec.quantization
@@ -106,12 +108,27 @@ def _candidate(spec: ModelArtifactSpec, seen: Observed, fields: dict[str, Any]) 
         if not isinstance(quantized, ModelVersion):
             return quantized
         candidate = quantized
-        fields |= {"quantized_version": candidate.version, "uri": candidate.uri}
-        fields |= states.digest_fields(candidate.tags.get("slipway.digest"), candidate.tags.get("slipway.sizeBytes"))
-    files_digest = candidate.tags.get(states.SOURCE_DIGEST_TAG)
+        fields |= {"quantized_version": candidate.version, "uri": candidate.uri, **_links(seen, candidate)}
+        fields |= states.digest_fields(DIGEST.read(candidate.tags), SIZE.read(candidate.tags))
+    files_digest = SOURCE_DIGEST.read(candidate.tags)
     if is_digest(files_digest):  # what serving pods check every file against (status: held in Kubernetes)
         fields["files_digest"] = files_digest
     return candidate
+
+
+def _links(seen: Observed, version: ModelVersion) -> dict[str, Any]:
+    """status.mlflow: ``version`` and the run its model came from, in the MLflow UI; the run's page
+    under its experiment when every pass knows it (the TrainingRun's status records it), else the
+    UI's route that looks it up (the same link every pass: no status written for nothing). None
+    without the UI's address."""
+    if not seen.ui:
+        return {}
+    links = {"versionUrl": ui_version_url(seen.ui, version.name, version.version)}
+    if version.run_id:
+        trained = ((seen.training_run or {}).get("status") or {}).get("mlflow") or {}
+        experiment = str(trained.get("experimentId") or "") if trained.get("runId") == version.run_id else ""
+        links["runUrl"] = ui_run_url(seen.ui, version.run_id, experiment)
+    return {"mlflow": links}
 
 
 def _source_to_read(spec: ModelArtifactSpec, seen: Observed) -> Decision:

@@ -39,7 +39,7 @@ from slipway.artifact.decisions import (
 from slipway.artifact.model import ArtifactPhase, ModelArtifactSpec, ModelArtifactStatus
 from slipway.artifact.observe import Reader
 from slipway.mlflow import MlflowClient, ModelVersion
-from slipway.podspec import with_credentials
+from slipway.podspec import with_credentials, with_mlflow_tls
 from slipway.reconcile import Context, run_pass
 from slipway.tenancy import Use
 
@@ -107,7 +107,8 @@ class Pass:
             case StartStep(step=step):
                 seen.steps[step] = read.step(step)
             case CreateJob(step=step, job=job):
-                created = self.ctx.ensure("jobs", with_credentials(job, mlflowcreds.of_pods(self.ctx)))
+                job = with_credentials(job, mlflowcreds.of_pods(self.ctx))
+                created = self.ctx.ensure("jobs", with_mlflow_tls(job, self.ctx.config.pod_mlflow_tls))
                 seen.steps[step] = read.job(seen.steps[step].run, created)
             case ReadRun(step=step):
                 started = seen.steps[step]

@@ -1,5 +1,5 @@
 """A ModelArtifact's lineage cost (pure): what its version cost to make, for status.cost and for
-tags on the version (``slipway.cost.*``), from the prices and what the pass read of its TrainingRun
+tags on the version (``slipway.dev/cost-*``), from the prices and what the pass read of its TrainingRun
 and its step Jobs."""
 
 from __future__ import annotations
@@ -10,6 +10,15 @@ from typing import Any
 from slipway import cost
 from slipway.artifact.model import ModelArtifactSpec
 from slipway.artifact.observed import QUANTIZE, VALIDATE, CostSeen
+from slipway.mlflow.tags import COST_CURRENCY, COST_LINEAGE, COST_QUANTIZATION, COST_TRAINING, COST_VALIDATION
+
+# status.cost's figures -> the version's tags that record them
+COST_TAGS = {
+    "training": COST_TRAINING,
+    "quantization": COST_QUANTIZATION,
+    "validation": COST_VALIDATION,
+    "total": COST_LINEAGE,
+}
 
 
 def lineage_cost(
@@ -37,8 +46,7 @@ def lineage_cost(
     out: dict[str, Any] = {"currency": prices.currency or None, **known, "total": round(sum(known.values()), 6)}
     if len(known) < len(parts):
         out["message"] = f"not counted (no price or not finished): {', '.join(sorted(set(parts) - set(known)))}"
-    tags = {f"slipway.cost.{k}": str(v) for k, v in out.items() if k in (*parts, "total") and v is not None}
-    tags = {("slipway.cost.lineage" if k == "slipway.cost.total" else k): v for k, v in tags.items()}
+    tags = {COST_TAGS[k].name: str(v) for k, v in out.items() if k in (*parts, "total") and v is not None}
     if prices.currency:
-        tags["slipway.cost.currency"] = prices.currency
+        tags[COST_CURRENCY.name] = prices.currency
     return out, {key: value for key, value in tags.items() if version_tags.get(key) != value}

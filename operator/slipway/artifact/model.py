@@ -225,6 +225,17 @@ class LineageCost(StatusModel):
     message: str | None = Field(default=None, description="What is not counted, if anything.")
 
 
+class ArtifactMlflowStatus(StatusModel):
+    """Links to the artifact's records in the MLflow UI."""
+
+    version_url: str | None = Field(
+        default=None, description="Link to the version validated (the quantized one, if any) in the MLflow UI."
+    )
+    run_url: str | None = Field(
+        default=None, description="Link to the MLflow run that version's model came from, in the MLflow UI."
+    )
+
+
 class ModelArtifactStatus(StatusModel):
     """Observed state of a ModelArtifact."""
 
@@ -239,6 +250,9 @@ class ModelArtifactStatus(StatusModel):
         description="Slipway's digest over every file of the validated version (sha256:<hex> of the sorted "
         "sha256sum lines), computed when the version was registered: serving pods of this artifact refuse "
         "files that do not have it.",
+    )
+    mlflow: ArtifactMlflowStatus | None = Field(
+        default=None, description="The version and its run in the MLflow UI (links)."
     )
     gates: list[GateResult] | None = Field(default=None, description="The outcome of each gate.")
     cost: LineageCost | None = Field(default=None, description="What the version cost to make.")

@@ -45,6 +45,7 @@ class Reader:
             config.workload_image,
             self.ctx.tenancy.active,
             training_run=self.ctx.cache.get("trainingruns", self.ctx.namespace, ref.name) if ref else None,
+            ui=config.mlflow_public_url or without_credentials(self.mlflow.tracking_uri),
         )
 
     def source(self, run_id: str | None) -> states.Source | NoFiles:

@@ -73,6 +73,7 @@ class Observed:
     tracking_uri: str  # the MLflow address the step pods get
     workload_image: str  # the steps' image unless the spec names its own
     tenancy_active: bool  # the namespace's allow-list applies (multi-tenant mode)
+    ui: str = ""  # the MLflow UI's address, for the links in status (none: no links)
     training_run: Mapping[str, Any] | None = None  # the TrainingRun spec.source names, from the cache
     source: Source | NoFiles | None = None  # spec.source resolved in MLflow
     model: RegisteredModel | None = None  # the registered model, found or made with its proof

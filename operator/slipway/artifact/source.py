@@ -9,6 +9,7 @@ from slipway.artifact.model import ArtifactSource
 from slipway.artifact.observed import NoFiles
 from slipway.artifact.state import Source
 from slipway.mlflow import MlflowClient, MlflowNotFound, Run, parse_model_uri, parse_run_uri
+from slipway.mlflow.programtags import MODEL_DIGEST, MODEL_SIZE
 from slipway.mlflow.sources import looked_for
 from slipway.redact import redact_url
 from slipway.tenancy import Policy, Use
@@ -51,8 +52,8 @@ class SourceReader:
         return Source(
             found.uri,
             found.run_id,
-            tags.get("slipway.model.digest"),
-            tags.get("slipway.model.sizeBytes"),
+            MODEL_DIGEST.read(tags),
+            MODEL_SIZE.read(tags),
             model_id=found.model_id,
         )
 

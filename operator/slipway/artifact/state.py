@@ -11,6 +11,21 @@ from typing import Any
 
 from slipway.artifact.gates import GateOutcome, non_finite
 from slipway.mlflow.errors import MlflowError
+from slipway.mlflow.programtags import QUANTIZE_DIGEST, QUANTIZE_SIZE, QUANTIZE_URI
+from slipway.mlflow.tags import (
+    ALIASES_SET,
+    DIGEST,
+    GATES,
+    METRIC,
+    MODELARTIFACT,
+    PARENT_VERSION,
+    QUANTIZATION_METHOD,
+    SIZE,
+    SOURCE_DIGEST,
+    SOURCE_FILES,
+    SOURCE_SIZE,
+    VALIDATION,
+)
 from slipway.redact import redact_url
 from slipway.status import jobs
 from slipway.status.conditions import Cond, ready, reconciling, settled, stalled
@@ -132,15 +147,16 @@ def decided_at_generation(body: Mapping[str, Any]) -> bool:
     return settled(body, FINAL)
 
 
-OWNER_TAG = "slipway.dev/modelartifact"  # namespace/name, on the versions and runs Slipway makes for an artifact
-SOURCE_DIGEST_TAG = "slipway.source.digest"  # Slipway's digest over the source's files, on the source version
-SOURCE_SIZE_TAG = "slipway.source.sizeBytes"
-SOURCE_FILES_TAG = "slipway.source.files"
-DECISION_TAG = "slipway.dev/validation"
-GATES_TAG = "slipway.dev/gates"
-ALIASES_TAG = "slipway.dev/aliases-set"
-METRIC_TAG = "slipway.metric."
-QUANTIZE_URI_TAG = "slipway.quantize.uri"  # set by the quantize pod: the model it made
+# The MLflow tags of an artifact's versions and runs (slipway.mlflow.tags says who writes and reads each).
+OWNER_TAG = MODELARTIFACT.name  # namespace/name, on the versions and runs Slipway makes for an artifact
+SOURCE_DIGEST_TAG = SOURCE_DIGEST.name  # Slipway's digest over the source's files, on the source version
+SOURCE_SIZE_TAG = SOURCE_SIZE.name
+SOURCE_FILES_TAG = SOURCE_FILES.name
+DECISION_TAG = VALIDATION.name
+GATES_TAG = GATES.name
+ALIASES_TAG = ALIASES_SET.name
+METRIC_TAG = METRIC.name
+QUANTIZE_URI_TAG = QUANTIZE_URI.name  # set by the quantize pod: the model it made
 
 
 def needs_quantization(method: str, image: str | None, command: list[str] | None) -> bool:
@@ -189,18 +205,18 @@ def job_state(
 def quantized_output(
     run_id: str, tags: Mapping[str, str], parent: str, method: str
 ) -> tuple[str, dict[str, str]] | ArtifactState:
-    """(URI, version tags) of what the quantizer made, from its run's tags; Failed if it set none."""
-    uri = tags.get(QUANTIZE_URI_TAG)
+    """(URI, version tags) of what the quantizer made, from its run's tags (each also under the name
+    earlier versions read); Failed if it set none."""
+    uri = QUANTIZE_URI.read(tags)
     if not uri:
         return step_failed(
             "quantize", f"the quantizer finished without setting tag {QUANTIZE_URI_TAG} on MLflow run {run_id}"
         )
-    out = {"slipway.dev/parent-version": parent, "slipway.dev/quantization-method": method}
-    out |= {
-        f"slipway.{k}": tags[f"slipway.quantize.{k}"]
-        for k in ("digest", "sizeBytes")
-        if tags.get(f"slipway.quantize.{k}")
-    }
+    out = {PARENT_VERSION.name: parent, QUANTIZATION_METHOD.name: method}
+    for made, kept in ((QUANTIZE_DIGEST, DIGEST), (QUANTIZE_SIZE, SIZE)):
+        value = made.read(tags)
+        if value:
+            out[kept.name] = value
     return uri, out
 
 
@@ -277,15 +293,15 @@ def aliases_to_move(aliases: list[str], held: Mapping[str, str | None], version:
 
 
 def metric_values(tags: Mapping[str, str]) -> tuple[dict[str, float], dict[str, str]]:
-    """Validation metrics recorded on a version (tags ``slipway.metric.<name>``), and why a tag is
-    not used, by metric: a tag that is not a finite number ("nan", "inf", text someone wrote in
-    MLflow) is refused, as if the metric were not reported, never parsed into a value a gate compares."""
+    """Validation metrics recorded on a version (tags ``slipway.dev/metric-<name>``, or
+    ``slipway.metric.<name>`` as earlier versions wrote them), and why a tag is not used, by metric:
+    a tag that is not a finite number ("nan", "inf", text someone wrote in MLflow) is refused, as if
+    the metric were not reported, never parsed into a value a gate compares."""
     values: dict[str, float] = {}
     refused: dict[str, str] = {}
-    for key, text in tags.items():
-        if not key.startswith(METRIC_TAG):
-            continue
-        name, shown = key[len(METRIC_TAG) :], text if len(text) <= 40 else text[:37] + "..."
+    for name, key in METRIC.members(tags).items():
+        text = tags[key]
+        shown = text if len(text) <= 40 else text[:37] + "..."
         try:
             number = float(text)
         except ValueError:

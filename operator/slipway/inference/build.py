@@ -29,6 +29,33 @@ CACHE_PATH = "/var/cache/slipway-models"
 FETCH_COMMAND = ["python", "-m", "slipway.workloads.fetch"]
 
 
+# Every variable Slipway sets in the model server's container and in the fetch-model init container,
+# and when: their contract (docs/reference/programs/ is generated from it; a test holds it to the
+# Deployments built). A variable of the same name in spec.env or spec.podTemplate.env wins.
+SERVER_ENV: dict[str, str] = {
+    "SLIPWAY_MODEL_URI": "The version to serve, `models:/<name>/<version>`.",
+    "SLIPWAY_MODEL_VERSION": "Its version number (as the pods' label slipway.dev/model-version).",
+    "SLIPWAY_MODEL_NAME": "Its registered model.",
+    "SLIPWAY_TRACK": "`stable` or `canary`: the track the pod serves on.",
+    "PORT": "spec.port: listen on it (the Service, the probes and the metrics scrape use it).",
+    "POD_IP": "The pod's IP address.",
+    "MLFLOW_TRACKING_URI": "The MLflow address the pods use (the operator's, without credentials).",
+    "SLIPWAY_MODEL_PATH": "With spec.modelLoad: the directory where the fetch-model init container put the "
+    "version's files, mounted read-only; serve from it.",
+}
+FETCH_ENV: dict[str, str] = {
+    "SLIPWAY_MODEL_URI": "The version to fetch, `models:/<name>/<version>`.",
+    "SLIPWAY_MODEL_VERSION": "Its version number.",
+    "SLIPWAY_MODEL_NAME": "Its registered model.",
+    "SLIPWAY_MODEL_PATH": "spec.modelLoad.path: where to put the files (an emptyDir the server mounts read-only).",
+    "MLFLOW_TRACKING_URI": "The MLflow address the pods use (the operator's, without credentials).",
+    FILES_DIGEST_ENV: "The validated version's files digest (its ModelArtifact's status.filesDigest, when the "
+    "version is one): refuse files that do not have it.",
+    "SLIPWAY_MODEL_CACHE": f"With spec.modelLoad.cacheClaimName: `{CACHE_PATH}`, a claim the pods share; a version "
+    "already there with the right digest is copied, not downloaded.",
+}
+
+
 def deployment_name(name: str, track: str) -> str:
     return dns1123_name(name, track)
 

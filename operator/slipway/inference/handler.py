@@ -12,11 +12,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from slipway import kube, metrics, mlflowcreds
+from slipway import kinds, kube, metrics, mlflowcreds
 from slipway.behaviour import ALIASES
 from slipway.inference import analysisrun, build, providers, registry, registrywrites, routing, traffic
 from slipway.inference.adopt import ALIAS_TAGS, ALIAS_UID, drop_moves_made, proven_model, registry_view
-from slipway.inference.model import DeploymentPhase, InferenceDeploymentSpec, InferenceDeploymentStatus, ServingCost
+from slipway.inference.model import (
+    DeploymentPhase,
+    InferenceDeploymentSpec,
+    InferenceDeploymentStatus,
+    ServedModel,
+    ServingCost,
+)
 from slipway.inference.operatorfields import files_digest, keeping_operator_fields, revision_for
 from slipway.inference.rollout.base import Desired, Observed, Plan, Track
 from slipway.inference.rollout.budget import total_replicas
@@ -26,8 +32,9 @@ from slipway.inference.rollout.rollbacktag import owner
 from slipway.inference.rollout.tracks import desired_from_artifact, track_of, track_statuses, with_revision
 from slipway.mlflow import MlflowClient, MlflowUnavailable
 from slipway.models.base import parse_duration
-from slipway.podspec import with_credentials
+from slipway.podspec import with_credentials, with_mlflow_tls
 from slipway.reconcile import Context, InvalidSpec, flush, run_pass
+from slipway.redact import without_credentials
 from slipway.status.pods import pod_problem
 from slipway.tenancy import Use
 
@@ -57,6 +64,14 @@ def models(spec: InferenceDeploymentSpec) -> list[Use]:
 PASS = (InferenceDeploymentStatus, lambda ctx: run_pass(ctx, InferenceDeploymentSpec, reconcile, models))
 
 
+def model_ref(model: ServedModel) -> str:
+    """spec.model in one word (status.modelRef, kubectl get's MODEL column): ``<name>@<alias>``, as
+    MLflow names an alias, or ``ma/<artifact>``, as kubectl names an object."""
+    if model.artifact_ref is not None:
+        return f"{kinds.MODEL_ARTIFACT.short}/{model.artifact_ref.name}"
+    return f"{model.name}@{model.alias}"
+
+
 class Reconciler:
     def __init__(self, ctx: Context, spec: InferenceDeploymentSpec, client: MlflowClient) -> None:
         self.ctx, self.spec, self.mlflow = ctx, spec, client
@@ -69,13 +84,14 @@ class Reconciler:
         self.priority_class = ctx.tenancy.priority_class(
             asked, "spec.podTemplate.priorityClassName", ctx.config.inference_priority_class
         )
+        self.default_class = "" if asked else self.priority_class  # what a missing class's message blames
         self.router = traffic.router(spec.traffic.mode)
         self.router.check(spec, ctx.namespace, ctx.tenancy)
 
     def run(self) -> float | None:
         desired, problem = self.resolve()
         deployments = {t: self.ctx.child("deployments", build.deployment_name(self.name, t)) for t in build.TRACKS}
-        tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
+        tracks = {t: track_of(deployments[t], self.pod_problem(t), self.default_class) for t in build.TRACKS}
         annotations = dict(self.ctx.body["metadata"].get("annotations") or {})
         observed = Observed(
             spec=self.spec,
@@ -117,7 +133,7 @@ class Reconciler:
         self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
         deployments = self.apply(decision, deployments, observed.status.get("previousStable"), routed)
         pending, parked = registrywrites.carry_out(self.ctx, self.mlflow, pending, parked)
-        tracks = {t: track_of(deployments[t], self.pod_problem(t)) for t in build.TRACKS}
+        tracks = {t: track_of(deployments[t], self.pod_problem(t), self.default_class) for t in build.TRACKS}
         self.write(decision, tracks, pending, parked)
         return self.next_pass(decision, pending, parked)
 
@@ -143,7 +159,8 @@ class Reconciler:
         pending: list[dict[str, Any]],
         parked: list[dict[str, Any]],
     ) -> None:
-        stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"])
+        ui = self.ctx.config.mlflow_public_url or without_credentials(self.mlflow.tracking_uri)  # status's links
+        stable, canary = track_statuses(decision, tracks["stable"], tracks["canary"], ui)
         measured = self.costs
         for track, shown in (("stable", stable), ("canary", canary)):
             # The last analysis's figure for the revision the track serves (a promoted one: the canary's).
@@ -168,6 +185,7 @@ class Reconciler:
         self.ctx.write(
             [*decision.conditions, registry.condition(pending, parked)],
             phase=decision.phase,
+            model_ref=model_ref(self.spec.model),
             stable=stable,
             canary=canary,
             pending_registry_updates=pending or None,
@@ -233,10 +251,10 @@ class Reconciler:
         if memory.get("alias") != (model, alias) or due:
             try:
                 found = self.mlflow.get_version_by_alias(model, alias)
-            except MlflowUnavailable:
+            except MlflowUnavailable as exc:
                 if memory.get("alias") == (model, alias):
                     return memory["alias_version"]  # type: ignore[no-any-return]
-                return self.last_known(model)
+                return self.last_known(model, exc)
             if found is not None:
                 proven_model(self.ctx, self.mlflow, model, found.version)
             memory["alias_version"] = Desired(found.version, found.uri, model) if found else None
@@ -244,11 +262,11 @@ class Reconciler:
             memory["alias"], memory["alias_time"] = (model, alias), now
         return memory["alias_version"]  # type: ignore[no-any-return]
 
-    def last_known(self, model: str) -> Desired | None:
+    def last_known(self, model: str, why: MlflowUnavailable) -> Desired | None:
         status = self.ctx.status
         track = (status.get("canary") if status.get("phase") in ACTIVE else None) or status.get("stable") or {}
-        if not track.get("modelVersion") or not track.get("uri"):
-            raise MlflowUnavailable(f"MLflow is unreachable and {model}'s alias was never read")
+        if not track.get("modelVersion") or not track.get("uri"):  # why (a certificate, say) names the fix
+            raise MlflowUnavailable(f"{why.message}; {model}'s alias was never read")
         return Desired(str(track["modelVersion"]), str(track["uri"]), model)
 
     def apply(
@@ -314,7 +332,7 @@ class Reconciler:
             fetch_image=config.fetch_image,
             files_digest=files_digest(desired, self.digests, tracks),
         )
-        body = with_credentials(body, mlflowcreds.of_pods(self.ctx))
+        body = with_mlflow_tls(with_credentials(body, mlflowcreds.of_pods(self.ctx)), config.pod_mlflow_tls)
         existing = self.ctx.child("deployments", build.deployment_name(self.name, track))
         return self.ctx.ensure("deployments", keeping_operator_fields(body, existing))
 

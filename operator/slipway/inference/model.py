@@ -585,6 +585,7 @@ class TrackStatus(StatusModel):
     revision: str | None = Field(default=None, description="Hash of the served pod template.")
     model_name: str | None = Field(default=None, description="MLflow registered model served.")
     model_version: str | None = Field(default=None, description="MLflow model version served.")
+    version_url: str | None = Field(default=None, description="Link to the version served in the MLflow UI.")
     uri: str | None = Field(default=None, description="URI of the served artifact.")
     replicas: int | None = Field(default=None, description="Pods of this track.")
     ready_replicas: int | None = Field(default=None, description="Ready pods of this track.")
@@ -663,6 +664,10 @@ class InferenceDeploymentStatus(StatusModel):
     """Observed state of an InferenceDeployment."""
 
     phase: DeploymentPhase | None = Field(default=None, description="Where the rollout is.")
+    model_ref: str | None = Field(
+        default=None,
+        description="What spec.model names, for kubectl get: `<name>@<alias>`, or `ma/<artifact>`.",
+    )
     replicas: int | None = Field(
         default=None,
         description="Serving pods of both tracks, surge pods not counted (the scale subresource's status, which "

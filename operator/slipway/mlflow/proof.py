@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 
 from slipway.mlflow.errors import MlflowError
+from slipway.mlflow.tags import NAMESPACE, PROOF
 
-PROOF_TAG = "slipway.dev/proof"
-NAMESPACE_TAG = "slipway.dev/namespace"  # the namespace an experiment or a model was made for
+PROOF_TAG = PROOF.name
+NAMESPACE_TAG = NAMESPACE.name  # the namespace an experiment or a model was made for
 UNPROVEN = "MlflowObjectNotProven"  # the reason of the Stalled condition
 
 

@@ -15,13 +15,14 @@ from slipway.mlflow.errors import MlflowError, MlflowNotFound, MlflowUnavailable
 from slipway.mlflow.filters import model_version_filter, tag_filter
 from slipway.mlflow.proof import PROOF_TAG, Guard, Proof, Unproven, unproven_named
 from slipway.mlflow.registry import ModelVersion, RegisteredModel, Registry
+from slipway.mlflow.tags import ROLE, UID, WORK
 from slipway.mlflow.tracking import Run, Tracking
 
 log = logging.getLogger(__name__)
 
-UID_TAG = "slipway.dev/uid"
-ROLE_TAG = "slipway.dev/role"
-WORK_TAG = "slipway.dev/work"  # what the version was made for: see work_key
+UID_TAG = UID.name
+ROLE_TAG = ROLE.name
+WORK_TAG = WORK.name  # what the version was made for: see work_key
 
 
 def work_key(namespace: str, name: str, spec: Mapping[str, Any], source: str) -> str:

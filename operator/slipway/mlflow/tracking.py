@@ -12,6 +12,7 @@ from typing import Any
 
 from slipway.mlflow.errors import MlflowError, MlflowNotFound
 from slipway.mlflow.http import MlflowHttp
+from slipway.mlflow.uris import ui_run_url
 from slipway.redact import without_credentials
 
 TERMINAL_RUN_STATUSES = frozenset({"FINISHED", "FAILED", "KILLED"})
@@ -246,5 +247,4 @@ class Tracking(MlflowHttp):
     def run_url(self, experiment_id: str, run_id: str, ui_base: str | None = None) -> str:
         """The MLflow UI link of a run (``ui_base`` defaults to the tracking URI), without the
         credentials the address may carry: people open it in a browser that has its own."""
-        base = without_credentials(ui_base or self.tracking_uri)
-        return f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+        return ui_run_url(without_credentials(ui_base or self.tracking_uri), run_id, experiment_id)

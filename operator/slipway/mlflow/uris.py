@@ -5,6 +5,10 @@
 - ``models:/<name>@<alias>`` — the version an alias points at;
 - ``models:/<model_id>`` — an MLflow 3 logged model;
 - ``runs:/<run_id>[/<path>]`` — a file or directory in a run's artifacts.
+
+And the links to MLflow's UI that status shows (the routes of MLflow 3's UI, a single-page app
+behind ``#``): ``<ui>/#/experiments/<experiment>/runs/<run>``, ``<ui>/#/runs/<run>`` (the UI finds
+the run's experiment) and ``<ui>/#/models/<name>/versions/<version>``.
 """
 
 from __future__ import annotations
@@ -71,6 +75,24 @@ def run_artifact_uri(run_id: str, artifact_path: str = "") -> str:
 def model_version_uri(name: str, version: str | int) -> str:
     """The registry URI of one version, ``models:/<name>/<version>``."""
     return f"models:/{name}/{version}"
+
+
+def _ui_part(text: str) -> str:
+    """A path segment of a UI link, encoded as the UI encodes it (JavaScript's encodeURIComponent)."""
+    return urllib.parse.quote(text, safe="!~*'()")
+
+
+def ui_run_url(ui: str, run_id: str, experiment_id: str = "") -> str:
+    """The MLflow UI's page of a run; without its experiment, the route that looks the experiment up."""
+    base = ui.rstrip("/")
+    if experiment_id:
+        return f"{base}/#/experiments/{_ui_part(experiment_id)}/runs/{_ui_part(run_id)}"
+    return f"{base}/#/runs/{_ui_part(run_id)}"
+
+
+def ui_version_url(ui: str, name: str, version: str | int) -> str:
+    """The MLflow UI's page of a registered model version."""
+    return f"{ui.rstrip('/')}/#/models/{_ui_part(name)}/versions/{_ui_part(str(version))}"
 
 
 def decoded(uri: str) -> str | None:

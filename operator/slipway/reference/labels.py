@@ -1,7 +1,8 @@
-"""The labels, annotations, scheduling gates and MLflow tags named ``slipway.dev/...``: what each is
+"""The labels, annotations, scheduling gates and finalizers named ``slipway.dev/...``: what each is
 on and what it means. The names are found in the code (every module-level string constant of the
 package whose value starts with ``slipway.dev/``), so a name added without a line here fails the
-generator, and a line here whose name the code no longer has fails it too."""
+generator, and a line here whose name the code no longer has fails it too. The MLflow tags have
+their own table and page (slipway.mlflow.tags, slipway.reference.mlflowtags)."""
 
 from __future__ import annotations
 
@@ -59,20 +60,6 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "Globs of MLflow experiments and registered models the namespace's objects use although Slipway did not "
         "create them (no `slipway.dev/proof`), stamping them as Slipway's; beside --adopt-mlflow-names.",
     ),
-    "slipway.dev/proof": (
-        "MLflow tag",
-        "experiments, registered models, runs and model versions Slipway creates",
-        "operator",
-        "An HMAC-SHA256, under a key only the operator holds, of what the object is (kind, namespace "
-        "and name; for a run or version also its object, id, role and work key). Where the allow-list applies, "
-        "an experiment, model, run or version found without a valid one is not used.",
-    ),
-    "slipway.dev/namespace": (
-        "MLflow tag",
-        "experiments and registered models Slipway creates",
-        "operator",
-        "The namespace the experiment or model was created for (covered by its `slipway.dev/proof`).",
-    ),
     "slipway.dev/promote": (
         "annotation",
         "InferenceDeployment",
@@ -95,7 +82,8 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "label",
         "a TrainingRun's Job or JobSet, PVC and pods",
         "operator",
-        "The run's name (hashed past 63 characters): selects the run's children.",
+        "The run's name (hashed past 63 characters): selects the run's children. Its MLflow run's tag of the "
+        "same name holds namespace/name ([MLflow tags](mlflow-tags.md)).",
     ),
     "slipway.dev/trainingrun-name": ("annotation", "training pods", "operator", "The run's full name."),
     "slipway.dev/mlflow-run": (
@@ -123,10 +111,11 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "`true` while the Job is suspended for the run's `spec.suspend` (not by Kueue).",
     ),
     "slipway.dev/modelartifact": (
-        "label; MLflow tag",
-        "a ModelArtifact's Jobs and pods; the MLflow runs it makes",
+        "label",
+        "a ModelArtifact's Jobs and pods",
         "operator",
-        "The ModelArtifact's name (as a label, hashed past 63 characters).",
+        "The ModelArtifact's name (hashed past 63 characters). Its MLflow runs' and versions' tag of the same "
+        "name holds namespace/name ([MLflow tags](mlflow-tags.md)).",
     ),
     "slipway.dev/step": (
         "label",
@@ -181,54 +170,12 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "operator",
         "Added by earlier versions' timers; the operator removes it on the object's first pass.",
     ),
-    "slipway.dev/uid": (
-        "MLflow tag",
-        "runs and model versions",
-        "operator",
-        "The uid of the object that made it: looked up before any create, so nothing is made twice.",
-    ),
     "slipway.dev/work": (
-        "MLflow tag",
-        "training runs and model versions",
+        "annotation",
+        "a TrainingRun's checkpoint claim",
         "operator",
-        "A hash of the ModelArtifact's namespace, name, spec and resolved source: the same object applied again "
-        "from Git (a new uid, no status) finds the versions its predecessor registered and registers none. On a "
-        "TrainingRun's run, of its namespace, name and the spec fields that define the work (not scheduling): "
-        "the same TrainingRun applied again shows the run its predecessor finished, or goes on in one cut short. "
-        "Also an annotation on the checkpoint claim: a claim adopted by a TrainingRun applied again must carry its "
-        "key, so that no other work resumes from its checkpoints.",
-    ),
-    "slipway.dev/role": (
-        "MLflow tag",
-        "runs and model versions",
-        "operator",
-        "What the run or version is for in its object's lifecycle (training, quantization, validation, the versions).",
-    ),
-    "slipway.dev/validation": (
-        "MLflow tag",
-        "model versions",
-        "operator",
-        "The gates' decision, `passed` or `rejected`, recorded before any alias moves.",
-    ),
-    "slipway.dev/gates": (
-        "MLflow tag",
-        "model versions",
-        "operator",
-        "Each gate's value, threshold and result (JSON).",
-    ),
-    "slipway.dev/aliases-set": (
-        "MLflow tag",
-        "model versions",
-        "operator",
-        "The aliases moved to the version once validated (`-` for none).",
-    ),
-    "slipway.dev/rollback": (
-        "MLflow tag",
-        "model versions",
-        "operator",
-        "Set on a version a canary or a bake rolled back: the rollback's record (the InferenceDeployment's "
-        "`namespace/name`, its reason, metric and value). Only that InferenceDeployment, re-created without "
-        "its status, refuses the version for it.",
+        "The work key the claim was made for (the same as its MLflow run's tag): a claim adopted by a TrainingRun "
+        "applied again must carry its key, so that no other work resumes from its checkpoints.",
     ),
 }
 
@@ -257,11 +204,12 @@ def markdown() -> str:
             f"gone from the code {sorted(set(NAMES) - code)}"
         )
     lines = [
-        "# Labels, annotations and tags",
+        "# Labels and annotations",
         "",
         GENERATED.format(source="the slipway.dev/ constants of operator/slipway"),
         "",
-        "Every name under `slipway.dev/` that Slipway reads or writes. Every child also carries "
+        "Every name under `slipway.dev/` that Slipway reads or writes on Kubernetes objects; its MLflow tags "
+        "are on [their own page](mlflow-tags.md). Every child also carries "
         "`app.kubernetes.io/managed-by: slipway`, the selector of the operator's watches. Annotations a user "
         "sets are removed by the operator once it has acted; it never writes to a spec.",
         "",

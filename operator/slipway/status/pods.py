@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slipway import settings
+
 Obj = Mapping[str, Any]
 
 WAITING_PROBLEMS = {
@@ -51,6 +53,20 @@ def _problem_of(pod: Obj) -> tuple[str, str] | None:
         if waiting.get("reason") in WAITING_PROBLEMS:
             return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
     return None
+
+
+def missing_default_class(refusal: str, default: str, setting: str) -> str | None:
+    """When the API server refuses pods for want of the PriorityClass the operator gave them by
+    default (``default``, the value of ``setting``; "" when the spec named a class): what to do,
+    naming the setting, since the spec never named that class; else None."""
+    if not default or f"no PriorityClass with name {default} was found" not in refusal:
+        return None
+    where = settings.named(setting)
+    return (
+        f"{default} is the operator's default PriorityClass ({where}), not one the spec names: a cluster admin "
+        f"creates it (manifests/priorityclasses.yaml, or the chart's priorityClasses.create) or sets {where} to "
+        "an existing class, or to empty for none"
+    )
 
 
 # A Job with no pods is looked at again this often (its FailedCreate Events send the operator no

@@ -35,7 +35,9 @@ import kopf
 from slipway import kube, reasons
 from slipway.clock import rfc3339
 from slipway.mlflow import Guard, MlflowClient, MlflowUnavailable, Run, tag_filter
+from slipway.mlflow.programtags import CHECKPOINT_STEP
 from slipway.mlflow.records import UID_TAG, WORK_TAG, work_key
+from slipway.mlflow.tags import TRAININGRUN
 from slipway.reconcile import Context
 from slipway.training import gate
 from slipway.training.model import TrainingRunSpec
@@ -63,8 +65,8 @@ WORK_FIELDS = (
     "podTemplate.volumes",
     "podTemplate.volumeMounts",
 )
-TRAININGRUN_TAG = "slipway.dev/trainingrun"  # namespace/name of the TrainingRun that made the run
-CHECKPOINT_STEP_TAG = "slipway.checkpoint.step"  # set by the trainer with each checkpoint
+TRAININGRUN_TAG = TRAININGRUN.name  # namespace/name of the TrainingRun that made the run
+CHECKPOINT_STEP_TAG = CHECKPOINT_STEP.name  # set by the trainer with each checkpoint
 
 
 def work_of(namespace: str, name: str, spec: TrainingRunSpec) -> str:
@@ -119,7 +121,7 @@ def adoptable(
 
 
 def _checkpoint_step(run: Run) -> int | None:
-    value = run.tags.get(CHECKPOINT_STEP_TAG, "")
+    value = CHECKPOINT_STEP.read(run.tags) or ""
     return int(value) if value.isdigit() else None
 
 

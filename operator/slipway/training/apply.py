@@ -11,7 +11,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from slipway import kube, mlflowcreds
-from slipway.podspec import with_credentials
+from slipway.podspec import with_credentials, with_mlflow_tls
 from slipway.reconcile import Context
 from slipway.training import build, claim
 from slipway.training import cost as trainingcost
@@ -52,7 +52,8 @@ def create_child(ctx: Context, spec: TrainingRunSpec, runtime: str) -> dict[str,
     make = build.jobset if runtime == "JobSet" else build.job
     body = make(ctx.name, ctx.namespace, spec, pod_tracking_uri(ctx), priority_class(ctx, spec))
     index, _ = child_of(ctx.name, runtime)
-    return ctx.ensure(index, with_credentials(body, mlflowcreds.of_pods(ctx)))
+    body = with_mlflow_tls(with_credentials(body, mlflowcreds.of_pods(ctx)), ctx.config.pod_mlflow_tls)
+    return ctx.ensure(index, body)
 
 
 def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:

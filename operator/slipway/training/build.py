@@ -130,6 +130,25 @@ def pod_failure_policy(spec: TrainingRunSpec) -> dict[str, Any]:
     return {"rules": rules}
 
 
+# Every variable Slipway sets in the trainer's container, and when: the trainer's contract
+# (docs/reference/programs/trainer.md is generated from it; a test holds it to training_env).
+# A variable of the same name in spec.env or spec.podTemplate.env wins.
+TRAINER_ENV: dict[str, str] = {
+    "SLIPWAY_TRAININGRUN": "The TrainingRun's name.",
+    "SLIPWAY_MODEL_NAME": "The registered model the run trains (spec.model.name).",
+    "MLFLOW_TRACKING_URI": "The MLflow address the pods use (the operator's, without credentials).",
+    "MLFLOW_RUN_ID": "The MLflow run Slipway made before the pods started (from the pod's annotation "
+    f"{RUN_ID_ANNOTATION}): report to it; `mlflow.start_run()` attaches to it.",
+    "MLFLOW_EXPERIMENT_ID": f"That run's experiment (from the pod's annotation {EXPERIMENT_ID_ANNOTATION}).",
+    "SLIPWAY_CHECKPOINT_DIR": f"With spec.checkpoint: `{CHECKPOINT_MOUNT}`, a volume that outlives the pods; write "
+    "checkpoints there and resume from the newest.",
+    "MASTER_ADDR": "With spec.nodes > 1: rank 0's address (the first pod, through the run's headless Service).",
+    "MASTER_PORT": f"With spec.nodes > 1: `{MASTER_PORT}`, the rendezvous port.",
+    "WORLD_SIZE": "With spec.nodes > 1: spec.nodes.",
+    "NODE_RANK": "With spec.nodes > 1: this pod's index, 0 to spec.nodes - 1 (its Job completion index).",
+}
+
+
 def training_env(
     name: str, spec: TrainingRunSpec, tracking_uri: str | None, runtime: str = "Job"
 ) -> list[dict[str, Any]]:

@@ -41,7 +41,6 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from slipway import children, kube, metrics, reasons
-from slipway.mlflow.records import WORK_TAG
 from slipway.reconcile import Context
 from slipway.status.conditions import reconciling
 from slipway.training import build
@@ -51,6 +50,7 @@ from slipway.training.model import TrainingRunSpec
 Verdict = Literal["Ours", "Adopt", "Deleting", "Refuse"]
 DELETING_RECHECK_SECONDS = 2.0
 GROUP = "slipway.dev"
+WORK_ANNOTATION = "slipway.dev/work"  # the work key the claim was made for, as its run's MLflow tag
 
 
 def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any], work: str) -> tuple[Verdict, str]:
@@ -74,7 +74,7 @@ def verdict(claim: Mapping[str, Any], owner: Mapping[str, Any], work: str) -> tu
     if foreign:
         ref = foreign[0]
         return "Refuse", f"owned by {ref.get('kind')} {ref.get('name')} (uid {ref.get('uid')})"
-    made_for = (meta.get("annotations") or {}).get(WORK_TAG)
+    made_for = (meta.get("annotations") or {}).get(WORK_ANNOTATION)
     if made_for is not None and made_for != work:
         return "Refuse", (
             "it holds the checkpoints of other work (made for a spec that differs in the fields "
@@ -145,7 +145,7 @@ def _create(ctx: Context, desired: dict[str, Any], refs: list[dict[str, Any]], w
     of: None once made, or the claim of that name found instead (made since the cache was read, by
     an earlier pass or by someone else)."""
     body = {**desired, "metadata": {**desired["metadata"], "ownerReferences": refs}}
-    body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired), WORK_TAG: work}
+    body["metadata"]["annotations"] = {children.APPLIED_HASH: children.desired_hash(desired), WORK_ANNOTATION: work}
     try:
         kube.create(ctx.kube, body)
     except kube.AlreadyExists:

@@ -9,6 +9,7 @@ from typing import Any
 
 from slipway import cost, kube, opencost
 from slipway.mlflow import MlflowClient
+from slipway.mlflow.tags import COST_CURRENCY
 from slipway.reconcile import Context
 from slipway.status.conditions import parse_time
 from slipway.training import attempts as ledger
@@ -58,5 +59,5 @@ def log_cost(client: MlflowClient, run: RunSeen, spent: dict[str, Any], completi
         return
     when = parse_time(completion) or datetime.now(UTC)
     stamp = int(when.timestamp() * 1000)
-    tags = {"slipway.cost.currency": spent["currency"]} if spent.get("currency") else None
+    tags = {COST_CURRENCY.name: spent["currency"]} if spent.get("currency") else None
     client.log_batch(run.run_id, metrics=[(k, v, 0, stamp) for k, v in values.items()], tags=tags)

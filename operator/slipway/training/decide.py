@@ -97,6 +97,12 @@ def artifact(spec: TrainingRunSpec, name: str, namespace: str, job: Mapping[str,
     return build.model_artifact(name, namespace, spec)
 
 
+def asked_priority_class(spec: TrainingRunSpec) -> str | None:
+    """The PriorityClass the spec names (spec.priorityClassName, else its podTemplate's), if any: without
+    one the pods get the operator's default."""
+    return spec.priority_class_name or (spec.pod_template.priority_class_name if spec.pod_template else None)
+
+
 def outcome(spec: TrainingRunSpec, status: Mapping[str, Any], seen: Seen, config: OperatorConfig) -> Outcome:
     """The run's next status from its Job, pods, ModelArtifact, queue and MLflow run; what the MLflow
     run gets first (a finished run's cost, its end: the operator has the last word when the training
@@ -112,6 +118,7 @@ def outcome(spec: TrainingRunSpec, status: Mapping[str, Any], seen: Seen, config
         create_failure=seen.refused,
         queue=seen.queue,
         mlflow_pending=seen.run is None,
+        default_priority_class="" if asked_priority_class(spec) else config.training_priority_class,
     )
     fields: dict[str, Any] = {
         "sizing": seen.sizing,

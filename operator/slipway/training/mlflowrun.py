@@ -12,11 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slipway.mlflow import Metric, Run
+from slipway.mlflow.programtags import ATTEMPTS
 from slipway.status.conditions import Cond
-from slipway.training.state import ATTEMPTS_TAG, progress_from_run
+from slipway.training.state import progress_from_run
 
 RUN_READ = "MlflowRunRead"  # the condition, present once a run was unreadable
-KEPT_TAGS = frozenset({ATTEMPTS_TAG})
+KEPT_TAGS = frozenset({ATTEMPTS.name, ATTEMPTS.formerly})
 
 
 @dataclass(frozen=True)

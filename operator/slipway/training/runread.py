@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from slipway.mlflow import MlflowAnswerTooLarge, MlflowClient, MlflowUnavailable, http
+from slipway.mlflow.tags import MODEL, TRAININGRUN
 from slipway.reconcile import Context
 from slipway.training import adopt as trainingadopt
 from slipway.training import mlflowrun
@@ -36,7 +37,7 @@ def mlflow_run(ctx: Context, spec: TrainingRunSpec, client: MlflowClient) -> tup
             return before, True
         run = read_run(ctx, client, known, before)
     else:  # its own run, else one a predecessor of the same name and spec made (trainingadopt), else a new one
-        tags = {trainingadopt.TRAININGRUN_TAG: f"{ctx.namespace}/{ctx.name}", "slipway.dev/model": spec.model.name}
+        tags = {TRAININGRUN.name: f"{ctx.namespace}/{ctx.name}", MODEL.name: spec.model.name}
         run = mlflowrun.seen(trainingadopt.run_for(ctx, spec, client, tags), COST_METRICS)
     memory[RUN_READ] = (run, now)
     return run, False

@@ -11,9 +11,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from slipway.clock import rfc3339
+from slipway.mlflow.programtags import ATTEMPTS, CHECKPOINT, CHECKPOINT_STEP
 from slipway.status.conditions import Cond, held, parse_time, ready, reconciling, settled, stalled
 from slipway.status.jobs import job_condition
-from slipway.status.pods import FAILED_CREATE_RECHECK_SECONDS, NO_PODS_RECHECK_SECONDS, problem_pod
+from slipway.status.pods import (
+    FAILED_CREATE_RECHECK_SECONDS,
+    NO_PODS_RECHECK_SECONDS,
+    missing_default_class,
+    problem_pod,
+)
 from slipway.training import kueue
 from slipway.training.model import TrainingRunSpec
 
@@ -93,6 +99,7 @@ def training_state(
     create_failure: str | None = None,
     queue: kueue.QueueView | None = None,
     mlflow_pending: bool = False,
+    default_priority_class: str = "",
 ) -> TrainingState:
     """Phase and conditions of a TrainingRun from its children.
 
@@ -101,7 +108,8 @@ def training_state(
     Failed artifact makes the run Stalled: what it trained is not usable. A pod that cannot run
     (bad image, missing Secret, crash loop) is Reconciling for ``stuck_grace_seconds`` after it
     was created, then Stalled. A Job without pods whose pods the API server refuses
-    (``create_failure``, its FailedCreate Event) is Stalled with the API server's words; while it
+    (``create_failure``, its FailedCreate Event) is Stalled with the API server's words (and the
+    operator's setting when the class it gave the pods, ``default_priority_class``, is missing); while it
     has no pods and no such Event, the pass looks again in NO_PODS_RECHECK_SECONDS. ``queue``:
     what Kueue says of the Job (its Workload), for a Job in a Kueue queue. ``mlflow_pending``: the
     Job exists, suspended, and its MLflow run is still to be created.
@@ -137,7 +145,7 @@ def training_state(
     if (job.get("spec") or {}).get("suspend"):
         return _suspended(spec, job, queue, mlflow_pending, kw)
     if not pods:
-        return _no_pods(create_failure, queue, kw)
+        return _no_pods(create_failure, default_priority_class, queue, kw)
     return _with_pods(spec, pods, restarts, now, stuck_grace_seconds, queue, kw)
 
 
@@ -159,13 +167,15 @@ def _suspended(
     return _state("Pending", "reconciling", reason, message, **kw)
 
 
-def _no_pods(create_failure: str | None, queue: kueue.QueueView | None, kw: dict[str, Any]) -> TrainingState:
+def _no_pods(
+    create_failure: str | None, default_class: str, queue: kueue.QueueView | None, kw: dict[str, Any]
+) -> TrainingState:
     """A running Job without pods: refused by the API server, or starting them."""
     if create_failure is not None:
-        message = (
-            f"the API server refuses the training pods: {create_failure}; fix spec.podTemplate (or the "
-            "namespace's quota or policy) and the Job creates them"
+        fix = missing_default_class(create_failure, default_class, "training_priority_class") or (
+            "fix spec.podTemplate (or the namespace's quota or policy)"
         )
+        message = f"the API server refuses the training pods: {create_failure}; {fix} and the Job creates them"
         return _state(
             "Pending", "stalled", "FailedCreate", message, recheck_seconds=FAILED_CREATE_RECHECK_SECONDS, **kw
         )
@@ -238,15 +248,14 @@ def _age_seconds(pod: Obj, now: datetime | None) -> float | None:
 
 
 PROGRESS_KEYS = {"step", "totalSteps", "checkpointStep"}
-ATTEMPTS_TAG = "slipway.attempts"
 
 
 def with_attempts(state: TrainingState, run: Any) -> TrainingState:
     """``state`` whose restarts also count the starts the training code recorded (tag
-    ``slipway.attempts``, the number of starts): a pod preempted for a serving pod is replaced
+    ``slipway.dev/attempts``, the number of starts): a pod preempted for a serving pod is replaced
     by the Job without counting as failed (its podFailurePolicy ignores DisruptionTarget), yet
     the run restarted."""
-    attempts = _count(run.tags.get(ATTEMPTS_TAG))
+    attempts = _count(ATTEMPTS.read(run.tags))
     if attempts is None or attempts - 1 <= state.restarts:
         return state
     return dataclasses.replace(state, restarts=attempts - 1)
@@ -256,8 +265,10 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
     """(status.progress, status.lastCheckpoint) from an MLflow run.
 
     The contract with training code: log metric ``step`` each step and
-    ``totalSteps`` once; after each checkpoint set tags ``slipway.checkpoint``
-    (its path) and ``slipway.checkpoint.step``. Any other metric shows as latest.
+    ``totalSteps`` once; after each checkpoint set tags ``slipway.dev/checkpoint``
+    (its path) and ``slipway.dev/checkpoint-step`` (the names before them,
+    ``slipway.checkpoint`` and ``slipway.checkpoint.step``, are still read). Any
+    other metric shows as latest.
     """
     metrics = run.metrics
     progress: dict[str, Any] = {}
@@ -273,11 +284,12 @@ def progress_from_run(run: Any) -> tuple[dict[str, Any] | None, dict[str, Any] |
     if len(shown) > MAX_PROGRESS_METRICS:
         progress["metricsOmitted"] = len(shown) - MAX_PROGRESS_METRICS
     checkpoint: dict[str, Any] = {}
-    step = _count(run.tags.get("slipway.checkpoint.step"))
+    step = _count(CHECKPOINT_STEP.read(run.tags))
     if step is not None:
         checkpoint["step"] = step
-    if "slipway.checkpoint" in run.tags:
-        checkpoint["path"] = str(run.tags["slipway.checkpoint"])[:MAX_PATH]
+    path = CHECKPOINT.read(run.tags)
+    if path is not None:
+        checkpoint["path"] = str(path)[:MAX_PATH]
     if "checkpointStep" in metrics and metrics["checkpointStep"].timestamp:
         ts = datetime.fromtimestamp(metrics["checkpointStep"].timestamp / 1000, UTC)
         checkpoint["time"] = rfc3339(ts)

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slipway.mlflow.programtags import FAULT
 from slipway.workloads.common import EXIT_ERROR, METADATA_FILE, ConfigError, WorkloadExit
 
 log = logging.getLogger("slipway.workloads.serve")  # the server's one logger
 
-# The fault switches: their names in model version tags (after the prefix) and in the "faults"
-# object of slipway-model.json, and their environment variables.
-FAULT_TAG_PREFIX = "slipway.fault."
+# The fault switches: their names in model version tags (after the prefix of the tag family
+# slipway.mlflow.programtags.FAULT) and in the "faults" object of slipway-model.json, and their
+# environment variables.
 FAULT_ENV = {
     "errorRate": "SLIPWAY_FAULT_ERROR_RATE",
     "latencySeconds": "SLIPWAY_FAULT_LATENCY_SECONDS",
@@ -42,7 +43,7 @@ class Faults:
     token_delay_seconds: float = 0.0
     errors_after_seconds: float = 0.0
     load_seconds: float = 0.0
-    # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.fault.errorRate"}.
+    # Where each switch that was set came from, e.g. {"errorRate": "model version tag slipway.dev/fault-errorRate"}.
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @classmethod
@@ -86,26 +87,25 @@ def resolve_faults(
     env: Mapping[str, str], tags: Mapping[str, str] | None = None, metadata_faults: Any = None
 ) -> Faults:
     """The fault switches, each from the first that sets it (a non-empty value) of: the
-    environment ``env``, the model version ``tags`` (``slipway.fault.<switch>``), and the
-    ``faults`` object of the model's metadata. A bad value is a ConfigError that says where it is."""
+    environment ``env``, the model version ``tags`` (``slipway.dev/fault-<switch>``, or
+    ``slipway.fault.<switch>`` as earlier versions named them), and the ``faults`` object of the
+    model's metadata. A bad value is a ConfigError that says where it is."""
     tags = tags or {}
     metadata_faults = {} if metadata_faults is None else metadata_faults
     if not isinstance(metadata_faults, Mapping):
         raise ConfigError(f"{METADATA_FILE}: faults must be an object, not {metadata_faults!r}")
-    unknown = [
-        f"model version tag {key}"
-        for key in tags
-        if key.startswith(FAULT_TAG_PREFIX) and key[len(FAULT_TAG_PREFIX) :] not in FAULT_ENV
-    ] + [f"{METADATA_FILE} faults.{key}" for key in metadata_faults if key not in FAULT_ENV]
+    unknown = [f"model version tag {name}" for key, name in FAULT.members(tags).items() if key not in FAULT_ENV] + [
+        f"{METADATA_FILE} faults.{key}" for key in metadata_faults if key not in FAULT_ENV
+    ]
     if unknown:
         log.warning("ignoring unknown fault switches: %s (known: %s)", ", ".join(unknown), ", ".join(FAULT_ENV))
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for switch, variable in FAULT_ENV.items():
-        tag = FAULT_TAG_PREFIX + switch
+        tag = FAULT.of(switch)
         candidates = (
             (env.get(variable), f"env {variable}"),
-            (tags.get(tag), f"model version tag {tag}"),
+            (tag.read(tags), f"model version tag {tag.where(tags)}"),
             (metadata_faults.get(switch), f"{METADATA_FILE} faults.{switch}"),
         )
         for raw, where in candidates:

@@ -10,10 +10,11 @@ version's source.
 Every file is checked against ``SLIPWAY_MODEL_FILES_DIGEST``, Slipway's digest over a version's
 files (:mod:`slipway.mlflow.digests`), which the operator sets from the ModelArtifact's
 ``status.filesDigest``: held in Kubernetes, so that files re-uploaded to MLflow after validation
-are refused. Without it, the version's ``slipway.source.digest`` tag is that digest (MLflow's
+are refused. Without it, the version's ``slipway.dev/source-digest`` tag is that digest (MLflow's
 word); without either, the model file is checked against ``SLIPWAY_MODEL_DIGEST``, else the
-version's ``slipway.digest`` tag (a quantized version's). A mismatch exits 2 and leaves nothing
-at ``--dest``: a server never starts on files that are not the version's.
+version's ``slipway.dev/digest`` tag (a quantized version's); each tag is also read under the name
+earlier versions gave it (``slipway.source.digest``, ``slipway.digest``). A mismatch exits 2 and
+leaves nothing at ``--dest``: a server never starts on files that are not the version's.
 
 With ``--cache`` (a PersistentVolumeClaim shared by the pods), a version already in the cache
 with the right digest is copied from there instead of downloaded; one that is not is
@@ -25,9 +26,9 @@ Environment (each flag falls back to it):
   SLIPWAY_MODEL_PATH      --dest (default /models/current)
   SLIPWAY_MODEL_CACHE     --cache
   SLIPWAY_MODEL_FILES_DIGEST  Slipway's digest every file must have (default: the version's
-                          slipway.source.digest tag)
+                          slipway.dev/source-digest tag)
   SLIPWAY_MODEL_DIGEST    the model file's digest, checked when there is no files digest
-                          (default: the version's slipway.digest tag)
+                          (default: the version's slipway.dev/digest tag)
 
 Writes ``slipway-fetch.json`` beside the files: uri, version, digest, bytes, seconds, and
 whether the cache answered. Exit codes: 0, 2 (bad configuration, digest mismatch), 75 (MLflow
@@ -48,6 +49,7 @@ from pathlib import Path
 
 from slipway.mlflow import MlflowClient, ModelVersion, parse_model_uri
 from slipway.mlflow.digests import FILES_DIGEST_ENV, directory_digest, is_digest
+from slipway.mlflow.tags import DIGEST, SOURCE_DIGEST
 from slipway.workloads.common import (
     MODEL_FILE,
     ConfigError,
@@ -60,8 +62,6 @@ from slipway.workloads.common import (
 
 log = logging.getLogger("slipway.workloads.fetch")
 
-DIGEST_TAG = "slipway.digest"
-SOURCE_DIGEST_TAG = "slipway.source.digest"  # Slipway's digest over a version's files, as the operator tags it
 RECEIPT = "slipway-fetch.json"
 
 
@@ -124,9 +124,10 @@ class Expected:
                 raise ConfigError(f"{FILES_DIGEST_ENV} is {files[:80]!r}, not sha256:<64 hex digits>")
             return Expected(files, "from the pod spec")
         tags = version.tags if version is not None else {}
-        if is_digest(tags.get(SOURCE_DIGEST_TAG)):
-            return Expected(tags[SOURCE_DIGEST_TAG], f"from MLflow tag {SOURCE_DIGEST_TAG}")
-        return Expected(model_file=env_str("SLIPWAY_MODEL_DIGEST") or tags.get(DIGEST_TAG) or None)
+        files_digest = SOURCE_DIGEST.read(tags)
+        if is_digest(files_digest):
+            return Expected(files_digest, f"from MLflow tag {SOURCE_DIGEST.where(tags)}")
+        return Expected(model_file=env_str("SLIPWAY_MODEL_DIGEST") or DIGEST.read(tags) or None)
 
 
 def verify_files(root: Path, expected: str, origin: str = "expected") -> str:
@@ -194,7 +195,7 @@ def _fetch(args: argparse.Namespace) -> dict[str, object]:
     if want.files:
         log.info("every file of %s is checked against %s, from %s", args.model_uri, want.files, want.origin)
     elif not want.model_file:
-        log.warning("%s records no digest (tag %s): the files are not checked", args.model_uri, DIGEST_TAG)
+        log.warning("%s records no digest (tag %s): the files are not checked", args.model_uri, DIGEST.name)
     cached = None
     if args.cache and named is not None and version is not None:
         cached = _cache_dir(Path(args.cache), named.name, version.version)

@@ -21,7 +21,7 @@ Metrics, under vLLM's names (label ``model_name``):
   http_requests_total{handler,method,status}    as vLLM's API server exports it through
                                         prometheus-fastapi-instrumentator: status grouped (2xx, 5xx)
 
-Fault switches (env, model version tag ``slipway.fault.<switch>``, or model metadata, as the
+Fault switches (env, model version tag ``slipway.dev/fault-<switch>``, or model metadata, as the
 others): ``firstTokenDelaySeconds`` (added before the first token: a slower prefill) and
 ``tokenDelaySeconds`` (added before every later token: slower decoding); ``errorRate`` answers
 500s, ``latencySeconds`` delays every token.

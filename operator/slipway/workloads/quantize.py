@@ -27,7 +27,7 @@ Output: ``<artifact path>/model.onnx`` and ``slipway-model.json`` in the run (th
 artifact path ``model-<method>`` never overwrites a training run's ``model``). The metadata is
 the source model's (its serve fault switches ``faults`` included) with ``quantization``,
 ``parentUri`` and ``parentDigest`` set. Also:
-  tags      slipway.quantize.method, .uri, .digest, .sizeBytes, .sourceUri
+  tags      slipway.dev/quantize-method, -uri, -digest, -size-bytes, -source-uri
   params    quantizeMethod, sourceUri
   metrics   sizeBytes, sourceSizeBytes, sizeRatio
   JSON      {"method", "uri", "runId", "artifactPath", "digest", "sizeBytes",
@@ -46,6 +46,13 @@ from pathlib import Path
 from typing import Any
 
 from slipway.mlflow import Metric
+from slipway.mlflow.programtags import (
+    QUANTIZE_DIGEST,
+    QUANTIZE_METHOD,
+    QUANTIZE_SIZE,
+    QUANTIZE_SOURCE_URI,
+    QUANTIZE_URI,
+)
 from slipway.workloads.common import (
     INPUT_NAME,
     METADATA_FILE,
@@ -215,11 +222,11 @@ def quantize(args: argparse.Namespace) -> dict[str, Any]:
             ],
             params={"quantizeMethod": args.method, "sourceUri": args.model_uri},
             tags={
-                "slipway.quantize.method": args.method,
-                "slipway.quantize.uri": uri,
-                "slipway.quantize.digest": digest,
-                "slipway.quantize.sizeBytes": str(size),
-                "slipway.quantize.sourceUri": args.model_uri,
+                QUANTIZE_METHOD.name: args.method,
+                QUANTIZE_URI.name: uri,
+                QUANTIZE_DIGEST.name: digest,
+                QUANTIZE_SIZE.name: str(size),
+                QUANTIZE_SOURCE_URI.name: args.model_uri,
             },
         )
         write_json_atomic(result_path(args.output_json), result)

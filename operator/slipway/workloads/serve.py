@@ -55,9 +55,10 @@ Fault switches, for rollback tests and demos:
 In a canary rollout the stable and the canary pods get the same environment, so a bad version
 must carry its faults itself. Each switch is taken from the first of these that sets it:
   1. the environment variable above (set to 0 to switch off a fault the model carries)
-  2. the model version's tags slipway.fault.errorRate, slipway.fault.latencySeconds,
-     slipway.fault.crashOnStart (for models:/name/version and models:/name@alias URIs;
-     an alias is resolved once, so files, tags and version label are of one version)
+  2. the model version's tags slipway.dev/fault-errorRate, slipway.dev/fault-latencySeconds,
+     slipway.dev/fault-crashOnStart, ... (or slipway.fault.<switch>, as earlier versions named
+     them; for models:/name/version and models:/name@alias URIs; an alias is resolved once, so
+     files, tags and version label are of one version)
   3. the "faults" object of the model's slipway-model.json: {"errorRate": R,
      "latencySeconds": S, "crashOnStart": true}, written by train from SLIPWAY_SERVE_FAULT_*
      and kept by quantize

@@ -33,9 +33,9 @@ Reported to the MLflow run:
   params    steps, hiddenUnits, learningRate, batchSize, checkpointEvery, seed, dataset, badModel
   metrics   per step: loss, accuracy (on the training split), step; once: totalSteps;
             at each checkpoint: checkpointStep
-  tags      slipway.checkpoint (file path) and slipway.checkpoint.step, the newest checkpoint;
-            slipway.resumedFromStep when an attempt resumed; slipway.attempts, the number of starts;
-            slipway.model.uri, .digest, .sizeBytes
+  tags      slipway.dev/checkpoint (file path) and slipway.dev/checkpoint-step, the newest
+            checkpoint; slipway.dev/resumed-from-step when an attempt resumed; slipway.dev/attempts,
+            the number of starts; slipway.dev/model-uri, -digest, -size-bytes
   artifacts model/model.onnx and model/slipway-model.json (see common.py for the layout;
             "faults" holds the SLIPWAY_SERVE_FAULT_* switches that were set, if any)
   status    FINISHED on success, FAILED on an error; a simulated failure or SIGTERM leaves it
@@ -57,6 +57,15 @@ from pathlib import Path
 from types import FrameType
 
 from slipway.mlflow import Metric, MlflowClient, Run, now_millis
+from slipway.mlflow.programtags import (
+    ATTEMPTS,
+    CHECKPOINT,
+    CHECKPOINT_STEP,
+    MODEL_DIGEST,
+    MODEL_SIZE,
+    MODEL_URI,
+    RESUMED_FROM_STEP,
+)
 from slipway.workloads import checkpoints
 from slipway.workloads.classifier import (
     TrainingState,
@@ -178,7 +187,7 @@ class Trainer:
             ) from None
         self.last_checkpoint_step = state.step
         log.info("resuming from %s: step %d of %d", checkpoint.path, state.step, self.args.steps)
-        self.client.set_tags(self.run.run_id, {"slipway.resumedFromStep": str(state.step)})
+        self.client.set_tags(self.run.run_id, {RESUMED_FROM_STEP.name: str(state.step)})
         return state
 
     def log_params(self) -> None:
@@ -211,7 +220,7 @@ class Trainer:
         self.client.log_batch(
             self.run.run_id,
             metrics=[Metric("checkpointStep", state.step, state.step, now_millis())],
-            tags={"slipway.checkpoint": str(saved.path), "slipway.checkpoint.step": str(state.step)},
+            tags={CHECKPOINT.name: str(saved.path), CHECKPOINT_STEP.name: str(state.step)},
         )
         log.info("checkpoint %s", saved.path)
 
@@ -255,17 +264,14 @@ class Trainer:
             self.client.set_tags(
                 self.run.run_id,
                 {
-                    "slipway.model.uri": uri,
-                    "slipway.model.digest": file_digest(model_file),
-                    "slipway.model.sizeBytes": str(model_file.stat().st_size),
+                    MODEL_URI.name: uri,
+                    MODEL_DIGEST.name: file_digest(model_file),
+                    MODEL_SIZE.name: str(model_file.stat().st_size),
                 },
             )
         log.info("model uploaded to %s", uri)
         if self.serve_faults:
             log.warning("the model carries serve fault switches: %s", self.serve_faults)
-
-
-ATTEMPTS_TAG = "slipway.attempts"
 
 
 def train(args: argparse.Namespace) -> None:
@@ -276,8 +282,8 @@ def train(args: argparse.Namespace) -> None:
     client = mlflow_client()
     run = ensure_run(client, run_name="train")
     # Every start counts, preempted ones too (the Job does not count those as failures).
-    attempts = int(run.tags.get(ATTEMPTS_TAG, "0") or 0) + 1
-    client.set_tags(run.run_id, {ATTEMPTS_TAG: str(attempts)})
+    attempts = int(ATTEMPTS.read(run.tags) or 0) + 1
+    client.set_tags(run.run_id, {ATTEMPTS.name: str(attempts)})
     trainer = Trainer(args, client, run)
     with tracked_run(client, run):
         state = trainer.train()

@@ -22,7 +22,7 @@ Environment (each flag falls back to it):
 
 Output: metrics ``accuracy``, ``latencyP50Seconds``, ``latencyP95Seconds``, ``sizeBytes``,
 ``predictionsPerCpuSecond`` on
-the run; params ``modelUri``, ``latencyRuns``; tag ``slipway.validate.modelUri``; and the JSON
+the run; params ``modelUri``, ``latencyRuns``; tag ``slipway.dev/validate-model-uri``; and the JSON
 ``{"modelUri", "runId", "metrics": {name: value}}``.
 
 The evaluator contract, for a custom ``spec.validation.image``/``command``: read the model
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from slipway.mlflow import Metric, now_millis
+from slipway.mlflow.programtags import VALIDATE_MODEL_URI
 from slipway.workloads.common import (
     INPUT_NAME,
     ConfigError,
@@ -151,7 +152,7 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
             run.run_id,
             metrics=[Metric(k, v, 0, timestamp) for k, v in metrics.items()],
             params={"modelUri": args.model_uri, "latencyRuns": args.latency_runs},
-            tags={"slipway.validate.modelUri": args.model_uri},
+            tags={VALIDATE_MODEL_URI.name: args.model_uri},
         )
         result = {"modelUri": args.model_uri, "runId": run.run_id, "metrics": metrics}
         write_json_atomic(result_path(args.output_json), result)

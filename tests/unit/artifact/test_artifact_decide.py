@@ -512,8 +512,8 @@ def test_gates_are_recorded_metrics_first_and_the_decision_last() -> None:
     decision = decide(spec(VALIDATING), {}, registered(steps={VALIDATE: step("complete", finished=run)}, **GATE_INPUTS))
     assert isinstance(decision, RecordGates) and decision.version == "4"
     assert list(decision.tags) == [
-        "slipway.metric.accuracy",
-        "slipway.metric.extra",  # a NaN is no metric tag (the gates' messages say it)
+        "slipway.dev/metric-accuracy",
+        "slipway.dev/metric-extra",  # a NaN is no metric tag (the gates' messages say it)
         states.GATES_TAG,
         states.DECISION_TAG,
     ]
@@ -552,7 +552,7 @@ def test_aliases_never_move_back_to_an_older_version() -> None:
 
 
 def test_settled_status_fields() -> None:
-    quantized = version("5", **{"slipway.digest": DIGEST, states.SOURCE_DIGEST_TAG: f"sha256:{'e' * 64}"})
+    quantized = version("5", **{"slipway.dev/digest": DIGEST, states.SOURCE_DIGEST_TAG: f"sha256:{'e' * 64}"})
     read = registered(
         versions={SOURCE: version("4", **{states.SOURCE_SIZE_TAG: "999"}), QUANTIZED: quantized},
         source=states.Source(SOURCE_URI, "r1", digest="b" * 64),
@@ -585,6 +585,30 @@ def test_settled_status_fields() -> None:
     assert ready.message == "1 gates passed; aliases candidate point at version 5"
 
 
+def test_status_links_the_candidate_version_and_the_run_it_came_from_in_the_mlflow_ui() -> None:
+    ui = "https://ml.example.com"
+    read = replace(registered(steps={VALIDATE: step("running")}), ui=ui)
+    source = decide(spec(VALIDATING), {}, read)
+    assert isinstance(source, Settle) and source.fields["mlflow"] == {
+        "versionUrl": f"{ui}/#/models/digits/versions/4",
+        "runUrl": f"{ui}/#/runs/r1",  # a run the pass did not read: the UI looks its experiment up
+    }
+    quantized = ModelVersion(MODEL, "5", QUANTIZED_URI, "q1", tags={})
+    steps = {QUANTIZE: step("complete", run_id="q1"), VALIDATE: step("running", run_id="v1")}
+    read = replace(registered(versions={QUANTIZED: quantized}, steps=steps), ui=ui)
+    candidate = decide(spec(QUANTIZING, VALIDATING), {}, read)
+    assert isinstance(candidate, Settle) and candidate.fields["mlflow"] == {
+        "versionUrl": f"{ui}/#/models/digits/versions/5",
+        "runUrl": f"{ui}/#/runs/q1",  # the quantize run: the same link whether this pass read the step or not
+    }
+    training_run = {"status": {"phase": "Succeeded", "mlflow": {"runId": "r1", "experimentId": "7"}}}
+    trained = replace(registered(steps={VALIDATE: step("running")}), ui=ui, training_run=training_run)
+    from_training = decide(spec(FROM_TRAINING, VALIDATING), {}, trained)
+    assert isinstance(from_training, Settle)
+    assert from_training.fields["mlflow"]["runUrl"] == f"{ui}/#/experiments/7/runs/r1"  # the TrainingRun's status
+    assert "mlflow" not in decide(spec(VALIDATING), {}, registered(steps={VALIDATE: step("running")})).fields
+
+
 def test_a_hold_carries_the_fields_known_so_far() -> None:
     read = registered(versions={SOURCE: version("4", **{states.SOURCE_DIGEST_TAG: f"sha256:{DIGEST}"})})
     decision = decide(spec(VALIDATING), {}, replace(read, steps={VALIDATE: step("running")}))
@@ -601,15 +625,15 @@ def test_the_lineage_cost_is_tagged_where_mlflow_lacks_it() -> None:
     prices = Prices(currency="EUR", cpu_hour=0.04, memory_gib_hour=0.005)
     cost = CostSeen(prices, NOW, trainingrun("Succeeded") | {"status": {"cost": {"total": 1.5}}}, {VALIDATE: None})
     status = {"cost": {"validation": 0.25}}  # its Job is gone: what status recorded counts
-    tagged = {"slipway.cost.training": "1.5"}
+    tagged = {"slipway.dev/cost-training": "1.5"}
     read = registered(versions={SOURCE: version("4", **gates_recorded(True, "candidate"), **tagged)}, cost=cost)
     decision = decide(spec(FROM_TRAINING, VALIDATING), status, read)
     assert isinstance(decision, Settle) and decision.version == "4"
     assert decision.fields["cost"] == {"currency": "EUR", "training": 1.5, "validation": 0.25, "total": 1.75}
     assert decision.tags == {
-        "slipway.cost.validation": "0.25",
-        "slipway.cost.lineage": "1.75",
-        "slipway.cost.currency": "EUR",
+        "slipway.dev/cost-validation": "0.25",
+        "slipway.dev/cost-lineage": "1.75",
+        "slipway.dev/cost-currency": "EUR",
     }
 
 

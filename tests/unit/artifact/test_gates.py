@@ -208,7 +208,7 @@ def test_a_non_finite_baseline_value_counts_as_missing(kind, value, reads, polic
 
 def test_a_refused_baseline_tag_is_missing_with_its_reason():
     g = gate(metric="accuracy", maxRelativeDrop=0.02, baseline="production", onMissingBaseline="fail")
-    why = "its MLflow tag slipway.metric.accuracy is 'nan', NaN (not a number), not finite"
+    why = "its MLflow tag slipway.dev/metric-accuracy is 'nan', NaN (not a number), not finite"
     baseline = Baseline(ref="production", version="3", metrics={}, refused={"accuracy": why})
     outcome = evaluate_gate(g, 0.9, baseline)
     assert not outcome.passed

@@ -48,15 +48,25 @@ def test_job_state_running_failed_and_done() -> None:
     assert states.job_state("validate", job(("Complete", "", "")), "v") is None
 
 
-def test_quantized_output_needs_the_uri_tag_and_carries_digest_and_size() -> None:
+@pytest.mark.parametrize(
+    ("uri_tag", "digest_tag"),
+    [("slipway.dev/quantize-uri", "slipway.dev/quantize-digest"), ("slipway.quantize.uri", "slipway.quantize.digest")],
+    ids=["tags", "tags-as-earlier-versions-named-them"],
+)
+def test_quantized_output_needs_the_uri_tag_and_carries_digest_and_size(uri_tag: str, digest_tag: str) -> None:
     missing = states.quantized_output("run1", {}, "3", "int8-dynamic")
     assert isinstance(missing, states.ArtifactState) and missing.phase == "Failed"
+    message = next(c for c in missing.conditions if c.type == "Stalled").message
+    assert "without setting tag slipway.dev/quantize-uri on MLflow run run1" in message
     uri, tags = states.quantized_output(  # type: ignore[misc]
-        "run1", {"slipway.quantize.uri": "runs:/run1/q", "slipway.quantize.digest": "ab"}, "3", "int8-dynamic"
+        "run1", {uri_tag: "runs:/run1/q", digest_tag: "ab"}, "3", "int8-dynamic"
     )
     assert uri == "runs:/run1/q"
-    assert tags == {"slipway.dev/parent-version": "3", "slipway.dev/quantization-method": "int8-dynamic",
-                    "slipway.digest": "ab"}  # fmt: skip
+    assert tags == {
+        "slipway.dev/parent-version": "3",
+        "slipway.dev/quantization-method": "int8-dynamic",
+        "slipway.dev/digest": "ab",
+    }
 
 
 def test_a_quantizer_output_outside_its_run_is_refused_naming_the_tag_the_run_and_what_was_expected() -> None:
@@ -64,7 +74,7 @@ def test_a_quantizer_output_outside_its_run_is_refused_naming_the_tag_the_run_an
     assert state.phase == "Failed"
     stalled = next(c for c in state.conditions if c.type == "Stalled")
     assert stalled.status == "True" and stalled.reason == "SourceNotAllowed"
-    assert stalled.message.startswith("MLflow tag slipway.quantize.uri of the quantize run run1 is "
+    assert stalled.message.startswith("MLflow tag slipway.dev/quantize-uri of the quantize run run1 is "
                                       "'models:/team-b-llm@production', outside that run's own artifacts")  # fmt: skip
     assert "runs:/run1/<path> or mlflow-artifacts:/4/run1/artifacts/<path>" in stalled.message
     assert "nothing was registered" in stalled.message
@@ -102,7 +112,15 @@ def test_recorded_aliases_and_metrics() -> None:
     assert states.recorded_aliases({}) is None
     assert states.recorded_aliases({states.ALIASES_TAG: "-"}) == []
     assert states.recorded_aliases({states.ALIASES_TAG: "candidate,production"}) == ["candidate", "production"]
-    assert states.metric_values({"slipway.metric.accuracy": "0.93", "other": "x"}) == ({"accuracy": 0.93}, {})
+    assert states.metric_values({"slipway.dev/metric-accuracy": "0.93", "other": "x"}) == ({"accuracy": 0.93}, {})
+
+
+def test_metric_tags_as_earlier_versions_named_them_are_read_and_the_new_name_wins() -> None:
+    """A baseline validated by an earlier Slipway carries ``slipway.metric.<name>``: still its values."""
+    tags = {"slipway.metric.accuracy": "0.91", "slipway.metric.loss": "0.3", "slipway.dev/metric-loss": "0.2"}
+    assert states.metric_values(tags) == ({"accuracy": 0.91, "loss": 0.2}, {})
+    _, refused = states.metric_values({"slipway.metric.accuracy": "nan"})
+    assert refused == {"accuracy": "its MLflow tag slipway.metric.accuracy is 'nan', NaN (not a number), not finite"}
 
 
 def test_digest_fields() -> None:
@@ -153,10 +171,10 @@ def test_decided_at_generation() -> None:
     ],
 )
 def test_a_metric_tag_that_is_not_a_finite_number_is_refused_not_parsed(text: str, why: str) -> None:
-    tags = {"slipway.metric.accuracy": text, "slipway.metric.loss": "0.25"}
+    tags = {"slipway.dev/metric-accuracy": text, "slipway.dev/metric-loss": "0.25"}
     values, refused = states.metric_values(tags)
     assert values == {"loss": 0.25}
-    assert refused == {"accuracy": f"its MLflow tag slipway.metric.accuracy is {why}"}
+    assert refused == {"accuracy": f"its MLflow tag slipway.dev/metric-accuracy is {why}"}
 
 
 def test_non_finite_metrics_are_not_recorded_as_tags() -> None:
@@ -164,3 +182,23 @@ def test_non_finite_metrics_are_not_recorded_as_tags() -> None:
 
     values = {"accuracy": float("nan"), "loss": float("inf"), "f1": 0.5}
     assert states.recorded_metrics(values, [Gate(metric="accuracy", min=0.5)]) == ["f1"]
+
+
+@pytest.mark.parametrize(
+    ("digest_tag", "size_tag"),
+    [("slipway.dev/model-digest", "slipway.dev/model-size-bytes"), ("slipway.model.digest", "slipway.model.sizeBytes")],
+    ids=["tags", "tags-as-earlier-versions-named-them"],
+)
+def test_a_runs_model_carries_what_its_trainer_recorded(digest_tag: str, size_tag: str) -> None:
+    from slipway.artifact.source import SourceReader
+    from slipway.mlflow import Run
+    from slipway.mlflow.sources import Found
+    from slipway.tenancy import Policy
+
+    class Runs:
+        def run_model(self, run: Run, path: str) -> Found:
+            return Found(f"runs:/{run.run_id}/{path}", run.run_id)
+
+    run = Run("r1", "1", "train", "FINISHED", "", tags={digest_tag: "sha256:" + "a" * 64, size_tag: "1234"})
+    source = SourceReader(Runs(), Policy("team-a", None)).run_source(run, "model", "spec.source.mlflowRun")  # type: ignore[arg-type]
+    assert source == states.Source("runs:/r1/model", "r1", "sha256:" + "a" * 64, "1234")

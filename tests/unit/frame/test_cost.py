@@ -206,8 +206,12 @@ def test_each_tracks_serving_cost_and_the_promoted_versions_tags():
     assert unknown["message"] == "no price" and "per1kRequests" not in unknown
     assert unknown["requestsPerPodSecond"] == 20
     tags = {t["key"]: t["value"] for t in cost_tags(Desired("4", "models:/m/4", "m", "r"), spent)}
-    assert tags == {"slipway.cost.servingPerHour": "7.2", "slipway.cost.per1kRequests": "0.05",
-                    "slipway.cost.perMillionTokens": "1.0", "slipway.cost.currency": "USD"}  # fmt: skip
+    assert tags == {
+        "slipway.dev/cost-serving-per-hour": "7.2",
+        "slipway.dev/cost-per-1k-requests": "0.05",
+        "slipway.dev/cost-per-million-tokens": "1.0",
+        "slipway.dev/cost-currency": "USD",
+    }
 
 
 def test_a_tracks_price_per_hour_is_that_of_its_running_pods():

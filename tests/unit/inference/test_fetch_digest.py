@@ -72,10 +72,17 @@ def test_any_change_to_any_file_is_a_mismatch_naming_both_digests(tmp_path: Path
     assert "from the pod spec" in message and "not started" in message
 
 
-def test_the_expected_digest_comes_from_the_pod_spec_before_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("files_tag", "file_tag"),
+    [("slipway.dev/source-digest", "slipway.dev/digest"), ("slipway.source.digest", "slipway.digest")],
+    ids=["tags", "tags-as-earlier-versions-named-them"],
+)
+def test_the_expected_digest_comes_from_the_pod_spec_before_mlflow(
+    monkeypatch: pytest.MonkeyPatch, files_tag: str, file_tag: str
+) -> None:
     tagged = ModelVersion.from_json({"name": "m", "version": "3", "source": "runs:/r/model",
-                                     "tags": [{"key": "slipway.source.digest", "value": OTHER},
-                                              {"key": "slipway.digest", "value": "sha256:" + "1" * 64}]})  # fmt: skip
+                                     "tags": [{"key": files_tag, "value": OTHER},
+                                              {"key": file_tag, "value": "sha256:" + "1" * 64}]})  # fmt: skip
     mine = "sha256:" + "a" * 64
     monkeypatch.setenv(FILES_DIGEST_ENV, mine)
     assert fetching.Expected.of(tagged) == fetching.Expected(mine, "from the pod spec")
@@ -83,7 +90,10 @@ def test_the_expected_digest_comes_from_the_pod_spec_before_mlflow(monkeypatch: 
     with pytest.raises(ConfigError, match=f"{FILES_DIGEST_ENV} is 'sha256:abc', not sha256:<64 hex digits>"):
         fetching.Expected.of(tagged)
     monkeypatch.delenv(FILES_DIGEST_ENV)
-    assert fetching.Expected.of(tagged).files == OTHER  # MLflow's word, when the pod spec has none
+    assert fetching.Expected.of(tagged) == fetching.Expected(OTHER, f"from MLflow tag {files_tag}")  # MLflow's word
+    file_digest = {"key": file_tag, "value": "sha256:" + "1" * 64}
+    model_file_only = ModelVersion.from_json({"name": "m", "version": "3", "source": "s", "tags": [file_digest]})
+    assert fetching.Expected.of(model_file_only) == fetching.Expected(model_file="sha256:" + "1" * 64)
     untagged = ModelVersion.from_json({"name": "m", "version": "4", "source": "runs:/r/model"})
     assert fetching.Expected.of(untagged) == fetching.Expected()
 

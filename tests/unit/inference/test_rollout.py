@@ -616,6 +616,16 @@ def test_track_statuses_report_revision_model_and_both_weights():
         "rev1", 67, "rev2", 33, 20)  # fmt: skip
 
 
+def test_each_track_links_the_version_it_serves_in_the_mlflow_ui():
+    decision = plan(observe(spec(), stable=track(V1), canary=track(V2, 1), status=canary_status()))
+    stable, canary = track_statuses(decision, track(V1), track(V2, 1), "https://ml.example.com/")
+    assert stable.version_url == "https://ml.example.com/#/models/m/versions/1"
+    assert canary.version_url == "https://ml.example.com/#/models/m/versions/2"
+    assert track_statuses(decision, track(V1), track(V2, 1))[0].version_url is None  # no UI address: no link
+    settled = plan(observe(spec(), desired=V1, stable=track(V1)))
+    assert track_statuses(settled, track(V1), None, "https://ml.example.com")[1].version_url is None  # no canary
+
+
 def test_only_a_validated_artifact_is_served():
     assert desired_from_artifact(None, "ns", "a") == (None, "ModelArtifact ns/a does not exist")
     pending = {"spec": {"model": {"name": "m"}}, "status": {"phase": "Validating"}}

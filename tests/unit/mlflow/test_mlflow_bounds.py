@@ -146,11 +146,11 @@ def test_a_run_within_the_limit_is_read(serve) -> None:
 def test_a_trainingrun_keeps_what_its_passes_use_not_the_run() -> None:
     metrics = {f"m{i}": mlflow_run_metric(f"m{i}", i) for i in range(50_000)}
     metrics["slipway.cost.total"] = mlflow_run_metric("slipway.cost.total", 3)
-    tags = {"slipway.attempts": "2", "slipway.checkpoint": "/ckpt/7", **{f"t{i}": "x" for i in range(1000)}}
+    tags = {"slipway.dev/attempts": "2", "slipway.dev/checkpoint": "/ckpt/7", **{f"t{i}": "x" for i in range(1000)}}
     run = Run("r1", "1", "n", "RUNNING", "", metrics=metrics, tags=tags, params={f"p{i}": "v" for i in range(100)})
     kept = mlflowrun.seen(run, ["slipway.cost.total"])
     assert (kept.progress, kept.checkpoint) == progress_from_run(run)  # status shows the same
-    assert kept.tags == {"slipway.attempts": "2"} and list(kept.metrics) == ["slipway.cost.total"]
+    assert kept.tags == {"slipway.dev/attempts": "2"} and list(kept.metrics) == ["slipway.cost.total"]
     assert len(kept.progress["metrics"]) == 32 and kept.progress["metricsOmitted"] == 50_000 - 32 + 1
 
 

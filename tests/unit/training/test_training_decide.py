@@ -507,7 +507,7 @@ def test_what_the_status_takes_from_the_run_and_the_children():
     observed = seen(
         MakeJob().started().queued(),
         [pod("p0")],
-        run(progress={"step": 40}, checkpoint={"step": 30}, tags={"slipway.attempts": "3"}),
+        run(progress={"step": 40}, checkpoint={"step": 30}, tags={"slipway.dev/attempts": "3"}),
         queue_name="gpus",
         queue=ADMITTED,
         sizing={"fits": True},

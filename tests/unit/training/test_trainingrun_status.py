@@ -180,11 +180,26 @@ def test_progress_and_checkpoint_from_mlflow_run():
             "loss": Metric("loss", 0.25, 7),
             "checkpointStep": Metric("checkpointStep", 5, 5, 1767225600000),
         },
-        tags={"slipway.checkpoint": "/checkpoints/step-5.pkl", "slipway.checkpoint.step": "5"},
+        tags={"slipway.dev/checkpoint": "/checkpoints/step-5.pkl", "slipway.dev/checkpoint-step": "5"},
     )
     progress, checkpoint = progress_from_run(run)
     assert progress == {"step": 7, "totalSteps": 30, "metrics": {"loss": 0.25}}
     assert checkpoint == {"step": 5, "path": "/checkpoints/step-5.pkl", "time": "2026-01-01T00:00:00Z"}
+
+
+def test_checkpoint_and_attempts_tags_as_earlier_versions_named_them_are_still_read():
+    """A trainer written for an earlier Slipway sets ``slipway.checkpoint``, ``slipway.checkpoint.step``
+    and ``slipway.attempts``; a run already in MLflow carries them: status shows them all the same."""
+    from slipway.training.mlflowrun import seen
+    from slipway.training.state import with_attempts
+
+    old = {"slipway.checkpoint": "/checkpoints/step-5.pkl", "slipway.checkpoint.step": "5", "slipway.attempts": "3"}
+    run = running_run(metrics={}, tags=old)
+    assert progress_from_run(run)[1] == {"step": 5, "path": "/checkpoints/step-5.pkl"}
+    state = training_state(SPEC, job(failed=1), [pod()])
+    assert with_attempts(state, seen(run)).restarts == 2  # what a pass keeps of the run holds the old tag
+    both = running_run(metrics={}, tags={**old, "slipway.dev/checkpoint-step": "10"})
+    assert progress_from_run(both)[1] == {"step": 10, "path": "/checkpoints/step-5.pkl"}  # the new name wins
 
 
 def test_suspend_patch_follows_spec_and_leaves_kueue_held_jobs_alone() -> None:
@@ -222,11 +237,11 @@ def test_finished_only_at_the_current_generation() -> None:
 def test_values_training_code_writes_badly_never_break_the_progress():
     run = running_run(
         metrics={"step": Metric("step", float("nan"), 3), "loss": Metric("loss", float("inf"), 3)},
-        tags={"slipway.checkpoint.step": "12.0"},
+        tags={"slipway.dev/checkpoint-step": "12.0"},
     )
     progress, checkpoint = progress_from_run(run)
     assert progress == {"step": 3} and checkpoint == {"step": 12}
-    run.tags["slipway.checkpoint.step"] = "twelve"
+    run.tags["slipway.dev/checkpoint-step"] = "twelve"
     assert progress_from_run(run)[1] is None
 
 
@@ -236,10 +251,10 @@ def test_restarts_count_preempted_attempts_the_job_does_not():
     state = training_state(SPEC, job(failed=1), [pod()])
     assert state.restarts == 1
     # Three starts (one failure the Job counted, one preemption it ignored): 2 restarts.
-    assert with_attempts(state, running_run({}, {"slipway.attempts": "3"})).restarts == 2
+    assert with_attempts(state, running_run({}, {"slipway.dev/attempts": "3"})).restarts == 2
     # Never fewer than the Job counts; a bad or missing tag changes nothing.
-    assert with_attempts(state, running_run({}, {"slipway.attempts": "1"})).restarts == 1
-    assert with_attempts(state, running_run({}, {"slipway.attempts": "many"})).restarts == 1
+    assert with_attempts(state, running_run({}, {"slipway.dev/attempts": "1"})).restarts == 1
+    assert with_attempts(state, running_run({}, {"slipway.dev/attempts": "many"})).restarts == 1
     assert with_attempts(state, running_run({}, {})).restarts == 1
 
 
@@ -248,7 +263,7 @@ def test_a_run_with_100k_metrics_keeps_status_small():
 
     metrics = {f"m{i:06d}": Metric(f"m{i:06d}", i / 7, 3) for i in range(100_000)}
     metrics["x" * 5000] = Metric("x" * 5000, 1.0, 3)  # a key longer than MLflow allows
-    run = running_run(metrics=metrics, tags={"slipway.checkpoint": "/c/" + "p" * 100_000})
+    run = running_run(metrics=metrics, tags={"slipway.dev/checkpoint": "/c/" + "p" * 100_000})
     progress, checkpoint = progress_from_run(run)
     assert progress is not None and checkpoint is not None
     assert len(progress["metrics"]) == 32 and progress["metricsOmitted"] == 100_001 - 32

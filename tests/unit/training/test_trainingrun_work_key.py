@@ -78,10 +78,17 @@ def test_the_key_names_its_namespace_and_name_and_is_independent_of_field_order(
     assert key(SPEC, name="digits-v2") != key(SPEC)
 
 
-def run(run_id: str, status: str, step: int | None = None, owner: str = "team-a/digits", start: int = 1) -> Run:
+def run(
+    run_id: str,
+    status: str,
+    step: int | None = None,
+    owner: str = "team-a/digits",
+    start: int = 1,
+    step_tag: str = "slipway.dev/checkpoint-step",
+) -> Run:
     tags = {WORK_TAG: "w", "slipway.dev/trainingrun": owner}
     if step is not None:
-        tags["slipway.checkpoint.step"] = str(step)
+        tags[step_tag] = str(step)
     return Run(run_id, "7", "r", status, "", start_time=start, end_time=start + 60_000, tags=tags)
 
 
@@ -110,6 +117,12 @@ def test_a_finished_run_is_shown_before_any_run_cut_short() -> None:
 
 def test_of_runs_cut_short_the_newest_checkpoint_is_resumed() -> None:
     assert pick(run("a", "KILLED", step=2), run("b", "RUNNING", step=6), run("c", "FAILED", step=4)) == "b"
+
+
+def test_a_checkpoint_step_tagged_as_earlier_versions_named_it_counts() -> None:
+    """A run an earlier Slipway's trainer checkpointed carries ``slipway.checkpoint.step``."""
+    old = run("old", "KILLED", step=8, step_tag="slipway.checkpoint.step")
+    assert pick(run("a", "KILLED", step=2), old) == "old"
 
 
 def test_a_run_without_checkpoint_or_of_another_trainingrun_is_not_adopted() -> None:

@@ -71,7 +71,11 @@ def test_error_rate_decides_by_draw(rate: float, draws: list[float], failures: i
 # --------------------------------------------------------------------------- faults carried by the model
 
 ENV = {"SLIPWAY_FAULT_ERROR_RATE": "0.5", "SLIPWAY_FAULT_LATENCY_SECONDS": "0.1", "SLIPWAY_FAULT_CRASH_ON_START": "0"}
-TAGS = {"slipway.fault.errorRate": "0.25", "slipway.fault.latencySeconds": "0.2", "slipway.fault.crashOnStart": "1"}
+TAGS = {
+    "slipway.dev/fault-errorRate": "0.25",
+    "slipway.dev/fault-latencySeconds": "0.2",
+    "slipway.dev/fault-crashOnStart": "1",
+}
 METADATA = {"errorRate": 0.75, "latencySeconds": 0.3, "crashOnStart": True}
 
 
@@ -85,14 +89,14 @@ METADATA = {"errorRate": 0.75, "latencySeconds": 0.3, "crashOnStart": True}
         # Each switch on its own: one from each place.
         (
             {"SLIPWAY_FAULT_LATENCY_SECONDS": "0.1"},
-            {"slipway.fault.errorRate": "1.0"},
+            {"slipway.dev/fault-errorRate": "1.0"},
             METADATA,
             Faults(1.0, 0.1, True),
         ),
         # Empty values set nothing.
         (
             {"SLIPWAY_FAULT_ERROR_RATE": " "},
-            {"slipway.fault.errorRate": ""},
+            {"slipway.dev/fault-errorRate": ""},
             {"errorRate": 0.75},
             Faults(error_rate=0.75),
         ),
@@ -106,15 +110,15 @@ def test_resolve_faults_precedence(
 
 def test_resolve_faults_says_where_each_switch_came_from() -> None:
     faults = resolve_faults(
-        {"SLIPWAY_FAULT_LATENCY_SECONDS": "0"}, {"slipway.fault.errorRate": "1"}, {"crashOnStart": False}
+        {"SLIPWAY_FAULT_LATENCY_SECONDS": "0"}, {"slipway.dev/fault-errorRate": "1"}, {"crashOnStart": False}
     )
     assert faults.sources == {
-        "errorRate": "model version tag slipway.fault.errorRate",
+        "errorRate": "model version tag slipway.dev/fault-errorRate",
         "latencySeconds": "env SLIPWAY_FAULT_LATENCY_SECONDS",
         "crashOnStart": "slipway-model.json faults.crashOnStart",
     }
     assert faults.describe() == (
-        "errorRate=1.0 (model version tag slipway.fault.errorRate), "
+        "errorRate=1.0 (model version tag slipway.dev/fault-errorRate), "
         "latencySeconds=0.0 (env SLIPWAY_FAULT_LATENCY_SECONDS), "
         "crashOnStart=False (slipway-model.json faults.crashOnStart)"
     )
@@ -124,10 +128,10 @@ def test_resolve_faults_says_where_each_switch_came_from() -> None:
 @pytest.mark.parametrize(
     ("tags", "metadata", "message"),
     [
-        ({"slipway.fault.errorRate": "often"}, {}, "model version tag slipway.fault.errorRate='often'"),
-        ({"slipway.fault.errorRate": "1.5"}, {}, r"slipway.fault.errorRate='1.5' must be a number in \[0, 1\]"),
-        ({"slipway.fault.latencySeconds": "-1"}, {}, "slipway.fault.latencySeconds='-1' must be a number"),
-        ({"slipway.fault.crashOnStart": "maybe"}, {}, "slipway.fault.crashOnStart='maybe' is not a boolean"),
+        ({"slipway.dev/fault-errorRate": "often"}, {}, "model version tag slipway.dev/fault-errorRate='often'"),
+        ({"slipway.dev/fault-errorRate": "1.5"}, {}, r"slipway.dev/fault-errorRate='1.5' must be a number in \[0, 1\]"),
+        ({"slipway.dev/fault-latencySeconds": "-1"}, {}, "slipway.dev/fault-latencySeconds='-1' must be a number"),
+        ({"slipway.dev/fault-crashOnStart": "maybe"}, {}, "slipway.dev/fault-crashOnStart='maybe' is not a boolean"),
         ({}, {"errorRate": True}, "slipway-model.json faults.errorRate=True must be a number"),
         ({}, {"latencySeconds": "inf"}, "slipway-model.json faults.latencySeconds='inf'"),
         ({}, {"crashOnStart": 2}, "slipway-model.json faults.crashOnStart=2 is not a boolean"),
@@ -138,9 +142,19 @@ def test_bad_fault_values_say_where_they_are(tags: dict[str, str], metadata: dic
         resolve_faults({}, tags, metadata)
 
 
+def test_fault_tags_as_earlier_versions_named_them_are_still_read() -> None:
+    """A version tagged for an earlier Slipway (``slipway.fault.<switch>``) still carries its faults;
+    the new name wins where a version has both."""
+    old = resolve_faults({}, {"slipway.fault.errorRate": "0.5", "slipway.fault.crashOnStart": "1"})
+    assert old == Faults(error_rate=0.5, crash_on_start=True)
+    assert old.sources["errorRate"] == "model version tag slipway.fault.errorRate"
+    both = resolve_faults({}, {"slipway.fault.errorRate": "0.5", "slipway.dev/fault-errorRate": "0.1"})
+    assert both.error_rate == 0.1 and both.sources["errorRate"] == "model version tag slipway.dev/fault-errorRate"
+
+
 def test_a_bad_env_value_wins_over_a_good_tag() -> None:
     with pytest.raises(ConfigError, match="env SLIPWAY_FAULT_ERROR_RATE='x'"):
-        resolve_faults({"SLIPWAY_FAULT_ERROR_RATE": "x"}, {"slipway.fault.errorRate": "1"})
+        resolve_faults({"SLIPWAY_FAULT_ERROR_RATE": "x"}, {"slipway.dev/fault-errorRate": "1"})
 
 
 def test_metadata_faults_must_be_an_object() -> None:
@@ -149,9 +163,9 @@ def test_metadata_faults_must_be_an_object() -> None:
 
 
 def test_unknown_fault_switches_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    faults = resolve_faults({}, {"slipway.fault.errorrate": "1", "other": "x"}, {"latency": 1})
+    faults = resolve_faults({}, {"slipway.dev/fault-errorrate": "1", "other": "x"}, {"latency": 1})
     assert faults == Faults()
-    assert "slipway.fault.errorrate" in caplog.text and "faults.latency" in caplog.text
+    assert "slipway.dev/fault-errorrate" in caplog.text and "faults.latency" in caplog.text
     assert "other" not in caplog.text
 
 
@@ -169,7 +183,7 @@ class _Registry:
 
     def get_model_version(self, name: str, version: str) -> ModelVersion:
         self.calls.append(("version", name, version))
-        return ModelVersion(name, version, "src", tags={"slipway.fault.errorRate": "1"})
+        return ModelVersion(name, version, "src", tags={"slipway.dev/fault-errorRate": "1"})
 
     def get_version_by_alias(self, name: str, alias: str) -> ModelVersion | None:
         self.calls.append(("alias", name, alias))
@@ -241,15 +255,15 @@ def test_metrics_carry_the_names_the_slipway_preset_queries() -> None:
 
 
 def test_errors_after_seconds_holds_the_error_rate_back_until_the_model_has_served_that_long() -> None:
-    faults = resolve_faults({}, {"slipway.fault.errorRate": "1", "slipway.fault.errorsAfterSeconds": "60"})
+    faults = resolve_faults({}, {"slipway.dev/fault-errorRate": "1", "slipway.dev/fault-errorsAfterSeconds": "60"})
     assert not faults.fails(0.5, serving_for=59.9)
     assert faults.fails(0.5, serving_for=60.0)
-    assert "errorsAfterSeconds=60.0 (model version tag slipway.fault.errorsAfterSeconds)" in faults.describe()
+    assert "errorsAfterSeconds=60.0 (model version tag slipway.dev/fault-errorsAfterSeconds)" in faults.describe()
 
 
 def test_load_seconds_delays_readiness_and_says_where_it_came_from() -> None:
-    faults = resolve_faults({"SLIPWAY_FAULT_LOAD_SECONDS": "12"}, {"slipway.fault.loadSeconds": "3"})
+    faults = resolve_faults({"SLIPWAY_FAULT_LOAD_SECONDS": "12"}, {"slipway.dev/fault-loadSeconds": "3"})
     assert faults.load_seconds == 12 and faults.active()
     assert faults.describe() == "loadSeconds=12.0 (env SLIPWAY_FAULT_LOAD_SECONDS)"
-    with pytest.raises(ConfigError, match="slipway.fault.loadSeconds"):
-        resolve_faults({}, {"slipway.fault.loadSeconds": "-1"})
+    with pytest.raises(ConfigError, match="slipway.dev/fault-loadSeconds"):
+        resolve_faults({}, {"slipway.dev/fault-loadSeconds": "-1"})

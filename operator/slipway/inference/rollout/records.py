@@ -13,6 +13,7 @@ from slipway.clock import rfc3339
 from slipway.inference.rollbacks import RollbackReason
 from slipway.inference.rollout.base import Desired, Observed, Plan
 from slipway.inference.rollout.rollbacktag import ROLLBACK_TAG, render
+from slipway.mlflow.tags import COST_CURRENCY, COST_PER_1K_REQUESTS, COST_PER_MILLION_TOKENS, COST_SERVING_PER_HOUR
 
 __all__ = ["ROLLBACK_TAG"]
 
@@ -78,10 +79,10 @@ def rollback_tag(desired: Desired, record: Mapping[str, Any], deployment: str) -
 
 
 COST_TAGS = {
-    "perHour": "slipway.cost.servingPerHour",
-    "per1kRequests": "slipway.cost.per1kRequests",
-    "perMillionTokens": "slipway.cost.perMillionTokens",
-    "currency": "slipway.cost.currency",
+    "perHour": COST_SERVING_PER_HOUR.name,
+    "per1kRequests": COST_PER_1K_REQUESTS.name,
+    "perMillionTokens": COST_PER_MILLION_TOKENS.name,
+    "currency": COST_CURRENCY.name,
 }
 
 

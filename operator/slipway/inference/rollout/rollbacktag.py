@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from slipway.clock import parse_time, rfc3339
+from slipway.mlflow.tags import ROLLBACK
 from slipway.reasons import ROLLBACK_REASONS
 
-ROLLBACK_TAG = "slipway.dev/rollback"
+ROLLBACK_TAG = ROLLBACK.name
 FIELDS = ("deployment", "reason", "revision", "time", "metric", "value")
 
 _DEPLOYMENT = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")

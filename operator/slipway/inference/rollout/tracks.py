@@ -11,11 +11,16 @@ from slipway.inference.build import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTA
 from slipway.inference.model import TrackStatus
 from slipway.inference.rollout.base import Desired, Plan, Track
 from slipway.mlflow.digests import is_digest
+from slipway.mlflow.uris import ui_version_url
 from slipway.status.conditions import get_condition, parse_time
+from slipway.status.pods import missing_default_class
 
 
-def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | None = None) -> Track | None:
-    """A track as observed from its Deployment (and the first problem its pods report)."""
+def track_of(
+    deployment: Mapping[str, Any] | None, problem: tuple[str, str] | None = None, default_class: str = ""
+) -> Track | None:
+    """A track as observed from its Deployment (and the first problem its pods report). ``default_class``:
+    the PriorityClass the operator gave its pods by default ("" when the spec names one)."""
     if deployment is None:
         return None
     status = deployment.get("status") or {}
@@ -26,7 +31,9 @@ def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | No
     if problem is None and failure.get("status") == "True":
         # No pod to report anything: the API server refused to create them (the namespace's Pod
         # Security level, a ResourceQuota, a missing ServiceAccount); the controller's words say which.
-        problem = (str(failure.get("reason") or "FailedCreate"), str(failure.get("message") or "")[:500])
+        said = str(failure.get("message") or "")[:500]
+        fix = missing_default_class(said, default_class, "inference_priority_class")
+        problem = (str(failure.get("reason") or "FailedCreate"), f"{said}; {fix}" if fix else said)
     annotations = meta.get("annotations") or {}
     return Track(
         version=labels.get(VERSION_LABEL),
@@ -44,8 +51,11 @@ def track_of(deployment: Mapping[str, Any] | None, problem: tuple[str, str] | No
     )
 
 
-def track_statuses(decision: Plan, stable: Track | None, canary: Track | None) -> tuple[TrackStatus, TrackStatus]:
-    """status.stable and status.canary: what each track serves, its pods and its share of traffic."""
+def track_statuses(
+    decision: Plan, stable: Track | None, canary: Track | None, ui: str = ""
+) -> tuple[TrackStatus, TrackStatus]:
+    """status.stable and status.canary: what each track serves (with a link to the version in the
+    MLflow UI at ``ui``, if given), its pods and its share of traffic."""
 
     def of(track: Track | None, weight: int) -> TrackStatus:
         if track is None:
@@ -73,7 +83,14 @@ def track_statuses(decision: Plan, stable: Track | None, canary: Track | None) -
     elif canary is None or not canary.replicas:
         canary_status = canary_status.model_copy(update={"revision": None, "model_name": None, "model_version": None})
     canary_status.requested_weight = decision.requested_weight
-    return of(stable, 100 - decision.weight), canary_status
+    return linked(of(stable, 100 - decision.weight), ui), linked(canary_status, ui)
+
+
+def linked(shown: TrackStatus, ui: str) -> TrackStatus:
+    """``shown`` with the link to the version it serves in the MLflow UI at ``ui`` (none without it)."""
+    if ui and shown.model_name and shown.model_version:
+        shown.version_url = ui_version_url(ui, shown.model_name, shown.model_version)
+    return shown
 
 
 def desired_from_artifact(artifact: Mapping[str, Any] | None, namespace: str, name: str) -> tuple[Desired | None, str]:
