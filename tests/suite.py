@@ -1,18 +1,20 @@
 """The whole test suite in the order that gives feedback first (`make test`, `make test-fast`).
 
-1. checks: ruff (lint, format), mypy, CRD drift, the docs site built strictly — a failure stops here;
-2. unit tests (tests/unit, the product; tests/harness, the test harness) — a failure stops here;
-   then the MLflow contract tests against the oldest MLflow release Slipway supports (its own
-   server, no cluster; tests/tools/mlflow_contract.py), while the cluster starts;
+1. and 2., side by side while the clusters start: the checks (ruff (lint, format), mypy, CRD drift,
+   the docs site built strictly), the unit tests (tests/unit, the product; tests/harness, the test
+   harness, but for the tests of the local cluster itself in tests/harness/cluster, which run with
+   the cluster tiers) and the MLflow contract tests against the oldest MLflow release Slipway
+   supports (its own server, no cluster; tests/tools/mlflow_contract.py) — a failed check or unit
+   test stops the run there;
 3. the cluster tiers, on two local clusters started in the background while 1 and 2 run and stopped
    at the end (the first is the one of `make cluster-up` if one runs): every test that shares the
    cluster with others, on several pytest-xdist workers on the first (each test in its own
    namespace; work-stealing, since one file of rollout tests alone takes minutes), and meanwhile
    the tests marked ``serial``, one at a time, on the second (they stop cluster components or
    install the operator cluster-wide; `--serial-after` runs them after the others on the first);
-4. the real-node phase, on the second lane after the serial tests (after everything with
-   `--serial-after`): a cluster of its own whose node is a kubelet on containerd, running the images
-   `make image` built (tests/realnode).
+4. the real-node phase, on a third lane beside the other two from their start (after everything
+   with `--serial-after`): a cluster of its own whose node is a kubelet on containerd, running the
+   images `make image` built (tests/realnode).
 
 Each pytest run writes a JUnit report under .cache/test-reports/; the summary at the end gives,
 per tier, the number of tests, their total seconds and the wall time, then the slowest tests.
@@ -41,18 +43,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / ".cache" / "test-reports"
-CLUSTER_PATHS = ["tests/integration", "tests/security", "tests/faults", "e2e/tests"]
-# The unit phase: the product's pure logic, and the tests of the test harness itself (the fault
-# proxies, the load driver, the node agent's logs and IPs, the local cluster's settings), no cluster.
-UNIT_PATHS = ["tests/unit", "tests/harness"]
+# The tests of the local cluster itself (its control plane, node agents, kubelet API, gateway) need
+# one: they run in the cluster phases, the rest of tests/harness with the unit tests.
+HARNESS_CLUSTER = "tests/harness/cluster"
+CLUSTER_PATHS = ["tests/integration", HARNESS_CLUSTER, "tests/security", "tests/faults", "e2e/tests"]
+# The unit phase: the product's pure logic (tests/unit/<package>/, laid out like operator/slipway),
+# and the tests of the test harness itself (the fault proxies, the load driver, the node agent's logs
+# and IPs, the local cluster's settings), no cluster.
+UNIT_PATHS = ["tests/unit", "tests/harness", f"--ignore={HARNESS_CLUSTER}"]
 # The real-node phase (tests/realnode/conftest.py): kubelet, containerd and the images of dist/.
 REALNODE_PATHS = ["tests/realnode"]
 FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl_plugin.py",
-              "tests/integration/test_health.py"]  # fmt: skip
+              "tests/integration/test_health.py", "tests/integration/test_argocd_actions.py"]  # fmt: skip
 # The cluster tests that share the cluster run on this many workers: most of a cluster test's time
-# is waiting on the cluster; with 3 workers and the serial lane beside them the 2 cores were 76% busy
-# (a fresh-clone run, docs/measurements.md), so a fourth worker has room.
-WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "4"))
+# is waiting on the cluster. With 3 workers and the serial lane beside them the 2 cores were 76% busy,
+# with 4 80% (fresh-clone runs, docs/measurements.md); 12 shared modules alone on 5 workers kept them
+# 67% busy and took 2.6% more test seconds than in the last 4-worker run of the whole suite.
+WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "5"))
 # Each cluster test's seconds in a recent run: the shared phase starts the longest modules first
 # and hands out the rest, a module at a time, as workers free up (xdist's `loadscope`), so no long
 # module starts last and a module's fixtures are made once. The modules whose tests take the
@@ -147,9 +154,37 @@ def pytest_phase(name: str, args: list[str], env: dict[str, str] | None = None, 
     return phase
 
 
-def checks() -> int:
-    """The Makefile's own checks (ruff, mypy, CRD drift, `make docs`): one list of what is checked."""
-    return run(["make", "--no-print-directory", "verify"])
+def checks() -> Phase:
+    """The Makefile's own checks (ruff, mypy, CRD drift, `make docs`): one list of what is checked.
+    They run beside the unit tests: their output is kept in a log and printed when they end."""
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    phase = Phase("checks")
+    started, cpu = time.monotonic(), cpu_times()
+    phase.code = run(["make", "--no-print-directory", "verify"], log=REPORTS / "checks.log")
+    phase.wall = time.monotonic() - started
+    phase.cpu_busy = busy_since(cpu)
+    return phase
+
+
+def oldest_mlflow(pytest_args: list[str]) -> Phase:
+    """The MLflow contract tests against the oldest release (the shared phase runs the newest)."""
+    sys.path.insert(0, str(ROOT / "tests" / "tools"))
+    from mlflow_contract import PATHS, release_env
+
+    with release_env("oldest") as contract_env:
+        return pytest_phase("mlflow oldest", [*PATHS, *pytest_args], contract_env, beside=True)
+
+
+def without_cluster(fast: bool, pytest_args: list[str]) -> tuple[Phase, Phase, Phase | None]:
+    """(checks, unit, oldest MLflow's contract tests but with ``fast``), all at once, while the
+    clusters start. Each is mostly one process, and the unit tests alone kept the 2 cores 32% busy
+    (they wait on local servers and clocks): side by side they take about the unit tests' time
+    instead of the three one after the other."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="no-cluster") as pool:
+        checked = pool.submit(checks)
+        contract = None if fast else pool.submit(oldest_mlflow, pytest_args)
+        unit = pytest_phase("unit", [*UNIT_PATHS, *pytest_args])
+        return checked.result(), unit, contract.result() if contract else None
 
 
 @contextlib.contextmanager
@@ -228,7 +263,7 @@ def summary(phases: list[Phase], total_wall: float, slowest: int = 20) -> str:
     lines.append("")
     lines.append(f"the {slowest} slowest tests:")
     lines += [f"{r.seconds:8.1f}s  {r.outcome:<7} {r.nodeid}" for r in everything[:slowest]]
-    counts = defaultdict(int)
+    counts: defaultdict[str, int] = defaultdict(int)
     for r in everything:
         counts[r.outcome] += 1
     failed = counts["failed"] + counts["error"]
@@ -264,23 +299,13 @@ def main() -> int:
     beside = not a.fast and a.serial_beside
     realnode_args = ["-p", "no:xdist", "-m", "realnode", *REALNODE_PATHS, *a.pytest_args]
     with local_cluster() as cluster, local_cluster(reuse=False) if beside else _no_cluster() as serial_cluster:
-        check_start = time.monotonic()
-        if code := checks():
-            print(f"checks failed after {time.monotonic() - check_start:.0f}s: fix them first", flush=True)
-            return code
-        phases.append(Phase("checks", wall=time.monotonic() - check_start))
-
-        unit = pytest_phase("unit", [*UNIT_PATHS, *a.pytest_args])
-        phases.append(unit)
+        checked, unit, contract = without_cluster(a.fast, a.pytest_args)
+        phases += [checked, unit, *([contract] if contract else [])]
+        if checked.code:
+            print(f"checks failed after {checked.wall:.0f}s: fix them first", flush=True)
+            return finish(checked.code)
         if unit.code:
             return finish(unit.code)
-
-        if not a.fast:  # while the cluster starts: the oldest MLflow (the shared phase runs the newest)
-            sys.path.insert(0, str(ROOT / "tests" / "tools"))
-            from mlflow_contract import PATHS, release_env
-
-            with release_env("oldest") as contract_env:
-                phases.append(pytest_phase("mlflow oldest", [*PATHS, *a.pytest_args], contract_env))
 
         waiting = time.monotonic()
         directory = cluster()
@@ -291,14 +316,17 @@ def main() -> int:
         else:
             serial_args = ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args]
 
-            def second_lane() -> list[Phase]:
-                """The serial tests on the second cluster, then the real node's, beside the shared phase."""
+            def serial_lane() -> Phase:
+                """The serial tests on the second cluster, beside the shared phase."""
                 serial_env = {**env, "LOCALKUBE_DIR": str(serial_cluster())}
-                serial = pytest_phase("cluster serial", serial_args, serial_env, beside=True)
-                return [serial, pytest_phase("real node", realnode_args, beside=True)]
+                return pytest_phase("cluster serial", serial_args, serial_env, beside=True)
 
-            with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial") as lane:
-                second = lane.submit(second_lane) if beside else None
+            # Beside the shared phase: the serial tests, and the real node's on a lane of its own (its
+            # cluster is its own). After the serial tests it would end last: they take about as long
+            # as the shared phase, and the real node's phase kept the 2 cores only 43% busy alone.
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="beside") as lanes:
+                second = lanes.submit(serial_lane) if beside else None
+                third = lanes.submit(pytest_phase, "real node", realnode_args, None, True) if beside else None
                 # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
                 # first, not the longest first as tests/conftest.py orders them.
                 parallel = (
@@ -307,7 +335,9 @@ def main() -> int:
                 longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
                 phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                               *a.pytest_args], longest_first))  # fmt: skip
-                phases.extend(second.result() if second else [pytest_phase("cluster serial", serial_args, env)])
+                phases.append(second.result() if second else pytest_phase("cluster serial", serial_args, env))
+                if third:
+                    phases.append(third.result())
             if a.save_durations:
                 save_durations([r for p in phases if p.name in ("cluster shared", "cluster serial") for r in p.results])
     if not a.fast and not beside:  # once the shared cluster is down: a cluster of its own on a real node

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
 import pytest
 from kubernetes import client
@@ -16,6 +17,44 @@ from slipway_testing import apply_object, report, training_run, wait_status
 pytestmark = pytest.mark.cluster
 
 JOBSET = ("jobset.x-k8s.io", "v1alpha2")
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+
+
+@dataclass(frozen=True)
+class GangWorkload:
+    """What Kueue says of the gang's JobSet in its Workload."""
+
+    ranks: int  # pods in its pod sets
+    assigned: int  # pods its admission reserved quota for
+    admitted_at: str | None  # the Admitted condition's lastTransitionTime, while admitted
+
+
+@dataclass(frozen=True)
+class Sample:
+    held: bool  # the blocker still holds its GPUs
+    bound: int  # gang pods bound to the node
+    active: int  # of those, pods not yet finished
+    workloads: tuple[GangWorkload, ...]  # the Workloads owned by the gang's JobSet
+
+
+def gang_workloads(workloads: list[dict], jobset: str = "gang-train") -> tuple[GangWorkload, ...]:
+    found = []
+    for w in workloads:
+        if not any(
+            o.get("kind") == "JobSet" and o.get("name") == jobset for o in w["metadata"].get("ownerReferences") or []
+        ):
+            continue
+        status = w.get("status") or {}
+        admitted = next((c for c in status.get("conditions") or [] if c["type"] == "Admitted"), {})
+        assignments = (status.get("admission") or {}).get("podSetAssignments") or []
+        found.append(
+            GangWorkload(
+                ranks=sum(int(p.get("count") or 0) for p in w["spec"].get("podSets") or []),
+                assigned=sum(int(a.get("count") or 0) for a in assignments),
+                admitted_at=admitted.get("lastTransitionTime") if admitted.get("status") == "True" else None,
+            )
+        )
+    return tuple(found)
 
 
 def finished(obj) -> bool:  # type: ignore[no-untyped-def]
@@ -82,7 +121,7 @@ def test_kueue_admits_the_gang_whole_and_a_dead_worker_restarts_the_group_from_i
     gang = training_run("gang", nodes=2, steps=10, queueName="gpus", resources={"gpus": 2}, env=dies,
                         checkpoint={"size": "1Gi"}, failurePolicy=policy)  # fmt: skip
     apply_object(kube_api, namespace, gang)
-    samples: list[tuple[bool, int]] = []  # (blocker still holds its GPUs, gang pods bound to the node)
+    samples: list[Sample] = []
     incarnations: dict[str, set[str]] = {"0": set(), "1": set()}  # rank -> uids of its pods
     bound_at: dict[tuple[str, str], float] = {}  # (restart attempt, rank) -> when its pod was first seen bound
     stop = threading.Event()
@@ -98,7 +137,11 @@ def test_kueue_admits_the_gang_whole_and_a_dead_worker_restarts_the_group_from_i
                 attempt = (p.metadata.labels or {}).get("jobset.sigs.k8s.io/restart-attempt", "")
                 if p.spec.node_name:
                     bound_at.setdefault((attempt, rank), time.monotonic())
-            samples.append((held, sum(1 for p in pods if p.spec.node_name)))
+            # Read after the pods: a pod seen bound was bound under the admission this read shows.
+            workloads = custom.list_namespaced_custom_object(*KUEUE, namespace, "workloads")["items"]
+            bound = [p for p in pods if p.spec.node_name]
+            active = sum(1 for p in bound if p.status.phase not in ("Succeeded", "Failed"))
+            samples.append(Sample(held, len(bound), active, gang_workloads(workloads)))
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
@@ -115,12 +158,23 @@ def test_kueue_admits_the_gang_whole_and_a_dead_worker_restarts_the_group_from_i
         sampler.join(5)
     status = tr["status"]
     assert status["phase"] == "Succeeded", status
-    while_blocked = [bound for held, bound in samples if held]
+    while_blocked = [s.bound for s in samples if s.held]
     assert while_blocked and max(while_blocked) == 0, f"gang pods ran beside the blocker: {samples}"
-    # Each start of the gang (the first, and the group restart) bound both ranks at once: no partial start.
-    assert {a for a, _ in bound_at} == {"0", "1"}, bound_at
-    apart = {a: abs(bound_at[(a, "0")] - bound_at[(a, "1")]) for a in ("0", "1")}
-    assert max(apart.values()) <= 1.0, f"the ranks of a start were bound apart: {apart} s"
+    # Kueue admitted the gang as one Workload for both ranks, once: no rank was bound before that
+    # admission, and the group restart started again under it (JobSet's restart, not a second admission).
+    seen = [s for s in samples if s.workloads]
+    assert seen and all(len(s.workloads) == 1 for s in seen), f"the gang is not one Workload: {samples}"
+    assert seen[-1].workloads[0].ranks == 2, seen[-1]
+    active = [s for s in samples if s.active]
+    assert active and all(s.workloads and s.workloads[0].admitted_at for s in active), (
+        f"gang pods bound while the gang's Workload was not admitted: {samples}"
+    )
+    admissions = {w.admitted_at for s in seen for w in s.workloads if w.admitted_at}
+    assert len(admissions) == 1, f"the gang was admitted more than once: {admissions}"
+    assert all(w.assigned == 2 for s in seen for w in s.workloads if w.admitted_at), seen
+    # Each start of the gang (the first, and the group restart) bound both ranks.
+    assert set(bound_at) == {(a, r) for a in ("0", "1") for r in ("0", "1")}, bound_at
+    apart = {a: abs(bound_at[(a, "0")] - bound_at[(a, "1")]) for a in ("0", "1")}  # shown, not bounded
     js = custom.get_namespaced_custom_object(*JOBSET, namespace, "jobsets", "gang-train")
     assert js["status"]["restarts"] == 1, js["status"]  # the dead worker restarted the whole group, once
     assert status["restarts"] >= 1
@@ -129,10 +183,11 @@ def test_kueue_admits_the_gang_whole_and_a_dead_worker_restarts_the_group_from_i
     pods = gang_pods(core, namespace, "gang")
     assert sorted(p.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] for p in pods) == ["1", "1"]
     run = mlflow.get_run(status["mlflow"]["runId"])
-    resumed = int(run.tags["slipway.resumedFromStep"])
+    resumed = int(run.tags["slipway.dev/resumed-from-step"])
     steps = [int(m.value) for m in mlflow.get_metric_history(run.run_id, "step")]
     assert resumed >= 4 and steps.count(1) == 1, f"resumed from {resumed}: {steps}"
     report(f"jobset gang: {len(samples)} samples, {len(while_blocked)} while the blocker held 2 of 4 GPUs with 0 gang "
-           f"pods bound; both ranks bound within {max(apart.values()):.1f}s of each other at each of 2 starts; "
+           f"pods bound; one Workload admitted once for both ranks ({', '.join(admissions)}), both ranks bound under "
+           f"it at each of 2 starts ({max(apart.values()):.1f} s apart at most); "
            "a worker died at step 7, the group restarted once "
            f"(both ranks recreated) and resumed from step {resumed}")  # fmt: skip

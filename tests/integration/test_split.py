@@ -28,6 +28,8 @@ class Sample:
     present: int  # pods, terminating ones too
     responses: dict[str, int]  # 200 responses so far, by model version
     stable_version: str | None = None
+    replicas: int | None = None  # spec.replicas (the HPA's)
+    canary_weight: int | None = None  # status.canary.weight
 
 
 class Watch:
@@ -44,23 +46,26 @@ class Watch:
             return sum(1 for p in running if p.metadata.labels.get("slipway.dev/track") == track and any(
                 c.type == "Ready" and c.status == "True" for c in (p.status.conditions or [])))  # fmt: skip
 
-        status = get_object(self.kube_api, self.namespace, "InferenceDeployment", "digits").get("status") or {}
+        obj = get_object(self.kube_api, self.namespace, "InferenceDeployment", "digits")
+        status = obj.get("status") or {}
         canary = status.get("canary") or {}
         requested = int(canary.get("requestedWeight") or 0) if status.get("phase") == "Analyzing" else 0
         stable = (status.get("stable") or {}).get("modelVersion")
         taken = Sample(requested, str(status.get("phase")), ready("stable"), ready("canary"), len(running), len(pods),
-                       dict(self.load.stats().by_version), stable)  # fmt: skip
+                       dict(self.load.stats().by_version), stable, obj["spec"].get("replicas"),
+                       canary.get("weight"))  # fmt: skip
         self.samples.append(taken)
         return taken
 
     def timeline(self) -> str:
-        """The samples' changes: (phase, step weight, stable ready, canary ready, pods running)."""
-        seen: list[tuple[str, int, int, int, int]] = []
+        """The samples' changes: (phase, step weight, stable ready, canary ready, pods running,
+        spec.replicas)."""
+        seen: list[tuple[str, int, int, int, int, int | None]] = []
         for s in self.samples:
-            point = (s.phase, s.requested, s.stable_ready, s.canary_ready, s.running)
+            point = (s.phase, s.requested, s.stable_ready, s.canary_ready, s.running, s.replicas)
             if not seen or seen[-1] != point:
                 seen.append(point)
-        return " ".join(f"{p[:4]}/{w}:{sr}+{cr}({n})" for p, w, sr, cr, n in seen)
+        return " ".join(f"{p[:4]}/{w}:{sr}+{cr}({n} of {r})" for p, w, sr, cr, n, r in seen)
 
     def step(self, weight: int, canary: int, stable: int) -> tuple[int, dict[str, int]]:
         """At the step asking ``weight``, while the ready pods were split (canary, stable): how many
@@ -161,16 +166,21 @@ def test_when_the_hpa_scales_mid_canary_the_total_follows_and_the_split_holds(
     wait_status(kube_api, namespace, "InferenceDeployment", "digits",
                 lambda o: o["spec"].get("replicas") == 2, 60, "spec.replicas 2, the HPA's minReplicas")  # fmt: skip
     with load:  # now the load that makes the HPA scale
-        wait_for(split(2, 2), 300, "the HPA's 4 replicas split 2 + 2", interval=1)
-        # Status follows on the operator's pass after the last pod turned ready (it showed 33% while
-        # one canary pod of 2 was ready, 1 s after both were, in one CI run).
-        obj = wait_status(kube_api, namespace, "InferenceDeployment", "digits",
-                          lambda o: ((o.get("status") or {}).get("canary") or {}).get("weight") == 50, 30,
-                          "status at the 50% step on 2 + 2 ready pods")  # fmt: skip
-        status = obj["status"]
-        assert obj["spec"]["replicas"] == 4 and status["phase"] == "Paused", status
-        assert status["canary"]["modelVersion"] == v2 and status["canary"]["weight"] == 50
-        assert "lastRollback" not in status
+
+        def scaled_and_split() -> bool:
+            # spec.replicas 4, not only 2 + 2 ready: at 3 (the HPA may pass by it, or step back to it
+            # when the load falters) the nearest split to 50% within maxSurgeReplicas 1 is 2 + 2 too.
+            # Status follows on the operator's pass after the last pod turned ready (it showed 33%
+            # while one canary pod of 2 was ready, 1 s after both were, in one CI run).
+            s = watch.sample()
+            return s.replicas == 4 and (s.stable_ready, s.canary_ready) == (2, 2) and s.canary_weight == 50
+
+        wait_for(scaled_and_split, 300, "the HPA's 4 replicas split 2 + 2 and status at 50%", interval=1)
+        obj = get_object(kube_api, namespace, "InferenceDeployment", "digits")
         stats = load.stats()
+    status = obj["status"]
+    assert status["phase"] == "Paused", status
+    assert status["canary"]["modelVersion"] == v2 and status["canary"]["weight"] == 50, status
+    assert "lastRollback" not in status and "RolledBack" not in {s.phase for s in watch.samples}, watch.timeline()
     report(f"\nHPA 2 -> 4 mid-canary (paused at 50%): {watch.timeline()}; at most "
            f"{max(s.running for s in watch.samples)} pods running; responses {stats.by_code}")  # fmt: skip
