@@ -57,9 +57,9 @@ FAST_PATHS = ["tests/integration/test_chart.py", "tests/integration/test_kubectl
               "tests/integration/test_health.py", "tests/integration/test_argocd_actions.py"]  # fmt: skip
 # The cluster tests that share the cluster run on this many workers: most of a cluster test's time
 # is waiting on the cluster. With 3 workers and the serial lane beside them the 2 cores were 76% busy,
-# with 4 80% (fresh-clone runs, docs/measurements.md); 12 shared modules alone on 5 workers kept them
-# 67% busy and took 2.6% more test seconds than in the last 4-worker run of the whole suite.
-WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "5"))
+# with 4 80% (fresh-clone runs, docs/measurements.md). 5 workers with the real node's phase beside from
+# the start overloaded them: two shared tests timed out waiting for a first pass in a fresh-clone run.
+WORKERS = int(os.environ.get("SLIPWAY_TEST_WORKERS", "4"))
 # Each cluster test's seconds in a recent run: the shared phase starts the longest modules first
 # and hands out the rest, a module at a time, as workers free up (xdist's `loadscope`), so no long
 # module starts last and a module's fixtures are made once. The modules whose tests take the
@@ -316,17 +316,16 @@ def main() -> int:
         else:
             serial_args = ["-m", "serial", *CLUSTER_PATHS, *a.pytest_args]
 
-            def serial_lane() -> Phase:
-                """The serial tests on the second cluster, beside the shared phase."""
+            def second_lane() -> list[Phase]:
+                """The serial tests on the second cluster, then the real node's, beside the shared phase
+                (the real node's beside both from the start overloaded the 2 cores: two shared tests
+                timed out in a fresh-clone run)."""
                 serial_env = {**env, "LOCALKUBE_DIR": str(serial_cluster())}
-                return pytest_phase("cluster serial", serial_args, serial_env, beside=True)
+                serial = pytest_phase("cluster serial", serial_args, serial_env, beside=True)
+                return [serial, pytest_phase("real node", realnode_args, beside=True)]
 
-            # Beside the shared phase: the serial tests, and the real node's on a lane of its own (its
-            # cluster is its own). After the serial tests it would end last: they take about as long
-            # as the shared phase, and the real node's phase kept the 2 cores only 43% busy alone.
-            with concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="beside") as lanes:
-                second = lanes.submit(serial_lane) if beside else None
-                third = lanes.submit(pytest_phase, "real node", realnode_args, None, True) if beside else None
+            with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="serial") as lane:
+                second = lane.submit(second_lane) if beside else None
                 # --no-loadscope-reorder: xdist would otherwise hand out the scopes with the most tests
                 # first, not the longest first as tests/conftest.py orders them.
                 parallel = (
@@ -335,9 +334,7 @@ def main() -> int:
                 longest_first = {**env, "SLIPWAY_LONGEST_FIRST": str(DURATIONS)}
                 phases.append(pytest_phase("cluster shared", [*parallel, "-m", "not serial", *CLUSTER_PATHS,
                                                               *a.pytest_args], longest_first))  # fmt: skip
-                phases.append(second.result() if second else pytest_phase("cluster serial", serial_args, env))
-                if third:
-                    phases.append(third.result())
+                phases.extend(second.result() if second else [pytest_phase("cluster serial", serial_args, env)])
             if a.save_durations:
                 save_durations([r for p in phases if p.name in ("cluster shared", "cluster serial") for r in p.results])
     if not a.fast and not beside:  # once the shared cluster is down: a cluster of its own on a real node

@@ -31,7 +31,8 @@ from slipway_testing import (
 
 # Shared with other tests: on a CPU shared with two other workers a fresh canary's p95 latency reached
 # 3.2 times the stable's, so only the test of the latency gate judges latency, with a margin (20 times
-# the stable's, against a fault of 200 ms where a prediction takes well under 1 ms).
+# the stable's, against a fault of 500 ms where a prediction takes well under 1 ms; at full load the
+# stable's p95 reached 16 ms, which let a 200 ms fault pass within 20 times it).
 pytestmark = [pytest.mark.cluster]
 
 LATENCY = {"name": "latencyP95Seconds", "maxRelativeToStable": 20}
@@ -93,8 +94,8 @@ def test_good_version_promoted_bad_versions_rolled_back(kube_api, namespace, ope
         wait_for(lambda: "AnalysisFailed" in mlflow.get_model_version(versions.model, v3).tags.get(
             "slipway.dev/rollback", ""), 30, "the rollback tag on the version")  # fmt: skip
 
-        # 200 ms a prediction, hundreds of times the stable's p95: fails maxRelativeToStable.
-        v4 = versions.publish(latencySeconds="0.2")
+        # 500 ms a prediction, over 30 times the stable's p95 even at full load: fails maxRelativeToStable.
+        v4 = versions.publish(latencySeconds="0.5")
         idep = rolled_back(kube_api, namespace, v4, watch)
         assert idep["status"]["lastRollback"]["metric"] == "latencyP95Seconds"
 
