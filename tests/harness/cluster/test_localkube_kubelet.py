@@ -111,24 +111,34 @@ def test_kubectl_logs_previous_shows_the_instance_before_a_restart(
 def test_kubectl_top_reads_cpu_and_memory_of_a_busy_pod(
     cluster: ClusterInfo, kube_api: client.ApiClient, namespace: str
 ) -> None:
+    """A busy loop and an idle pod side by side: the metrics tell them apart. A bound in absolute
+    millicores would measure the machine's load (a busy CI machine gives the loop a quarter of a
+    core), so the busy pod is compared with the idle one."""
     burn = "import time\nend = time.time() + 600\nx = 0\nwhile time.time() < end:\n    x += 1\n"
-    client.CoreV1Api(kube_api).create_namespaced_pod(
-        namespace, simple_pod("burner", ["python", "-c", burn], resources={"requests": {"cpu": "100m"}})
-    )
-    pod_phase(kube_api, namespace, "burner", ("Running",))
+    idle = "import time\ntime.sleep(600)\n"
+    core = client.CoreV1Api(kube_api)
+    for name, script in (("burner", burn), ("sleeper", idle)):
+        core.create_namespaced_pod(
+            namespace, simple_pod(name, ["python", "-c", script], resources={"requests": {"cpu": "100m"}})
+        )
+        pod_phase(kube_api, namespace, name, ("Running",))
 
-    def metrics() -> dict[str, object] | None:
-        out = kubectl(cluster, "get", "--raw", f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/burner")
+    def metrics(pod: str) -> dict[str, object] | None:
+        out = kubectl(cluster, "get", "--raw", f"/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{pod}")
         return json.loads(out.stdout) if out.returncode == 0 else None
 
-    sample = wait_for(metrics, 90, "metrics.k8s.io to report the pod")
-    usage = sample["containers"][0]["usage"]  # type: ignore[index]
-    assert _millicores(usage["cpu"]) >= 300, usage  # a busy loop: most of a core
-    assert _bytes(usage["memory"]) >= 5 * 2**20, usage
+    def usage(pod: str) -> dict[str, str]:
+        sample = wait_for(lambda: metrics(pod), 90, f"metrics.k8s.io to report pod {pod}")
+        return sample["containers"][0]["usage"]  # type: ignore[index]
+
+    busy, calm = usage("burner"), usage("sleeper")
+    # A busy loop: at least 50m, and over five times an idle interpreter's share.
+    assert _millicores(busy["cpu"]) >= max(50.0, 5 * _millicores(calm["cpu"])), (busy, calm)
+    assert _bytes(busy["memory"]) >= 5 * 2**20, busy
     top = kubectl(cluster, "top", "pod", "-n", namespace, "burner", "--no-headers")
     assert top.returncode == 0, top.stderr
     name, cpu, memory = top.stdout.split()
-    assert name == "burner" and cpu.endswith("m") and int(cpu[:-1]) >= 300 and memory.endswith("Mi")
+    assert name == "burner" and cpu.endswith("m") and int(cpu[:-1]) >= 50 and memory.endswith("Mi")
     nodes = kubectl(cluster, "top", "node", "--no-headers")
     assert nodes.returncode == 0 and "slipway-local" in nodes.stdout, nodes.stderr
 
