@@ -79,6 +79,47 @@ def pause_archive(path: Path = PAUSE_ARCHIVE, binary: Path = BUSYBOX) -> Path:
     return path
 
 
+def as_root(archive: Path, name: str, out: Path) -> Path:
+    """An OCI archive of the image in ``archive`` whose config names no USER (so it runs as root,
+    as stock images such as vLLM's do), called ``name`` (``repository:tag``): its layers are
+    ``archive``'s own, its config, manifest and index new. Written to ``out`` unless it is newer than
+    ``archive``."""
+    if out.exists() and out.stat().st_mtime >= archive.stat().st_mtime:
+        return out
+    with tarfile.open(archive) as src:
+
+        def read(member: str) -> bytes:
+            got = src.extractfile(member)
+            assert got is not None, member
+            return got.read()
+
+        index = json.loads(read("index.json"))
+        manifest = json.loads(read(f"blobs/sha256/{index['manifests'][0]['digest'].split(':')[1]}"))
+        config = json.loads(read(f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"))
+        config.setdefault("config", {}).pop("User", None)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        with tarfile.open(tmp, "w") as dst:
+            for member in src.getmembers():
+                if member.name.startswith("blobs/") and member.isfile():
+                    dst.addfile(member, src.extractfile(member))
+            media = "application/vnd.oci.image.config.v1+json"
+            manifest["config"] = _blob(dst, json.dumps(config).encode(), media)
+            manifest_desc = _blob(dst, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+            manifest_desc["annotations"] = {
+                "io.containerd.image.name": name,
+                "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
+            }
+            for entry, doc in (("oci-layout", {"imageLayoutVersion": "1.0.0"}),
+                               ("index.json", {"schemaVersion": 2, "manifests": [manifest_desc]})):  # fmt: skip
+                data = json.dumps(doc).encode()
+                info = tarfile.TarInfo(entry)
+                info.size = len(data)
+                dst.addfile(info, io.BytesIO(data))
+    tmp.replace(out)
+    return out
+
+
 def dist_archives(dist: Path = DIST) -> list[Path]:
     """The image archives ``make image`` wrote (``dist/*.oci.tar``); an error naming the fix if none."""
     archives = sorted(dist.glob("*.oci.tar"))

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slipway.models.base import EnvVar, PodTemplate, Resources
+from slipway.models.base import EnvVar, Resources
+from slipway.models.pods import SHM_VOLUME, PodTemplate, shm_size
 
 
 def env_list(base: dict[str, str], extra: list[EnvVar] | None) -> list[dict[str, Any]]:
@@ -18,7 +19,8 @@ def env_list(base: dict[str, str], extra: list[EnvVar] | None) -> list[dict[str,
 
 
 def resource_requirements(resources: Resources) -> dict[str, Any]:
-    """GPUs as a limit on the extended resource; CPU and memory as request = limit."""
+    """GPUs as a limit on the extended resource; CPU, memory and other extended resources (RDMA, EFA
+    devices) as request = limit."""
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
     if resources.gpus:
@@ -27,6 +29,8 @@ def resource_requirements(resources: Resources) -> dict[str, Any]:
         value = getattr(resources, key)
         if value is not None:
             limits[key] = requests[key] = value
+    for name, count in (resources.extended_resources or {}).items():
+        limits[name] = requests[name] = str(count)
     out: dict[str, Any] = {}
     if limits:
         out["limits"] = limits
@@ -43,7 +47,9 @@ def mlflow_containers(manifest: dict[str, Any]) -> list[tuple[dict[str, Any], li
         pods = [r["template"]["spec"]["template"]["spec"] for r in manifest["spec"]["replicatedJobs"]]
     else:
         pods = [manifest["spec"]["template"]["spec"]]
-    return [(pod, pod.get("initContainers") or pod["containers"]) for pod in pods]
+    # Native sidecars (init containers that run for the pod's life) are the user's: never MLflow's.
+    fetchers = [[c for c in pod.get("initContainers") or [] if c.get("restartPolicy") != "Always"] for pod in pods]
+    return [(pod, init or pod["containers"]) for pod, init in zip(pods, fetchers, strict=True)]
 
 
 def with_credentials(manifest: dict[str, Any], secret: str | None) -> dict[str, Any]:
@@ -144,21 +150,34 @@ RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefau
 RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def apply_pod_template(template: dict[str, Any], container: dict[str, Any], pod_template: PodTemplate | None) -> None:
+def apply_pod_template(
+    template: dict[str, Any], container: dict[str, Any], pod_template: PodTemplate | None, gpus: int = 0
+) -> None:
     """Merge a spec's podTemplate into the pod ``template`` Slipway built and its main ``container``:
     Slipway's labels and annotations win, nodeSelector keys set by the spec itself win, tolerations,
     volumes, volume mounts and envFrom are added, env of the template replaces same-named variables,
-    security contexts are merged over the restricted defaults (which every pod gets, template or not).
-    priorityClassName is the caller's to decide (spec fields and defaults rank differently)."""
+    sidecars run first as native sidecars, security contexts are merged over the restricted defaults
+    (which every pod gets, template or not; a sidecar's own wins for it). A pod with ``gpus`` gets a
+    memory-backed /dev/shm unless the template says otherwise. priorityClassName is the caller's to
+    decide (spec fields and defaults rank differently)."""
     pod = template["spec"]
-    given_pod = (pod_template.security_context if pod_template else None) or {}
-    given_container = (pod_template.container_security_context if pod_template else None) or {}
+    given = pod_template.model_dump(mode="json", by_alias=True, exclude_none=True) if pod_template else {}
+    own_labels = dict((template.get("metadata") or {}).get("labels") or {})
+    if given.get("sidecars"):
+        sidecars = [{**c, "restartPolicy": "Always"} for c in given["sidecars"]]
+        pod["initContainers"] = [*sidecars, *pod.get("initContainers", [])]
+    given_pod = given.get("securityContext") or {}
+    given_container = given.get("containerSecurityContext") or {}
     pod["securityContext"] = {**RESTRICTED_POD, **given_pod}
     for each in [*pod.get("initContainers", []), *pod["containers"]]:
-        each["securityContext"] = {**RESTRICTED_CONTAINER, **given_container}
-    if pod_template is None:
-        return
-    given = pod_template.model_dump(mode="json", by_alias=True, exclude_none=True)
+        each["securityContext"] = {**RESTRICTED_CONTAINER, **given_container, **(each.get("securityContext") or {})}
+    if given:
+        _merge(template, container, given, own_labels)
+    _shared_memory(pod, container, shm_size(pod_template, gpus))
+
+
+def _merge(template: dict[str, Any], container: dict[str, Any], given: dict[str, Any], own: dict[str, str]) -> None:
+    pod = template["spec"]
     meta = template.setdefault("metadata", {})
     for key in ("labels", "annotations"):
         if key in given:
@@ -168,9 +187,13 @@ def apply_pod_template(template: dict[str, Any], container: dict[str, Any], pod_
     for key in ("tolerations", "volumes"):
         if key in given:
             pod[key] = [*pod.get(key, []), *given[key]]
-    for key in ("affinity", "serviceAccountName", "imagePullSecrets"):
+    for key in ("affinity", "serviceAccountName", "imagePullSecrets", "runtimeClassName"):
         if key in given:
             pod[key] = given[key]
+    if "topologySpreadConstraints" in given:
+        pod["topologySpreadConstraints"] = [
+            {"labelSelector": {"matchLabels": own}, **c} for c in given["topologySpreadConstraints"]
+        ]
     if "volumeMounts" in given:
         container["volumeMounts"] = [*container.get("volumeMounts", []), *given["volumeMounts"]]
     if "env" in given:
@@ -178,3 +201,15 @@ def apply_pod_template(template: dict[str, Any], container: dict[str, Any], pod_
         container["env"] = [e for e in container.get("env", []) if e["name"] not in names] + given["env"]
     if "envFrom" in given:
         container["envFrom"] = [*container.get("envFrom", []), *given["envFrom"]]
+
+
+def _shared_memory(pod: dict[str, Any], container: dict[str, Any], size: str | None) -> None:
+    """/dev/shm of ``size`` for the main container: an emptyDir of medium Memory (unless the spec's
+    own volumes mount something there)."""
+    if size is None or any(m.get("mountPath") == "/dev/shm" for m in container.get("volumeMounts", [])):
+        return
+    pod["volumes"] = [
+        *pod.get("volumes", []),
+        {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": size}},
+    ]
+    container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}]

@@ -69,6 +69,8 @@ REASONS: tuple[Reason, ...] = (
        "outside its own run", "name a source of the namespace's own; the message names the field"),
     _r("PriorityClassNotAllowed", "Stalled", ANY, "the spec names a PriorityClass the namespace may not use",
        "use an allowed one, or a cluster admin sets `slipway.dev/allowed-priority-classes`"),
+    _r("RuntimeClassNotAllowed", "Stalled", ANY, "the pod template names a RuntimeClass the namespace may not use",
+       "use an allowed one or none, or a cluster admin sets `slipway.dev/allowed-runtime-classes`"),
     _r("GatewayNotAllowed", "Stalled", ID, "the route attaches to another namespace's Gateway the admin has not "
        "allowed", "a cluster admin allows it (`slipway.dev/allowed-gateways`, `--allowed-gateways`)"),
     _r("HostnameNotAllowed", "Stalled", ID, "a route hostname is not in the namespace's "

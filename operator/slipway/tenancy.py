@@ -28,6 +28,10 @@ ALLOWED_MODELS = "slipway.dev/allowed-models"
 # the PriorityClasses the namespace's pods may use (globs); absent: any in single-team mode, only the
 # operator's default for the kind with --require-model-allowlist.
 ALLOWED_PRIORITY_CLASSES = "slipway.dev/allowed-priority-classes"
+# The RuntimeClasses the namespace's pods may use (globs; a runtime class picks the container runtime,
+# and with it what the pods reach of the node: NVIDIA's devices, a VM's isolation); absent: any in
+# single-team mode, none with --require-model-allowlist.
+ALLOWED_RUNTIME_CLASSES = "slipway.dev/allowed-runtime-classes"
 # The hostnames an HTTPRoute of the namespace may claim (globs, e.g. ``*.team-a.example.com``);
 # absent: any in single-team mode, none with --require-model-allowlist.
 ALLOWED_HOSTNAMES = "slipway.dev/allowed-hostnames"
@@ -92,6 +96,7 @@ class Policy:
     gateways: tuple[str, ...] = ()  # other namespaces' Gateways, namespace/name globs
     hostnames: tuple[str, ...] | None = None  # globs of the hostnames its routes may claim; None: not set
     adopt_names: tuple[str, ...] = ()  # MLflow names used without Slipway's proof (globs)
+    runtime_classes: tuple[str, ...] | None = None  # None: not set
 
     @classmethod
     def of(
@@ -107,6 +112,7 @@ class Policy:
         classes = allowed_patterns(namespace, ALLOWED_PRIORITY_CLASSES)
         gateways = [*cluster_gateways, *(allowed_patterns(namespace, ALLOWED_GATEWAYS) or [])]
         hostnames = allowed_patterns(namespace, ALLOWED_HOSTNAMES)
+        runtimes = allowed_patterns(namespace, ALLOWED_RUNTIME_CLASSES)
         return cls(
             namespace_name,
             tuple(patterns) if patterns is not None else None,
@@ -115,6 +121,7 @@ class Policy:
             tuple(gateways),
             tuple(hostnames) if hostnames is not None else None,
             tuple(adopt),
+            tuple(runtimes) if runtimes is not None else None,
         )
 
     def guard(self, proof: Proof | None, owner: str, trusted: Iterable[str] = ()) -> Guard:
@@ -145,6 +152,22 @@ class Policy:
                 )
             return asked
         return default if default and (classes is None or _matches(default, classes)) else ""
+
+    def check_runtime_class(self, asked: str | None, field: str) -> None:
+        """The RuntimeClass the spec names (``field``) is one the namespace may use, else NotAllowed."""
+        classes = self.runtime_classes
+        if not asked or (classes is None and not self.required) or _matches(asked, classes or ()):
+            return
+        why = (
+            f"its {ALLOWED_RUNTIME_CLASSES} annotation allows {', '.join(classes) or 'none'}"
+            if classes is not None
+            else f"it has no {ALLOWED_RUNTIME_CLASSES} annotation and the operator runs with --require-model-allowlist"
+        )
+        raise NotAllowed(
+            f"{field}: RuntimeClass {asked!r} is not allowed in namespace {self.namespace} ({why}); name an "
+            "allowed class or none, or a cluster admin adds it to the annotation",
+            "RuntimeClassNotAllowed",
+        )
 
     def check_gateways(self, refs: Iterable[tuple[str, str]], field: str) -> None:
         """Each (namespace, name) of spec.traffic.parentRefs is in this namespace or allowed."""

@@ -25,7 +25,8 @@ import pytest
 
 from localkube.cluster import ClusterConfig, down, up
 from localkube.kube import Kube
-from localkube.realnode import node_dir
+from localkube.nodeimages import as_root, dist_archives, import_images
+from localkube.realnode import containerd_socket, node_dir
 from localkube.state import ClusterInfo
 from localkube.wait import wait_for
 from slipway_testing import ROOT
@@ -101,6 +102,18 @@ class RealCluster:
         assert tags, f"no localhost/{name} image on the node (run `make image`): {names}"
         repository, tag = tags[0].rsplit(":", 1)
         return repository, tag
+
+    def root_image(self, image: str) -> str:
+        """``image`` (``localhost/<name>:<tag>``, imported from dist/) with its USER removed, as an image
+        built to run as root is, imported into the node's containerd: its name."""
+        repository, tag = image.rsplit(":", 1)
+        name = f"{repository}-root:{tag}"
+        archive = next(a for a in dist_archives() if repository.rsplit("/", 1)[1] in a.name)
+        rooted = as_root(
+            archive, name, ROOT / ".cache" / "node" / f"{archive.name.removesuffix('.oci.tar')}-root.oci.tar"
+        )
+        import_images(containerd_socket(self.info.directory), [rooted])
+        return name
 
     def install_crds(self, chart: Path = CRDS_CHART) -> None:
         """The CRDs as docs/install.md installs them, before any operator: the release slipway-crds of

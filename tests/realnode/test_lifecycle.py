@@ -32,7 +32,7 @@ from localkube.wait import wait_for
 from slipway.mlflow import MlflowClient
 from slipway_e2e.loadgen import LoadDriver
 from slipway_testing import ROOT, condition
-from slipway_testing.samples import Stages, serving, training
+from slipway_testing.samples import Stages, sample, serving, training
 
 SAMPLE = ROOT / "samples" / "trainingrun-digits.yaml"
 WRITE_ROOT = "open('/model.bin', 'w')"  # what a trainer that saves next to itself does
@@ -135,6 +135,7 @@ def test_samples_lifecycle_in_containers_with_a_canary_rolled_back_and_a_model_r
         finally:
             api.close()
         inaccurate_version_rejected(real_cluster, team, stages, v1, v2)
+        root_image_served_with_the_samples_settings(real_cluster, team, stages, v1)
         trainer_writing_its_root_fails(real_cluster, team)
         print(f"real node lifecycle (each stage from the end of the one before; load {answers}):\n"
               + stages.report(since_last=True))  # fmt: skip
@@ -220,6 +221,70 @@ def inaccurate_version_rejected(real_cluster, team: Team, stages: Stages, v1: st
         production = mlflow.get_version_by_alias(team.model, "production")
         candidate = mlflow.get_version_by_alias(team.model, "candidate")
     assert (production and production.version, candidate and candidate.version) == (v1, v2)
+
+
+def root_image_served_with_the_samples_settings(real_cluster, team: Team, stages: Stages, v1: str) -> None:
+    """An image whose config names no USER (it runs as root, as vLLM's does: the workloads image with
+    its USER removed), served as production: the kubelet refuses it under runAsNonRoot, and the
+    Ready condition says so and names the field. With the settings of
+    samples/inferencedeployment-llm-gateway.yaml (a non-root user, a writable HOME, /dev/shm, the
+    RuntimeClass nvidia, here a class whose handler is the node's runc) it serves: ``id -u`` and
+    /dev/shm's size inside the container, and the class the API server and the kubelet applied."""
+    root_image = real_cluster.root_image(team.image)
+    llm = sample("inferencedeployment-llm-gateway.yaml")["spec"]["podTemplate"]
+    settings = {k: llm[k] for k in ("securityContext", "env", "volumes", "volumeMounts", "runtimeClassName",
+                                    "shmSize")}  # fmt: skip
+    overhead = {"podFixed": {"cpu": "10m"}}  # the API server copies it into each pod of the class
+    real_cluster.kube.create("/apis/node.k8s.io/v1/runtimeclasses",
+                             {"metadata": {"name": settings["runtimeClassName"]}, "handler": "runc",
+                              "overhead": overhead})  # fmt: skip
+    try:
+        body = serving(team.model)
+        body["metadata"]["name"] = "digits-root"
+        spec = body["spec"]
+        spec.update(image=root_image, resources={"cpu": "200m", "memory": "256Mi"})
+        spec["model"]["alias"] = "production"
+        spec["autoscaling"].update(minReplicas=1, maxReplicas=1)
+        team.create("inferencedeployments", body)
+
+        def refused(obj: dict) -> bool:
+            return condition(obj, "Ready").get("reason") == "CreateContainerConfigError"
+
+        ready = condition(team.wait("inferencedeployments", "digits-root", refused, 180, "refused as root"), "Ready")
+        stages.mark("root image: refused, the condition names the field")
+        print(f"root image without runAsUser: Ready={ready['status']} {ready['reason']}: {ready['message']}")
+        assert "container has runAsNonRoot and image will run as root" in ready["message"], ready
+        assert "set spec.podTemplate.securityContext.runAsUser" in ready["message"], ready
+
+        real_cluster.kubectl("-n", team.ns, "patch", "inferencedeployments", "digits-root", "--type=merge",
+                             "-p", json.dumps({"spec": {"podTemplate": settings}}))  # fmt: skip
+
+        def serving_it(obj: dict) -> bool:
+            stable = obj.get("status", {}).get("stable") or {}
+            return condition(obj, "Ready").get("status") == "True" and stable.get("readyReplicas") == 1
+
+        served = team.wait("inferencedeployments", "digits-root", serving_it, 240, "serving with the sample's settings")
+        stages.mark("root image: served with the sample's settings")
+        assert served["status"]["stable"]["modelVersion"] == v1, served["status"]
+        [pod] = [p for p in team.pods(selector="slipway.dev/track=stable") if p["metadata"]["name"].startswith(
+            "digits-root-")]  # fmt: skip
+        name = pod["metadata"]["name"]
+        uid = real_cluster.kubectl("-n", team.ns, "exec", name, "--", "id", "-u").stdout.strip()
+        statvfs = "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"
+        shm = int(real_cluster.kubectl("-n", team.ns, "exec", name, "--", "python", "-c", statvfs).stdout)
+        home = real_cluster.kubectl("-n", team.ns, "exec", name, "--", "sh", "-c", "touch $HOME/x && echo $HOME")
+        print(
+            f"root image with the sample's settings: id -u {uid}, /dev/shm {shm} bytes, HOME {home.stdout.strip()} "
+            f"writable, runtimeClassName {pod['spec'].get('runtimeClassName')}, overhead {pod['spec'].get('overhead')}"
+        )
+        assert uid == str(settings["securityContext"]["runAsUser"]), uid
+        assert shm == 8 * 2**30, shm  # the sample's shmSize, not the runtime's 64 MiB
+        assert pod["spec"]["runtimeClassName"] == settings["runtimeClassName"]
+        assert pod["spec"]["overhead"] == overhead["podFixed"], pod["spec"]  # the API server applied the class
+        assert pod["status"]["containerStatuses"][0]["containerID"].startswith("containerd://")
+    finally:
+        team.kube.delete(f"{team.path}/inferencedeployments/digits-root")
+        real_cluster.kube.delete(f"/apis/node.k8s.io/v1/runtimeclasses/{settings['runtimeClassName']}")
 
 
 def trainer_writing_its_root_fails(real_cluster, team: Team) -> None:

@@ -1,5 +1,5 @@
-"""The admin's knobs of a shared cluster, on the Namespace: which PriorityClasses a namespace's pods
-may use and which Gateways of other namespaces its routes may attach to. A namespace editor who
+"""The admin's knobs of a shared cluster, on the Namespace: which PriorityClasses and RuntimeClasses a
+namespace's pods may use and which Gateways of other namespaces its routes may attach to. A namespace editor who
 names anything else gets a Stalled condition naming the field, and no child is written."""
 
 from __future__ import annotations
@@ -105,8 +105,25 @@ def test_in_multi_tenant_mode_a_namespace_the_admin_set_nothing_for_gets_no_othe
     message = refused(kube_api, namespace, "claimed", "HostnameNotAllowed")
     assert message.startswith("spec.traffic.hostnames[0]: hostname api.team-b.example.com is not allowed"), message
 
+    # A runtime class decides what the pods reach of the node (a VM's isolation lifted, a device runtime).
+    runtime = deployment(model)
+    runtime["metadata"]["name"] = "runtime"
+    runtime["spec"]["podTemplate"] = {"runtimeClassName": "unconfined"}
+    create_as(tenant, namespace, runtime)
+    message = refused(kube_api, namespace, "runtime", "RuntimeClassNotAllowed")
+    expected = (f"spec.podTemplate.runtimeClassName: RuntimeClass 'unconfined' is not allowed in namespace "
+                f"{namespace} (it has no slipway.dev/allowed-runtime-classes annotation")  # fmt: skip
+    assert message.startswith(expected), message
+
     names = {d.metadata.name for d in client.AppsV1Api(kube_api).list_namespaced_deployment(namespace).items}
-    assert not names & {"high-stable", "high-canary", "claimed-stable", "claimed-canary"}
+    assert not names & {
+        "high-stable",
+        "high-canary",
+        "claimed-stable",
+        "claimed-canary",
+        "runtime-stable",
+        "runtime-canary",
+    }
     routes = client.CustomObjectsApi(kube_api).list_namespaced_custom_object(
         "gateway.networking.k8s.io", "v1", namespace, "httproutes"
     )

@@ -7,7 +7,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from slipway_testing import deployment
+from slipway_testing import deployment, report
 
 pytestmark = pytest.mark.cluster
 
@@ -61,3 +61,31 @@ def test_a_route_of_more_than_16_hostnames_is_refused(slipway_crds, namespace, t
     hostnames = [f"h{i}.example.com" for i in range(17)]
     body["spec"]["traffic"] = {"mode": "GatewayAPI", "parentRefs": [{"name": "web"}], "hostnames": hostnames}
     assert "spec.traffic.hostnames" in refused_at_admission(tenant, namespace, body)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"podTemplate": {"runtimeClassName": "NVIDIA runtime"}}, "spec.podTemplate.runtimeClassName"),
+        ({"podTemplate": {"topologySpreadConstraints": [{"maxSkew": 0, "topologyKey": "zone",
+                                                          "whenUnsatisfiable": "DoNotSchedule"}]}},
+         "spec.podTemplate.topologySpreadConstraints[0].maxSkew"),
+        ({"podTemplate": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                                          "whenUnsatisfiable": "Sometimes"}]}},
+         "spec.podTemplate.topologySpreadConstraints[0].whenUnsatisfiable"),
+        ({"podTemplate": {"shmSize": "lots"}}, "spec.podTemplate.shmSize"),
+        ({"podTemplate": {"sidecars": [{"name": "server", "image": "envoy:1"}]}}, "other than server"),
+        ({"podTemplate": {"sidecars": [{"name": "proxy"}]}}, "and an image"),
+        ({"resources": {"extendedResources": {"rdma": 1}}}, "with a domain"),
+        ({"resources": {"extendedResources": {"kubernetes.io/batteries": 1}}}, "kubernetes.io domains"),
+        ({"resources": {"extendedResources": {"nvidia.com/gpu": 2}}}, "counted by gpus"),
+        ({"resources": {"extendedResources": {"rdma/hca": 0}}}, "spec.resources.extendedResources.rdma/hca"),
+    ],
+)  # fmt: skip
+def test_a_gpu_pod_field_with_a_bad_value_is_refused_naming_it(slipway_crds, namespace, tenant, fields, words):
+    body = deployment("digits")
+    for key, value in fields.items():
+        body["spec"][key] = {**body["spec"].get(key, {}), **value}
+    message = refused_at_admission(tenant, namespace, body)
+    report(f"\n{next(iter(fields))}: {message[message.find('spec.') :][:300]}")
+    assert words in message, message

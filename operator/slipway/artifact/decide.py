@@ -224,10 +224,11 @@ def _step_run(spec: ModelArtifactSpec, seen: Observed, step: str, waiting: str, 
         return StartStep(step)
     if started.job is None:
         return CreateJob(step, _step_job(spec, seen, step, started.run.run_id, env))
-    state = states.job_state(step, started.job, waiting, started.refused)
-    if state is not None:  # a Job without pods sends no event when its pods are refused: look again
-        recheck = FAILED_CREATE_RECHECK_SECONDS if started.refused else NO_PODS_RECHECK_SECONDS
-        return Settle(state, recheck=recheck if jobs.without_pods(started.job) else None, pods=True)
+    state = states.job_state(step, started.job, waiting, started.refused, started.stuck)
+    if state is not None:  # a Job without pods, or a pod stuck before it starts, sends no event: look again
+        recheck = FAILED_CREATE_RECHECK_SECONDS if started.refused or started.stuck else NO_PODS_RECHECK_SECONDS
+        looking = jobs.without_pods(started.job) or jobs.starting(started.job)
+        return Settle(state, recheck=recheck if looking else None, pods=True)
     if started.finished is None:
         return ReadRun(step)
     return started.finished

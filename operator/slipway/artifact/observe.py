@@ -20,6 +20,7 @@ from slipway.prices import Prices
 from slipway.reconcile import Context
 from slipway.redact import without_credentials
 from slipway.status import jobs
+from slipway.status.pods import pod_problem
 
 # Digesting a version's files: at most this long a pass (and a tenth of the liveness limit), then the
 # next pass carries on soon (slipway.artifact.decide), so that one model of 10,000 files holds one
@@ -92,11 +93,14 @@ class Reader:
 
     def job(self, run: Run, job: dict[str, Any] | None) -> StepSeen:
         """A step's Job, and for one that should have had pods a while and has none, why the API
-        server refuses them (its FailedCreate Events: a Job sends no event of its own)."""
-        refused = None
+        server refuses them (its FailedCreate Events: a Job sends no event of its own); for one whose
+        pod has not started a while, why (an image not pulled, a root image refused)."""
+        refused = stuck = None
         if job is not None and jobs.without_pods(job) and jobs.old_enough_for_pods(job, datetime.now(UTC)):
             refused = kube.creation_failure(self.ctx.kube, job)
-        return StepSeen(run, job, refused)
+        if job is not None and jobs.starting(job) and jobs.old_enough_for_pods(job, datetime.now(UTC)):
+            stuck = pod_problem(kube.pods_of_job(self.ctx.kube, dict(job)))
+        return StepSeen(run, job, refused, stuck=stuck)
 
     def gate_inputs(self, refs: list[str]) -> tuple[Prices, dict[str, Baseline]]:
         prices = cost.prices_of(self.ctx.config.prices_file)

@@ -43,12 +43,14 @@ class FilesRead:
 @dataclass(frozen=True)
 class StepSeen:
     """A quantize or validate step: the MLflow run made for it, its Job (None: not created), why the
-    API server refuses the Job's pods (looked up only for a Job that has had none for a while), and
-    the run as the step left it (read once the Job completed)."""
+    API server refuses the Job's pods (looked up only for a Job that has had none for a while), why
+    a pod of it cannot start (reason, message: looked up only for one that has not started a while),
+    and the run as the step left it (read once the Job completed)."""
 
     run: Run
     job: Mapping[str, Any] | None
     refused: str | None = None
+    stuck: tuple[str, str] | None = None
     finished: Run | None = None
 
 

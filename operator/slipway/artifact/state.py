@@ -177,10 +177,20 @@ def trainingrun_source(run: Mapping[str, Any] | None, namespace: str, ref: str) 
 
 
 def job_state(
-    step: str, job: Mapping[str, Any], waiting: str, create_failure: str | None = None
+    step: str,
+    job: Mapping[str, Any],
+    waiting: str,
+    create_failure: str | None = None,
+    stuck: tuple[str, str] | None = None,
 ) -> ArtifactState | None:
-    """Why a step's Job is not done (failed, its pods refused by the API server, or still running), or
-    None once it completed."""
+    """Why a step's Job is not done (failed, its pods refused by the API server, a pod that cannot
+    start, or still running), or None once it completed."""
+    if stuck is not None and not jobs.is_complete(job) and not jobs.failure(job):
+        reason, said = stuck
+        phase, done = (
+            ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
+        )
+        return _state(phase, stalled, reason, f"the {step} Job {job['metadata']['name']}: {said}", done)
     if create_failure is not None:
         message = (
             f"the API server refuses the pods of the {step} Job {job['metadata']['name']}: {create_failure}; "

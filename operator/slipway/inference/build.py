@@ -159,7 +159,7 @@ def deployment(
             },
         },
     }
-    apply_pod_template(body["spec"]["template"], container, spec.pod_template)
+    apply_pod_template(body["spec"]["template"], container, spec.pod_template, spec.resources.gpus)
     if replicas is not None:
         body["spec"]["replicas"] = replicas
     return body

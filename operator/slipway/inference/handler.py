@@ -85,6 +85,9 @@ class Reconciler:
             asked, "spec.podTemplate.priorityClassName", ctx.config.inference_priority_class
         )
         self.default_class = "" if asked else self.priority_class  # what a missing class's message blames
+        ctx.tenancy.check_runtime_class(
+            spec.pod_template.runtime_class_name if spec.pod_template else None, "spec.podTemplate.runtimeClassName"
+        )
         self.router = traffic.router(spec.traffic.mode)
         self.router.check(spec, ctx.namespace, ctx.tenancy)
 

@@ -16,7 +16,6 @@ from slipway.models.base import (
     Duration,
     EnvVar,
     LocalObjectReference,
-    PodTemplate,
     Resources,
     SlipwayModel,
     StatusModel,
@@ -24,6 +23,7 @@ from slipway.models.base import (
     conditions_field,
     parse_duration,
 )
+from slipway.models.pods import PodTemplate
 
 DeploymentPhase = Literal[
     "Progressing", "Analyzing", "Promoting", "Baking", "Promoted", "RolledBack", "Paused", "Failed"

@@ -16,6 +16,7 @@ from typing import Any
 
 from slipway.inference.model import InferenceDeploymentSpec
 from slipway.inference.probes import readiness_path
+from slipway.models.pods import shm_size
 
 # In the revision, as written: the server's container.
 CONTAINER_FIELDS = ("image", "command", "args", "port", "resources", "env")
@@ -25,6 +26,10 @@ WHEN_SET_FIELDS = ("probes", "modelLoad", "podTemplate")
 # In the revision through what they decide: the model's name, and the version and URI it resolves
 # to; the readiness probe's path (the vllm preset's server answers /health).
 DECIDING_FIELDS = ("model", "rollout.analysis.preset")
+# Fields added inside those above after revisions were first served: left out while unset, so that
+# a revision served before they existed keeps its hash.
+POD_TEMPLATE_ADDED = ("runtimeClassName", "topologySpreadConstraints", "shmSize", "sidecars")
+RESOURCES_ADDED = ("extendedResources",)
 IN_REVISION = frozenset((*CONTAINER_FIELDS, *WHEN_SET_FIELDS, *DECIDING_FIELDS))
 
 # Outside the revision: how many pods, how traffic moves, how a pod drains, how a canary is judged.
@@ -58,13 +63,23 @@ OUTSIDE_REVISION = frozenset(
 
 def _served(spec: InferenceDeploymentSpec, version: str, uri: str, model_name: str | None) -> dict[str, Any]:
     dumped = spec.model_dump(mode="json", by_alias=True)
-    served = {
+    dumped["resources"] = _set_only(dumped["resources"], RESOURCES_ADDED)
+    served: dict[str, Any] = {
         "model": [model_name or spec.model.name or "", version, uri],
         "container": {key: dumped[key] for key in CONTAINER_FIELDS},
         "probePath": readiness_path(spec),
     }
     served |= {key: dumped[key] for key in WHEN_SET_FIELDS if dumped.get(key) is not None}
+    if "podTemplate" in served:
+        served["podTemplate"] = _set_only(served["podTemplate"], POD_TEMPLATE_ADDED)
+    shm = shm_size(spec.pod_template, spec.resources.gpus)
+    if shm is not None:  # the pods' /dev/shm, spec.podTemplate.shmSize or the default of GPU pods
+        served["shm"] = shm
     return served
+
+
+def _set_only(fields: dict[str, Any], added: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if k not in added or v is not None}
 
 
 def _digest(served: Mapping[str, Any]) -> str:

@@ -14,7 +14,15 @@ use this package's names (``kube.get``, ``kube.Conflict`` ...); it is made of:
 
 from __future__ import annotations
 
-from slipway.kube.cluster import COMPONENT, GPU_PRODUCT_LABEL, creation_failure, gpu_products, post_event, serves
+from slipway.kube.cluster import (
+    COMPONENT,
+    GPU_PRODUCT_LABEL,
+    creation_failure,
+    gpu_products,
+    pods_of_job,
+    post_event,
+    serves,
+)
 from slipway.kube.connection import (
     FORBIDDEN_RETRY_SECONDS,
     REQUEST_TIMEOUT,
@@ -61,6 +69,7 @@ __all__ = [
     "controller_uid",
     "create",
     "creation_failure",
+    "pods_of_job",
     "custom_kinds",
     "delete",
     "get",

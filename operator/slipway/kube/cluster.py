@@ -32,6 +32,19 @@ def creation_failure(kube: Kube, obj: dict[str, Any]) -> str | None:
     return str(events[-1].message) if events else None
 
 
+def pods_of_job(kube: Kube, job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods of ``job``, by the label the Job controller gives them (read only while a step's pod
+    has not started: the operator watches no step pods)."""
+    meta = job["metadata"]
+    answer = call(
+        f"list the pods of Job {meta['namespace']}/{meta['name']}",
+        kube.core.list_namespaced_pod,
+        meta["namespace"],
+        label_selector=f"controller-uid={meta['uid']}",
+    )
+    return [kube.api.sanitize_for_serialization(pod) for pod in answer.items]
+
+
 def post_event(kube: Kube, involved: dict[str, Any], type_: str, reason: str, message: str) -> None:
     """A core/v1 Event on ``involved``, as ``kubectl describe`` and ``kubectl get events`` show it."""
     meta = involved["metadata"]

@@ -7,7 +7,7 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonDict
 
@@ -143,8 +143,39 @@ DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 PROMETHEUS_ADDRESS_PATTERN = r"(?i)^https?://([a-z0-9.-]+|\[[0-9a-f:.]+\])(:[0-9]{1,5})?(/[a-z0-9._~%/-]*)?$"
 
 
+def cel(*rules: tuple[str, str]) -> ConfigDict:
+    """Model config carrying CEL rules (rule, message) into the generated CRD.
+
+    Each rule mirrors a pydantic validator with the same message, so a user sees
+    the same words from the API server and from the operator.
+    """
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]})
+
+
+# An extended resource beside GPUs (RDMA or EFA devices, ...): a name with a domain, outside the
+# kubernetes.io domains (cpu, memory, hugepages-* and ephemeral-storage are not extended resources).
+EXTENDED_RESOURCE_PATTERN = (
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+KUBERNETES_DOMAIN_PATTERN = r"^([^/]*[.])?kubernetes[.]io/"
+EXTENDED_NAME_MESSAGE = (
+    "extendedResources: each name is an extended resource with a domain, e.g. rdma/hca_shared_devices_a "
+    "(at most 253 characters, not in the kubernetes.io domains); cpu and memory have fields of their own"
+)
+EXTENDED_GPU_MESSAGE = "extendedResources: the GPU resource (gpuResourceName) is counted by gpus, not here"
+
+
 class Resources(SlipwayModel):
     """Compute resources of each pod."""
+
+    model_config = cel(
+        (
+            "!has(self.extendedResources) || self.extendedResources.all(k, size(k) <= 253 && "
+            f"k.matches('{EXTENDED_RESOURCE_PATTERN}') && !k.matches('{KUBERNETES_DOMAIN_PATTERN}'))",
+            EXTENDED_NAME_MESSAGE,
+        ),
+        ("!has(self.extendedResources) || !(self.gpuResourceName in self.extendedResources)", EXTENDED_GPU_MESSAGE),
+    )
 
     gpus: int = Field(default=0, ge=0, le=64, description="GPUs per pod (a limit on gpuResourceName).")
     gpu_resource_name: str = Field(
@@ -155,6 +186,25 @@ class Resources(SlipwayModel):
     )
     cpu: Quantity | None = Field(default=None, description='CPU per pod (request and limit), e.g. "4" or "500m".')
     memory: Quantity | None = Field(default=None, description='Memory per pod (request and limit), e.g. "32Gi".')
+    extended_resources: dict[str, Annotated[int, Field(ge=1, le=1024)]] | None = Field(
+        default=None,
+        description="Extended resources beside GPUs, by name, each a whole number (request and limit), e.g. "
+        "rdma/hca_shared_devices_a: 1 or vpc.amazonaws.com/efa: 4.",
+        max_length=8,
+    )
+
+    @model_validator(mode="after")
+    def _extended(self) -> Resources:
+        for name in self.extended_resources or {}:
+            if (
+                len(name) > 253
+                or not re.fullmatch(EXTENDED_RESOURCE_PATTERN, name)
+                or re.match(KUBERNETES_DOMAIN_PATTERN, name)
+            ):
+                raise ValueError(f"{EXTENDED_NAME_MESSAGE}; {name!r} is not")
+            if name == self.gpu_resource_name:
+                raise ValueError(EXTENDED_GPU_MESSAGE)
+        return self
 
 
 class LocalObjectReference(SlipwayModel):
@@ -172,15 +222,6 @@ class ModelRef(SlipwayModel):
         max_length=256,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]*$",
     )
-
-
-def cel(*rules: tuple[str, str]) -> ConfigDict:
-    """Model config carrying CEL rules (rule, message) into the generated CRD.
-
-    Each rule mirrors a pydantic validator with the same message, so a user sees
-    the same words from the API server and from the operator.
-    """
-    return ConfigDict(json_schema_extra={"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in rules]})
 
 
 def field_path(loc: tuple[int | str, ...], root: str = "spec") -> str:
@@ -216,57 +257,3 @@ EnvFrom = Annotated[
 # object's annotations may take in all (32 of them at most).
 LabelValue = Annotated[str, Field(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 AnnotationValue = Annotated[str, Field(max_length=4096)]
-
-
-class PodTemplate(SlipwayModel):
-    """Pod settings Slipway merges into the pods it builds (both tracks of an InferenceDeployment,
-    a TrainingRun's pods), as in a Pod spec."""
-
-    labels: dict[str, LabelValue] | None = Field(
-        default=None, description="Extra pod labels (Slipway's own win).", max_length=32
-    )
-    annotations: dict[str, AnnotationValue] | None = Field(
-        default=None, description="Extra pod annotations.", max_length=32
-    )
-    node_selector: dict[str, LabelValue] | None = Field(
-        default=None, description="Node labels the pods must match.", max_length=32
-    )
-    tolerations: list[Toleration] | None = Field(default=None, description="Taints the pods tolerate.")
-    affinity: dict[str, Any] | None = Field(
-        default=None, description="Node and pod affinity, as in a Pod spec.", json_schema_extra=PRESERVE
-    )
-    volumes: list[Volume] | None = Field(default=None, description="Extra volumes, as in a Pod spec.", max_length=32)
-    volume_mounts: list[VolumeMount] | None = Field(
-        default=None,
-        description="Mounts of those volumes in the server container (name, mountPath, readOnly, subPath).",
-        max_length=32,
-    )
-    env: list[EnvVar] | None = Field(
-        default=None, description="More environment variables (after spec.env).", max_length=128
-    )
-    env_from: list[EnvFrom] | None = Field(
-        default=None,
-        description="Whole Secrets or ConfigMaps as environment (secretRef, configMapRef, prefix).",
-        max_length=16,
-    )
-    service_account_name: str | None = Field(
-        default=None, min_length=1, max_length=253, description="ServiceAccount of the pods."
-    )
-    image_pull_secrets: list[LocalObjectReference] | None = Field(
-        default=None, description="Secrets to pull the image.", max_length=16
-    )
-    priority_class_name: str | None = Field(
-        default=None, min_length=1, max_length=253, description="PriorityClass of the pods."
-    )
-    security_context: dict[str, Any] | None = Field(
-        default=None,
-        description="Pod securityContext (runAsUser, fsGroup, ...), merged over Slipway's defaults, which "
-        "pass the restricted Pod Security Standard (runAsNonRoot, RuntimeDefault seccomp).",
-        json_schema_extra=PRESERVE,
-    )
-    container_security_context: dict[str, Any] | None = Field(
-        default=None,
-        description="securityContext of every container, merged over Slipway's defaults, which pass the "
-        "restricted Pod Security Standard (no privilege escalation, every capability dropped).",
-        json_schema_extra=PRESERVE,
-    )

@@ -31,6 +31,13 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "Globs of the PriorityClasses the namespace's pods may use; without it, any in single-team mode, only the "
         "operator's default class of the kind in multi-tenant mode.",
     ),
+    "slipway.dev/allowed-runtime-classes": (
+        "annotation",
+        "Namespace",
+        "cluster admin",
+        "Globs of the RuntimeClasses the namespace's pods may use (spec.podTemplate.runtimeClassName); without it, "
+        "any in single-team mode, none in multi-tenant mode.",
+    ),
     "slipway.dev/allowed-gateways": (
         "annotation",
         "Namespace",

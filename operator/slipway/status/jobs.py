@@ -50,6 +50,12 @@ def old_enough_for_pods(job: Mapping[str, Any], now: datetime, grace: float = FI
     return since is None or (now - since).total_seconds() >= grace
 
 
+def starting(job: Mapping[str, Any]) -> bool:
+    """A Job running pods none of which is ready yet: one may be stuck before it starts."""
+    status = job.get("status") or {}
+    return bool(status.get("active")) and not status.get("ready") and not is_complete(job) and not failure(job)
+
+
 def without_pods(job: Mapping[str, Any]) -> bool:
     """A Job that should have pods and, by its status, never had one."""
     status = job.get("status") or {}

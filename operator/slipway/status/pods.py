@@ -20,6 +20,28 @@ WAITING_PROBLEMS = {
 }
 
 
+# The kubelet's words when a pod that must run as non-root (every pod Slipway builds) has an image
+# whose USER is root or a name, and what to set.
+ROOT_IMAGE_FIX = (
+    "the image's USER is root, and Slipway's pods run as non-root (the restricted Pod Security Standard): "
+    "set spec.podTemplate.securityContext.runAsUser (and runAsGroup, fsGroup) to a non-root id, with a "
+    "writable HOME (docs/how-to/root-images.md)"
+)
+NAMED_USER_FIX = (
+    "the image's USER is a name the kubelet cannot check: set spec.podTemplate.securityContext.runAsUser to "
+    "its numeric id (docs/how-to/root-images.md)"
+)
+
+
+def with_fix(message: str) -> str:
+    """``message`` (the kubelet's), and what to set when it refused an image for its user."""
+    if "runAsNonRoot and image will run as root" in message:
+        return f"{message}; {ROOT_IMAGE_FIX}"
+    if "runAsNonRoot and image has non-numeric user" in message:
+        return f"{message}; {NAMED_USER_FIX}"
+    return message
+
+
 def pod_problem(pods: Sequence[Obj]) -> tuple[str, str] | None:
     """The first reason a pod cannot run that a user can act on: (reason, message)."""
     found = problem_pod(pods)
@@ -47,11 +69,11 @@ def _problem_of(pod: Obj) -> tuple[str, str] | None:
             # What the init container said last (e.g. fetch-model's digest mismatch), else the wait.
             said = (((cs.get("lastState") or {}).get("terminated") or {}).get("message") or "").strip()
             detail = said.splitlines()[-1][-300:] if said else waiting.get("message") or waiting["reason"]
-            return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {detail}"
+            return waiting["reason"], f"pod {name}: init container {cs.get('name')}: {with_fix(detail)}"
     for cs in status.get("containerStatuses") or []:
         waiting = (cs.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") in WAITING_PROBLEMS:
-            return waiting["reason"], f"pod {name}: {waiting.get('message') or waiting['reason']}"
+            return waiting["reason"], f"pod {name}: {with_fix(waiting.get('message') or waiting['reason'])}"
     return None
 
 

@@ -51,6 +51,9 @@ from slipway.training.model import TrainingRunSpec
 # priorityClassName, resources.cpu, memory and gpuResourceName), how failures and pauses are handled
 # (failurePolicy, suspend), the checkpoint volume's size and class, sizing (an estimate) and artifact
 # (what happens after training: its ModelArtifact has a work key of its own).
+# What defines the work. Where a pod runs and beside what (podTemplate.runtimeClassName,
+# topologySpreadConstraints, shmSize, sidecars, resources.extendedResources) does not: a run moved
+# to other nodes, or given RDMA devices, resumes its checkpoints.
 WORK_FIELDS = (
     "model",
     "image",

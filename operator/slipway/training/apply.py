@@ -57,7 +57,11 @@ def create_child(ctx: Context, spec: TrainingRunSpec, runtime: str) -> dict[str,
 
 
 def priority_class(ctx: Context, spec: TrainingRunSpec) -> str:
-    """The training pods' PriorityClass, as the namespace allows (tenancy.Policy.priority_class)."""
+    """The training pods' PriorityClass, as the namespace allows (tenancy.Policy.priority_class); and
+    their RuntimeClass checked as it allows."""
+    ctx.tenancy.check_runtime_class(
+        spec.pod_template.runtime_class_name if spec.pod_template else None, "spec.podTemplate.runtimeClassName"
+    )
     if spec.priority_class_name:
         return ctx.tenancy.priority_class(
             spec.priority_class_name, "spec.priorityClassName", ctx.config.training_priority_class

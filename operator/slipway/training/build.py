@@ -208,7 +208,7 @@ def job(
         "suspend": True if tracking_uri is not None else spec.suspend or spec.queue_name is not None,
         "template": {"metadata": {"labels": labels(name), "annotations": {RUN_NAME_ANNOTATION: name}}, "spec": pod},
     }
-    apply_pod_template(job_spec["template"], container, spec.pod_template)
+    apply_pod_template(job_spec["template"], container, spec.pod_template, spec.resources.gpus)
     if spec.checkpoint is not None:
         # A fresh volume's root belongs to root (mode 0755 on most block storage): the kubelet gives it
         # to this group, which every container of the pod is in, whatever UID it runs as.

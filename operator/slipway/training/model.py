@@ -12,7 +12,6 @@ from slipway.models.base import (
     EnvVar,
     LocalObjectReference,
     ModelRef,
-    PodTemplate,
     Quantity,
     Resources,
     SlipwayModel,
@@ -21,6 +20,7 @@ from slipway.models.base import (
     cel,
     conditions_field,
 )
+from slipway.models.pods import PodTemplate
 
 TrainingPhase = Literal["Pending", "Running", "Succeeded", "Failed", "Suspended"]
 Precision = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]

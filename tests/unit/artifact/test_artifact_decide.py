@@ -86,7 +86,8 @@ def gates_recorded(passed: bool, aliases: str | None = None) -> dict[str, str]:
 
 def job(state: str) -> dict[str, Any]:
     status = {
-        "running": {"active": 1},
+        "running": {"active": 1, "ready": 1},
+        "starting": {"active": 1},
         "podless": {},
         "complete": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
         "failed": {
@@ -100,12 +101,18 @@ def job(state: str) -> dict[str, Any]:
     return {"metadata": meta, "spec": {}, "status": status}
 
 
-def step(state: str | None, refused: str | None = None, finished: Run | None = None, **run: Any) -> StepSeen:
+def step(
+    state: str | None,
+    refused: str | None = None,
+    finished: Run | None = None,
+    stuck: tuple[str, str] | None = None,
+    **run: Any,
+) -> StepSeen:
     """A step whose MLflow run is made and whose Job is in ``state`` (None: no Job yet)."""
     made = Run(
         run.pop("run_id", "q1"), "1", "step", "RUNNING", run.pop("artifact_uri", "mlflow-artifacts:/1/q1/artifacts")
     )
-    return StepSeen(made, job(state) if state else None, refused, finished)
+    return StepSeen(made, job(state) if state else None, refused, stuck, finished)
 
 
 def finished(run_id: str = "q1", tags: dict[str, str] | None = None, **metrics: float) -> Run:
@@ -269,6 +276,27 @@ CASES = [
         [QUANTIZING],
         registered(versions={QUANTIZED: None}, steps={QUANTIZE: step("podless")}),
         ("Settle", "Quantizing", "Quantizing", NO_PODS_RECHECK_SECONDS),
+    ),
+    (
+        "quantize-pod-starting",
+        [QUANTIZING],
+        registered(versions={QUANTIZED: None}, steps={QUANTIZE: step("starting")}),
+        ("Settle", "Quantizing", "Quantizing", NO_PODS_RECHECK_SECONDS),
+    ),
+    (
+        "quantize-pod-of-a-root-image",
+        [QUANTIZING],
+        registered(
+            versions={QUANTIZED: None},
+            steps={QUANTIZE: step("starting", stuck=("CreateContainerConfigError", "pod q-x: runAsNonRoot ..."))},
+        ),
+        ("Settle", "Quantizing", "CreateContainerConfigError", FAILED_CREATE_RECHECK_SECONDS),
+    ),
+    (
+        "validate-pod-not-pulled",
+        [VALIDATING],
+        registered(steps={QUANTIZE: step("complete"), VALIDATE: step("starting", stuck=("ImagePullBackOff", "x"))}),
+        ("Settle", "Validating", "ImagePullBackOff", FAILED_CREATE_RECHECK_SECONDS),
     ),
     (
         "quantize-pods-refused",

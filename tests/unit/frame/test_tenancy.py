@@ -8,6 +8,7 @@ from slipway.tenancy import (
     ALLOWED_GATEWAYS,
     ALLOWED_MODELS,
     ALLOWED_PRIORITY_CLASSES,
+    ALLOWED_RUNTIME_CLASSES,
     NotAllowed,
     Policy,
     UriTarget,
@@ -178,6 +179,22 @@ def test_priority_classes_the_admin_allows():
         narrow.priority_class("system-node-critical", "spec.podTemplate.priorityClassName", "d")
     assert refused.value.reason == "PriorityClassNotAllowed"
     assert str(refused.value).startswith("spec.podTemplate.priorityClassName: PriorityClass 'system-node-critical'")
+
+
+def test_runtime_classes_the_admin_allows():
+    field = "spec.podTemplate.runtimeClassName"
+    Policy.of("t2", admin(), False).check_runtime_class("kata", field)  # single-team, no annotation: any
+    for policy in (
+        Policy.of("t2", admin(), True),
+        Policy.of("t2", admin(**{ALLOWED_RUNTIME_CLASSES: "nvidia*"}), True),
+    ):
+        policy.check_runtime_class(None, field)  # none named: always
+        with pytest.raises(NotAllowed) as refused:
+            policy.check_runtime_class("privileged-vm", field)
+        assert refused.value.reason == "RuntimeClassNotAllowed"
+        assert str(refused.value).startswith(f"{field}: RuntimeClass 'privileged-vm' is not allowed in namespace t2")
+        assert ALLOWED_RUNTIME_CLASSES in str(refused.value)
+    Policy.of("t2", admin(**{ALLOWED_RUNTIME_CLASSES: "nvidia*"}), True).check_runtime_class("nvidia-cdi", field)
 
 
 def test_gateways_of_other_namespaces_need_the_admin():

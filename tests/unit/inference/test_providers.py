@@ -169,7 +169,7 @@ def test_every_source_checks_the_spec_it_reads(monkeypatch):
     assert refusals(Analysis(), config) == ["spec.rollout.analysis.preset: the toy source wants preset toy"]
 
 
-PURE = {"slipway", "slipway._version", "slipway.clock", "slipway.models", "slipway.models.base",
+PURE = {"slipway", "slipway._version", "slipway.clock", "slipway.models", "slipway.models.base", "slipway.models.pods",
         "slipway.artifact", "slipway.artifact.model", "slipway.inference", "slipway.inference.analysis",
         "slipway.inference.model", "slipway.inference.rollbacks", "slipway.reasons", "slipway.status",
         "slipway.status.conditions"}  # fmt: skip

@@ -179,6 +179,28 @@ def test_a_failing_fetch_shows_what_it_said() -> None:
     assert message.startswith("pod digits-canary-x: init container fetch-model: ERROR digest mismatch")
 
 
+@pytest.mark.parametrize(
+    ("kubelet", "fix"),
+    [
+        ('container has runAsNonRoot and image will run as root (pod: "digits-stable-x_ns", container: server)',
+         "set spec.podTemplate.securityContext.runAsUser (and runAsGroup, fsGroup) to a non-root id"),
+        ("container has runAsNonRoot and image has non-numeric user (vllm), cannot verify user is non-root",
+         "set spec.podTemplate.securityContext.runAsUser to its numeric id"),
+    ],
+)  # fmt: skip
+def test_a_root_image_refused_by_the_kubelet_names_the_field_to_set(kubelet: str, fix: str) -> None:
+    from slipway.status.pods import pod_problem
+
+    waiting = {"reason": "CreateContainerConfigError", "message": kubelet}
+    pod = {
+        "metadata": {"name": "digits-stable-x"},
+        "status": {"containerStatuses": [{"name": "server", "state": {"waiting": waiting}}]},
+    }
+    reason, message = pod_problem([pod])  # type: ignore[misc]
+    assert reason == "CreateContainerConfigError"
+    assert message.startswith(f"pod digits-stable-x: {kubelet}; ") and fix in message, message
+
+
 def test_training_pods_take_the_pod_template_and_the_specs_own_fields_win() -> None:
     from slipway.training import build as trainingrun
     from slipway.training.model import TrainingRunSpec
