@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, WithJsonSchema, model_validator
 
 from slipway.models.base import (
     PRESERVE,
@@ -69,12 +69,23 @@ class TopologySpreadConstraint(SlipwayModel):
     )
 
 
+SIDECAR_DESCRIPTION = (
+    "A container, as in a Pod spec, run beside the main one for the pod's whole life (a native sidecar: an "
+    "init container with restartPolicy Always, which Slipway sets)."
+)
 Sidecar = Annotated[
     dict[str, Any],
-    Field(
-        description="A container, as in a Pod spec, run beside the main one for the pod's whole life (a "
-        "native sidecar: an init container with restartPolicy Always, which Slipway sets).",
-        json_schema_extra=PRESERVE,
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": SIDECAR_DESCRIPTION,
+            "x-kubernetes-preserve-unknown-fields": True,
+            "required": ["name", "image"],
+            "properties": {
+                "name": {"type": "string", "maxLength": 63, "pattern": DNS_LABEL, "description": "Its name."},
+                "image": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "Its image."},
+            },
+        }
     ),
 ]
 
@@ -85,9 +96,7 @@ class PodTemplate(SlipwayModel):
 
     model_config = cel(
         (
-            "!has(self.sidecars) || self.sidecars.all(c, has(c.name) && has(c.image) && type(c.name) == string "
-            f"&& size(c.name) <= 63 && c.name.matches('{DNS_LABEL}') && !(c.name in {list(RESERVED_CONTAINERS)})) "
-            "&& self.sidecars.all(a, self.sidecars.exists_one(b, b.name == a.name))",
+            "!has(self.sidecars) || self.sidecars.all(c, !(c.name in " + str(list(RESERVED_CONTAINERS)) + "))",
             SIDECAR_MESSAGE,
         ),
     )
@@ -160,6 +169,7 @@ class PodTemplate(SlipwayModel):
         description="Containers run beside the main one for the pod's whole life (native sidecars), e.g. a "
         "log shipper or a proxy; they start first, and stop after it.",
         max_length=8,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
     @model_validator(mode="after")
