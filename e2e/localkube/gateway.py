@@ -26,8 +26,22 @@ from localkube.wait import wait_answers, wait_for
 TRAEFIK = ROOT / ".cache" / "traefik" / "traefik"
 GATEWAY_CLASS = "localkube"
 CONTROLLER = "traefik.io/gateway-controller"
+# Each Traefik reads the GatewayClasses carrying its value of this label, and so the Gateways of
+# those classes alone: a private gateway's Gateway is not the cluster gateway's too (both would
+# write its status, each undoing the other's, many times a second).
+CLASS_LABEL = "localkube.dev/gateway"
 USER = "localkube:gateway"
 PROCESS = "gateway"
+
+
+def gateway_class(name: str, owner: str) -> dict[str, object]:
+    """The GatewayClass ``name``, read by the Traefik whose selector is ``owner``."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "GatewayClass",
+        "metadata": {"name": name, "labels": {CLASS_LABEL: owner}},
+        "spec": {"controllerName": CONTROLLER},
+    }
 
 
 def objects() -> list[tuple[str, dict[str, object]]]:
@@ -48,17 +62,7 @@ def objects() -> list[tuple[str, dict[str, object]]]:
             },
         ],
     )
-    out.append(
-        (
-            "/apis/gateway.networking.k8s.io/v1/gatewayclasses",
-            {
-                "apiVersion": "gateway.networking.k8s.io/v1",
-                "kind": "GatewayClass",
-                "metadata": {"name": GATEWAY_CLASS},
-                "spec": {"controllerName": CONTROLLER},
-            },
-        )
-    )
+    out.append(("/apis/gateway.networking.k8s.io/v1/gatewayclasses", gateway_class(GATEWAY_CLASS, "cluster")))
     return out
 
 
@@ -103,29 +107,35 @@ class PrivateGateway:
     port: int  # its Gateways' listener port
     admin: int  # ping and /metrics
     job: str  # its Prometheus scrape job
+    gateway_class: str  # the GatewayClass of its Gateways (no other Traefik reads it)
 
 
 @contextmanager
 def private_gateway(directory: Path, namespace: str, timeout: float = 60) -> Iterator[PrivateGateway]:
     """A Traefik of its own for ``namespace``'s Gateways (the cluster's gateway started with
     metrics, and a test that wants a gateway no other test sends through), scraped by the cluster's
-    Prometheus as the job ``gateway-<namespace>``; stopped, and its job removed, on exit. The
-    cluster's gateway reports the Gateway's listener as its own cannot bind (another port): the
-    Gateway's status shows both, routing is this one's."""
+    Prometheus as the job ``gateway-<namespace>``, reading the Gateways of its own GatewayClass
+    (``gateway_class``: the cluster's gateway does not read them); stopped, and its job and class
+    removed, on exit."""
     info = ensure_gateway(directory)
+    kube = Kube(info.kubeconfig)
+    class_name = f"{GATEWAY_CLASS}-{namespace}"[:253]
+    classes = "/apis/gateway.networking.k8s.io/v1/gatewayclasses"
+    kube.ensure(classes, gateway_class(class_name, namespace))
     kubeconfig = directory / "kubeconfigs" / "gateway.kubeconfig"
     port, admin = free_port(), free_port()
     name = f"{PROCESS}-{namespace}"
     log = directory / "logs" / f"{name}.log"
-    proc = spawn(name, command(TRAEFIK, port, admin, (namespace,)), log, env=environment(kubeconfig), cwd=directory)
+    proc = spawn(name, command(TRAEFIK, port, admin, namespace), log, env=environment(kubeconfig), cwd=directory)
     config, job = directory / "prometheus" / "prometheus.yml", f"{PROCESS}-{namespace}"
     try:
         wait_answers(f"http://127.0.0.1:{admin}/ping", proc.alive, proc.log, timeout, f"{name} (Traefik)")
         if info.prometheus_url:
             prometheus.add_scrape_job(config, info.prometheus_url, scrape_job(job, admin))
-        yield PrivateGateway(port, admin, job)
+        yield PrivateGateway(port, admin, job, class_name)
     finally:
         proc.stop()
+        kube.delete(f"{classes}/{class_name}")
         if info.prometheus_url:
             prometheus.remove_scrape_job(config, info.prometheus_url, job)
 
@@ -135,12 +145,16 @@ def environment(kubeconfig: Path) -> dict[str, str]:
     return {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": ""}
 
 
-def command(binary: Path, port: int, admin: int, namespaces: tuple[str, ...] = ()) -> list[str]:
+def command(binary: Path, port: int, admin: int, namespace: str = "") -> list[str]:
     """Traefik's command line: Gateways' listeners on the entryPoint ``web`` (127.0.0.1:``port``),
     ping and Prometheus metrics (per service: ``traefik_service_requests_total`` and
-    ``traefik_service_request_duration_seconds``) on ``traefik`` (127.0.0.1:``admin``), the
-    Gateway API objects of ``namespaces`` only when given."""
-    watched = [f"--providers.kubernetesgateway.namespaces={','.join(namespaces)}"] if namespaces else []
+    ``traefik_service_request_duration_seconds``) on ``traefik`` (127.0.0.1:``admin``); the
+    cluster's GatewayClass, or with ``namespace`` that namespace's Gateway API objects and its
+    private class."""
+    owner = namespace or "cluster"
+    watched = [f"--providers.kubernetesgateway.labelselector={CLASS_LABEL}={owner}"]
+    if namespace:
+        watched.append(f"--providers.kubernetesgateway.namespaces={namespace}")
     return [
         str(binary),
         f"--entryPoints.web.address=127.0.0.1:{port}",
@@ -166,15 +180,15 @@ def scrape_job(name: str, admin: int) -> dict[str, object]:
             "static_configs": [{"targets": [f"127.0.0.1:{admin}"]}]}  # fmt: skip
 
 
-def gateway(name: str, namespace: str, port: int) -> dict[str, object]:
-    """A Gateway of the cluster's class with one HTTP listener on the gateway's port, open to
-    routes of every namespace."""
+def gateway(name: str, namespace: str, port: int, gateway_class: str = GATEWAY_CLASS) -> dict[str, object]:
+    """A Gateway of the cluster's class (or ``gateway_class``) with one HTTP listener on the
+    gateway's port, open to routes of every namespace."""
     return {
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "Gateway",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
-            "gatewayClassName": GATEWAY_CLASS,
+            "gatewayClassName": gateway_class,
             "listeners": [
                 {"name": "http", "port": port, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}
             ],

@@ -152,8 +152,9 @@ def test_mlflow_models_serve_is_canaried_and_rolled_back_by_the_gateways_metrics
     model = f"scorer-{namespace}"
     versions = mlflow_client(LOG, cluster.mlflow_url, f"gateway-{namespace}", model, str(FAILING))["versions"]
     with private_gateway(cluster.directory, namespace) as gw:
+        web = gateway("web", namespace, gw.port, gw.gateway_class)
         client.CustomObjectsApi(kube_api).create_namespaced_custom_object(
-            "gateway.networking.k8s.io", "v1", namespace, "gateways", gateway("web", namespace, gw.port)
+            "gateway.networking.k8s.io", "v1", namespace, "gateways", web
         )
         monkeypatch.setenv("SLIPWAY_TRAEFIK_SELECTOR", f'job="{gw.job}",namespace=""')  # its own scrape job
         operator()
