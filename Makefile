@@ -16,12 +16,13 @@ ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/rollouts-controller
 KWOK := $(CACHE)/kwok/kwok
 KUEUE := $(CACHE)/kueue/kueue
 JOBSET := $(CACHE)/jobset/jobset
+KEDA := $(CACHE)/keda/keda-operator
 # The generated copies of the CRDs (charts/slipway/files/crds/ links to crds/).
 CRD_DIRS := crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lock-mlflow image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock lock-mlflow image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -97,6 +98,10 @@ $(TRAEFIK): e2e/gateway/build-traefik.sh e2e/go-build.sh e2e/gateway/go.mod e2e/
 kueue: $(KUEUE)  ## build Kueue (quotas, admission, preemption for TrainingRuns) from the Go module proxy (cached)
 $(KUEUE): e2e/batch/build.sh e2e/go-build.sh
 	bash e2e/batch/build.sh kueue $(KUEUE)
+
+keda: $(KEDA)  ## build KEDA (its operator and metrics adapter: ScaledObjects for spec.autoscaling.mode External) from the Go module proxy (cached)
+$(KEDA): e2e/keda/build.sh e2e/go-build.sh
+	bash e2e/keda/build.sh $(dir $(KEDA))
 
 jobset: $(JOBSET)  ## build JobSet (multi-node TrainingRuns as one gang) from the Go module proxy (cached)
 $(JOBSET): e2e/batch/build.sh e2e/go-build.sh
@@ -177,7 +182,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset
+CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda
 test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image syft  ## all tests: lint, types and unit first, then the cluster tiers on local clusters (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 

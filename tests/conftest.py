@@ -207,6 +207,21 @@ def kueue_quota(kueue, kube_api, namespace):
 
 
 @pytest.fixture(scope="session")
+def keda(cluster):
+    """KEDA (``make keda``) running in the local cluster, its external metrics API served (as ``kueue``)."""
+    import fcntl
+    from pathlib import Path
+
+    from localkube.keda import ensure_keda
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / "keda.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return ensure_keda(Path(cluster.directory))
+
+
+@pytest.fixture(scope="session")
 def jobset(cluster):
     """JobSet (``make jobset``) running in the local cluster, its webhooks served (as ``kueue``)."""
     import fcntl

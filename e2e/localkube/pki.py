@@ -107,11 +107,15 @@ class CertificateAuthority:
         server: bool = False,
         dns_names: tuple[str, ...] = (),
         ip_addresses: tuple[str, ...] = (),
+        mutual: bool = False,
     ) -> CertPair:
-        """Issue ``<name>.crt``/``<name>.key``: a client certificate, or a serving one if ``server``."""
+        """Issue ``<name>.crt``/``<name>.key``: a client certificate, or a serving one if ``server``
+        (and a client one too if ``mutual``: one pair both ends of a mutual TLS link present)."""
         now = datetime.datetime.now(datetime.UTC)
         key = ec.generate_private_key(ec.SECP256R1())
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server and mutual:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         builder = (
             x509.CertificateBuilder()
             .subject_name(_name(common_name, organizations))

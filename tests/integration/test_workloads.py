@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -561,3 +562,31 @@ def test_openai_mode_streams_tokens_and_exports_vllms_metrics(serving: Any) -> N
     assert 'http_requests_total{handler="/v1/completions",method="POST",status="2xx"} 6.0' in metrics
     assert 'http_requests_total{handler="/v1/completions",method="POST",status="4xx"} 1.0' in metrics
     assert fast.stop() == 0 and slow.stop() == 0
+
+
+def test_openai_mode_queues_requests_past_its_sequence_slots_as_vllm_does(serving: Any) -> None:
+    """With SLIPWAY_MAX_NUM_SEQS=2, six requests of 2 s each: two generate at a time, the others
+    wait in vllm:num_requests_waiting (what KEDA scales on), and every one is answered."""
+    server: Server = serving(SLIPWAY_SERVE_API="openai", SLIPWAY_TOKENS_PER_SECOND="10", SLIPWAY_MAX_NUM_SEQS="2",
+                             SLIPWAY_MODEL_NAME="digits-queue")  # fmt: skip
+    server.wait_ready()
+    body = {"prompt": "queue", "max_tokens": 20}  # 2 s of tokens each
+    with ThreadPoolExecutor(6) as pool:
+        answers = [pool.submit(httpx.post, server.url + "/v1/completions", json=body, timeout=30) for _ in range(6)]
+        seen = wait_for(
+            lambda: (
+                (
+                    server.metric('vllm:num_requests_waiting{model_name="digits-queue"}'),
+                    server.metric('vllm:num_requests_running{model_name="digits-queue"}'),
+                )
+                if server.metric('vllm:num_requests_waiting{model_name="digits-queue"}') >= 3
+                else None
+            ),
+            10,
+            "four requests queued behind the two generating",
+        )
+        codes = [a.result().status_code for a in answers]
+    assert seen[1] == 2, seen  # never more than the slots generate at once
+    assert codes == [200] * 6
+    assert server.metric('vllm:num_requests_waiting{model_name="digits-queue"}') == 0
+    assert server.stop() == 0

@@ -133,7 +133,10 @@ class Reconciler:
         # The plan first (a rollback decided is carried out whatever MLflow answers), then the registry.
         routed = self.router.objects(self.name, self.namespace, self.spec, decision.route_weight, decision.held_out)
         routing.before_pods(self.ctx, routed)
-        self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
+        if self.spec.autoscaling.external:  # KEDA's ScaledObject (its own HPA) writes spec.replicas
+            self.ctx.prune("hpas", ())
+        else:
+            self.ctx.ensure("hpas", build.hpa(self.name, self.namespace, self.spec))
         deployments = self.apply(decision, deployments, observed.status.get("previousStable"), routed)
         pending, parked = registrywrites.carry_out(self.ctx, self.mlflow, pending, parked)
         tracks = {t: track_of(deployments[t], self.pod_problem(t), self.default_class) for t in build.TRACKS}

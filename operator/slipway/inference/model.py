@@ -33,6 +33,14 @@ MODEL_ALIAS_MESSAGE = "spec.model: name and alias go together (follow an MLflow 
 CPU_METRIC_MESSAGE = "a Cpu metric needs targetAverageUtilization"
 PODS_METRIC_MESSAGE = "a Pods metric needs name and targetAverageValue"
 REPLICAS_MESSAGE = "spec.autoscaling: minReplicas must not exceed maxReplicas"
+ZERO_REPLICAS_MESSAGE = (
+    "spec.autoscaling.minReplicas: 0 needs mode External (an autoscaler that scales to zero, such as a KEDA "
+    "ScaledObject); the HPA Slipway makes keeps at least 1"
+)
+EXTERNAL_METRICS_MESSAGE = (
+    "spec.autoscaling.metrics: with mode External the autoscaler (a KEDA ScaledObject) holds the metrics and "
+    "Slipway makes no HPA; remove them"
+)
 CUSTOM_METRIC_MESSAGE = "a metric that is not built in needs a query"
 METRIC_THRESHOLD_MESSAGE = "a metric needs max, min or maxRelativeToStable"
 STEPS_EXCLUSIVE_MESSAGE = "spec.rollout: use either steps, or stepWeight and maxWeight"
@@ -128,26 +136,51 @@ class ScalingMetric(SlipwayModel):
 
 
 class Autoscaling(SlipwayModel):
-    """An autoscaling/v2 HorizontalPodAutoscaler for the stable track."""
+    """What scales spec.replicas (both tracks together, through the scale subresource): an
+    autoscaling/v2 HorizontalPodAutoscaler Slipway makes, or an autoscaler of your own (KEDA)."""
 
     model_config = cel(
         (
             "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
             REPLICAS_MESSAGE,
         ),
+        (
+            "!has(self.minReplicas) || self.minReplicas >= 1 || (has(self.mode) && self.mode == 'External')",
+            ZERO_REPLICAS_MESSAGE,
+        ),
+        (
+            "!has(self.mode) || self.mode != 'External' || !has(self.metrics) || size(self.metrics) == 0",
+            EXTERNAL_METRICS_MESSAGE,
+        ),
     )
 
-    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas.")
+    mode: Literal["HPA", "External"] | None = Field(
+        default=None,
+        description="HPA (unset): Slipway makes an HPA on these metrics. External: another autoscaler, such as a "
+        "KEDA ScaledObject whose scaleTargetRef is this InferenceDeployment, writes spec.replicas through the "
+        "scale subresource; Slipway makes no HPA and splits what it writes between the tracks.",
+    )
+    min_replicas: int = Field(
+        default=1, ge=0, le=1000, description="Fewest replicas; 0 (mode External only): idle, no pod."
+    )
     max_replicas: int = Field(default=1, ge=1, le=1000, description="Most replicas.")
     metrics: list[ScalingMetric] = Field(
-        default_factory=list, description="Scaling metrics (default: CPU at 80%).", max_length=8
+        default_factory=list, description="Scaling metrics of the HPA (default: CPU at 80%).", max_length=8
     )
 
     @model_validator(mode="after")
     def _bounds(self) -> Autoscaling:
         if self.min_replicas > self.max_replicas:
             raise ValueError(REPLICAS_MESSAGE)
+        if self.min_replicas < 1 and self.mode != "External":
+            raise ValueError(ZERO_REPLICAS_MESSAGE)
+        if self.mode == "External" and self.metrics:
+            raise ValueError(EXTERNAL_METRICS_MESSAGE)
         return self
+
+    @property
+    def external(self) -> bool:
+        return self.mode == "External"
 
 
 class RolloutStep(SlipwayModel):
@@ -527,12 +560,13 @@ class InferenceDeploymentSpec(SlipwayModel):
         ge=0,
         le=1000,
         description="Serving pods, stable and canary together; kept within autoscaling's minReplicas and "
-        "maxReplicas. The HPA writes it through the scale subresource: leave it out of Git when "
-        "minReplicas < maxReplicas.",
+        "maxReplicas. The autoscaler (Slipway's HPA, or KEDA's with mode External) writes it through the scale "
+        "subresource: leave it out of Git when minReplicas < maxReplicas.",
     )
     autoscaling: Autoscaling = Field(
         default_factory=Autoscaling,
-        description="The HPA that scales spec.replicas (both tracks together), and its bounds.",
+        description="What scales spec.replicas (both tracks together): Slipway's HPA or your own autoscaler, "
+        "and its bounds.",
     )
     rollout: Rollout = Field(default_factory=Rollout, description="Canary steps and analysis.")
     traffic: Traffic = Field(default_factory=Traffic, description="How traffic is split.")

@@ -18,8 +18,12 @@ Metrics, under vLLM's names (label ``model_name``):
   vllm:request_success_total{finished_reason}   counter (length, stop)
   vllm:generation_tokens_total          counter: tokens generated (the cost per token's denominator)
   vllm:num_requests_running             gauge (an HPA Pods metric)
+  vllm:num_requests_waiting             gauge: requests queued for a sequence slot (KEDA's queue depth)
   http_requests_total{handler,method,status}    as vLLM's API server exports it through
                                         prometheus-fastapi-instrumentator: status grouped (2xx, 5xx)
+
+At most ``SLIPWAY_MAX_NUM_SEQS`` requests generate at once (vLLM's ``--max-num-seqs``; default
+256): the others wait, in arrival order, counted in ``vllm:num_requests_waiting``.
 
 Fault switches (env, model version tag ``slipway.dev/fault-<switch>``, or model metadata, as the
 others): ``firstTokenDelaySeconds`` (added before the first token: a slower prefill) and
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from slipway.workloads.common import env_float
+from slipway.workloads.common import env_float, env_int
 
 if TYPE_CHECKING:
     from slipway.workloads.servehttp import PredictionHandler
@@ -86,6 +91,11 @@ class VllmMetrics:
         self.running = Gauge(
             "vllm:num_requests_running", "Requests being generated.", ["model_name"], registry=registry
         )
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting for a sequence slot.", ["model_name"], registry=registry
+        )
+        # The scheduler's sequence slots: requests past them wait (vLLM's --max-num-seqs).
+        self.slots = threading.BoundedSemaphore(env_int("SLIPWAY_MAX_NUM_SEQS", 256, minimum=1))
         self.http = Counter(
             "http_requests",
             "HTTP requests by handler, method and status group.",
@@ -178,6 +188,11 @@ def handle(handler: PredictionHandler, path: str) -> None:
             handler._send_json(status, _error(f"injected fault (errorRate from {where})", "server_error"))
             return
         model_name = server.model.name
+        vllm.waiting.labels(model_name).inc()
+        try:
+            vllm.slots.acquire()
+        finally:
+            vllm.waiting.labels(model_name).dec()
         vllm.running.labels(model_name).inc()
         try:
             tokens = generate(handler, prompt, max_tokens, arrived)
@@ -188,6 +203,7 @@ def handle(handler: PredictionHandler, path: str) -> None:
                 handler._send_json(status, _completion(text, chat, model_name, prompt, max_tokens))
         finally:
             vllm.running.labels(model_name).dec()
+            vllm.slots.release()
     except BadCompletion as exc:
         status = HTTPStatus.BAD_REQUEST
         handler._send_json(status, _error(str(exc), "invalid_request_error"))

@@ -13,10 +13,13 @@ from slipway.inference.traffic import Sizing
 from slipway.status.conditions import parse_time
 
 
-def total_replicas(spec: InferenceDeploymentSpec) -> int:
-    """Serving pods of both tracks: spec.replicas (the HPA's, through the scale subresource), kept
-    within the autoscaling bounds as the HPA keeps it."""
-    return min(spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, spec.replicas))
+def total_replicas(spec: InferenceDeploymentSpec, rolling: bool = False) -> int:
+    """Serving pods of both tracks: spec.replicas (the autoscaler's, through the scale subresource),
+    kept within the autoscaling bounds. ``rolling`` (a canary or a promotion under way): at least 1,
+    even when an autoscaler scaled the deployment to zero: a canary never starts at zero, and the
+    stable pod beside it is what its analysis compares it with."""
+    total = min(spec.autoscaling.max_replicas, max(spec.autoscaling.min_replicas, spec.replicas))
+    return max(total, 1) if rolling else total
 
 
 def next_replicas(
@@ -49,7 +52,7 @@ def size_tracks(obs: Observed, result: Plan) -> None:
     """The tracks' replica counts for this pass: one move toward the plan's split of spec.replicas
     (see :func:`next_replicas`). Without a canary in the plan, the canary leaves and the stable
     takes all of spec.replicas."""
-    total = total_replicas(obs.spec)
+    total = total_replicas(obs.spec, rolling=result.canary is not None or result.stable_target is not None)
     stable = obs.stable
     canary_out = result.canary is None
     target_canary = 0 if canary_out else result.canary_replicas

@@ -138,7 +138,7 @@ class Canary:
     def sizing(self) -> Sizing:
         """The step's split of the serving pods, with up to maxSurgeReplicas extra pods (the GPU
         budget), as the router plans it: never fewer than spec.replicas, at least one on each track."""
-        weight, total = self.weights[self.step], total_replicas(self.spec)
+        weight, total = self.weights[self.step], total_replicas(self.spec, rolling=True)
         return self.obs.router.split(weight, total, self.spec.rollout.max_surge_replicas)
 
     def starting(self, canary_ready: int, sizing: Sizing, serve: dict[str, Any]) -> Plan:

@@ -34,7 +34,7 @@ class Promotion:
             reverted = self.revert("PromotionAborted", f"promotion aborted by the {ABORT_ANNOTATION} annotation")
             reverted.consumed_annotation = ABORT_ANNOTATION
             return reverted
-        total = total_replicas(self.obs.spec)
+        total = total_replicas(self.obs.spec, rolling=True)
         serving = canary is not None and canary.serves(self.desired)
         canary_replicas = canary.replicas if canary is not None and serving else 0
         canary_pods = canary.pods if canary is not None else 0
