@@ -73,11 +73,20 @@ class Split:
         return obj
 
     def until(self, done: Any, timeout: float, what: str) -> dict[str, Any]:
+        last: list[dict[str, Any]] = []
+
         def check() -> dict[str, Any] | None:
             obj = self.sample()
+            last[:] = [obj]
             return obj if done(obj) else None
 
-        return wait_for(check, timeout, what, interval=1)
+        try:
+            return wait_for(check, timeout, what, interval=1)  # type: ignore[no-any-return]
+        except TimeoutError as e:
+            status = (last[0].get("status") or {}) if last else {}
+            shown = {k: status.get(k) for k in ("phase", "stable", "canary", "conditions", "analysis")}
+            raise AssertionError(f"{e}\nspec.replicas {last[0]['spec'].get('replicas') if last else None}, "
+                                 f"status {shown}\nsplits {self.seen}") from None  # fmt: skip
 
 
 def test_keda_scales_on_queue_depth_mid_canary_and_to_zero_when_idle(
@@ -90,6 +99,7 @@ def test_keda_scales_on_queue_depth_mid_canary_and_to_zero_when_idle(
                       progressDeadlineSeconds=180)  # fmt: skip
     spec = body["spec"]
     spec["replicas"] = 1
+    spec["rollout"]["analysis"]["preset"] = "vllm"  # the error rate of the OpenAI-compatible server's own series
     spec["autoscaling"] = {"mode": "External", "minReplicas": 0, "maxReplicas": 3}
     spec["resources"] = {"cpu": "10m"}
     spec["env"] = [{"name": "SLIPWAY_SERVE_API", "value": "openai"},
