@@ -91,3 +91,20 @@ def test_a_gpu_pod_field_with_a_bad_value_is_refused_naming_it(slipway_crds, nam
     message = refused_at_admission(tenant, namespace, body)
     report(f"\n{next(iter(fields))}: {message[message.find('spec.') :][:300]}")
     assert words in message, message
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "words"),
+    [
+        ({"minReplicas": 0, "maxReplicas": 2}, "0 needs mode External"),
+        ({"mode": "External", "maxReplicas": 2, "metrics": [{"type": "Cpu", "targetAverageUtilization": 70}]},
+         "with mode External the autoscaler"),
+        ({"mode": "Keda", "maxReplicas": 2}, "spec.autoscaling.mode"),
+    ],
+)  # fmt: skip
+def test_an_autoscaling_mode_with_a_bad_value_is_refused_naming_it(slipway_crds, namespace, tenant, autoscaling, words):
+    body = deployment("digits")
+    body["spec"]["autoscaling"] = autoscaling
+    message = refused_at_admission(tenant, namespace, body)
+    report(f"\nautoscaling: {message[message.find('spec.') :][:300]}")
+    assert words in message, message

@@ -918,3 +918,16 @@ def test_a_first_revision_whose_pods_cannot_start_says_why_while_it_rolls_out():
     p = plan(observe(spec(), desired=V1, stable=track(V1, 0, 1, problem=refused), status={"phase": "Progressing"}))
     assert p.phase == "Progressing" and cond(p, "Ready").status == "False"
     assert "0/1 replicas ready; CrashLoopBackOff: pod s-1: init container fetch-model" in cond(p, "Reconciling").message
+
+
+def test_a_first_revision_that_never_had_a_ready_pod_is_replaced_without_a_canary():
+    """An image the kubelet refuses: the fix replaces it on the stable track, as the first went."""
+    refused = {"phase": "Progressing", "stable": {"revision": "rev1"},
+               "conditions": [{"type": "Ready", "status": "False", "reason": "RollingOut"}]}  # fmt: skip
+    fixed = plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=refused))
+    assert (fixed.phase, fixed.stable, fixed.canary) == ("Progressing", V2, None)
+    assert "never had a ready pod" in cond(fixed, "Ready").message
+    # Anything served before (a ready pod, a promotion): a canary, as always.
+    assert plan(observe(spec(), desired=V2, stable=track(V1, ready=1, replicas=2), status=refused)).canary == V2
+    promoted = {**refused, "phase": "Promoted"}
+    assert plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=promoted)).canary == V2

@@ -20,7 +20,7 @@ from slipway.inference.rollout.canary import Canary
 from slipway.inference.rollout.promotion import Promotion
 from slipway.inference.rollout.restore import refused_beside, restored
 from slipway.inference.rollout.rollbacktag import ROLLBACK_TAG, clipped
-from slipway.inference.rollout.settled import first_revision, health_status
+from slipway.inference.rollout.settled import first_revision, health_status, replacing_unserved
 from slipway.status.conditions import reconciling, stalled
 
 
@@ -57,6 +57,9 @@ def _plan_for(obs: Observed) -> Plan:
     beside = refused_beside(obs, desired, stable)  # a stable status does not record, and MLflow's tag
     if beside is not None:
         return beside
+    unserved = replacing_unserved(obs, desired, stable)
+    if unserved is not None:
+        return unserved
     last = status.get("lastRollback") or {}
     if last.get("revision") == desired.revision and not last.get("retried"):
         if obs.annotations.get(RETRY_ANNOTATION):

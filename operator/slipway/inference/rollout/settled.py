@@ -38,6 +38,26 @@ def first_revision(obs: Observed, desired: Desired) -> Plan:
     )
 
 
+def replacing_unserved(obs: Observed, desired: Desired, stable: Track) -> Plan | None:
+    """The first revision is still rolling out and never had a ready pod (an image the kubelet
+    refuses, a bad setting): a new revision (the fix) replaces it on the stable track directly, as
+    the first one went. Nothing serves, so no traffic is at risk and a canary would have nothing to
+    be compared with. None when anything was ever served (a canary then, as always)."""
+    status = obs.status
+    rolling_out = (get_condition(status.get("conditions"), "Ready") or {}).get("reason") == "RollingOut"
+    if status.get("phase") != "Progressing" or not rolling_out or stable.ready or stable.available:
+        return None
+    if status.get("lastRollback") or status.get("previousStable") or status.get("canary"):
+        return None
+    message = (
+        f"rolling out {describe(desired)} on the stable track in place of revision {stable.revision}, "
+        "which never had a ready pod"
+    )
+    return make_plan(
+        "Progressing", reconciling, "RollingOut", message, stable=desired, status={"lastProgressTime": rfc3339(obs.now)}
+    )
+
+
 def settled(obs: Observed, desired: Desired, stable: Track) -> Plan:
     """The stable serves the desired revision: Ready when every desired replica is available,
     Degraded while some are not, Stalled when that lasts longer than progressDeadlineSeconds."""
