@@ -923,6 +923,7 @@ def test_a_first_revision_whose_pods_cannot_start_says_why_while_it_rolls_out():
 def test_a_first_revision_that_never_had_a_ready_pod_is_replaced_without_a_canary():
     """An image the kubelet refuses: the fix replaces it on the stable track, as the first went."""
     refused = {"phase": "Progressing", "stable": {"revision": "rev1"},
+               "canary": {"replicas": 0, "readyReplicas": 0, "weight": 0},  # as status shows it without one
                "conditions": [{"type": "Ready", "status": "False", "reason": "RollingOut"}]}  # fmt: skip
     fixed = plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=refused))
     assert (fixed.phase, fixed.stable, fixed.canary) == ("Progressing", V2, None)
@@ -931,3 +932,5 @@ def test_a_first_revision_that_never_had_a_ready_pod_is_replaced_without_a_canar
     assert plan(observe(spec(), desired=V2, stable=track(V1, ready=1, replicas=2), status=refused)).canary == V2
     promoted = {**refused, "phase": "Promoted"}
     assert plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=promoted)).canary == V2
+    canarying = {**refused, "canary": {"revision": "rev-other", "replicas": 1}}
+    assert plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=canarying)).canary == V2

@@ -47,7 +47,7 @@ def replacing_unserved(obs: Observed, desired: Desired, stable: Track) -> Plan |
     rolling_out = (get_condition(status.get("conditions"), "Ready") or {}).get("reason") == "RollingOut"
     if status.get("phase") != "Progressing" or not rolling_out or stable.ready or stable.available:
         return None
-    if status.get("lastRollback") or status.get("previousStable") or status.get("canary"):
+    if status.get("lastRollback") or status.get("previousStable") or (status.get("canary") or {}).get("revision"):
         return None
     message = (
         f"rolling out {describe(desired)} on the stable track in place of revision {stable.revision}, "
