@@ -924,7 +924,9 @@ def test_a_first_revision_that_never_had_a_ready_pod_is_replaced_without_a_canar
     """An image the kubelet refuses: the fix replaces it on the stable track, as the first went."""
     refused = {"phase": "Progressing", "stable": {"revision": "rev1"},
                "canary": {"replicas": 0, "readyReplicas": 0, "weight": 0},  # as status shows it without one
-               "conditions": [{"type": "Ready", "status": "False", "reason": "RollingOut"}]}  # fmt: skip
+               # as a spec change leaves them: Ready marked NewGeneration, Progressing kept
+               "conditions": [{"type": "Ready", "status": "Unknown", "reason": "NewGeneration"},
+                              {"type": "Progressing", "status": "True", "reason": "RollingOut"}]}  # fmt: skip
     fixed = plan(observe(spec(), desired=V2, stable=track(V1, ready=0, replicas=2), status=refused))
     assert (fixed.phase, fixed.stable, fixed.canary) == ("Progressing", V2, None)
     assert "never had a ready pod" in cond(fixed, "Ready").message

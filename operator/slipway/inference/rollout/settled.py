@@ -44,7 +44,8 @@ def replacing_unserved(obs: Observed, desired: Desired, stable: Track) -> Plan |
     the first one went. Nothing serves, so no traffic is at risk and a canary would have nothing to
     be compared with. None when anything was ever served (a canary then, as always)."""
     status = obs.status
-    rolling_out = (get_condition(status.get("conditions"), "Ready") or {}).get("reason") == "RollingOut"
+    # Progressing keeps its reason when a spec change marks Ready and Reconciling NewGeneration.
+    rolling_out = (get_condition(status.get("conditions"), "Progressing") or {}).get("reason") == "RollingOut"
     if status.get("phase") != "Progressing" or not rolling_out or stable.ready or stable.available:
         return None
     if status.get("lastRollback") or status.get("previousStable") or (status.get("canary") or {}).get("revision"):
