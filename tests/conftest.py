@@ -154,20 +154,26 @@ def trained(cluster) -> str:
         return run_id
 
 
+def _started_once(cluster, name: str, ensure):
+    """``ensure(cluster directory)`` for a component of the local cluster, once across pytest-xdist
+    workers (a file lock: the first test that asks starts it, the others find it running)."""
+    import fcntl
+    from pathlib import Path
+
+    shared = Path(cluster.directory) / "test-fixtures"
+    shared.mkdir(exist_ok=True)
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return ensure(Path(cluster.directory))
+
+
 @pytest.fixture(scope="session")
 def kueue(cluster):
     """Kueue (``make kueue``) running in the local cluster, its webhooks served: started by the first
     test that asks, kept for the session (a file lock: one start across pytest-xdist workers)."""
-    import fcntl
-    from pathlib import Path
-
     from localkube.batch import ensure_kueue
 
-    shared = Path(cluster.directory) / "test-fixtures"
-    shared.mkdir(exist_ok=True)
-    with (shared / "kueue.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return ensure_kueue(Path(cluster.directory))
+    return _started_once(cluster, "kueue", ensure_kueue)
 
 
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -209,28 +215,14 @@ def kueue_quota(kueue, kube_api, namespace):
 @pytest.fixture(scope="session")
 def keda(cluster):
     """KEDA (``make keda``) running in the local cluster, its external metrics API served (as ``kueue``)."""
-    import fcntl
-    from pathlib import Path
-
     from localkube.keda import ensure_keda
 
-    shared = Path(cluster.directory) / "test-fixtures"
-    shared.mkdir(exist_ok=True)
-    with (shared / "keda.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return ensure_keda(Path(cluster.directory))
+    return _started_once(cluster, "keda", ensure_keda)
 
 
 @pytest.fixture(scope="session")
 def jobset(cluster):
     """JobSet (``make jobset``) running in the local cluster, its webhooks served (as ``kueue``)."""
-    import fcntl
-    from pathlib import Path
-
     from localkube.batch import ensure_jobset
 
-    shared = Path(cluster.directory) / "test-fixtures"
-    shared.mkdir(exist_ok=True)
-    with (shared / "jobset.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        return ensure_jobset(Path(cluster.directory))
+    return _started_once(cluster, "jobset", ensure_jobset)

@@ -195,6 +195,20 @@ def crds(component: Component, port: int, ca_bundle: str) -> list[dict[str, Any]
     return docs
 
 
+def namespaced_role(doc: dict[str, Any], name: str, namespace: str, user: str) -> list[tuple[str, dict[str, object]]]:
+    """A release's Role ``doc`` as ``name`` in ``namespace``, and its RoleBinding to ``user``."""
+    role = {**doc, "metadata": {"name": name, "namespace": namespace}}
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    return [(f"{bootstrap.RBAC}/namespaces/{namespace}/roles", role),
+            (f"{bootstrap.RBAC}/namespaces/{namespace}/rolebindings", binding)]  # fmt: skip
+
+
 def rbac(component: Component) -> list[tuple[str, dict[str, object]]]:
     """The release's manager ClusterRole (``rbac/role.yaml``) and its Roles in its own namespace
     (secrets), bound to the component's user; an aggregated API server's delegation too."""
@@ -208,17 +222,7 @@ def rbac(component: Component) -> list[tuple[str, dict[str, object]]]:
         for doc in yaml.safe_load_all(file.read_text()):
             if not doc or doc.get("kind") != "Role" or "leader" in doc["metadata"]["name"]:
                 continue
-            name = f"{component.name}-{doc['metadata']['name']}"
-            role = {**doc, "metadata": {"name": name, "namespace": namespace}}
-            binding = {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": namespace},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": component.user}],
-            }
-            out += [(f"{bootstrap.RBAC}/namespaces/{namespace}/roles", role),
-                    (f"{bootstrap.RBAC}/namespaces/{namespace}/rolebindings", binding)]  # fmt: skip
+            out += namespaced_role(doc, f"{component.name}-{doc['metadata']['name']}", namespace, component.user)
     if component.aggregated_api is not None:
         out += bootstrap.aggregated_api_server(component.user)
     return out

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from localkube import bootstrap
-from localkube.batch import _put
+from localkube.batch import _put, namespaced_role
 from localkube.kube import Kube, write_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
@@ -51,24 +51,13 @@ def rbac(config: Path = DIR / "config") -> list[tuple[str, dict[str, object]]]:
     as (the release runs both as the ServiceAccount keda-operator); the adapter's delegation."""
     rules: list[dict[str, object]] = []
     out: list[tuple[str, dict[str, object]]] = []
-    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]
     for doc in yaml.safe_load_all((config / "rbac" / "role.yaml").read_text()):
         if not doc:
             continue
         if doc["kind"] == "ClusterRole":
             rules += doc.get("rules") or []
         elif doc["kind"] == "Role":
-            name = f"keda-{doc['metadata']['name']}"
-            role = {**doc, "metadata": {"name": name, "namespace": NAMESPACE}}
-            binding = {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "RoleBinding",
-                "metadata": {"name": name, "namespace": NAMESPACE},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-                "subjects": subject,
-            }
-            out += [(f"{bootstrap.RBAC}/namespaces/{NAMESPACE}/roles", role),
-                    (f"{bootstrap.RBAC}/namespaces/{NAMESPACE}/rolebindings", binding)]  # fmt: skip
+            out += namespaced_role(doc, f"keda-{doc['metadata']['name']}", NAMESPACE, USER)
     return bootstrap.cluster_role(USER, USER, rules) + out + bootstrap.aggregated_api_server(USER)
 
 

@@ -31,6 +31,22 @@ def _blob(out: tarfile.TarFile, data: bytes, media_type: str) -> dict[str, objec
     return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data)}
 
 
+def _index(out: tarfile.TarFile, manifest: dict[str, object], name: str) -> None:
+    """The manifest blob, and the layout's ``oci-layout`` and ``index.json`` naming it ``name``
+    (``repository:tag``), as ``ctr images import`` reads them."""
+    manifest_desc = _blob(out, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
+    manifest_desc["annotations"] = {
+        "io.containerd.image.name": name,
+        "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
+    }
+    for entry, doc in (("oci-layout", {"imageLayoutVersion": "1.0.0"}),
+                       ("index.json", {"schemaVersion": 2, "manifests": [manifest_desc]})):  # fmt: skip
+        data = json.dumps(doc).encode()
+        info = tarfile.TarInfo(entry)
+        info.size = len(data)
+        out.addfile(info, io.BytesIO(data))
+
+
 def _layer(binary: Path) -> tuple[bytes, str]:
     """A gzipped layer holding ``binary`` as /busybox (root-owned, mode 0755), and its diff ID."""
     raw = io.BytesIO()
@@ -64,17 +80,7 @@ def pause_archive(path: Path = PAUSE_ARCHIVE, binary: Path = BUSYBOX) -> Path:
         config_desc = _blob(out, json.dumps(config).encode(), "application/vnd.oci.image.config.v1+json")
         manifest = {"schemaVersion": 2, "config": config_desc, "layers": [layer_desc],
                     "mediaType": "application/vnd.oci.image.manifest.v1+json"}  # fmt: skip
-        manifest_desc = _blob(out, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
-        manifest_desc["annotations"] = {
-            "io.containerd.image.name": PAUSE_IMAGE,
-            "org.opencontainers.image.ref.name": "1",
-        }
-        for name, doc in (("oci-layout", {"imageLayoutVersion": "1.0.0"}),
-                          ("index.json", {"schemaVersion": 2, "manifests": [manifest_desc]})):  # fmt: skip
-            data = json.dumps(doc).encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            out.addfile(info, io.BytesIO(data))
+        _index(out, manifest, PAUSE_IMAGE)
     tmp.replace(path)
     return path
 
@@ -105,17 +111,7 @@ def as_root(archive: Path, name: str, out: Path) -> Path:
                     dst.addfile(member, src.extractfile(member))
             media = "application/vnd.oci.image.config.v1+json"
             manifest["config"] = _blob(dst, json.dumps(config).encode(), media)
-            manifest_desc = _blob(dst, json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json")
-            manifest_desc["annotations"] = {
-                "io.containerd.image.name": name,
-                "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1],
-            }
-            for entry, doc in (("oci-layout", {"imageLayoutVersion": "1.0.0"}),
-                               ("index.json", {"schemaVersion": 2, "manifests": [manifest_desc]})):  # fmt: skip
-                data = json.dumps(doc).encode()
-                info = tarfile.TarInfo(entry)
-                info.size = len(data)
-                dst.addfile(info, io.BytesIO(data))
+            _index(dst, manifest, name)
     tmp.replace(out)
     return out
 
