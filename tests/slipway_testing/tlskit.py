@@ -6,6 +6,7 @@ common name of each client certificate it was shown."""
 from __future__ import annotations
 
 import contextlib
+import select
 import socket
 import ssl
 import threading
@@ -99,8 +100,7 @@ class TlsProxy:
             return
         upstream.settimeout(None)
         self._open.update((secured, upstream))
-        threading.Thread(target=_pipe, args=(upstream, secured), daemon=True).start()
-        _pipe(secured, upstream)
+        _shuttle(secured, upstream)
 
 
 def _common_name(cert: dict[str, Any] | None) -> str:
@@ -111,13 +111,21 @@ def _common_name(cert: dict[str, Any] | None) -> str:
     return ""
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def _shuttle(secured: ssl.SSLSocket, upstream: socket.socket) -> None:
+    """Both directions in one thread: an SSL socket read in one thread while written in another
+    corrupts its records under load (SSLV3_ALERT_BAD_RECORD_MAC). Bytes the SSL layer already holds
+    (``pending``) are read before waiting on the sockets."""
     try:
-        while data := source.recv(65536):
-            sink.sendall(data)
+        while True:
+            ready = [secured] if secured.pending() else select.select([secured, upstream], [], [])[0]
+            for source in ready:
+                data = source.recv(65536)
+                if not data:
+                    return
+                (upstream if source is secured else secured).sendall(data)
     except OSError:
         pass
     finally:
-        for sock in (source, sink):
+        for sock in (secured, upstream):
             with contextlib.suppress(OSError):
                 sock.close()
