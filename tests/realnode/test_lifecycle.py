@@ -281,8 +281,9 @@ def root_image_served_with_the_samples_settings(real_cluster, team: Team, stages
         served = team.wait("inferencedeployments", "digits-root", serving_it, 240, "serving with the sample's settings")
         stages.mark("root image: served with the sample's settings")
         assert served["status"]["stable"]["modelVersion"] == v1, served["status"]
-        [pod] = [p for p in team.pods(selector="slipway.dev/track=stable") if p["metadata"]["name"].startswith(
-            "digits-root-")]  # fmt: skip
+        # The refused revision's pod may still be going: the one of the served revision.
+        revision = served["status"]["stable"]["revision"]
+        [pod] = team.pods(selector=f"slipway.dev/deployment=digits-root,slipway.dev/revision={revision}")
         name = pod["metadata"]["name"]
         uid = real_cluster.kubectl("-n", team.ns, "exec", name, "--", "id", "-u").stdout.strip()
         statvfs = "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"
