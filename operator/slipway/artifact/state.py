@@ -176,6 +176,11 @@ def trainingrun_source(run: Mapping[str, Any] | None, namespace: str, ref: str) 
     return str(run_id)
 
 
+def _step_phase(step: str) -> tuple[str, tuple[bool, bool, bool]]:
+    """The phase a step's Job holds the artifact in, and the steps done by then."""
+    return ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
+
+
 def job_state(
     step: str,
     job: Mapping[str, Any],
@@ -187,18 +192,14 @@ def job_state(
     start, or still running), or None once it completed."""
     if stuck is not None and not jobs.is_complete(job) and not jobs.failure(job):
         reason, said = stuck
-        phase, done = (
-            ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
-        )
+        phase, done = _step_phase(step)
         return _state(phase, stalled, reason, f"the {step} Job {job['metadata']['name']}: {said}", done)
     if create_failure is not None:
         message = (
             f"the API server refuses the pods of the {step} Job {job['metadata']['name']}: {create_failure}; "
             "fix the namespace's quota or policy and the Job creates them"
         )
-        phase, done = (
-            ("Quantizing", (True, False, False)) if step == "quantize" else ("Validating", (True, True, False))
-        )
+        phase, done = _step_phase(step)
         return _state(phase, stalled, "FailedCreate", message, done)
     failed = jobs.failure(job)
     if failed:
