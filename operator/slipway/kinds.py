@@ -14,68 +14,10 @@ watches or caches it, and the RBAC generator grants it there only (manifests/rol
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from slipway import GROUP, VERSION
-
-
-@dataclass(frozen=True)
-class UpdateRule:
-    """How Slipway updates one child kind."""
-
-    create_only: bool = False
-    # Top-level spec keys that Slipway removes when it no longer sets them; any other key that
-    # it does not set (a Deployment's replicas under an HPA, a Service's clusterIP) is left alone.
-    removable: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One kind the operator reads or writes."""
-
-    kind: str
-    group: str  # "" for the core group
-    version: str
-    plural: str
-    short: str = ""  # kubectl's short name, for Slipway's own kinds
-    # The typed client: (attribute on kube.Kube, method suffix), e.g. ("batch", "namespaced_job");
-    # None: served through the custom-objects API.
-    typed: tuple[str, str] | None = None
-    # The cache indexes that hold it (the first is its own); () when it is not cached.
-    indexes: tuple[str, ...] = ()
-    # Listed and watched only with the label app.kubernetes.io/managed-by=slipway.
-    managed: bool = False
-    # As a child: how it is updated, and the Slipway kinds that may write it.
-    rule: UpdateRule | None = None
-    parents: tuple[str, ...] = ()
-    # The RBAC verbs the operator needs on it (generated into manifests/clusterrole.yaml and the chart).
-    verbs: tuple[str, ...] = ()
-    # RBAC verbs on its subresources, e.g. {"status": ("patch",)}. (Left out of the hash: a kind
-    # keys the objects a traffic router owns.)
-    subresources: Mapping[str, tuple[str, ...]] = field(default_factory=dict, hash=False)
-    # What the operator does with it: the comment over its RBAC rules (each rule names its user).
-    uses: str = ""
-    # Cluster-scoped kinds are granted cluster-wide whatever namespaces are watched (the chart).
-    namespaced: bool = True
-    # RBAC verbs on the objects the operator names only (resourceNames), for the kinds of ``HOME``; the
-    # names are defined where the operator uses them, and the RBAC generator reads them there.
-    named_verbs: tuple[str, ...] = ()
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def resource(self) -> tuple[str, ...]:
-        """The resource as kopf's decorators name it (the core group has no name)."""
-        return (self.group, self.version, self.plural) if self.group else (self.version, self.plural)
-
-    @property
-    def index(self) -> str:
-        """Its own cache index."""
-        return self.indexes[0]
-
+from slipway.kindrecord import Kind, UpdateRule
 
 _OWN_VERBS = ("get", "list", "watch", "patch")
 _OWN_SUBRESOURCES: Mapping[str, tuple[str, ...]] = {"status": ("patch",), "finalizers": ("update",)}
@@ -189,9 +131,10 @@ DEPLOYMENT = Kind(
     managed=True,
     rule=UpdateRule(),
     parents=("InferenceDeployment",),
-    verbs=(*_CHILD, "update", "patch"),
+    verbs=(*_CHILD, "update", "patch", "delete"),
     uses="Serving Deployments: replaced whole (update) when what Slipway sets changes, so that removed env "
-    "vars and ports really go away; a track is scaled by patch.",
+    "vars and ports really go away; a track is scaled by patch. InferencePool mode's endpoint pickers too, "
+    "deleted when the mode changes.",
 )
 HPA = Kind(
     "HorizontalPodAutoscaler",
@@ -218,7 +161,60 @@ HTTPROUTE = Kind(
     verbs=(*_CHILD, "update", "delete"),
     uses="GatewayAPI traffic mode: the HTTPRoute's weights; deleted when the mode is Replicas again.",
 )
-CHILDREN = (JOB, PVC, SERVICE, DEPLOYMENT, HPA, HTTPROUTE, JOBSET)
+INFERENCE_POOL = Kind(
+    "InferencePool",
+    "inference.networking.k8s.io",
+    "v1",
+    "inferencepools",
+    indexes=("inferencepools",),
+    managed=True,
+    rule=UpdateRule(),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "update", "delete"),
+    uses="InferencePool traffic mode: one pool per track, the HTTPRoute's backends; deleted when the mode changes.",
+)
+_PICKER_ACCESS = (
+    "InferencePool traffic mode: the endpoint pickers' identity in the deployment's namespace (a ServiceAccount, "
+    "a Role reading its pods and pools, their RoleBinding): created once, deleted when the mode changes."
+)
+SERVICE_ACCOUNT = Kind(
+    "ServiceAccount",
+    "",
+    "v1",
+    "serviceaccounts",
+    typed=("core", "namespaced_service_account"),
+    indexes=("serviceaccounts",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "delete"),
+    uses=_PICKER_ACCESS,
+)
+ROLE = Kind(
+    "Role",
+    "rbac.authorization.k8s.io",
+    "v1",
+    "roles",
+    indexes=("roles",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "delete"),
+    uses=_PICKER_ACCESS,
+)
+ROLE_BINDING = Kind(
+    "RoleBinding",
+    "rbac.authorization.k8s.io",
+    "v1",
+    "rolebindings",
+    indexes=("rolebindings",),
+    managed=True,
+    rule=UpdateRule(create_only=True),
+    parents=("InferenceDeployment",),
+    verbs=(*_CHILD, "delete"),
+    uses=_PICKER_ACCESS,
+)
+CHILDREN = (JOB, PVC, SERVICE, DEPLOYMENT, HPA, HTTPROUTE, JOBSET, INFERENCE_POOL, SERVICE_ACCOUNT, ROLE, ROLE_BINDING)
 
 # What the operator reads beside them.
 POD = Kind(
@@ -229,10 +225,11 @@ POD = Kind(
     typed=("core", "namespaced_pod"),
     indexes=("pods", "servingpods"),
     managed=True,
-    verbs=("list", "watch", "patch"),
+    verbs=("get", "list", "watch", "patch"),
     uses="Training pods for exit codes, restarts and the scheduler's reasons, serving pods for their "
     "problems and prices; patch: a training pod made before its MLflow run existed gets the run's id and "
-    "its slipway.dev/mlflow-run scheduling gate lifted (only pods of the run's own Job).",
+    "its slipway.dev/mlflow-run scheduling gate lifted (only pods of the run's own Job). get: held so that the Role of "
+    "an InferenceDeployment's endpoint pickers may grant it (RBAC lets the operator grant only what it holds).",
 )
 EVENT = Kind(
     "Event",
@@ -306,7 +303,28 @@ PENDING_WORKLOADS = Kind(
     subresources={"pendingworkloads": ("get",)},
     uses="A queued run's place in its LocalQueue (Kueue's visibility API, an aggregated API).",
 )
-OTHERS = (POD, EVENT, NODE, NAMESPACE, CRD, WORKLOAD, LOCAL_QUEUE, CLUSTER_QUEUE, COHORT, PENDING_WORKLOADS)
+_PICKER_READS = (
+    "Held so that the Role of an InferenceDeployment's endpoint pickers may grant it (RBAC lets the operator grant "
+    "only what it holds): the picker reads its pool's objectives and model rewrites."
+)
+INFERENCE_OBJECTIVE = Kind(
+    "InferenceObjective",
+    "inference.networking.x-k8s.io",
+    "v1alpha2",
+    "inferenceobjectives",
+    verbs=("get", "list", "watch"),
+    uses=_PICKER_READS,
+)
+INFERENCE_MODEL_REWRITE = Kind(
+    "InferenceModelRewrite",
+    "inference.networking.x-k8s.io",
+    "v1alpha2",
+    "inferencemodelrewrites",
+    verbs=("get", "list", "watch"),
+    uses=_PICKER_READS,
+)
+_GRANTED = (INFERENCE_OBJECTIVE, INFERENCE_MODEL_REWRITE)  # read by no pass
+OTHERS = (POD, EVENT, NODE, NAMESPACE, CRD, WORKLOAD, LOCAL_QUEUE, CLUSTER_QUEUE, COHORT, PENDING_WORKLOADS, *_GRANTED)
 
 ALL = (*OWN, *CHILDREN, *OTHERS)
 

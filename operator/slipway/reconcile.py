@@ -122,9 +122,10 @@ class Context:
         assert obj is not None
         return obj
 
-    def prune(self, index: str, wanted: Iterable[str]) -> None:
-        """Delete this object's children in ``index`` that are not ``wanted``."""
-        observed = {o["metadata"]["name"]: o for o in self.cache.owned_by(index, self.uid)}
+    def prune(self, index: str, wanted: Iterable[str], only: Callable[[dict[str, Any]], bool] | None = None) -> None:
+        """Delete this object's children in ``index`` that are not ``wanted`` (of those ``only`` accepts)."""
+        owned = self.cache.owned_by(index, self.uid)
+        observed = {o["metadata"]["name"]: o for o in owned if only is None or only(o)}
         for decision in children.stale(observed.values(), wanted, self.uid):
             children.delete(self.kube, decision, self.namespace, observed[decision.name])
             metrics.CHILD_ACTIONS.labels(decision.kind, "Delete").inc()

@@ -36,6 +36,7 @@ LAYERS: dict[str, set[str]] = {
         "podspec",
         "prices",
         "kinds",
+        "kindrecord",
         "tls",
     },  # fmt: skip
     # clients of what the operator talks to, and the operator's own bookkeeping

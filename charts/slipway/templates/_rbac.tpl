@@ -65,10 +65,11 @@
   resources: ["services"]
   verbs: ["get", "list", "watch", "create", "update", "delete"]
 # Serving Deployments: replaced whole (update) when what Slipway sets changes, so that removed env
-# vars and ports really go away; a track is scaled by patch.
+# vars and ports really go away; a track is scaled by patch. InferencePool mode's endpoint pickers
+# too, deleted when the mode changes.
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "update", "patch"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # Serving autoscalers: replaced whole (update) when what Slipway sets changes.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
@@ -81,12 +82,28 @@
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# InferencePool traffic mode: one pool per track, the HTTPRoute's backends; deleted when the mode
+# changes.
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
+# InferencePool traffic mode: the endpoint pickers' identity in the deployment's namespace (a
+# ServiceAccount, a Role reading its pods and pools, their RoleBinding): created once, deleted
+# when the mode changes.
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 # Training pods for exit codes, restarts and the scheduler's reasons, serving pods for their
 # problems and prices; patch: a training pod made before its MLflow run existed gets the run's id
-# and its slipway.dev/mlflow-run scheduling gate lifted (only pods of the run's own Job).
+# and its slipway.dev/mlflow-run scheduling gate lifted (only pods of the run's own Job). get:
+# held so that the Role of an InferenceDeployment's endpoint pickers may grant it (RBAC lets the
+# operator grant only what it holds).
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 # Events on its objects, one per transition; list: the FailedCreate Events of a Job or Deployment
 # whose pods the API server refuses, read only while it has none.
 - apiGroups: [""]
@@ -104,6 +121,11 @@
 - apiGroups: ["visibility.kueue.x-k8s.io"]
   resources: ["localqueues/pendingworkloads"]
   verbs: ["get"]
+# Held so that the Role of an InferenceDeployment's endpoint pickers may grant it (RBAC lets the
+# operator grant only what it holds): the picker reads its pool's objectives and model rewrites.
+- apiGroups: ["inference.networking.x-k8s.io"]
+  resources: ["inferenceobjectives", "inferencemodelrewrites"]
+  verbs: ["get", "list", "watch"]
 {{- end -}}
 
 {{/* Rules in the release namespace only (role.yaml), as manifests/role.yaml has them. Each names its user. */}}

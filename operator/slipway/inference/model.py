@@ -50,7 +50,10 @@ BUDGET_MESSAGE = (
     "spec.rollout: maxSurgeReplicas and maxUnavailableReplicas cannot both be 0 (no pod could move between the "
     "tracks): allow one extra pod, or one pod not ready"
 )
-GATEWAY_MESSAGE = "spec.traffic: mode GatewayAPI needs parentRefs"
+GATEWAY_MESSAGE = "spec.traffic: modes GatewayAPI and InferencePool need parentRefs"
+PICKER_MESSAGE = "spec.traffic.endpointPicker: only for mode InferencePool"
+# GIE's endpoint picker: run per InferencePool when spec.traffic.endpointPicker.image is unset.
+ENDPOINT_PICKER_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.5.0"
 BUILTIN_METRICS = (
     "errorRate",
     "latencyP95Seconds",
@@ -439,31 +442,57 @@ HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z
 Hostname = Annotated[str, Field(min_length=1, max_length=253, pattern=HOSTNAME_PATTERN)]
 
 
+class EndpointPicker(SlipwayModel):
+    """InferencePool mode: the endpoint picker Slipway runs for each pool (GIE's EPP)."""
+
+    image: str | None = Field(
+        default=None,
+        description=f"The picker's image (default {ENDPOINT_PICKER_IMAGE}); it is run with the flags of GIE "
+        "v1.5's EPP (--pool-name, --pool-namespace, --grpc-port 9002).",
+        min_length=1,
+        max_length=1024,
+    )
+    failure_mode: Literal["FailClose", "FailOpen"] | None = Field(
+        default=None,
+        description="What the gateway does while a pool's picker does not answer (the pool's "
+        "endpointPickerRef.failureMode; default FailClose: the request fails).",
+    )
+
+
 class Traffic(SlipwayModel):
     """How traffic is split between stable and canary."""
 
     model_config = cel(
-        ("self.mode != 'GatewayAPI' || (has(self.parentRefs) && size(self.parentRefs) > 0)", GATEWAY_MESSAGE),
+        ("self.mode == 'Replicas' || (has(self.parentRefs) && size(self.parentRefs) > 0)", GATEWAY_MESSAGE),
+        ("!has(self.endpointPicker) || self.mode == 'InferencePool'", PICKER_MESSAGE),
     )
 
-    mode: Literal["Replicas", "GatewayAPI"] = Field(
+    mode: Literal["Replicas", "GatewayAPI", "InferencePool"] = Field(
         default="Replicas",
         description="Replicas: one Service over both tracks, weight = canary share of ready replicas. "
-        "GatewayAPI: an HTTPRoute with exact backend weights.",
+        "GatewayAPI: an HTTPRoute with exact backend weights. InferencePool: an HTTPRoute with exact weights "
+        "between one InferencePool per track (the Gateway API Inference Extension), each with its endpoint picker.",
     )
     parent_refs: list[ParentRef] | None = Field(
-        default=None, description="GatewayAPI: the Gateways the HTTPRoute attaches to.", max_length=8
+        default=None,
+        description="GatewayAPI and InferencePool: the Gateways the HTTPRoute attaches to.",
+        max_length=8,
     )
     hostnames: list[Hostname] | None = Field(
         default=None,
-        description="GatewayAPI: hostnames of the route (DNS names; a *. prefix: a wildcard).",
+        description="GatewayAPI and InferencePool: hostnames of the route (DNS names; a *. prefix: a wildcard).",
         max_length=16,
+    )
+    endpoint_picker: EndpointPicker | None = Field(
+        default=None, description="InferencePool: the endpoint picker Slipway runs for each pool."
     )
 
     @model_validator(mode="after")
     def _gateway(self) -> Traffic:
-        if self.mode == "GatewayAPI" and not self.parent_refs:
+        if self.mode != "Replicas" and not self.parent_refs:
             raise ValueError(GATEWAY_MESSAGE)
+        if self.endpoint_picker is not None and self.mode != "InferencePool":
+            raise ValueError(PICKER_MESSAGE)
         return self
 
 

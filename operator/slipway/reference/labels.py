@@ -137,6 +137,19 @@ NAMES: dict[str, tuple[str, str, str, str]] = {
         "The InferenceDeployment's name (hashed past 63 characters); Prometheus keeps it as `slipway_dev_deployment`.",
     ),
     "slipway.dev/deployment-name": ("annotation", "serving pods", "operator", "The InferenceDeployment's full name."),
+    "slipway.dev/endpoint-picker": (
+        "label",
+        "endpoint picker Deployments' pods (InferencePool mode)",
+        "operator",
+        "The InferencePool the picker serves; its Service selects it.",
+    ),
+    "slipway.dev/routed": (
+        "label",
+        "the objects a traffic router names (Services, HTTPRoutes, InferencePools, endpoint pickers)",
+        "operator",
+        "`true`: the object carries the split; of the kinds Slipway also makes for itself (Deployments), only "
+        "those carrying it are deleted when the traffic mode no longer names them.",
+    ),
     "slipway.dev/track": (
         "label",
         "serving Deployments and pods",

@@ -47,6 +47,10 @@ def test_each_parent_may_write_only_the_kinds_the_registry_gives_it():
         "Service": "v1",
         "HorizontalPodAutoscaler": "autoscaling/v2",
         "HTTPRoute": "gateway.networking.k8s.io/v1",
+        "InferencePool": "inference.networking.k8s.io/v1",
+        "ServiceAccount": "v1",
+        "Role": "rbac.authorization.k8s.io/v1",
+        "RoleBinding": "rbac.authorization.k8s.io/v1",
     }
     assert children.child_kinds()["ModelArtifact"] == {"Job": "batch/v1"}
     assert set(children.child_kinds()["TrainingRun"]) == {"Job", "JobSet", "PersistentVolumeClaim", "Service",

@@ -154,7 +154,7 @@ class Recorded:
         self.calls.append(("ensure", index, (body["metadata"]["name"],)))
         return body
 
-    def prune(self, index: str, wanted: list[str]) -> None:
+    def prune(self, index: str, wanted: list[str], only: object = None) -> None:
         self.calls.append(("keep", index, tuple(wanted)))
 
 

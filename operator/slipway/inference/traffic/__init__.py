@@ -1,6 +1,6 @@
 """Traffic routers: how a rollout's split reaches clients, one module per spec.traffic.mode.
 
-A new router (e.g. an InferencePool mode) is one module implementing :class:`Router`, one row of
+A new router is one module implementing :class:`Router`, one row of
 :data:`ROUTERS` and its name in the CRD's ``traffic.mode`` enum (a unit test keeps them equal); an
 object kind no router owned before is one more row of ``slipway.kinds``. See docs/extending.md.
 """
@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from slipway.inference.traffic.base import Objects, Router, Sizing, replica_weight
 from slipway.inference.traffic.gateway_api import GatewayAPI
+from slipway.inference.traffic.inference_pool import InferencePool
 from slipway.inference.traffic.replicas import Replicas
 from slipway.kinds import Kind
 
-ROUTERS: dict[str, Router] = {router.mode: router for router in (Replicas(), GatewayAPI())}
+ROUTERS: dict[str, Router] = {router.mode: router for router in (Replicas(), GatewayAPI(), InferencePool())}
 
 
 def router(mode: str) -> Router:

@@ -29,6 +29,12 @@ class Sizing:
     stable: int = 0  # stable pods
 
 
+# On every object a router names that is of a kind the handler also makes for itself (an endpoint
+# picker's Deployment beside the track Deployments): only objects of those kinds that carry it are
+# a router's to prune (see slipway.inference.routing).
+ROUTED_LABEL = "slipway.dev/routed"
+ROUTED = {ROUTED_LABEL: "true"}
+
 # What carries a split: the objects to ensure, by kind (a row of slipway.kinds). The owner's other
 # objects of those kinds, and of every kind a router owns (:attr:`Router.kinds`), are pruned.
 Objects = Mapping[Kind, tuple[dict[str, Any], ...]]
