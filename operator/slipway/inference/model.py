@@ -62,6 +62,8 @@ BUILTIN_METRICS = (
     "tpotP95Seconds",
     "costPer1kRequests",
     "costPerMillionTokens",
+    "queueDepth",
+    "kvCacheUsage",
 )
 # A Prometheus address: scheme, host (DNS name or IP), optional port and path; nothing that could
 # carry a credential or make the client's URL differ from what an allow-list compares. One
@@ -204,7 +206,8 @@ class AnalysisMetric(SlipwayModel):
     name: str = Field(
         description="A built-in (errorRate, latencyP95Seconds, latencyP99Seconds, ttftP95Seconds, "
         "tpotP95Seconds, costPer1kRequests, costPerMillionTokens: the track's pods' price per hour over its "
-        "answered requests or generated tokens) or, with query, any name.",
+        "answered requests or generated tokens; queueDepth, kvCacheUsage: the requests waiting per pod and the "
+        "share of KV cache in use (0 to 1), averaged over the track's pods and the window) or, with query, any name.",
         min_length=1,
         max_length=63,
     )

@@ -126,6 +126,8 @@ def test_every_builtin_metric_of_the_api_is_answered_by_one_source():
             " or histogram_quantile(0.95, sum by (le) "
             f"(rate(vllm:time_per_output_token_seconds_bucket{{{SELECTOR}}}[30s])))",
         ),
+        ("vllm", "queueDepth", f"avg(avg_over_time(vllm:num_requests_waiting{{{SELECTOR}}}[30s]))"),
+        ("vllm", "kvCacheUsage", f"avg(avg_over_time(vllm:kv_cache_usage_perc{{{SELECTOR}}}[30s]))"),
     ],
 )
 def test_builtin_queries_per_preset(preset, name, promql):

@@ -62,6 +62,8 @@ class Preset:
     tpot: tuple[str, ...]  # histograms of time per output token
     accepted_requests: str = 'code=~"2.."'  # label matcher selecting the answered ones on ``requests``
     output_tokens: str = "vllm:generation_tokens_total"  # counter of generated tokens
+    queue: str = "vllm:num_requests_waiting"  # gauge: requests waiting for a slot in the engine
+    kv_cache: str = "vllm:kv_cache_usage_perc"  # gauge: the share of KV-cache blocks in use, 0 to 1
 
 
 # The reference server (slipway.workloads.serve): requests by HTTP code, and histograms.
@@ -162,6 +164,12 @@ def per_pod_second(series: str, window: str) -> str:
     return f"max(deriv({served}[{window}:1s]) and on(instance) ({long_enough}))"
 
 
+def pods_mean(gauge: str, window: str) -> str:
+    """A gauge averaged over the window per pod, then over the track's pods (a queue or a cache that fills
+    on one pod shows as that pod's share of the track: the endpoint picker moves requests away from it)."""
+    return f"avg(avg_over_time({gauge}[{window}]))"
+
+
 MIN_SLOPE_SECONDS = 10  # a pod's throughput is judged over at least this many seconds of serving (< the window)
 
 BUILTIN_QUERIES: dict[str, Callable[[Preset, str, str], str]] = {
@@ -172,6 +180,8 @@ BUILTIN_QUERIES: dict[str, Callable[[Preset, str, str], str]] = {
     "latencyP99Seconds": lambda p, s, w: _quantile(0.99, [p.latency], s, w),
     "ttftP95Seconds": lambda p, s, w: _quantile(0.95, [p.ttft], s, w),
     "tpotP95Seconds": lambda p, s, w: _quantile(0.95, p.tpot, s, w),
+    "queueDepth": lambda p, s, w: pods_mean(f"{p.queue}{{{s}}}", w),
+    "kvCacheUsage": lambda p, s, w: pods_mean(f"{p.kv_cache}{{{s}}}", w),
 }
 
 
