@@ -283,6 +283,13 @@ class Analysis(SlipwayModel):
         },
     )
     failure_limit: int = Field(default=2, ge=0, le=100, description="Failed analyses tolerated; one more rolls back.")
+    warmup: Duration | None = Field(
+        default=None,
+        description="A canary step's first analysis comes this long after its pods are ready (its pause counts "
+        "on from then): a canary that starts cold (an LLM server's empty prefix cache, a JIT) is judged once "
+        "warm, not against a warm stable. Make it the cold spell plus the analysis window (the interval, at "
+        "least 20s). Unset: none.",
+    )
     no_data: Literal["inconclusive", "fail", "pass"] = Field(
         default="inconclusive",
         description="When a query returns no data: inconclusive pauses (never promotes), fail, or pass.",

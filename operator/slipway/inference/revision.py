@@ -54,6 +54,7 @@ OUTSIDE_REVISION = frozenset(
         "rollout.analysis.prometheus",
         "rollout.analysis.interval",
         "rollout.analysis.failureLimit",
+        "rollout.analysis.warmup",
         "rollout.analysis.noData",
         "rollout.analysis.gateway",
         "rollout.analysis.metrics",

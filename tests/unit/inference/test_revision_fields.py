@@ -109,6 +109,7 @@ CHANGES: dict[str, Any] = {
     "rollout.analysis.prometheus": {"address": "http://prometheus.monitoring:9090"},
     "rollout.analysis.interval": "1m",
     "rollout.analysis.failureLimit": 5,
+    "rollout.analysis.warmup": "45s",
     "rollout.analysis.noData": "fail",
     "rollout.analysis.gateway": "istio",
     "rollout.analysis.metrics": [{"name": "errorRate", "max": 0.1}],

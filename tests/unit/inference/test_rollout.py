@@ -358,6 +358,27 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
                             now=NOW + timedelta(seconds=2))).analyze  # fmt: skip
 
 
+def test_a_cold_canary_is_first_analysed_once_its_warmup_has_passed():
+    """spec.rollout.analysis.warmup: a canary whose cache starts empty (an LLM server's prefix cache) is
+    not judged during its cold spell; the step holds, saying why and for how long, and is analysed
+    once it has passed."""
+    s = spec(analysis={"interval": "10s", "warmup": "45s", "metrics": [{"name": "ttftP95Seconds",
+                                                                         "maxRelativeToStable": 1.5}]})  # fmt: skip
+    for seconds, due in ((0, False), (30, False), (44, False), (45, True), (60, True)):
+        p = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(),
+                         now=NOW + timedelta(seconds=seconds)))  # fmt: skip
+        assert p.analyze is due, seconds
+        if not due:
+            assert (p.phase, cond(p, "Ready").reason) == ("Paused", "AnalysisInconclusive")
+            assert f"warming up: the first analysis in {45 - seconds}s" in cond(p, "Ready").message
+            assert p.next_analysis == 45 - seconds and p.status["currentStep"] == 0
+    # Once warm, an inconclusive first analysis is tried again soon, as for any canary.
+    no_data = outcome("Inconclusive", None, "ttftP95Seconds: no data")
+    warm = canary_status(since=NOW - timedelta(seconds=45))
+    first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=warm, analysis=no_data))
+    assert first.next_analysis == 2.0
+
+
 def test_the_next_analysis_is_due_an_interval_after_the_last_whatever_woke_the_pass_between():
     """A pass woken by something else (an HPA status, a pod event) just before the analysis is
     due must not push the analysis a whole requeue later: the plan says when it is due."""

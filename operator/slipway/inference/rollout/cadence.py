@@ -30,14 +30,20 @@ def next_analysis(
     whole interval for the next one would delay every verdict by that much. It is tried again after
     :data:`INCONCLUSIVE_RETRY` instead (no data never counts towards ``failureLimit``, so this never
     rolls back sooner on no data). Past that, a canary with no data is queried once per interval, as
-    any other."""
+    any other. A step's first analysis waits for ``analysis.warmup`` after its pods are ready."""
+    warm = warm_from(analysis, step_started)
     timed = [(t, r) for r in results if (t := parse_time(r.get("time"))) is not None]
     if not timed:
-        return timedelta(0)
+        return max(timedelta(0), warm - now)
     last = max(t for t, _ in timed)
     interval = parse_duration(analysis.interval)
     latest_deciding = [r for t, r in timed if t == last and not r.get("dryRun")]
     inconclusive = bool(latest_deciding) and all(r.get("result") == "Inconclusive" for r in latest_deciding)
-    if inconclusive and now - step_started < max(interval, INCONCLUSIVE_WINDOW):
+    if inconclusive and now - warm < max(interval, INCONCLUSIVE_WINDOW):
         interval = min(interval, INCONCLUSIVE_RETRY)
     return last + interval - now
+
+
+def warm_from(analysis: Analysis, step_started: datetime) -> datetime:
+    """When a step's canary is judged warm: ``analysis.warmup`` after its pods are ready."""
+    return step_started + (parse_duration(analysis.warmup) if analysis.warmup else timedelta(0))

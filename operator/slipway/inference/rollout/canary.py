@@ -293,6 +293,12 @@ class Canary:
         ]
         if not reasons and self.obs.analysis and self.obs.analysis.reason:
             reasons = [self.obs.analysis.reason]
+        analysis = self.spec.rollout.analysis
+        if not reasons and not results and analysis is not None and analysis.warmup:
+            warm = cadence.warm_from(analysis, self.step_started)
+            if warm > self.now:
+                left = round((warm - self.now).total_seconds())
+                return f"warming up: the first analysis in {left}s (spec.rollout.analysis.warmup {analysis.warmup})"
         return "; ".join(reasons) or "no analysis yet"
 
     def promote(self, **changes: Any) -> Plan:
