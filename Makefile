@@ -17,12 +17,13 @@ KWOK := $(CACHE)/kwok/kwok
 KUEUE := $(CACHE)/kueue/kueue
 JOBSET := $(CACHE)/jobset/jobset
 KEDA := $(CACHE)/keda/keda-operator
+GIE := $(CACHE)/gie/epp
 # The generated copies of the CRDs (charts/slipway/files/crds/ links to crds/).
 CRD_DIRS := crds charts/slipway-crds/files
 export GOTOOLCHAIN := local
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock lock-mlflow image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
+.PHONY: help install lock lock-mlflow image mlflow-env mlflow-oldest-env test-mlflow-contract controlplane node prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda gie crds docs reference verify lint types test test-fast test-unit test-faults test-integration \
         cluster-up cluster-down demo demo-down e2e-kind clean
 
 help:  ## list the targets
@@ -103,6 +104,10 @@ keda: $(KEDA)  ## build KEDA (its operator and metrics adapter: ScaledObjects fo
 $(KEDA): e2e/keda/build.sh e2e/go-build.sh
 	bash e2e/keda/build.sh $(dir $(KEDA))
 
+gie: $(GIE)  ## build the Gateway API Inference Extension's endpoint picker (EPP) and unpack its CRDs, from the Go module proxy (cached)
+$(GIE): e2e/gie/build.sh e2e/go-build.sh
+	bash e2e/gie/build.sh $(dir $(GIE))
+
 jobset: $(JOBSET)  ## build JobSet (multi-node TrainingRuns as one gang) from the Go module proxy (cached)
 $(JOBSET): e2e/batch/build.sh e2e/go-build.sh
 	bash e2e/batch/build.sh jobset $(JOBSET)
@@ -182,7 +187,7 @@ lint: $(VENV)/.installed
 types: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
-CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda
+CLUSTER_TOOLS := controlplane prometheus metrics-server traefik health-tool promql-oracle helm kueue jobset keda gie
 test: install mlflow-oldest-env $(CLUSTER_TOOLS) node image syft  ## all tests: lint, types and unit first, then the cluster tiers on local clusters (tests/suite.py)
 	$(PY) tests/suite.py $(TEST_ARGS)
 

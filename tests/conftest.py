@@ -221,6 +221,15 @@ def keda(cluster):
 
 
 @pytest.fixture(scope="session")
+def inference_gateway(cluster):
+    """The cluster's Gateway API Inference Extension data plane (``localkube.gie``: Envoy, its translator;
+    ``make gie`` for the endpoint picker), started once as ``kueue``."""
+    from localkube.gie import ensure_inference_gateway
+
+    return _started_once(cluster, "inference-gateway", ensure_inference_gateway)
+
+
+@pytest.fixture(scope="session")
 def jobset(cluster):
     """JobSet (``make jobset``) running in the local cluster, its webhooks served (as ``kueue``)."""
     from localkube.batch import ensure_jobset

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from localkube.nodeagent import images
+
 JSON = dict[str, Any]
 
 
@@ -155,5 +157,10 @@ def build_env(
 
 
 def command_line(container: JSON, env: dict[str, str]) -> list[str]:
-    """``command`` + ``args`` with ``$(VAR)`` expanded (no image entrypoint exists here)."""
-    return [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
+    """``command`` + ``args`` with ``$(VAR)`` expanded. Without ``command``, the image's entrypoint
+    if it is one the node agent knows (:mod:`localkube.nodeagent.images`), else none: no image
+    exists here. Empty if there is nothing to run."""
+    command = container.get("command") or images.entrypoint(container.get("image", ""))
+    if not command:
+        return []
+    return [expand(a, env) for a in command + container.get("args", [])]

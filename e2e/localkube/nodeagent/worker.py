@@ -17,7 +17,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from localkube.kube import Kube
-from localkube.nodeagent import envvars, logs, runtime, volumes
+from localkube.nodeagent import envvars, images, logs, portmap, runtime, volumes
 from localkube.nodeagent.ipam import IPAM
 from localkube.nodeagent.probes import Prober
 from localkube.nodeagent.status import ContainerStatus, PodStatus, other_containers
@@ -100,6 +100,7 @@ class PodWorker(threading.Thread):
         self.volumes: volumes.PodVolumes | None = None
         self._published: JSON | None = None
         self._crashes = 0
+        self.relays: list[portmap.Relay] = []
 
     # -- called from the agent's watch thread ----------------------------------
     def update(self, pod: JSON) -> None:
@@ -273,6 +274,11 @@ class PodWorker(threading.Thread):
         if not argv:
             self._refuse("NoCommand", "localkube runs the container's command and args; none are set (no images here)")
             return None
+        unbuilt = images.unbuilt(argv)
+        if unbuilt:
+            self._refuse("ErrImageNeverPull", unbuilt)
+            return None
+        argv = self._map_ports(argv)
         self.container = runtime.start(
             name=f"{self.ns}/{self.pod_name}/{c['name']}",
             argv=argv,
@@ -294,6 +300,22 @@ class PodWorker(threading.Thread):
             self.status.phase = "Running"
             return self._supervise(env)
         return self._await_exit(c, cs)
+
+    def _map_ports(self, argv: list[str]) -> list[str]:
+        """The ports an image's program would take on every address, moved and relayed
+        (:mod:`localkube.nodeagent.portmap`); the relays end with the container."""
+        self._close_relays()
+        flags = images.WILDCARD_PORTS.get(argv[0])
+        if not flags:
+            return argv
+        argv, mapping = portmap.remap(argv, flags)
+        self.relays = [portmap.Relay(self.status.pod_ip, port, to) for port, to in mapping.items()]
+        return argv
+
+    def _close_relays(self) -> None:
+        for relay in self.relays:
+            relay.close()
+        self.relays = []
 
     def _await_exit(self, c: JSON, cs: ContainerStatus) -> Outcome | None:
         """Wait for an init container (no probes) to exit; None if the pod is going away."""
@@ -513,6 +535,7 @@ class PodWorker(threading.Thread):
         self._terminate()
 
     def _release(self) -> None:
+        self._close_relays()
         self.node.ipam.release(self.uid)
         self.node.tracker.forget(self.uid)
         volumes.remove_pod_volumes(self.run_dir)

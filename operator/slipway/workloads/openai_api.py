@@ -19,6 +19,8 @@ Metrics, under vLLM's names (label ``model_name``):
   vllm:generation_tokens_total          counter: tokens generated (the cost per token's denominator)
   vllm:num_requests_running             gauge (an HPA Pods metric)
   vllm:num_requests_waiting             gauge: requests queued for a sequence slot (KEDA's queue depth)
+  vllm:kv_cache_usage_perc              gauge, 0..1: the KV cache in use, here the share of the sequence
+                                        slots taken (what GIE's endpoint picker scores, with the queue)
   http_requests_total{handler,method,status}    as vLLM's API server exports it through
                                         prometheus-fastapi-instrumentator: status grouped (2xx, 5xx)
 
@@ -94,8 +96,14 @@ class VllmMetrics:
         self.waiting = Gauge(
             "vllm:num_requests_waiting", "Requests waiting for a sequence slot.", ["model_name"], registry=registry
         )
+        self.kv_cache = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage (1 = full).", ["model_name"], registry=registry
+        )
         # The scheduler's sequence slots: requests past them wait (vLLM's --max-num-seqs).
-        self.slots = threading.BoundedSemaphore(env_int("SLIPWAY_MAX_NUM_SEQS", 256, minimum=1))
+        self.max_num_seqs = env_int("SLIPWAY_MAX_NUM_SEQS", 256, minimum=1)
+        self.slots = threading.BoundedSemaphore(self.max_num_seqs)
+        self._taken = 0
+        self._lock = threading.Lock()
         self.http = Counter(
             "http_requests",
             "HTTP requests by handler, method and status group.",
@@ -105,6 +113,13 @@ class VllmMetrics:
         for route in ROUTES:  # every series from the first scrape on (see ServingMetrics)
             for status in ("2xx", "4xx", "5xx"):
                 self.http.labels(route, "POST", status)
+
+    def taken(self, model: str, delta: int) -> None:
+        """A sequence slot taken (+1) or given back (-1): the running requests and the KV cache's use."""
+        with self._lock:
+            self._taken += delta
+            self.running.labels(model).set(self._taken)
+            self.kv_cache.labels(model).set(self._taken / self.max_num_seqs)
 
 
 class BadCompletion(ValueError):
@@ -171,7 +186,7 @@ def handle(handler: PredictionHandler, path: str) -> None:
     server = handler.server
     arrived = time.perf_counter()
     vllm: VllmMetrics = server.vllm  # type: ignore[attr-defined]
-    body = handler._read_body()
+    body = read_body(handler)
     chat = path == "/v1/chat/completions"
     status = HTTPStatus.OK
     try:
@@ -193,7 +208,7 @@ def handle(handler: PredictionHandler, path: str) -> None:
             vllm.slots.acquire()
         finally:
             vllm.waiting.labels(model_name).dec()
-        vllm.running.labels(model_name).inc()
+        vllm.taken(model_name, +1)
         try:
             tokens = generate(handler, prompt, max_tokens, arrived)
             if stream:
@@ -202,13 +217,34 @@ def handle(handler: PredictionHandler, path: str) -> None:
                 text = "".join(tokens)
                 handler._send_json(status, _completion(text, chat, model_name, prompt, max_tokens))
         finally:
-            vllm.running.labels(model_name).dec()
+            vllm.taken(model_name, -1)
             vllm.slots.release()
     except BadCompletion as exc:
         status = HTTPStatus.BAD_REQUEST
         handler._send_json(status, _error(str(exc), "invalid_request_error"))
     finally:
         vllm.http.labels(path, "POST", f"{int(status) // 100}xx").inc()
+
+
+def read_body(handler: PredictionHandler) -> bytes | None:
+    """The request's body, sent with a Content-Length or chunked (as a gateway that streams the
+    body through a filter, Envoy's ext_proc, sends it); None if over the server's limit."""
+    from slipway.workloads.servehttp import MAX_BODY_BYTES  # servehttp imports this module
+
+    if "chunked" not in handler.headers.get("Transfer-Encoding", "").lower():
+        return handler._read_body()
+    body = b""
+    while True:
+        size = int(handler.rfile.readline(66).split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while handler.rfile.readline(8192).strip():  # trailers, up to the blank line
+                pass
+            return body
+        if len(body) + size > MAX_BODY_BYTES:
+            handler.close_connection = True
+            return None
+        body += handler.rfile.read(size)
+        handler.rfile.readline(8)  # the CRLF after the chunk
 
 
 def _error(message: str, kind: str) -> dict[str, Any]:
