@@ -232,7 +232,8 @@ def apply(
         )
         return decision, kube.replace(k, updated(observed, desired))
     body = copy.deepcopy(dict(desired))
-    body["spec"] = {**(body.get("spec") or {}), **(create_extra or {})}
+    if "spec" in body or create_extra:  # a ServiceAccount, a Role or a RoleBinding has none
+        body["spec"] = {**(body.get("spec") or {}), **(create_extra or {})}
     body["metadata"]["ownerReferences"] = [kube.owner_reference(dict(owner))]
     body["metadata"].setdefault("annotations", {})[APPLIED_HASH] = desired_hash(desired)
     try:

@@ -664,6 +664,12 @@ class TrackStatus(StatusModel):
     ready_replicas: int | None = Field(default=None, description="Ready pods of this track.")
     weight: int | None = Field(default=None, description="Percent of traffic on this track (the real share).")
     requested_weight: int | None = Field(default=None, description="Canary: the weight the current step asks for.")
+    traffic_left_time: str | None = Field(
+        default=None,
+        description="Canary, where traffic follows the router's weights: when the route stopped sending it traffic "
+        "while its pods stayed. They leave once the gateway has had spec.drain.delaySeconds (at least 2s) to apply "
+        "the route: an endpoint picker stops choosing a pod the moment it starts terminating.",
+    )
     cost: ServingCost | None = Field(default=None, description="What serving costs on this track (last analysis).")
 
 

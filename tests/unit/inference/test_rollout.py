@@ -477,6 +477,26 @@ def test_promotion_rolls_the_stable_while_the_canary_serves_then_moves_the_canar
     assert (done.stable_replicas, done.canary) == (2, None)
 
 
+@pytest.mark.parametrize("mode", ["GatewayAPI", "InferencePool"])
+def test_a_promotion_takes_the_canary_pods_off_the_route_before_they_stop(mode: str):
+    """Where traffic follows the router's weights, a canary pod moved to the stable leaves the route first
+    and stops only once the gateway has had spec.drain.delaySeconds to apply it: an endpoint picker drops
+    a pod the moment it starts terminating, and its pool's requests would fail meanwhile."""
+    s = spec({"mode": mode, "parentRefs": [{"name": "gw"}]}, maxSurgeReplicas=1)
+    routed = promoting(canary={"revision": "rev2", "weight": 33})
+    first = plan(observe(s, stable=track(V2, 2), canary=track(V2, 1), status=routed))
+    assert (first.phase, first.canary_replicas, first.route_weight, first.wake_in) == ("Promoting", 1, 0, 5.0)
+    left = {**routed, "canary": {**routed["canary"], **first.status.get("canary", {}), "weight": 0,
+                                 "trafficLeftTime": iso(NOW)}}  # fmt: skip
+    for seconds, pods in ((3, 1), (5, 0)):
+        later = plan(observe(s, stable=track(V2, 2), canary=track(V2, 1), status=left,
+                             now=NOW + timedelta(seconds=seconds)))  # fmt: skip
+        assert (later.canary_replicas, later.route_weight) == (pods, 0), seconds
+    # With the Service over both tracks (Replicas) the pods are the traffic: they go at once, as before.
+    replicas = plan(observe(spec(maxSurgeReplicas=1), stable=track(V2, 2), canary=track(V2, 1), status=routed))
+    assert (replicas.canary_replicas, replicas.wake_in) == (0, None)
+
+
 def test_when_the_hpa_changes_the_total_mid_step_the_split_follows_and_the_step_goes_on():
     s = spec(maxSurgeReplicas=2, steps=[{"weight": 50, "pause": "60s"}, {"weight": 80}])
     s = s.model_copy(update={"replicas": 4})  # the HPA: 2 -> 4

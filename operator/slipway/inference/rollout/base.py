@@ -123,6 +123,7 @@ class Plan:
     next_analysis: float | None = None  # seconds until the next analysis is due (a canary under analysis)
     wake_in: float | None = None  # seconds until something planned is due without a change (a held-out canary leaves)
     held_out: bool = False  # the canary's pods kept with no traffic after a rollback (scaleDownDelaySeconds)
+    traffic_left: datetime | None = None  # held out while the gateway applies the route that left them (budget)
     registry: list[dict[str, Any]] = field(default_factory=list)  # new MLflow updates, written to status first
     durable: bool = False  # a decision: write the status before acting on it
     consumed_annotation: str | None = None

@@ -77,6 +77,8 @@ def size_tracks(obs: Observed, result: Plan) -> None:
     elif out and canary is not None and (held := held_out(obs, result, canary)) is not None:
         result.canary, result.canary_replicas, result.wake_in = served_by(canary), *held
         result.held_out = True
+    if canary is not None and (out or result.phase == "Promoting"):
+        route_first(obs, result, canary)
     rolling = result.revert_stable or (result.stable is not None and not stable.serves(result.stable))
     if rolling:
         result.stable_budget = roll_budget(
@@ -104,6 +106,36 @@ def held_out(obs: Observed, result: Plan, canary: Track) -> tuple[int, float] | 
     left = rollout.scale_down_delay_seconds - (obs.now - when).total_seconds()
     keep = min(canary.replicas, canary.current_ready, rollout.max_surge_replicas)  # ready ones: the rest go
     return (keep, left) if left > 0 and keep > 0 else None
+
+
+ROUTE_SETTLE_SECONDS = 2.0  # the least time a gateway is given to apply a route before pods leave
+
+
+def route_first(obs: Observed, result: Plan, canary: Track) -> None:
+    """Where traffic follows the router's weights, the canary's pods that leave (a promotion moving them
+    to the stable, the canary going) leave the route first: this pass sends them no more traffic and
+    keeps them until the gateway has had spec.drain.delaySeconds (at least :data:`ROUTE_SETTLE_SECONDS`)
+    to apply it. An endpoint picker (InferencePool) stops choosing a pod the moment it starts terminating,
+    so a pod that went before the route did would fail the requests still sent to its pool."""
+    if not obs.router.weights_apart_from_pods or result.held_out:
+        return
+    staying = result.canary_replicas if result.canary is not None else 0
+    if canary.current_ready <= staying:
+        return
+    shown = obs.status.get("canary") or {}
+    stable_ready = obs.stable.ready if obs.stable is not None else 0
+    after = obs.router.shared(staying, stable_ready) if staying else 0
+    since = obs.now if (shown.get("weight") or 0) > after else parse_time(shown.get("trafficLeftTime"))
+    if result.canary is not None:  # the pods that leave get no more traffic, now or while they stop
+        result.weight, result.route_weight = after, after
+    settle = max(ROUTE_SETTLE_SECONDS, float(obs.spec.drain.delay_seconds))
+    left = settle - (obs.now - since).total_seconds() if since is not None else 0.0
+    if since is None or left <= 0:
+        return
+    if result.canary is None:  # the canary goes: its pods stay, with no traffic, a moment longer
+        result.canary, result.held_out = served_by(canary), True
+    result.canary_replicas = canary.current_ready
+    result.wake_in, result.traffic_left = min(left, result.wake_in or left), since
 
 
 def roll_budget(total: int, rollout: Rollout, stable: int, canary_pods: int) -> tuple[int, int] | None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from slipway.clock import rfc3339
 from slipway.inference.build import MODEL_ANNOTATION, REVISION_LABEL, URI_ANNOTATION, VERSION_LABEL
 from slipway.inference.model import TrackStatus
 from slipway.inference.rollout.base import Desired, Plan, Track
@@ -83,6 +84,7 @@ def track_statuses(
     elif canary is None or not canary.replicas:
         canary_status = canary_status.model_copy(update={"revision": None, "model_name": None, "model_version": None})
     canary_status.requested_weight = decision.requested_weight
+    canary_status.traffic_left_time = rfc3339(decision.traffic_left) if decision.traffic_left else None
     return linked(of(stable, 100 - decision.weight), ui), linked(canary_status, ui)
 
 

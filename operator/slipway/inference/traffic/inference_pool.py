@@ -105,9 +105,10 @@ def picker_deployment(name: str, namespace: str, spec: InferenceDeploymentSpec, 
     picker = spec.traffic.endpoint_picker
     args = ["--pool-name", pool, "--pool-namespace", namespace, "--pool-group", INFERENCE_POOL.group,
             "--grpc-port", str(PICKER_PORT), "--grpc-health-port", str(HEALTH_PORT),
-            "--metrics-port", str(METRICS_PORT), "--secure-serving=false", "--metrics-endpoint-auth=false",
-            "--tracing=false"]  # fmt: skip
-    health = {"grpc": {"port": HEALTH_PORT, "service": "inference-extension"}}
+            "--metrics-port", str(METRICS_PORT), "--metrics-endpoint-auth=false", "--tracing=false"]  # fmt: skip
+    # The gateway talks TLS to it (EPP's own certificate, as GIE's chart runs it). Probed with TCP on its
+    # ext_proc port, which any kubelet runs (GIE's chart probes its gRPC health service on 9003).
+    health = {"tcpSocket": {"port": PICKER_PORT}}
     container = {
         "name": "epp",
         "image": (picker.image if picker else None) or ENDPOINT_PICKER_IMAGE,
