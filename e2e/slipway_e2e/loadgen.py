@@ -153,10 +153,12 @@ class LoadDriver:
         path: str = PREDICT_PATH,
         body: Mapping[str, Any] | None = None,
         stream: bool = False,
+        tag_header: str | None = None,
     ) -> None:
         """``stream``: the body asks for server-sent events (an OpenAI-compatible completion); a 200
         counts once its ``data: [DONE]`` arrives, an answer that stops before it is ``cut``, and
-        ``timeout`` is the longest wait for the next event."""
+        ``timeout`` is the longest wait for the next event. ``tag_header``: each answer's value of that
+        header (e.g. the backend a gateway chose) is kept with when its request was sent (:meth:`tagged`)."""
         if not 0 < rate <= MAX_RATE:
             raise ValueError(f"rate {rate}: give 0 < rate <= {MAX_RATE:g} requests per second")
         if not 0 < max_duration <= MAX_DURATION_SECONDS:
@@ -186,6 +188,8 @@ class LoadDriver:
         self._refresh_errors = 0
         self._cut = 0
         self.stream = stream
+        self.tag_header = tag_header
+        self._tagged: list[tuple[float, str, int]] = []
         self.last_refresh_error: str | None = None
         self._thread: threading.Thread | None = None
 
@@ -253,6 +257,16 @@ class LoadDriver:
                 self._cut,
             )
 
+    def tagged(self) -> list[tuple[float, str, int]]:
+        """(time.monotonic() when sent, the answer's ``tag_header``, its code; -1 for a cut stream) of each
+        answer so far, with ``tag_header`` set."""
+        with self._lock:
+            return list(self._tagged)
+
+    def _tag(self, sent: float, response: httpx.Response, code: int) -> None:
+        if self.tag_header is not None:
+            self._tagged.append((sent, response.headers.get(self.tag_header, ""), code))
+
     def _run(self) -> None:
         start = time.monotonic()
         deadline = start + self.max_duration
@@ -305,6 +319,7 @@ class LoadDriver:
         if self.stream:
             self._send_stream(http, endpoint)
             return
+        sent = time.monotonic()
         try:
             response = http.post(endpoint.url + self.path, json=self._body)
         except httpx.HTTPError as exc:
@@ -321,14 +336,16 @@ class LoadDriver:
         with self._lock:
             self._by_code[response.status_code] += 1
             self._by_endpoint[endpoint.ip] += 1
+            self._tag(sent, response, response.status_code)
             if version is not None:
                 self._by_version[version] += 1
 
     def _send_stream(self, http: httpx.Client, endpoint: Endpoint) -> None:
-        code, done, error = 0, False, None
+        code, done, error, answer = 0, False, None, None
+        sent = time.monotonic()
         try:
             with http.stream("POST", endpoint.url + self.path, json=self._body) as response:
-                code = response.status_code
+                code, answer = response.status_code, response
                 for line in response.iter_lines():
                     if line.strip() == "data: [DONE]":
                         done = True
@@ -337,6 +354,8 @@ class LoadDriver:
         finally:
             self._in_flight.release()
         with self._lock:
+            if answer is not None:
+                self._tag(sent, answer, -1 if code == 200 and not done else code)
             if code == 0:
                 self._transport_errors[error or "NoAnswer"] += 1
             elif code == 200 and not done:
