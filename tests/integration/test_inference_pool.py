@@ -4,8 +4,8 @@ translator of the HTTPRoute and the InferencePools into Envoy's configuration; t
 not a gateway Slipway ships). Slipway makes a pool and a picker per track and an HTTPRoute between
 the pools; every request goes through a pool's picker to the pod it chose. Counted at the backends
 (the address that answered each request), every canary step splits as its weight says, a good
-version is promoted, and a version answering 30% 5xx under streaming load is rolled back: no error
-from the stable, no stream cut."""
+version is promoted, and a version answering 30% 5xx, then one whose first token comes 3x later
+than the stable's, under streaming load, are rolled back: no error from the stable, no stream cut."""
 
 from __future__ import annotations
 
@@ -111,7 +111,10 @@ def llm_deployment(model: str, gateway_name: str, steps: list[dict[str, Any]]) -
     spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
     spec["traffic"] = {"mode": "InferencePool", "parentRefs": [{"name": gateway_name}]}
     spec["rollout"]["steps"] = steps
-    spec["rollout"]["analysis"]["metrics"] = [{"name": "errorRate", "max": 0.05}]
+    spec["rollout"]["analysis"]["metrics"] = [
+        {"name": "errorRate", "max": 0.05},
+        {"name": "ttftP95Seconds", "maxRelativeToStable": 2},
+    ]
     spec["rollout"]["progressDeadlineSeconds"] = 120
     return body
 
@@ -175,39 +178,49 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
             assert abs(100 * canary / total - weight) <= TOLERANCE, (weight, canary, total)
         assert good.share(lambda c: c != 200) == 0 and not good.transport_errors, (good.by_code, good.transport_errors)
 
-        # A version answering 30% 5xx, under 20 streams a second: rolled back, the stable answers every stream.
+        # Faulty versions under 20 streams a second, one after the other (30% 5xx; a first token 3x the
+        # stable's): each rolled back, its pool at 0%, the stable answering every stream, none cut.
         streams = LoadDriver.for_address("127.0.0.1", inference_gateway.port, rate=20, path="/v1/completions",
-                                         body={**completion, "stream": True, "max_tokens": 16}, max_duration=600,
+                                         body={**completion, "stream": True, "max_tokens": 16}, max_duration=800,
                                          concurrency=64, tag_header=UPSTREAM_HEADER)  # fmt: skip
+        faults = {"errorRate": {"errorRate": "0.3"}, "ttftP95Seconds": {"firstTokenDelaySeconds": "0.03"}}
+        seen: dict[str, tuple[str, float, float, float]] = {}  # metric -> (version, published, decided, at 0%)
         with streams:
-            began = time.monotonic()
-            v3 = publish(errorRate="0.3")
+            for metric, fault in faults.items():
+                began = time.monotonic()
+                version = publish(**fault)
 
-            def rolled_back(obj: dict[str, Any]) -> bool:
-                return ((obj.get("status") or {}).get("lastRollback") or {}).get("modelVersion") == v3
+                def rolled_back(obj: dict[str, Any], version: str = version) -> bool:
+                    return ((obj.get("status") or {}).get("lastRollback") or {}).get("modelVersion") == version
 
-            idep = wait_status(kube_api, namespace, "InferenceDeployment", NAME, rolled_back, 300, "v3 rolled back")
-            decided = time.monotonic()
-            wait_for(lambda: watcher.first_time(0, after=began + 1) is not None, 60, "the canary's pool at 0%")
-            left = watcher.first_time(0, after=began + 1)
-            assert left is not None
-            # Streams still flowing once the canary's pool has no weight: none of them may go to it.
-            wait_for(lambda: any(sent >= left + SETTLE + 5 for sent, _, _ in streams.tagged()), 60, "streams after 0%")
+                idep = wait_status(kube_api, namespace, "InferenceDeployment", NAME, rolled_back, 300,
+                                   f"v{version} rolled back")  # fmt: skip
+                decided = time.monotonic()
+                rollback = idep["status"]["lastRollback"]
+                assert rollback["reason"] == "AnalysisFailed" and rollback["metric"] == metric, rollback
+                assert idep["status"]["stable"]["modelVersion"] == v2
+                wait_for(lambda began=began: watcher.first_time(0, after=began + 1) is not None, 60, "pool at 0%")
+                left = watcher.first_time(0, after=began + 1)
+                assert left is not None
+                # Streams go on once the canary's pool has no weight: none of them may reach it.
+                wait_for(lambda left=left: any(t >= left + SETTLE + 5 for t, _, _ in streams.tagged()), 60, "streams")
+                seen[metric] = (version, began, decided, left)
             stats = streams.stop()
             tagged = streams.tagged()
-    rollback = idep["status"]["lastRollback"]
-    assert rollback["reason"] == "AnalysisFailed" and rollback["metric"] == "errorRate", rollback
-    assert idep["status"]["stable"]["modelVersion"] == v2
-    ready = watcher.ready[v3]
     stable_errors = [code for _, tag, code in tagged if track_of(watcher, tag) == "stable" and code != 200]
-    after = [tag for sent, tag, _ in tagged if sent >= left + SETTLE]
-    on_canary_after = sum(1 for tag in after if track_of(watcher, tag) == "canary")
-    report(f"InferencePool faulty canary (30% 5xx, 20 streams/s): ready -> decision seen {decided - ready:.1f}s, "
-           f"-> route at 0% {left - ready:.1f}s; streams {stats.by_code}, cut {stats.cut}, errors on stable "
-           f"{len(stable_errors)}, answers on the canary after 0% {on_canary_after}/{len(after)}")  # fmt: skip
+    for metric, (version, _, decided, left) in seen.items():
+        ready = watcher.ready[version]
+        after = [tag for sent, tag, _ in tagged if left + SETTLE <= sent and (metric == "ttftP95Seconds" or sent <
+                 seen["ttftP95Seconds"][1])]  # fmt: skip
+        on_canary = sum(1 for tag in after if track_of(watcher, tag) == "canary")
+        report(f"InferencePool faulty canary ({metric}): ready -> decision seen {decided - ready:.1f}s, "
+               f"-> route at 0% {left - ready:.1f}s; on the canary after 0% {on_canary}/{len(after)}")  # fmt: skip
+        assert on_canary == 0 and after, (metric, on_canary, len(after))
+    report(
+        f"InferencePool streams during both: {stats.by_code}, cut {stats.cut}, errors on stable {len(stable_errors)}"
+    )
     assert stats.cut == 0 and not stats.transport_errors, (stats.cut, stats.transport_errors)
     assert stable_errors == [], stable_errors
-    assert on_canary_after == 0 and after
 
 
 def answered(gateway: InferenceGateway, completion: dict[str, Any]) -> bool:
