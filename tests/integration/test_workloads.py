@@ -578,6 +578,7 @@ def test_openai_mode_queues_requests_past_its_sequence_slots_as_vllm_does(servin
                 (
                     server.metric('vllm:num_requests_waiting{model_name="digits-queue"}'),
                     server.metric('vllm:num_requests_running{model_name="digits-queue"}'),
+                    server.metric('vllm:kv_cache_usage_perc{model_name="digits-queue"}'),
                 )
                 if server.metric('vllm:num_requests_waiting{model_name="digits-queue"}') >= 3
                 else None
@@ -587,6 +588,13 @@ def test_openai_mode_queues_requests_past_its_sequence_slots_as_vllm_does(servin
         )
         codes = [a.result().status_code for a in answers]
     assert seen[1] == 2, seen  # never more than the slots generate at once
+    assert seen[2] == 1.0, seen  # both slots taken: the KV cache (the slots, here) is full
     assert codes == [200] * 6
     assert server.metric('vllm:num_requests_waiting{model_name="digits-queue"}') == 0
+    assert server.metric('vllm:kv_cache_usage_perc{model_name="digits-queue"}') == 0
+    # A body sent in chunks (as Envoy's ext_proc streams it on to the server) is read whole.
+    chunked = httpx.post(server.url + "/v1/completions", timeout=10,
+                         content=iter([b'{"prompt": "chun', b'ked", "max_tokens": 2}']))  # fmt: skip
+    assert chunked.request.headers.get("transfer-encoding") == "chunked"
+    assert chunked.status_code == 200 and chunked.json()["usage"]["completion_tokens"] == 2, chunked.text
     assert server.stop() == 0

@@ -37,8 +37,9 @@ def ensure_kinds(ctx: Context, routed: traffic.Objects, kinds: Iterable[Kind]) -
 
 
 def routed_kinds(routed: traffic.Objects) -> tuple[Kind, ...]:
-    """Every kind a router owns, and any other ``routed`` names."""
-    return tuple(dict.fromkeys([*traffic.routed_kinds(), *routed]))
+    """The kinds ``routed`` names, in its order (what a route points at exists before the route; a
+    RoleBinding's Role before it), then every other kind a router owns (pruned)."""
+    return tuple(dict.fromkeys([*routed, *traffic.routed_kinds()]))
 
 
 def before_pods(ctx: Context, routed: traffic.Objects) -> None:

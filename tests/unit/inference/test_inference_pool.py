@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from slipway import kinds, reconcile
+from slipway import children, kinds, reconcile
 from slipway.inference import build, routing, traffic
 from slipway.inference.model import ENDPOINT_PICKER_IMAGE, InferenceDeploymentSpec
 from slipway.inference.traffic.inference_pool import PICKER_LABEL, PICKER_PORT, picker_name, pool_name
@@ -150,3 +150,34 @@ def test_a_mode_changed_away_prunes_the_pickers_and_not_the_track_deployments(mo
     assert {kind for kind, _ in deleted} == {"Service", "Deployment", "InferencePool", "HTTPRoute", "ServiceAccount",
                                              "Role", "RoleBinding"}  # fmt: skip
     assert ("Service", "llm") not in deleted  # the Service over both tracks serves Replicas mode too
+
+
+def test_the_pools_and_pickers_exist_before_the_route_and_a_foreign_role_is_never_bound():
+    """What the route points at is ensured before the route; a Role squatted under the pickers' name by
+    someone else (a namespace editor granting themselves more) is refused, and no RoleBinding follows."""
+    routed = traffic.router("InferencePool").objects("llm", "team", spec(), 10)
+    ensured: list[str] = []
+
+    class Squatted:
+        def ensure(self, index: str, body: dict[str, Any], create_extra: Any = None) -> dict[str, Any]:
+            if body["kind"] == "Role":
+                decision = children.Decision("Refuse", "Role", body["metadata"]["name"], "owned by no one")
+                raise children.OwnedByOther(decision)
+            ensured.append(body["kind"])
+            return body
+
+        def prune(self, index: str, wanted: list[str], only: Any = None) -> None:
+            pass
+
+    routing.before_pods(Squatted(), routed)  # type: ignore[arg-type]
+    with pytest.raises(children.OwnedByOther):
+        routing.after_pods(Squatted(), routed)  # type: ignore[arg-type]
+    assert "RoleBinding" not in ensured and "ServiceAccount" in ensured
+
+    ensured.clear()
+    quiet = Squatted()
+    quiet.ensure = lambda index, body, create_extra=None: ensured.append(body["kind"]) or body  # type: ignore[method-assign]
+    routing.after_pods(quiet, routed)  # type: ignore[arg-type]
+    assert ensured.index("InferencePool") < ensured.index("HTTPRoute")
+    assert ensured.index("Deployment") < ensured.index("HTTPRoute")
+    assert ensured.index("Role") < ensured.index("RoleBinding")
