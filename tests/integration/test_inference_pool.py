@@ -32,7 +32,7 @@ pytestmark = pytest.mark.cluster
 
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "inferencedeployment-llm-local.yaml"
 NAME = "llm"
-SETTLE = 2.0  # seconds after a weight change before its answers count (Envoy reloads its files)
+SETTLE = 3.0  # seconds after a weight change before its answers count (the translator and Envoy apply it)
 PAUSE = 45  # seconds each step holds: about 2,000 answers at RATE
 RATE = 50  # requests per second through the gateway
 STEPS = (20, 50)  # the canary's steps
