@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from localkube import bootstrap
-from localkube.kube import Kube, write_kubeconfig
+from localkube.kube import Kube, component_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.nodeagent.runtime import PODEXEC
 from localkube.pki import CertificateAuthority
@@ -265,10 +265,7 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     for path, obj in rbac(component):
         _put(kube, path, obj)
     bootstrap.apply_crds(kube, crds(component, ports.webhook, bundle), field_manager=f"localkube-{component.name}")
-    client_pair = ca.issue(component.name, component.user)
-    kubeconfig = directory / "kubeconfigs" / f"{component.name}.kubeconfig"
-    write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, client_pair.cert, client_pair.key,
-                     user=component.name)  # fmt: skip
+    kubeconfig = component_kubeconfig(directory, info.apiserver_url, ca, component.name, component.user)
     args = component.args(certs, ports)
     env = {"KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": "",
            "POD_NAMESPACE": component.namespace}  # fmt: skip
@@ -282,8 +279,7 @@ def ensure(component: Component, directory: Path, timeout: float = 90) -> Cluste
     cmd = [sys.executable, "-I", "-S", str(PODEXEC), str(spec_file)]
     log = directory / "logs" / f"{component.name}.log"
     proc = spawn(component.name, cmd, log, env=env, cwd=directory)
-    info.processes = [p for p in info.processes if p.name != component.name] + [proc]
-    info.save()
+    info.record([proc])
     stamp.write_text(digest)
 
     wait_answers(f"http://127.0.0.1:{ports.health}/readyz", proc.alive, log, timeout, component.name)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localkube import bootstrap, prometheus
-from localkube.kube import Kube, write_kubeconfig
+from localkube.kube import Kube, component_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
 from localkube.procs import spawn
@@ -82,16 +82,13 @@ def ensure_gateway(directory: Path, binary: Path = TRAEFIK, timeout: float = 60)
     bootstrap.apply_gateway_api_crds(kube)
     for path, obj in objects():
         wait_for(lambda path=path, obj=obj: kube.ensure(path, obj), 30, f"{path} served")  # type: ignore[misc]
-    ca = CertificateAuthority.load(info.pki)
-    pair = ca.issue("gateway", USER)
-    kubeconfig = directory / "kubeconfigs" / "gateway.kubeconfig"
-    write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, pair.cert, pair.key, user="gateway")
+    kubeconfig = component_kubeconfig(
+        directory, info.apiserver_url, CertificateAuthority.load(info.pki), "gateway", USER
+    )
     port, admin = free_port(), free_port()
     proc = spawn(PROCESS, command(binary, port, admin), directory / "logs" / f"{PROCESS}.log",
                  env=environment(kubeconfig), cwd=directory)  # fmt: skip
-    info.processes = [p for p in info.processes if p.name != PROCESS] + [proc]
-    info.gateway_port = port
-    info.save()
+    info.record([proc], gateway_port=port)
 
     wait_answers(f"http://127.0.0.1:{admin}/ping", proc.alive, proc.log, timeout, "the gateway (Traefik)")
     if info.prometheus_url:

@@ -36,7 +36,7 @@ import yaml
 
 from localkube import bootstrap, gieconfig, prometheus
 from localkube.gateway import CLASS_LABEL
-from localkube.kube import Kube, write_kubeconfig
+from localkube.kube import Kube, component_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
 from localkube.procs import Proc, spawn
@@ -136,9 +136,7 @@ def ensure_inference_gateway(directory: Path, timeout: float = 60) -> InferenceG
     for path, obj in objects():
         wait_for(lambda path=path, obj=obj: kube.ensure(path, obj), 30, f"{path} served")  # type: ignore[misc]
     ca = CertificateAuthority.load(info.pki)
-    pair = ca.issue("inference-gateway", USER)
-    kubeconfig = directory / "kubeconfigs" / "inference-gateway.kubeconfig"
-    write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, pair.cert, pair.key, user="inference-gateway")
+    kubeconfig = component_kubeconfig(directory, info.apiserver_url, ca, "inference-gateway", USER)
 
     work.mkdir(parents=True, exist_ok=True)
     port, admin = free_port(), free_port()
@@ -155,8 +153,7 @@ def ensure_inference_gateway(directory: Path, timeout: float = 60) -> InferenceG
     proxy = spawn(PROCESSES[0], [str(envoy), "-c", str(work / "bootstrap.json"), "--disable-hot-restart",
                                  "--log-level", "warn", "--drain-time-s", "5"],
                   logs / f"{PROCESSES[0]}.log", env=env, cwd=work)  # fmt: skip
-    info.processes = [p for p in info.processes if p.name not in PROCESSES] + [proxy, translator]
-    info.save()
+    info.record([proxy, translator])
     wait_answers(f"http://127.0.0.1:{admin}/ready", proxy.alive, proxy.log, timeout, "the inference gateway (Envoy)")
 
     def listening() -> bool:

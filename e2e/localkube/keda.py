@@ -22,7 +22,7 @@ import yaml
 
 from localkube import bootstrap
 from localkube.batch import _put, namespaced_role
-from localkube.kube import Kube, write_kubeconfig
+from localkube.kube import Kube, component_kubeconfig
 from localkube.mlflow_server import free_port
 from localkube.pki import CertificateAuthority
 from localkube.procs import Proc, spawn
@@ -104,9 +104,7 @@ def ensure_keda(directory: Path, timeout: float = 120) -> ClusterInfo:
     (certs / "tls.crt").write_bytes(pair.cert.read_bytes())
     (certs / "tls.key").write_bytes(pair.key.read_bytes())
     (certs / "ca.crt").write_bytes(ca.pair.cert.read_bytes())
-    client = ca.issue("keda-client", USER)
-    kubeconfig = directory / "kubeconfigs" / "keda.kubeconfig"
-    write_kubeconfig(kubeconfig, info.apiserver_url, ca.pair.cert, client.cert, client.key, user="keda")
+    kubeconfig = component_kubeconfig(directory, info.apiserver_url, ca, "keda-client", USER)
 
     grpc, api, health, metrics, adapter_metrics = (free_port() for _ in range(5))
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "KUBERNETES_SERVICE_HOST": "", "KUBERNETES_SERVICE_PORT": "",
@@ -126,8 +124,7 @@ def ensure_keda(directory: Path, timeout: float = 120) -> ClusterInfo:
         f"--client-ca-file={certs / 'ca.crt'}", f"--metrics-service-address=127.0.0.1:{grpc}",
         "--metrics-service-grpc-authority=localhost", "--zap-log-level=info",
     ], logs / "keda-adapter.log", env=env, cwd=directory)  # fmt: skip
-    info.processes = [p for p in info.processes if p.name not in PROCESSES] + [operator, adapter]
-    info.save()
+    info.record([operator, adapter])
     stamp.write_text(_digest())
 
     wait_answers(f"http://127.0.0.1:{health}/readyz", operator.alive, operator.log, timeout, "keda-operator")

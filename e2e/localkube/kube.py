@@ -34,6 +34,17 @@ def condition(obj: JSON | None, type_: str) -> JSON:
     return {}
 
 
+def component_kubeconfig(directory: Path, apiserver_url: str, ca: Any, name: str, user: str) -> Path:
+    """A client certificate for ``user`` issued by the cluster's ``ca`` (a ``pki.CertificateAuthority``)
+    and the kubeconfig ``<directory>/kubeconfigs/<name>.kubeconfig`` that presents it: how each
+    component of the local cluster (a gateway, KEDA, Kueue) reaches the API server as itself."""
+    pair = ca.issue(name, user)
+    path = directory / "kubeconfigs" / f"{name}.kubeconfig"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_kubeconfig(path, apiserver_url, ca.pair.cert, pair.cert, pair.key, user=name)
+    return path
+
+
 def write_kubeconfig(
     path: Path, server: str, ca: Path, cert: Path, key: Path, user: str = "admin", cluster: str = "localkube"
 ) -> None:

@@ -63,6 +63,25 @@ class ClusterInfo:
         tmp.write_text(json.dumps(doc, indent=2) + "\n")
         tmp.replace(self.state_file)
 
+    def record(self, started: list[Proc], **fields: Any) -> None:
+        """Record the processes ``started`` (in place of any of the same names) and ``fields`` in the
+        state on disk as it is now, under a lock: the cluster's components (a gateway, KEDA, Kueue) are
+        started by several test workers at once, and each saving the processes it had loaded would
+        drop another's (then found not running, started twice over the same files)."""
+        import fcntl
+
+        with (self.directory / "state.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            current = ClusterInfo.load(self.directory) or self
+            names = {p.name for p in started}
+            current.processes = [p for p in current.processes if p.name not in names] + started
+            for name, value in fields.items():
+                setattr(current, name, value)
+            current.save()
+        self.processes = current.processes
+        for name, value in fields.items():
+            setattr(self, name, value)
+
     @classmethod
     def load(cls, directory: Path) -> ClusterInfo | None:
         try:

@@ -103,13 +103,14 @@ def split_per_step(watcher: Watcher, answers: list[tuple[float, str, int]]) -> d
     return counted
 
 
-def llm_deployment(model: str, gateway_name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
+def llm_deployment(model: str, gateway_name: str, host: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     body = copy.deepcopy(yaml.safe_load(SAMPLE.read_text()))
     body["metadata"]["name"] = NAME
     spec = body["spec"]
     spec["model"]["name"] = model
     spec["autoscaling"] = {"minReplicas": 2, "maxReplicas": 2}
-    spec["traffic"] = {"mode": "InferencePool", "parentRefs": [{"name": gateway_name}]}
+    # Its own hostname: every test's Gateway of the class shares the gateway's one listener.
+    spec["traffic"] = {"mode": "InferencePool", "parentRefs": [{"name": gateway_name}], "hostnames": [host]}
     spec["rollout"]["steps"] = steps
     spec["rollout"]["analysis"]["metrics"] = [
         {"name": "errorRate", "max": 0.05},
@@ -126,7 +127,7 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
     custom.create_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "gateways",
                                            gateway("inference", namespace, inference_gateway.port))  # fmt: skip
     operator()
-    model = f"llm-{namespace}"
+    model, host = f"llm-{namespace}", f"{namespace}.inference.test"
     completion = {"model": model, "prompt": "count to four", "max_tokens": 4}
     with MlflowClient(cluster.mlflow_url) as mlflow, Watcher(kube_api, namespace) as watcher:
         digest = mlflow.get_run(trained).tags["slipway.dev/model-digest"]
@@ -147,19 +148,19 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
         mlflow.get_or_create_registered_model(model)
         v1 = publish()
         steps = [{"weight": weight, "pause": f"{PAUSE}s"} for weight in STEPS]
-        apply_object(kube_api, namespace, llm_deployment(model, "inference", steps))
+        apply_object(kube_api, namespace, llm_deployment(model, "inference", host, steps))
         wait_status(kube_api, namespace, "InferenceDeployment", NAME, serving(v1), 240, "v1 serving through the pools")
         pools = {p["metadata"]["name"] for p in custom.list_namespaced_custom_object(
             "inference.networking.k8s.io", "v1", namespace, "inferencepools")["items"]}  # fmt: skip
         assert pools == {f"{NAME}-stable", f"{NAME}-canary"}
 
         # The pickers read their pools before the first request is counted.
-        wait_for(lambda: answered(inference_gateway, completion), 90, "an answer through the inference gateway")
+        wait_for(lambda: answered(inference_gateway, host, completion), 90, "an answer through the inference gateway")
 
         # A good version through both steps, every answer counted at the pod that gave it.
         load = LoadDriver.for_address("127.0.0.1", inference_gateway.port, rate=RATE, path="/v1/completions",
                                       body=completion, max_duration=900, concurrency=32,
-                                      tag_header=UPSTREAM_HEADER)  # fmt: skip
+                                      tag_header=UPSTREAM_HEADER, host=host)  # fmt: skip
         with load:
             v2 = publish()
             wait_status(kube_api, namespace, "InferenceDeployment", NAME, serving(v2), 420, "v2 promoted")
@@ -182,7 +183,7 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
         # stable's): each rolled back, its pool at 0%, the stable answering every stream, none cut.
         streams = LoadDriver.for_address("127.0.0.1", inference_gateway.port, rate=20, path="/v1/completions",
                                          body={**completion, "stream": True, "max_tokens": 16}, max_duration=800,
-                                         concurrency=64, tag_header=UPSTREAM_HEADER)  # fmt: skip
+                                         concurrency=64, tag_header=UPSTREAM_HEADER, host=host)  # fmt: skip
         faults = {"errorRate": {"errorRate": "0.3"}, "ttftP95Seconds": {"firstTokenDelaySeconds": "0.03"}}
         seen: dict[str, tuple[str, float, float, float]] = {}  # metric -> (version, published, decided, at 0%)
         with streams:
@@ -223,9 +224,10 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
     assert stable_errors == [], stable_errors
 
 
-def answered(gateway: InferenceGateway, completion: dict[str, Any]) -> bool:
+def answered(gateway: InferenceGateway, host: str, completion: dict[str, Any]) -> bool:
     try:
-        return httpx.post(gateway.url + "/v1/completions", json=completion, timeout=5).status_code == 200
+        answer = httpx.post(gateway.url + "/v1/completions", json=completion, headers={"Host": host}, timeout=5)
+        return answer.status_code == 200
     except httpx.HTTPError:
         return False
 

@@ -106,8 +106,14 @@ def http_route(ns: str, canary_weight: int) -> dict[str, Any]:
         {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": f"{NAME}-{track}", "weight": weight}
         for track, weight in (("stable", 100 - canary_weight), ("canary", canary_weight))
     ]
+    # Its own hostname: every test's Gateway of the class shares the gateway's one listener.
     return {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": {"name": NAME},
-            "spec": {"parentRefs": [{"name": "inference"}], "rules": [{"backendRefs": refs}]}}  # fmt: skip
+            "spec": {"parentRefs": [{"name": "inference"}], "hostnames": [host(ns)],
+                     "rules": [{"backendRefs": refs}]}}  # fmt: skip
+
+
+def host(ns: str) -> str:
+    return f"{ns}.inference.test"
 
 
 def complete(http: httpx.Client, url: str, timeout: float = 10) -> str:
@@ -161,7 +167,7 @@ def test_weights_split_between_pools_and_the_picker_avoids_a_queue(
     servers = pod_ips(kube_api, namespace)
     url = inference_gateway.url
 
-    with httpx.Client() as http:
+    with httpx.Client(headers={"Host": host(namespace)}) as http:
         # Every pod reached once through its pool's EPP before counting (the EPPs see the pods).
         seen: set[str] = set()
         wait_for(lambda: seen.add(servers[complete(http, url)]) or len(seen) == 4, 90, f"all 4 pods served: {seen}")

@@ -87,14 +87,11 @@ def picker_service(name: str, namespace: str, track: str) -> dict[str, Any]:
         "metadata": _meta(picker_name(name, track), namespace, name),
         "spec": {
             "selector": {PICKER_LABEL: label_value(pool)},
+            # As GIE's chart names them: the gateway asks the picker (gRPC over TLS), Prometheus scrapes it.
             "ports": [
-                {
-                    "name": "grpc-ext-proc",
-                    "port": PICKER_PORT,
-                    "targetPort": PICKER_PORT,
-                    "appProtocol": "kubernetes.io/h2c",
-                }
-            ],  # fmt: skip
+                {"name": "grpc-ext-proc", "port": PICKER_PORT, "targetPort": PICKER_PORT},
+                {"name": "http-metrics", "port": METRICS_PORT, "targetPort": METRICS_PORT},
+            ],
         },
     }
 
@@ -103,9 +100,22 @@ def picker_deployment(name: str, namespace: str, spec: InferenceDeploymentSpec, 
     """GIE v1.5's EPP for one pool, as GIE's chart runs it: restricted, one replica."""
     pool = pool_name(name, track)
     picker = spec.traffic.endpoint_picker
-    args = ["--pool-name", pool, "--pool-namespace", namespace, "--pool-group", INFERENCE_POOL.group,
-            "--grpc-port", str(PICKER_PORT), "--grpc-health-port", str(HEALTH_PORT),
-            "--metrics-port", str(METRICS_PORT), "--metrics-endpoint-auth=false", "--tracing=false"]  # fmt: skip
+    args = [
+        "--pool-name",
+        pool,
+        "--pool-namespace",
+        namespace,
+        "--pool-group",
+        INFERENCE_POOL.group,
+        "--grpc-port",
+        str(PICKER_PORT),
+        "--grpc-health-port",
+        str(HEALTH_PORT),
+        "--metrics-port",
+        str(METRICS_PORT),
+        "--metrics-endpoint-auth=false",
+        "--tracing=false",
+    ]
     # The gateway talks TLS to it (EPP's own certificate, as GIE's chart runs it). Probed with TCP on its
     # ext_proc port, which any kubelet runs (GIE's chart probes its gRPC health service on 9003).
     health = {"tcpSocket": {"port": PICKER_PORT}}
@@ -117,7 +127,7 @@ def picker_deployment(name: str, namespace: str, spec: InferenceDeploymentSpec, 
             {"name": "grpc", "containerPort": PICKER_PORT},
             {"name": "grpc-health", "containerPort": HEALTH_PORT},
             {"name": "metrics", "containerPort": METRICS_PORT},
-        ],  # fmt: skip
+        ],
         "env": [{"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
         "readinessProbe": {**health, "periodSeconds": 2},
         "livenessProbe": {**health, "initialDelaySeconds": 5, "periodSeconds": 10},
@@ -164,10 +174,19 @@ def pool_route(name: str, namespace: str, spec: InferenceDeploymentSpec, canary_
     """The HTTPRoute of GatewayAPI mode with the track pools as its backends."""
     route = build.http_route(name, namespace, spec, canary_weight)
     weights = {"stable": 100 - canary_weight, "canary": canary_weight}
-    route["spec"]["rules"] = [{"backendRefs": [
-        {"group": INFERENCE_POOL.group, "kind": INFERENCE_POOL.kind, "name": pool_name(name, t), "weight": weights[t]}
-        for t in build.TRACKS
-    ]}]  # fmt: skip
+    route["spec"]["rules"] = [
+        {
+            "backendRefs": [
+                {
+                    "group": INFERENCE_POOL.group,
+                    "kind": INFERENCE_POOL.kind,
+                    "name": pool_name(name, t),
+                    "weight": weights[t],
+                }
+                for t in build.TRACKS
+            ]
+        }
+    ]
     return route
 
 
