@@ -124,6 +124,8 @@ def evaluate_metric(
             f"{name}: no data for the canary (noData: {no_data}); is traffic reaching it, and is it scraped?",
         )
     value = canary.value
+    if math.isnan(value):  # NaN passes every comparison: never a verdict, whatever noData says
+        return result("Inconclusive", f"{name} of the canary is NaN, not a number to judge")
     if metric.min is not None and value < metric.min:
         return result("Failed", f"{name} of the canary is {_fmt(value)}, below the minimum {_fmt(metric.min)}")
     if metric.max is not None and value > metric.max:
@@ -137,11 +139,15 @@ def evaluate_metric(
             return result(
                 _NO_DATA_VERDICT[no_data], f"{name}: no data for the stable track to compare with (noData: {no_data})"
             )
+        if not math.isfinite(stable.value):
+            return result("Inconclusive", f"{name} of the stable track is {stable.value}, not a number to compare with")
         if value > factor * stable.value:
             return result(
                 "Failed",
                 f"{name} of the canary is {_fmt(value)}, above {_fmt(factor)} × the stable's {_fmt(stable.value)}",
             )
+    if math.isinf(value):  # beyond no bound it was given (a max alone with -Inf, a min alone with +Inf)
+        return result("Inconclusive", f"{name} of the canary is {value}, not a number to pass")
     return result("Passed", f"{name} of the canary is {_fmt(value)}, within {threshold}")
 
 

@@ -475,3 +475,21 @@ def test_a_custom_query_reads_only_its_namespace_and_one_naming_another_is_never
     o = analysed(client, Analysis(metrics=[other]), "team-a", "digits", NOW)
     assert o.verdict == "Inconclusive" and asked == []
     assert 'namespace="team-b"' in o.reason and "spec.rollout.analysis.metrics[].query" in o.reason
+
+
+@pytest.mark.parametrize("name", ["queueDepth", "kvCacheUsage"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_queue_or_cache_value_never_passes_and_the_query_stays_in_the_namespace(name: str, value: float):
+    """A gauge a server exports as NaN or +Inf (or a stable whose value is) gives no verdict either way."""
+    from slipway.inference.analysis import evaluate_metric
+    from slipway.inference.providers.prometheus_queries import resolve_query
+
+    absolute = AnalysisMetric(name=name, max=4)
+    assert evaluate_metric(absolute, Measurement("q", value), None, "inconclusive", "t").result != "Passed"
+    floor = AnalysisMetric(name=name, min=0)
+    assert evaluate_metric(floor, Measurement("q", value), None, "pass", "t").result == "Inconclusive"
+    relative = AnalysisMetric(name=name, maxRelativeToStable=2)
+    judged = evaluate_metric(relative, Measurement("q", 1.0), Measurement("q", value), "inconclusive", "t")
+    assert judged.result != "Passed"
+    query = resolve_query(absolute, "vllm", "canary", "team-a", "llm", "30s")
+    assert 'namespace="team-a"' in query and 'slipway_dev_track="canary"' in query
