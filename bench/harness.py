@@ -10,6 +10,7 @@ import contextlib
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -36,6 +37,7 @@ from localkube.wait import wait_for
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION = "slipway.dev", "v1alpha1"
 IMAGE = "ghcr.io/slipway-dev/slipway:0.1.0"
+PROOF_KEY = secrets.token_hex(32)
 
 
 def log(text: str) -> None:
@@ -113,11 +115,17 @@ def describe(obj: dict[str, Any] | None) -> str:
 class Operator:
     """``python -m slipway`` of the checkout under test, as a subprocess in its own session."""
 
-    def __init__(self, source: Path, env: dict[str, str], namespaces: str | Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, source: Path, env: dict[str, str], namespaces: str | Sequence[str], log_path: Path,
+        launcher: Sequence[str] = ("-m", "slipway"),
+    ) -> None:  # fmt: skip
+        """``launcher``: what follows the interpreter in place of ``-m slipway`` (``bench.memprofile``
+        runs the operator under tracemalloc)."""
         self.source = source
         self.env = env
         self.namespaces = [namespaces] if isinstance(namespaces, str) else list(namespaces)
         self.log_path = log_path
+        self.launcher = list(launcher)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def check_import(self) -> str:
@@ -134,7 +142,7 @@ class Operator:
     def start(self) -> None:
         liveness = f"http://127.0.0.1:{free_port()}/healthz"
         scope = [arg for ns in self.namespaces for arg in ("-n", ns)]
-        cmd = [sys.executable, "-m", "slipway", "--standalone", *scope, "--liveness", liveness]
+        cmd = [sys.executable, *self.launcher, "--standalone", *scope, "--liveness", liveness]
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen(
                 cmd, env=self.env, cwd=self.log_path.parent, stdout=out, stderr=subprocess.STDOUT,
@@ -174,6 +182,8 @@ def operator_env(source: Path, kubeconfig: Path, mlflow: str, prometheus: str, e
         SLIPWAY_PROMETHEUS_URL=prometheus,
         SLIPWAY_METRICS_PORT=str(free_port()),
         SLIPWAY_METRICS_ADDRESS="127.0.0.1",
+        # the proof key from the setting, not a Secret in slipway-system (the bench's cluster has no such namespace)
+        SLIPWAY_MLFLOW_PROOF_KEY=PROOF_KEY,
     )
     env.update(extra)
     return env

@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from bench import argo, kwok, rundir
+from bench import argo, kwok, memprofile, reaction, rundir
 from bench.canary import THRESHOLD, Config, training_run
 from bench.harness import (
     GROUP,
@@ -78,7 +78,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--at-rest-sizes", default="10,100,300", help="settled deployments per system (default 10,100,300)")
     g.add_argument("--at-rest-seconds", type=float, default=600.0, help="the counting window (default 600 s)")
     g.add_argument("--at-rest-systems", default="slipway,argo", help="which systems, in order for each size")
-    g.add_argument("--at-rest-kwok-nodes", type=int, default=8, help="kwok nodes (110 pods each; default 8)")
+    g.add_argument(
+        "--at-rest-kwok-nodes",
+        type=int,
+        default=0,
+        help="kwok nodes (110 pods each; default: room for both systems' pods at the largest N)",
+    )
+    g.add_argument(
+        "--at-rest-changes",
+        type=int,
+        default=50,
+        help="spec changes timed per (system, N) after the window (bench.reaction; 0: none)",
+    )
+    g.add_argument(
+        "--at-rest-startup",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the changes, restart the controller and time its first pass over the N objects",
+    )
+    g.add_argument(
+        "--at-rest-profile",
+        action="store_true",
+        help="at the largest N, run Slipway again under tracemalloc, keep its top allocations (bench.memprofile)",
+    )
     g.add_argument("--at-rest-quiet-seconds", type=float, default=10.0, help="settled: this long without a request")
     g.add_argument("--at-rest-settle-max-seconds", type=float, default=90.0, help="count after this long anyway")
     g.add_argument("--at-rest-keep-cluster-dir", action="store_true", help="keep the stopped cluster's directory")
@@ -200,6 +222,15 @@ class Controllers:
         else:
             self.argo.stop()
 
+    def restart(self, system: str) -> None:
+        self.stop(system)
+        self.start(system)
+
+    def metrics_url(self, system: str) -> str:
+        if system == "slipway":
+            return f"http://127.0.0.1:{self.slipway.env['SLIPWAY_METRICS_PORT']}/metrics"
+        return f"http://127.0.0.1:{self.argo.metrics_port}/metrics"
+
 
 def measure(
     info: ClusterInfo, admin: Kube, controllers: Controllers, system: str, n: int, args: argparse.Namespace,
@@ -297,6 +328,20 @@ def measure(
     })  # fmt: skip
     if ready != n:
         out["notes"].append(f"{n - ready} of {n} no longer ready after the window: {bad}")
+    ns = NAMESPACES[system]
+    if args.at_rest_changes > 0:
+        names = [deployment_name(i) for i in range(n)]
+        out["spec_changes"] = reaction.spec_changes(admin, system, ns, names, args.at_rest_changes)
+    if args.at_rest_startup:
+        # the last change's own writes are done before the restart, so that the start-up counts only its own
+        out["settle_before_startup"] = settle(info, user, args.at_rest_quiet_seconds, args.at_rest_settle_max_seconds)
+        out["startup"] = reaction.startup(
+            info, system, user, ns, {deployment_name(i) for i in range(n)},
+            restart=lambda: controllers.restart(system), metrics_url=lambda: controllers.metrics_url(system),
+            alive=lambda: controllers.alive(system), timeout=300 + 0.1 * n,
+        )  # fmt: skip
+        fresh = controllers.pid(system)
+        out["rss_bytes_after_startup"] = argo.rss_bytes(fresh) if fresh else None
     if placed.get("other") or placed.get("kwok", 0) < n:
         out["notes"].append(f"running pods: {dict(placed)} (expected {n} on kwok nodes, none elsewhere)")
     log(f"{system} n={n}: {out['requests_per_minute']} req/min ({out['writes']} writes), "
@@ -383,7 +428,9 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             prometheus = CountingProxy("prometheus", info.prometheus_url).start()
             proxies += [mlflow, prometheus]
             try:
-                with kwok.running(info, args.at_rest_kwok_nodes, run_dir / "at-rest-kwok") as fake:
+                nodes = args.at_rest_kwok_nodes or 2 + -(-2 * max(sizes) // 100)
+                data["config"]["kwok_nodes"] = nodes
+                with kwok.running(info, nodes, run_dir / "at-rest-kwok") as fake:
                     data["kwok_nodes"] = fake.names
                     controllers = Controllers(info, run_dir, mlflow, prometheus)
                     data["slipway_imported_from"] = controllers.imported_from
@@ -415,6 +462,13 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                             finally:
                                 controllers.stop(system)
                             rundir.write(run_dir, "at-rest", data)
+                    if args.at_rest_profile and "slipway" in systems:
+                        controllers.stop("argo")
+                        controllers.stop("slipway")
+                        names = {deployment_name(i) for i in range(sizes[-1])}
+                        data["profile"] = memprofile.profile(controllers.slipway.env, NAMESPACES["slipway"], names,
+                                                             run_dir)  # fmt: skip
+                        rundir.write(run_dir, "at-rest", data)
             finally:
                 if controllers is not None:
                     controllers.stop("slipway")
