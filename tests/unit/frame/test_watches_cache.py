@@ -26,8 +26,24 @@ def test_cached_drops_managed_fields_and_leaves_the_event_body_alone() -> None:
     kept = watches.cached(body)
     assert "managedFields" not in kept["metadata"]
     assert kept["metadata"]["labels"] == {"slipway.dev/trainingrun": "train-0"}
-    assert kept["spec"] is body["spec"] and kept["status"] is body["status"]
+    assert kept["spec"] == body["spec"] and kept["status"] == body["status"]
     assert "managedFields" in body["metadata"]  # the watch's own object is not changed
+
+
+def test_two_objects_cached_from_separately_parsed_events_share_their_strings() -> None:
+    """Every event is parsed into strings of its own; the cache keeps one of each, so that ten
+    thousand copies of the same keys and labels are not held ten thousand times."""
+    import json
+
+    raw = json.dumps(_body(labels={"app.kubernetes.io/managed-by": "slipway", "slipway.dev/deployment": "d-1"}))
+    first, second = watches.cached(json.loads(raw)), watches.cached(json.loads(raw))
+    assert first == second
+    key_a = next(k for k in first["metadata"]["labels"] if k.startswith("app."))
+    key_b = next(k for k in second["metadata"]["labels"] if k.startswith("app."))
+    assert key_a is key_b
+    assert first["metadata"]["labels"][key_a] is second["metadata"]["labels"][key_b]
+    assert first["spec"]["containers"][0]["name"] is second["spec"]["containers"][0]["name"]
+    assert first["spec"] is not second["spec"]  # copies: a change to one never shows in the other
 
 
 def test_every_index_keeps_the_slim_body() -> None:
