@@ -9,12 +9,15 @@ from __future__ import annotations
 import platform
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from slipway._version import __version__
 from slipway.clock import parse_time
@@ -40,8 +43,12 @@ BUILD_INFO.labels(__version__, platform.python_version(), _installed("kopf")).se
 RECONCILES = Counter("slipway_reconcile_total", "Reconciliations by kind and result.", ["kind", "result"])
 RECONCILE_SECONDS = Histogram("slipway_reconcile_duration_seconds", "Time spent in one reconciliation.", ["kind"])
 TRANSITIONS = Counter("slipway_phase_transitions_total", "Phase transitions by kind and new phase.", ["kind", "phase"])
-PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace", "name"])
-ROLLBACKS = Counter("slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "name", "reason"])
+# The per-object metrics below are descriptions only (registry=None): their series are made at each scrape
+# from what ObjectGauges keeps (see there).
+PROMOTIONS = Counter("slipway_promotions_total", "Canaries promoted to stable.", ["namespace", "name"], registry=None)
+ROLLBACKS = Counter(
+    "slipway_rollbacks_total", "Canaries rolled back, by reason.", ["namespace", "name", "reason"], registry=None
+)
 GATE_RESULTS = Counter("slipway_gate_results_total", "Validation gate and analysis outcomes.", ["kind", "result"])
 # One per HTTP request sent to MLflow or Prometheus (each retry too): at rest it stays still.
 EXTERNAL_REQUESTS = Counter(
@@ -105,7 +112,7 @@ def declare_phases(kind: str, phases: tuple[str, ...]) -> None:
     """A kind's phases: ``slipway_<kind>_phase`` has a series for each of them per object."""
     if kind not in PHASE:
         help_text = f"1 for the {kind}'s current phase, 0 for its other phases."
-        PHASE[kind] = Gauge(f"slipway_{kind.lower()}_phase", help_text, ["namespace", "name", "phase"])
+        PHASE[kind] = Gauge(f"slipway_{kind.lower()}_phase", help_text, ["namespace", "name", "phase"], registry=None)
     PHASES[kind] = phases
 
 
@@ -113,23 +120,32 @@ READY = Gauge(
     "slipway_object_ready",
     "1 while the object's Ready condition is True; reason: that condition's reason.",
     [*OBJECT, "reason"],
+    registry=None,
 )
-STALLED = Gauge("slipway_object_stalled", "1 while the object's Stalled condition is True.", OBJECT)
+STALLED = Gauge("slipway_object_stalled", "1 while the object's Stalled condition is True.", OBJECT, registry=None)
 CANARY_WEIGHT = Gauge(
-    "slipway_inferencedeployment_canary_weight", "The canary's real share of traffic (percent).", ["namespace", "name"]
+    "slipway_inferencedeployment_canary_weight",
+    "The canary's real share of traffic (percent).",
+    ["namespace", "name"],
+    registry=None,
 )
 REQUESTED_WEIGHT = Gauge(
-    "slipway_inferencedeployment_requested_weight", "The current step's weight (percent).", ["namespace", "name"]
+    "slipway_inferencedeployment_requested_weight",
+    "The current step's weight (percent).",
+    ["namespace", "name"],
+    registry=None,
 )
 TRACK_INFO = Gauge(
     "slipway_inferencedeployment_track_info",
     "1 for the model version each track serves (track: stable or canary).",
     ["namespace", "name", "track", "model", "version"],
+    registry=None,
 )
 LAST_ROLLBACK = Gauge(
     "slipway_inferencedeployment_last_rollback_timestamp_seconds",
     "When the last rollback happened, with its reason and the model version it pulled.",
     ["namespace", "name", "reason", "version"],
+    registry=None,
 )
 # One gauge per unit of cost (status.<track>.cost), each in the price table's currency.
 SERVING_COSTS: dict[str, Gauge] = {
@@ -137,6 +153,7 @@ SERVING_COSTS: dict[str, Gauge] = {
         f"slipway_inferencedeployment_serving_cost_{unit}",
         f"Each track's serving cost {words} at its last analysis, in the price table's currency.",
         ["namespace", "name", "track", "currency"],
+        registry=None,
     )
     for key, unit, words in (
         ("perHour", "per_hour", "per hour (all its pods)"),
@@ -148,60 +165,65 @@ TRAINING_COST = Gauge(
     "slipway_trainingrun_cost",
     "What the training run has cost so far, every attempt.",
     ["namespace", "name", "currency"],
+    registry=None,
 )
 TRAINING_GPU_SECONDS = Gauge(
     "slipway_trainingrun_gpu_seconds",
     "GPU time the run's pods reserved, every attempt: GPUs times seconds.",
     ["namespace", "name"],
+    registry=None,
 )
-TRAINING_STEP = Gauge("slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"])
+TRAINING_STEP = Gauge(
+    "slipway_trainingrun_step", "The training step last reported.", ["namespace", "name"], registry=None
+)
 TRAINING_PROGRESS = Gauge(
-    "slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.", ["namespace", "name"]
+    "slipway_trainingrun_progress_ratio", "Step / totalSteps of the training run.", ["namespace", "name"], registry=None
 )
 
 
 # Every reason a rollback (or a reverted promotion or bake) can have (slipway.reasons, the rows marked
 # rollback): each deployment's counters start at 0 for all of them, so increase() sees its
 # first rollback (a series born at 1 shows no increase), and all of them are removed when it is deleted.
+Row = tuple[Gauge | Counter, tuple[str, ...], float]
+_LOCK = threading.Lock()
+_KEEPERS: weakref.WeakSet[ObjectGauges] = weakref.WeakSet()
+# The per-object counters' values other than 0, by (counter, labels).
+_COUNTS: dict[tuple[Counter, tuple[str, ...]], float] = {}
 
 
 class ObjectGauges:
-    """The per-object gauges of each object, set from its status after every pass and removed
-    when it is deleted (or when this replica stops leading); an InferenceDeployment's rollback and
-    promotion counters are made at 0 before its first pass."""
+    """The per-object series of each object, set from its status after every pass and removed when
+    it is deleted (or when this replica stops leading); an InferenceDeployment's rollback and
+    promotion counters read 0 from before its first pass. Kept as rows of plain values and turned
+    into series at each scrape (:class:`PerObjectSeries`): a labelled series of prometheus_client
+    costs about 750 bytes, and an InferenceDeployment has twenty (15 KB each, 150 MB at ten thousand)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.series: dict[tuple[str, str, str], list[tuple[Gauge, tuple[str, ...]]]] = {}
+        self.lock = _LOCK
+        self.series: dict[tuple[str, str, str], list[Row]] = {}
+        self.started: set[tuple[str, str]] = set()  # InferenceDeployments whose counters read 0 until counted
+        with _LOCK:
+            _KEEPERS.add(self)
 
     def start(self, kind: str, namespace: str, name: str) -> None:
         """Before a pass: the object's counters exist (at 0 the first time), so the first
         rollback or promotion it counts is an increase a scrape can see."""
         if kind == "InferenceDeployment":
-            for reason in ROLLBACK_REASONS:
-                ROLLBACKS.labels(namespace, name, reason)
-            PROMOTIONS.labels(namespace, name)
+            with self.lock:
+                self.started.add((namespace, name))
 
     def observe(self, kind: str, namespace: str, name: str, status: Mapping[str, Any] | None) -> None:
         wanted = object_series(kind, namespace, name, status or {})
         with self.lock:
-            old = self.series.get((kind, namespace, name), [])
-            keep = {(id(g), labels) for g, labels, _ in wanted}
-            for gauge, labels in old:
-                if (id(gauge), labels) not in keep:
-                    _remove(gauge, labels)
-            for gauge, labels, value in wanted:
-                gauge.labels(*labels).set(value)
-            self.series[(kind, namespace, name)] = [(g, labels) for g, labels, _ in wanted]
+            self.series[(kind, namespace, name)] = wanted
 
     def forget(self, kind: str, namespace: str, name: str) -> None:
         with self.lock:
-            for gauge, labels in self.series.pop((kind, namespace, name), []):
-                _remove(gauge, labels)
+            self.series.pop((kind, namespace, name), None)
             if kind == "InferenceDeployment":
-                for reason in ROLLBACK_REASONS:
-                    _remove(ROLLBACKS, (namespace, name, reason))
-                _remove(PROMOTIONS, (namespace, name))
+                self.started.discard((namespace, name))
+                for key in [k for k in _COUNTS if k[0] in (ROLLBACKS, PROMOTIONS) and k[1][:2] == (namespace, name)]:
+                    del _COUNTS[key]
 
     def clear(self) -> None:
         with self.lock:
@@ -210,21 +232,56 @@ class ObjectGauges:
             self.forget(*key)
 
 
-def _remove(gauge: Gauge | Counter, labels: tuple[str, ...]) -> None:
-    with suppress(KeyError):
-        gauge.remove(*labels)
+def count(counter: Counter, *labels: str) -> None:
+    """One more on a per-object counter (ROLLBACKS, PROMOTIONS)."""
+    with _LOCK:
+        _COUNTS[(counter, labels)] = _COUNTS.get((counter, labels), 0.0) + 1
 
 
-def object_series(
-    kind: str, namespace: str, name: str, status: Mapping[str, Any]
-) -> list[tuple[Gauge, tuple[str, ...], float]]:
+def per_object_metrics() -> list[Gauge | Counter]:
+    gauges = [READY, STALLED, CANARY_WEIGHT, REQUESTED_WEIGHT, TRACK_INFO, LAST_ROLLBACK, *SERVING_COSTS.values()]
+    training = [TRAINING_COST, TRAINING_GPU_SECONDS, TRAINING_STEP, TRAINING_PROGRESS]
+    return [*PHASE.values(), *gauges, *training, ROLLBACKS, PROMOTIONS]
+
+
+class PerObjectSeries(Collector):
+    """The per-object metrics' series, made at each scrape from every :class:`ObjectGauges`' rows."""
+
+    def describe(self) -> list[Metric]:
+        return [_family(m) for m in per_object_metrics()]
+
+    def collect(self) -> Iterator[Metric]:
+        families = {id(m): _family(m) for m in per_object_metrics()}
+        with _LOCK:
+            rows = [row for keeper in list(_KEEPERS) for kept in keeper.series.values() for row in kept]
+            started = {key for keeper in list(_KEEPERS) for key in keeper.started}
+            counts = dict(_COUNTS)
+        for metric, labels, value in rows:
+            families[id(metric)].add_metric(labels, value)
+        for namespace, name in sorted(started):
+            for counter, labels in [(ROLLBACKS, (namespace, name, r)) for r in ROLLBACK_REASONS] + [
+                (PROMOTIONS, (namespace, name))
+            ]:
+                families[id(counter)].add_metric(labels, counts.pop((counter, labels), 0.0))
+        for (counter, labels), value in counts.items():
+            families[id(counter)].add_metric(labels, value)
+        yield from families.values()
+
+
+def _family(metric: Gauge | Counter) -> GaugeMetricFamily | CounterMetricFamily:
+    kind = CounterMetricFamily if isinstance(metric, Counter) else GaugeMetricFamily
+    return kind(metric._name, metric._documentation, labels=list(metric._labelnames))
+
+
+REGISTRY.register(PerObjectSeries())
+
+
+def object_series(kind: str, namespace: str, name: str, status: Mapping[str, Any]) -> list[Row]:
     """(gauge, labels, value) of every per-object series of one object (pure)."""
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     ready = conditions.get("Ready") or {}
     phase = status.get("phase")
-    series: list[tuple[Gauge, tuple[str, ...], float]] = [
-        (PHASE[kind], (namespace, name, p), 1.0 if p == phase else 0.0) for p in PHASES.get(kind, ())
-    ]
+    series: list[Row] = [(PHASE[kind], (namespace, name, p), 1.0 if p == phase else 0.0) for p in PHASES.get(kind, ())]
     if ready:
         series.append(
             (

@@ -156,7 +156,7 @@ class Reconciler:
         self.write(decision, tracks, pending, parked)
         flush(self.ctx)
         if rollback is not None:
-            metrics.ROLLBACKS.labels(self.namespace, self.name, rollback["reason"]).inc()
+            metrics.count(metrics.ROLLBACKS, self.namespace, self.name, rollback["reason"])
 
     def write(
         self,

@@ -53,7 +53,7 @@ def carry_out(ctx: Context, client: MlflowClient, pending: Updates, parked: Upda
                 "AliasMoved",
                 f"MLflow alias {update['alias']} of {update['model']} now points at version {update['version']}",
             )
-            metrics.PROMOTIONS.labels(ctx.namespace, ctx.name).inc()
+            metrics.count(metrics.PROMOTIONS, ctx.namespace, ctx.name)
     generation = ctx.body["metadata"].get("generation")
     for update, answer in refused:
         entry = registry.refused(update, answer, generation, datetime.now(UTC))

@@ -120,7 +120,7 @@ def test_every_rollback_reason_the_rollout_records_starts_at_0_and_leaves_with_t
     assert {r: value("slipway_rollbacks_total", **who, reason=r) for r in ROLLBACK_REASONS} == dict.fromkeys(
         ROLLBACK_REASONS, 0.0
     )
-    metrics.ROLLBACKS.labels("team-a", "baked", "BakeFailed").inc()
+    metrics.count(metrics.ROLLBACKS, "team-a", "baked", "BakeFailed")
     assert value("slipway_rollbacks_total", **who, reason="BakeFailed") == 1
     gauges.forget("InferenceDeployment", "team-a", "baked")
     assert all(value("slipway_rollbacks_total", **who, reason=r) is None for r in ROLLBACK_REASONS)
@@ -152,7 +152,7 @@ def test_a_rollback_is_counted_once_its_status_write_landed_not_when_a_409_refus
     assert (value("slipway_rollbacks_total", **who) or 0.0) == before
     reconciler.put_on_record(None, {}, [], [], record)  # type: ignore[arg-type]
     assert value("slipway_rollbacks_total", **who) == before + 1 and writes == ["409", "ok"]
-    metrics.ROLLBACKS.remove("team-a", "twice", "BakeFailed")
+    metrics.ObjectGauges().forget("InferenceDeployment", "team-a", "twice")
 
 
 def test_every_phase_of_each_status_model_has_its_gauge_series():
