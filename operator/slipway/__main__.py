@@ -40,33 +40,13 @@ def peer_identity() -> str:
     return f"{user}@{socket.gethostname()}/{int(time.time())}/{os.getpid()}"
 
 
-# glibc's M_ARENA_MAX (mallopt) and the arenas the operator allows itself: see limit_malloc_arenas.
-M_ARENA_MAX = -8
-MALLOC_ARENAS = 2
-
-
-def limit_malloc_arenas(count: int = MALLOC_ARENAS) -> bool:
-    """Cap glibc's malloc arenas at ``count``, unless ``MALLOC_ARENA_MAX`` sets them. glibc gives a
-    thread that allocates while another holds the lock an arena of its own, up to eight per core, and
-    each keeps the memory freed in it: the passes' worker threads each held tens of MiB that no object
-    needed any more. Called before any thread starts. True when set (False on another C library, or
-    when the environment decides)."""
-    import ctypes
-    import os
-
-    if os.environ.get("MALLOC_ARENA_MAX"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return bool(mallopt(M_ARENA_MAX, count))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    limit_malloc_arenas()
+    from slipway import heap
+
+    heap.limit_malloc_arenas()  # before any thread starts
+    heap.start_trimming()
     from slipway.leader import Timing
 
     if args.lease_renew_interval is not None:  # the flag of earlier versions: deadline = duration - interval

@@ -38,6 +38,7 @@ LAYERS: dict[str, set[str]] = {
         "kinds",
         "kindrecord",
         "tls",
+        "heap",
     },  # fmt: skip
     # clients of what the operator talks to, and the operator's own bookkeeping
     "clients": {
