@@ -53,8 +53,12 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.peering.standalone = True
     for resource, selector in watches.server_selectors().items():
         settings.watching.label_selectors[resource] = selector  # type: ignore[index]
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # A watch is renewed every 10 minutes (client-go renews every 5 to 10): fourteen watched kinds cost
+    # fourteen requests per 10 minutes at rest. A stream that went dead without closing is noticed by
+    # its silence instead: the API server sends a bookmark at least once a minute.
+    settings.watching.server_timeout = 600
+    settings.watching.client_timeout = 630
+    settings.watching.inactivity_timeout = 70
     settings.watching.connect_timeout = 10
     settings.execution.max_workers = 4  # kopf's own sync handlers (index and wake functions are light)
     settings.networking.request_timeout = 30
