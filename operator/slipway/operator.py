@@ -59,6 +59,9 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 600
     settings.watching.client_timeout = 630
     settings.watching.inactivity_timeout = 70
+    # The lists at start come in pages of 500 (client-go's page size), not each kind's every object in
+    # one answer parsed whole: at start, the memory a process takes it rarely gives back.
+    settings.watching.chunk_size = 500
     settings.watching.connect_timeout = 10
     settings.execution.max_workers = 4  # kopf's own sync handlers (index and wake functions are light)
     settings.networking.request_timeout = 30
