@@ -119,12 +119,44 @@ def start(data: dict[str, Any], path: Path) -> None:
     _save(fig, path)
 
 
+def at_scale(data: dict[str, Any], path: Path) -> None:
+    """Issue #54: RSS against N for both systems, and start-up and spec → child against N."""
+    from bench.scale_report import scale_rows
+
+    rows = scale_rows(data)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for system in SYSTEMS:
+        mine = sorted((r for r in rows if r["system"] == system), key=lambda r: r["n"])
+        if not mine:
+            continue
+        ns, color = [r["n"] for r in mine], COLORS[system]
+        left.plot(ns, [r["rss_bytes_max"] / MIB for r in mine], marker="o", color=color, label=NAMES[system])
+        starts = [(r["n"], (r.get("startup") or {}).get("seconds")) for r in mine]
+        right.plot(*zip(*[p for p in starts if p[1] is not None], strict=True), marker="o", color=color,
+                   label=f"{NAMES[system]}: start-up")  # fmt: skip
+        p99 = [(r["n"], (r.get("spec_changes") or {}).get("p99_seconds")) for r in mine]
+        right.plot(*zip(*[p for p in p99 if p[1] is not None], strict=True), marker="s", linestyle="--", color=color,
+                   label=f"{NAMES[system]}: spec → child p99")  # fmt: skip
+    left.set_xlabel("settled deployments (N)")
+    left.set_ylabel("controller RSS, settled (MiB)")
+    right.set_xlabel("settled deployments (N)")
+    right.set_ylabel("seconds")
+    right.set_yscale("symlog", linthresh=1)
+    for ax in (left, right):
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=8)
+    fig.suptitle("B at scale: memory, start-up and reaction time against N")
+    _save(fig, path)
+
+
 def draw_all(run: Path, plots: Path) -> None:
     rollback_data, at_rest_data, scale_data = (rundir.read(run, n) for n in ("rollback", "at-rest", "scale"))
     if rollback_data:
         rollback(rollback_data, plots / "rollback.png")
     if at_rest_data:
         at_rest(at_rest_data, plots / "at-rest.png")
+        if any("startup" in r for r in at_rest_data.get("runs", [])):
+            at_scale(at_rest_data, plots / "at-scale.png")
     if scale_data:
         scale(scale_data, plots / "scale.png")
         if scale_data.get("start"):

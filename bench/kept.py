@@ -52,6 +52,34 @@ def runs(kept: Path = rundir.KEPT) -> list[Kept]:
     return sorted(found, key=lambda k: (str(k.meta.get("started", "")), k.name))
 
 
+def _scale_rows(k: Kept) -> list[dict[str, Any]]:
+    return [r for r in (k.files.get("at-rest") or {}).get("runs", []) if "startup" in r]
+
+
+def scale_run(found: list[Kept]) -> Kept | None:
+    """The newest kept run whose scenario B measured start-up and spec changes (issue #54)."""
+    scaled = [k for k in found if _scale_rows(k)]
+    return scaled[-1] if scaled else None
+
+
+def at_scale(found: list[Kept]) -> tuple[str, dict[str, Any]] | None:
+    """Scenario B at scale from the newest such run; a system it did not run (Argo Rollouts, when only
+    Slipway was measured again) from the newest kept run that did, said in a note."""
+    newest = scale_run(found)
+    if newest is None:
+        return None
+    data = dict(newest.files["at-rest"])
+    rows, notes = list(data.get("runs", [])), list(data.get("notes", []))
+    for system in ("slipway", "argo"):
+        if any(r.get("system") == system for r in _scale_rows(newest)):
+            continue
+        older = [k for k in found if any(r.get("system") == system for r in _scale_rows(k))]
+        if older:
+            rows += [r for r in _scale_rows(older[-1]) if r.get("system") == system]
+            notes.append(f"{system}'s rows from the kept run `{older[-1].name}` (this run measured only the other)")
+    return newest.name, {**data, "runs": rows, "notes": notes}
+
+
 def main_run(found: list[Kept]) -> Kept:
     """The newest kept run that holds all three scenarios: RESULTS.md's A to D."""
     whole = [k for k in found if all(s in k.files for s in SCENARIOS)]

@@ -13,6 +13,7 @@ from typing import Any
 from bench import kept as kept_runs
 from bench import rundir
 from bench.report import goals, render_at_rest, render_goals, render_rollback, render_scale, render_start, table
+from bench.scale_report import render_at_scale
 
 RESULTS = rundir.BENCH / "RESULTS.md"
 PLOTS = rundir.BENCH / "plots"
@@ -33,11 +34,15 @@ def load_explanations() -> dict[str, Any]:
 
 
 def results_markdown(
-    run: Path, plots: Path, results: Path, explanations: dict[str, Any], intro: str = ONE_RUN, tail: str = ""
-) -> str:
-    """The page of ``run``'s scenarios; ``tail`` (a Markdown section) ends it."""
+    run: Path, plots: Path, results: Path, explanations: dict[str, Any], intro: str = ONE_RUN, tail: str = "",
+    at_scale: tuple[str, dict[str, Any]] | None = None,
+) -> str:  # fmt: skip
+    """The page of ``run``'s scenarios; ``tail`` (a Markdown section) ends it. ``at_scale``: the run
+    (name, at-rest data) whose scale rows (issue #54) the page shows; by default ``run``'s own."""
     meta = rundir.read(run, "run") or {}
     rollback, at_rest, scale = (rundir.read(run, n) for n in ("rollback", "at-rest", "scale"))
+    if at_scale is None and at_rest and any("startup" in r for r in at_rest.get("runs", [])):
+        at_scale = (run.name, at_rest)
     failures = rundir.read(run, "failures") or {}
     m, v = meta.get("machine", {}), meta.get("versions", {})
     rel = _relative(plots, results.parent)
@@ -73,6 +78,7 @@ def results_markdown(
         "\n## B. Cost at rest (pods on kwok nodes)\n",
         render_at_rest(at_rest),
         _plot_link(plots / "at-rest.png", rel, at_rest),
+        *_at_scale(at_scale, plots, rel),
         "\n## C. Slipway at scale (kwok nodes)\n",
         render_scale(scale),
         _plot_link(plots / "scale.png", rel, scale),
@@ -86,6 +92,14 @@ def results_markdown(
     if tail:
         parts.append("\n" + tail)
     return "\n".join(parts).rstrip() + "\n"
+
+
+def _at_scale(at_scale: tuple[str, dict[str, Any]] | None, plots: Path, rel: str) -> list[str]:
+    if at_scale is None:
+        return []
+    name, data = at_scale
+    return [f"\n## B at scale: N settled, side by side (run `{name}`)\n", render_at_scale(data),
+            _plot_link(plots / "at-scale.png", rel, data)]  # fmt: skip
 
 
 def _provenance(*results: dict[str, Any] | None) -> list[str]:
@@ -113,7 +127,9 @@ def kept_markdown(kept: Path, plots: Path, results: Path, explanations: dict[str
     """bench/RESULTS.md: the kept runs' page (see bench/kept.py), from ``kept`` alone."""
     found = kept_runs.runs(kept)
     main = kept_runs.main_run(found)
-    return results_markdown(main.path, plots, results, explanations, KEPT_RUNS, kept_runs.index(found))
+    return results_markdown(
+        main.path, plots, results, explanations, KEPT_RUNS, kept_runs.index(found), kept_runs.at_scale(found)
+    )
 
 
 def draw(run: Path, plots: Path) -> None:
@@ -126,6 +142,16 @@ def draw(run: Path, plots: Path) -> None:
         figures.draw_all(run, plots)
 
 
+def draw_at_scale(data: dict[str, Any], plots: Path) -> None:
+    """The at-scale plot of the kept runs (issue #54), from :func:`bench.kept.at_scale`."""
+    try:
+        from bench import figures
+    except ImportError as e:
+        print(f"no plots ({e}); install the bench extra: make bench-env")
+    else:
+        figures.at_scale(data, plots / "at-scale.png")
+
+
 def render(run: Path, results: Path, plots: Path) -> None:
     """Write a page and the plots of the unpublished ``run`` (in its own folder)."""
     draw(run, plots)
@@ -135,7 +161,9 @@ def render(run: Path, results: Path, plots: Path) -> None:
 
 def render_kept(results: Path = RESULTS, plots: Path = PLOTS) -> None:
     """Write bench/RESULTS.md and bench/plots/ from the kept runs alone."""
-    main = kept_runs.main_run(kept_runs.runs(rundir.KEPT))
-    draw(main.path, plots)
+    found = kept_runs.runs(rundir.KEPT)
+    draw(kept_runs.main_run(found).path, plots)
+    if (scaled := kept_runs.at_scale(found)) is not None:
+        draw_at_scale(scaled[1], plots)
     results.write_text(kept_markdown(rundir.KEPT, plots, results, load_explanations()))
     print(f"wrote {results} from {rundir.KEPT}")

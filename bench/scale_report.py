@@ -46,6 +46,8 @@ def scale_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def _value(row: dict[str, Any] | None, key: str) -> float | None:
     if row is None:
         return None
+    if key == "startup_writes":
+        return (row.get("startup") or {}).get("writes")
     if key in ("startup", "p50", "p99"):
         part = row.get("startup" if key == "startup" else "spec_changes") or {}
         return part.get("seconds" if key == "startup" else f"{key}_seconds")
@@ -62,6 +64,8 @@ COLUMNS = (
     ("API requests /10 min at rest", "requests", lambda v: fmt(v, 0)),
     ("writes at rest", "writes", lambda v: fmt(v, 0)),
     ("start-up", "startup", lambda v: fmt(v, 1, " s")),
+    ("writes at start-up", "startup_writes", lambda v: fmt(v, 0)),
+    ("RSS after a restart", "rss_bytes_after_startup", mib),
     ("spec → child p50", "p50", lambda v: fmt(v, 2, " s")),
     ("spec → child p99", "p99", lambda v: fmt(v, 2, " s")),
 )
@@ -85,9 +89,9 @@ def render_at_scale(data: dict[str, Any] | None) -> str:
     head = (f"N settled InferenceDeployments (Slipway) or Rollouts (Argo), one replica each on kwok nodes, each "
             f"controller alone. RSS: the maximum over the window at rest ({fmt(window, 0)} s, scaled to 10 minutes "
             "for CPU and requests); RSS per object: its growth since the previous N (the smallest N: RSS / N); "
-            "start-up: process start to every object's first pass; spec → child: a change to one object until "
-            "its child has it (50 changes, the other N−1 settled).\n\n")  # fmt: skip
-    return head + table(header, body) + "\n\n" + projection(rows) + notes(data or {})
+            "start-up: process start to every object's first pass, and the RSS once it is done; spec → child: a "
+            "change to one object until its child has it (50 changes, the other N−1 settled).\n\n")  # fmt: skip
+    return head + table(header, body) + "\n\n" + projection(rows) + "\n" + goals_at_scale(rows) + notes(data or {})
 
 
 def projection(rows: list[dict[str, Any]]) -> str:
@@ -102,3 +106,40 @@ def projection(rows: list[dict[str, Any]]) -> str:
         projected = "" if any(n == TARGET for n, _ in points) else f"; at {TARGET:,}: {(a + b * TARGET) / MIB:,.0f} MiB"
         lines.append(f"- {NAMES[system]}: RSS ≈ {a / MIB:,.0f} MiB + {b / 1024:,.1f} KiB × N (N = {sizes}){projected}")
     return ("\n".join(lines) + "\n") if lines else ""
+
+
+def goals_at_scale(rows: list[dict[str, Any]]) -> str:
+    """Issue #54's goals, each at every N measured for both systems (10,000 says so when not measured)."""
+    out = []
+    both = sorted({r["n"] for r in rows if r["system"] == "slipway"} & {r["n"] for r in rows if r["system"] == "argo"})
+    at = {(r["system"], r["n"]): r for r in rows}
+    kib = "{:,.1f} KiB".format
+    for n in both:
+        s, a = at[("slipway", n)], at[("argo", n)]
+        mine, theirs = s["rss_per_object"], a["rss_per_object"]
+        out.append(
+            [f"RSS per object ≤ Argo's (N = {n:,})", kib(mine / 1024), kib(theirs / 1024), _verdict(mine <= theirs)]
+        )
+        mine, theirs = _value(s, "requests") or 0, _value(a, "requests") or 0
+        out.append([f"API requests at rest ≤ Argo's (N = {n:,}, per 10 min)", fmt(mine, 0), fmt(theirs, 0),
+                    _verdict(mine <= theirs)])  # fmt: skip
+    for n in sorted({r["n"] for r in rows if r["system"] == "slipway"}):
+        s = at[("slipway", n)]
+        startup, p99 = _value(s, "startup"), _value(s, "p99")
+        out += [
+            [f"0 writes at rest (N = {n:,})", fmt(s.get("writes"), 0), "0", _verdict(s.get("writes") == 0)],
+            [
+                f"start-up ≤ 60 s (N = {n:,})",
+                fmt(startup, 1, " s"),
+                "60 s",
+                _verdict(startup is not None and startup <= 60),
+            ],
+            [f"spec → child p99 ≤ 2 s (N = {n:,})", fmt(p99, 2, " s"), "2 s", _verdict(p99 is not None and p99 <= 2)],
+        ]
+    if not any(r["n"] == TARGET for r in rows):
+        out.append([f"every goal at N = {TARGET:,}", "not measured", "", "**not measured**"])
+    return table(["goal (issue #54)", "Slipway", "Argo Rollouts / bound", "verdict"], out) + "\n"
+
+
+def _verdict(met: bool) -> str:
+    return "met" if met else "**missed**"
