@@ -35,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from bench.argo import rss_bytes
 from bench.harness import GROUP, VERSION, log
 from localkube.audit import requests_by, summarize
 from localkube.kube import Kube
@@ -70,18 +71,28 @@ def percentile(values: list[float], q: float) -> float | None:
 def startup(
     info: ClusterInfo, system: str, user: str, namespace: str, names: set[str],
     restart: Callable[[], None], metrics_url: Callable[[], str], alive: Callable[[], bool], timeout: float,
+    pid: Callable[[], int | None] | None = None, rss_seconds: float = 90,
 ) -> dict[str, Any]:  # fmt: skip
-    """Restart the controller (``restart`` stops and starts it) and time its first pass over ``names``."""
+    """Restart the controller (``restart`` stops and starts it) and time its first pass over ``names``;
+    with ``pid``, its RSS every second until ``rss_seconds`` after the start (the peak of the relist
+    and the first passes, and what the process still holds once they are over)."""
     out: dict[str, Any] = {"objects": len(names), "notes": []}
     start = datetime.now(UTC)
     t0 = time.monotonic()
     restart()
     timeline: list[tuple[float, int]] = []
+    rss: list[tuple[float, int]] = []
+
+    def sample() -> None:
+        if pid is not None and (process := pid()) is not None:
+            rss.append((round(time.monotonic() - t0, 1), rss_bytes(process)))
+
     done_at: float | None = None
     while time.monotonic() - t0 < timeout:
         if not alive():
             out["notes"].append("the controller exited during start-up")
             break
+        sample()
         try:
             seen = passed(system, httpx.get(metrics_url(), timeout=10).text, namespace)
         except httpx.HTTPError:
@@ -96,6 +107,10 @@ def startup(
         out["notes"].append(f"{timeline[-1][1] if timeline else 0} of {len(names)} passed within {timeout:.0f} s")
     else:
         time.sleep(15)  # requests still in flight after the last first pass are counted too
+    while pid is not None and alive() and time.monotonic() - t0 < rss_seconds:
+        sample()
+        time.sleep(1)
+    sample()
     records = requests_by(info, user, start, datetime.now(UTC))
     writes = [r for r in records if r.verb in WRITES]
     out.update({
@@ -106,6 +121,9 @@ def startup(
         "requests_by_verb_resource": summarize(records),
         "writes": len(writes),
         "writes_by_verb_resource": summarize(writes),
+        "rss": rss[:: max(1, len(rss) // 90)],
+        "rss_bytes_peak": max((b for _, b in rss), default=None),
+        "rss_bytes_last": rss[-1][1] if rss else None,
     })  # fmt: skip
     log(f"{system}: start-up over {len(names)} objects: {out['seconds']} s, {len(writes)} writes")
     return out

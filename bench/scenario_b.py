@@ -97,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after the changes, restart the controller and time its first pass over the N objects",
     )
     g.add_argument(
+        "--at-rest-startup-rss-seconds",
+        type=float,
+        default=90.0,
+        help="after a restart, sample the controller's RSS until this long after its start (default 90 s)",
+    )
+    g.add_argument(
         "--at-rest-profile",
         action="store_true",
         help="at the largest N, run Slipway again under tracemalloc, keep its top allocations (bench.memprofile)",
@@ -338,7 +344,8 @@ def measure(
         out["startup"] = reaction.startup(
             info, system, user, ns, {deployment_name(i) for i in range(n)},
             restart=lambda: controllers.restart(system), metrics_url=lambda: controllers.metrics_url(system),
-            alive=lambda: controllers.alive(system), timeout=300 + 0.1 * n,
+            alive=lambda: controllers.alive(system), timeout=300 + 0.1 * n, pid=lambda: controllers.pid(system),
+            rss_seconds=args.at_rest_startup_rss_seconds,
         )  # fmt: skip
         fresh = controllers.pid(system)
         out["rss_bytes_after_startup"] = argo.rss_bytes(fresh) if fresh else None
