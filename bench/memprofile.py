@@ -72,7 +72,7 @@ def profile(
 ) -> dict[str, Any]:  # fmt: skip
     """Run the operator of ``env`` under tracemalloc over ``names`` (the other operator stopped) and
     return its snapshot's top allocations."""
-    out_path = run_dir / "memprofile.json"
+    out_path = run_dir / "memprofile.snapshot"  # JSON; not a scenario file (publish keeps *.json)
     out_path.unlink(missing_ok=True)
     operator = Operator(ROOT, {**env, OUT_ENV: str(out_path)}, [namespace], run_dir / "memprofile-operator.log",
                         launcher=["-c", WRAPPER])  # fmt: skip

@@ -36,3 +36,13 @@ def test_the_page_gives_ratios_goals_and_the_projection_to_ten_thousand() -> Non
     assert "| start-up ≤ 60 s (N = 3,000) | 70.0 s | 60 s | **missed** |" in page
     assert "| spec → child p99 ≤ 2 s (N = 1,000) | 0.05 s | 2 s | met |" in page
     assert "| every goal at N = 10,000 | not measured |" in page
+
+
+def test_requests_at_rest_are_judged_only_over_ten_minutes() -> None:
+    """Watches renew every 5 to 10 minutes: a 5-minute window, scaled up, says nothing about the rate."""
+    assert (
+        "| API requests at rest ≤ Argo's (N = 1,000, per 10 min) | 14 | 14 | **not measured** (a 300 s window) |"
+        in (render_at_scale(DATA))
+    )
+    longer = {"window_seconds": 600, "runs": [{**r, "seconds": 600} for r in DATA["runs"]]}
+    assert "| API requests at rest ≤ Argo's (N = 1,000, per 10 min) | 7 | 7 | met |" in render_at_scale(longer)
