@@ -60,8 +60,13 @@ def test_pod_reaches_a_service_and_the_api_server_through_kube_proxy(real_cluste
 
         # Until the pods run and kube-proxy programmed the endpoint, the request fails: waited on.
         assert wait_for(lambda: fetch(url), 120, f"{url} answering the client pod through kube-proxy") == "web"
-        web_ip = kube.get(f"/api/v1/namespaces/{ns}/pods/web")["status"]["podIP"]
-        client_ip = kube.get(f"/api/v1/namespaces/{ns}/pods/client")["status"]["podIP"]
+
+        def pod_ip(name: str) -> str | None:
+            return (kube.get(f"/api/v1/namespaces/{ns}/pods/{name}").get("status") or {}).get("podIP")
+
+        # The kubelet posts a pod's address with its status, which can come after the pod already serves.
+        web_ip = wait_for(lambda: pod_ip("web"), 60, "pod web's status.podIP")
+        client_ip = wait_for(lambda: pod_ip("client"), 60, "pod client's status.podIP")
         assert web_ip != client_ip  # two network namespaces, two addresses on the bridge
         # The API server, from inside a pod: the kubernetes Service (10.0.0.1) to its loopback endpoint.
         assert fetch("https://10.0.0.1/livez") == "ok"
