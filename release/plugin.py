@@ -75,6 +75,19 @@ def _path_of(module: str, package_root: Path) -> Path | None:
     return None
 
 
+def _parse(path: Path, attempts: int = 3) -> ast.Module:
+    """``ast.parse`` of ``path``. CPython 3.11's ast module counts its recursion depth in state shared
+    by every thread: an AST built in another thread of the process at the same moment makes
+    ``compile`` raise "SystemError: AST constructor recursion depth mismatch"
+    for a file it would parse. Parsed again, it parses."""
+    for _ in range(attempts - 1):
+        try:
+            return ast.parse(path.read_text(), str(path))
+        except SystemError:
+            continue
+    return ast.parse(path.read_text(), str(path))
+
+
 def closure(package_root: Path, entry: str = ENTRY) -> tuple[dict[str, Path], set[str]]:
     """The package's modules ``entry`` needs at run time (with the packages above each), and the
     top-level names of every other module they import that is not in the standard library."""
@@ -92,7 +105,7 @@ def closure(package_root: Path, entry: str = ENTRY) -> tuple[dict[str, Path], se
         modules[name] = path
         parts = name.split(".")
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]  # the packages above it run first
-        for imported in _runtime_imports(ast.parse(path.read_text(), str(path))):
+        for imported in _runtime_imports(_parse(path)):
             first = imported.split(".")[0]
             if first == top:
                 todo.append(imported)
