@@ -141,9 +141,9 @@ def at_scale(data: dict[str, Any], path: Path) -> None:
     left.set_ylabel("controller RSS, settled (MiB)")
     right.set_xlabel("settled deployments (N)")
     right.set_ylabel("seconds")
-    right.set_yscale("symlog", linthresh=1)
+    right.set_yscale("log")
+    left.set_ylim(bottom=0)
     for ax in (left, right):
-        ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
     fig.suptitle("B at scale: memory, start-up and reaction time against N")
     _save(fig, path)

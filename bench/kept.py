@@ -57,9 +57,10 @@ def _scale_rows(k: Kept) -> list[dict[str, Any]]:
 
 
 def scale_run(found: list[Kept]) -> Kept | None:
-    """The newest kept run whose scenario B measured start-up and spec changes (issue #54)."""
-    scaled = [k for k in found if _scale_rows(k)]
-    return scaled[-1] if scaled else None
+    """The kept run whose scenario B measured start-up at the most sizes (issue #54), the newest of
+    those: a later run of one size alone (a restart's RSS measured again) does not replace it."""
+    scaled = [(len({r.get("n") for r in _scale_rows(k)}), i, k) for i, k in enumerate(found) if _scale_rows(k)]
+    return max(scaled, key=lambda t: t[:2])[2] if scaled else None
 
 
 def at_scale(found: list[Kept]) -> tuple[str, dict[str, Any]] | None:
