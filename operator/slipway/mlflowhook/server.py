@@ -39,6 +39,9 @@ Handler = Callable[[Mapping[str, str], bytes], tuple[int, str]]
 @dataclass(frozen=True)
 class Limits:
     connections: int = 32
+    # Sockets accepted per turn of the loop (and the kernel's queue): what a flood can hold open beyond
+    # ``connections`` before the oldest are closed is about twice this, not one per sender.
+    backlog: int = 16
     header_seconds: float = 5.0
     body_seconds: float = 5.0
     max_head: int = 8 * 1024
@@ -160,7 +163,9 @@ class Endpoint:
 
     async def _main(self) -> None:
         self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        server = await asyncio.start_server(self._serve, self.address, self.port, limit=self.limits.max_head)
+        server = await asyncio.start_server(
+            self._serve, self.address, self.port, limit=self.limits.max_head, backlog=self.limits.backlog
+        )
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
