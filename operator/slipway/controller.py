@@ -26,6 +26,7 @@ from typing import Any
 
 import kopf
 
+from slipway.packed import unpacked
 from slipway.slots import CRITICAL, NEW, TIMED, URGENT, Key, Slots
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ class Cache:
         store = self.indexes[index].get(key)
         if not store:
             return []
-        found = [dict(v) for v in list(store)]
+        found = [unpacked(v) for v in list(store)]
         if self.gone:
             found = [v for v in found if (v.get("metadata") or {}).get("uid") not in self.gone]
         return found
@@ -289,7 +290,11 @@ class Cache:
             return None
         same_object = mine is not None and mine["metadata"].get("uid") == cached["metadata"].get("uid")
         # At the same revision the operator's copy is the API server's answer to its own write: never older.
-        return mine if same_object and mine is not None and _revision(mine) >= _revision(cached) else cached
+        if same_object and mine is not None and _revision(mine) >= _revision(cached):
+            return mine
+        if mine is not None:
+            self.caught_up(key, cached)
+        return cached
 
     def mark(self, key: Key, topic: str) -> None:
         self.marks.add((key, topic))
@@ -309,6 +314,15 @@ class Cache:
     def forget(self, key: Key) -> None:
         with self.lock:
             self.written.pop(key, None)
+
+    def caught_up(self, key: Key, seen: Mapping[str, Any]) -> None:
+        """The watch delivered ``key`` as ``seen`` (and kopf indexed it before any handler ran): the
+        operator's own last write, if no newer, is forgotten, since the cache holds that revision now
+        (at rest nothing is kept twice)."""
+        with self.lock:
+            mine = self.written.get(key)
+            if mine is not None and _revision(mine) <= _revision(seen):
+                del self.written[key]
 
 
 def _revision(obj: Mapping[str, Any]) -> int:

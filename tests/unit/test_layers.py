@@ -39,6 +39,7 @@ LAYERS: dict[str, set[str]] = {
         "kindrecord",
         "tls",
         "heap",
+        "packed",
     },  # fmt: skip
     # clients of what the operator talks to, and the operator's own bookkeeping
     "clients": {

@@ -8,11 +8,12 @@ from typing import Any
 import kopf
 
 from slipway.inference.build import DEPLOYMENT_LABEL, TRACK_LABEL, deployment_of_pod
+from slipway.packed import Packed
 from slipway.watches import cached, listed
 
 
 @kopf.index("v1", "pods", id="servingpods", labels={DEPLOYMENT_LABEL: kopf.PRESENT})
-async def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def servingpods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Packed]:
     """Serving pods by track: ``("track", namespace, inferencedeployment, track)`` (crash loops,
     the scheduler's reasons)."""
     meta = body["metadata"]

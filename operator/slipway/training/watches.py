@@ -9,12 +9,13 @@ import kopf
 
 from slipway import kinds
 from slipway.controller import owner_keys
+from slipway.packed import Packed
 from slipway.training.build import RUN_LABEL, run_of_pod
 from slipway.watches import PLURALS, base_keys, cached, listed
 
 
 @kopf.index("v1", "pods", id="pods", labels={RUN_LABEL: kopf.PRESENT})
-async def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def pods(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Packed]:
     """Training pods by run: ``("run", namespace, trainingrun)``."""
     meta = body["metadata"]
     return {("run", meta["namespace"], run_of_pod(meta)): cached(body)}
@@ -34,7 +35,7 @@ WORKLOADS = kinds.WORKLOAD.resource
 
 
 @kopf.index(*WORKLOADS, id=kinds.WORKLOAD.index)
-async def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+async def workloads(body: kopf.Body, **_: Any) -> dict[tuple[str, ...], Packed]:
     """Workloads by their Job: ``("owner", job uid)``."""
     return base_keys(body)
 

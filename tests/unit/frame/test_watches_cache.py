@@ -23,39 +23,74 @@ def _body(**meta: Any) -> dict[str, Any]:
 
 def test_cached_drops_managed_fields_and_leaves_the_event_body_alone() -> None:
     body = _body(labels={"slipway.dev/trainingrun": "train-0"})
-    kept = watches.cached(body)
+    kept = watches.cached(body).unpack()
     assert "managedFields" not in kept["metadata"]
     assert kept["metadata"]["labels"] == {"slipway.dev/trainingrun": "train-0"}
     assert kept["spec"] == body["spec"] and kept["status"] == body["status"]
     assert "managedFields" in body["metadata"]  # the watch's own object is not changed
 
 
-def test_two_objects_cached_from_separately_parsed_events_share_their_strings() -> None:
-    """Every event is parsed into strings of its own; the cache keeps one of each, so that ten
-    thousand copies of the same keys and labels are not held ten thousand times."""
-    import json
+def test_every_read_is_a_copy_of_its_own_and_the_cache_stays_as_the_watch_delivered_it() -> None:
+    """A pass stages its changes on what it read (a status, a resourceVersion): neither the cache
+    nor another pass's read may see them."""
+    from slipway.controller import Cache
 
-    raw = json.dumps(_body(labels={"app.kubernetes.io/managed-by": "slipway", "slipway.dev/deployment": "d-1"}))
-    first, second = watches.cached(json.loads(raw)), watches.cached(json.loads(raw))
-    assert first == second
-    key_a = next(k for k in first["metadata"]["labels"] if k.startswith("app."))
-    key_b = next(k for k in second["metadata"]["labels"] if k.startswith("app."))
-    assert key_a is key_b
-    assert first["metadata"]["labels"][key_a] is second["metadata"]["labels"][key_b]
-    assert first["spec"]["containers"][0]["name"] is second["spec"]["containers"][0]["name"]
-    assert first["spec"] is not second["spec"]  # copies: a change to one never shows in the other
+    deployment = _body(labels={"app.kubernetes.io/managed-by": "slipway"}, resourceVersion="7")
+    cache = Cache({"deployments": {k: [v] for k, v in watches.base_keys(deployment).items()}})
+    first = cache.get("deployments", "n", "train-0-abc")
+    assert first is not None and first["metadata"]["resourceVersion"] == "7"
+    first["metadata"]["resourceVersion"] = "8"
+    first["status"]["phase"] = "Failed"
+    second = cache.get("deployments", "n", "train-0-abc")
+    assert second == {
+        **deployment,
+        "metadata": {k: v for k, v in deployment["metadata"].items() if k != "managedFields"},
+    }
+
+
+def test_a_packed_object_is_a_fraction_of_its_dicts() -> None:
+    """What the cache holds per object: deflated JSON, against the dicts the watch parsed (the
+    sizes of every dict, list and string in it)."""
+    import json
+    import sys
+
+    def deep(value: Any) -> int:
+        size = sys.getsizeof(value)
+        if isinstance(value, dict):
+            return size + sum(deep(k) + deep(v) for k, v in value.items())
+        if isinstance(value, list):
+            return size + sum(deep(v) for v in value)
+        return size
+
+    container = {"name": "server", "image": "registry.example/digits-server@sha256:" + "a" * 64,
+                 "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                 "env": [{"name": f"SLIPWAY_{i}", "value": f"value-{i}"} for i in range(8)],
+                 "resources": {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "250m", "memory": "512Mi"}},
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 2},
+                 "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                     "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+                 "terminationMessagePath": "/dev/termination-log", "imagePullPolicy": "IfNotPresent"}  # fmt: skip
+    body = json.loads(json.dumps(_body(labels={"app.kubernetes.io/managed-by": "slipway"}) | {
+        "spec": {"replicas": 1, "template": {"metadata": {"labels": {"slipway.dev/deployment": "d-1"}},
+                                             "spec": {"containers": [container]}}},
+        "status": {"replicas": 1, "readyReplicas": 1, "conditions": [
+            {"type": t, "status": "True", "reason": "R", "message": "m" * 60} for t in ("Available", "Progressing")]},
+    }))  # fmt: skip
+    packed = watches.cached(body)
+    assert len(packed.data) * 3 < deep(body), (len(packed.data), deep(body))
+    assert packed.unpack()["spec"] == body["spec"]
 
 
 def test_every_index_keeps_the_slim_body() -> None:
     pod = _body(labels={"slipway.dev/trainingrun": "train-0"})
     (kept,) = asyncio.run(training_watches.pods(body=pod)).values()
-    assert "managedFields" not in kept["metadata"]
+    assert "managedFields" not in kept.unpack()["metadata"]
     kind = inference_register.REGISTRATION.kind
     deployment = {**_body(), "apiVersion": kind.api_version, "kind": kind.kind,
                   "spec": {"model": {"name": "digits", "alias": "candidate"}}}  # fmt: skip
     keys = watches.own_keys(inference_register.REGISTRATION, deployment)
     assert keys[("model", "n", "digits")] is keys[("name", "n", "train-0-abc")]
-    assert all("managedFields" not in obj["metadata"] for obj in keys.values())
+    assert all("managedFields" not in obj.unpack()["metadata"] for obj in keys.values())
 
 
 def parent_body(uid: str, version: str, phase: str) -> dict[str, Any]:
@@ -74,17 +109,30 @@ def test_a_pass_never_reads_its_object_older_than_its_own_last_write() -> None:
     assert cache.parent(key) == parent_body("u1", "10", "Analyzing")
     cache.remember(key, parent_body("u1", "11", "RolledBack"))  # the answer to its own status write
     assert cache.parent(key)["status"]["phase"] == "RolledBack"  # the watch has not caught up
-    # The watch delivers that same revision (or a pass mutated the entry's resourceVersion in place):
-    # still the operator's write, never the older status.
-    index[("name", "n", "d")] = [parent_body("u1", "11", "Analyzing")]
-    assert cache.parent(key)["status"]["phase"] == "RolledBack"
     index[("name", "n", "d")] = [parent_body("u1", "12", "Promoted")]  # a newer change: the watch wins
     assert cache.parent(key)["status"]["phase"] == "Promoted"
+    assert key not in cache.written  # and the operator's older copy is not kept beside it
     # Deleted and re-created under the same name: the old write is never read for the new object.
     index[("name", "n", "d")] = [parent_body("u2", "5", "")]
     assert cache.parent(key)["metadata"]["uid"] == "u2"
     index.clear()
     assert cache.parent(key) is None
+
+
+def test_the_operators_own_write_is_forgotten_once_the_watch_delivers_its_revision() -> None:
+    """At rest the cache holds each object once: the answer to a status write is kept only until the
+    watch delivers that revision (or a newer one), never older."""
+    from slipway.controller import Cache
+
+    key = ("inferencedeployments", "n", "d")
+    index = {("name", "n", "d"): [parent_body("u1", "10", "Analyzing")]}
+    cache = Cache({"inferencedeployments": index})
+    cache.remember(key, parent_body("u1", "11", "RolledBack"))
+    cache.caught_up(key, parent_body("u1", "10", "Analyzing"))  # an older event: the write stays
+    assert cache.parent(key)["status"]["phase"] == "RolledBack"
+    index[("name", "n", "d")] = [parent_body("u1", "11", "RolledBack")]
+    cache.caught_up(key, parent_body("u1", "11", "RolledBack"))
+    assert key not in cache.written and cache.parent(key)["status"]["phase"] == "RolledBack"
 
 
 class ChangingStore:
