@@ -38,6 +38,7 @@ PREFIX = "slipway.dev"
 
 
 API_RETRY_SECONDS = (0.5, 1.0, 2.0, 3.0) + (5.0,) * 35
+IDLE_WORKER_SECONDS = 0.5
 
 
 def apply_settings(settings: kopf.OperatorSettings) -> None:
@@ -72,6 +73,11 @@ def apply_settings(settings: kopf.OperatorSettings) -> None:
     # --lease-renew-deadline (10 s): its pod restarts, and whichever replica leads next resumes.
     settings.networking.error_backoffs = API_RETRY_SECONDS
     settings.queueing.error_delays = (1, 2, 5, 10, 30, 60)
+    # kopf's worker for an object holds the last event's whole body (managedFields and all) while it
+    # waits idle_timeout for the next one: at a start, when every object of every kind is listed within
+    # seconds, kopf's default (5 s) holds them all at once. Half a second lets each go soon after its
+    # event was indexed and handled; a burst of events for one object still shares one worker.
+    settings.queueing.idle_timeout = IDLE_WORKER_SECONDS
 
 
 @kopf.on.login()
