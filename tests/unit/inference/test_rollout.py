@@ -15,6 +15,7 @@ from slipway.inference.analysis import AnalysisOutcome, Measurement, MetricResul
 from slipway.inference.model import AnalysisMetric, InferenceDeploymentSpec
 from slipway.inference.rollout.base import Desired, Observed, Track
 from slipway.inference.rollout.budget import next_replicas
+from slipway.inference.rollout.cadence import INCONCLUSIVE_RETRY
 from slipway.inference.rollout.canary import step_weights
 from slipway.inference.rollout.planner import plan
 from slipway.inference.rollout.records import ROLLBACK_TAG, alias_target, new_rollback
@@ -323,15 +324,18 @@ def test_inconclusive_holds_and_never_advances():
     assert "Prometheus unreachable" in cond(p, "Ready").message and p.stable is None
 
 
+RETRY = INCONCLUSIVE_RETRY.total_seconds()
+
+
 def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interval():
     """A canary's first query usually comes before Prometheus holds two samples of it: waiting a
     whole interval for the next would delay the verdict on a bad canary by that much."""
     s = spec(analysis={"interval": "10s", "metrics": [{"name": "errorRate", "max": 0.05}]})
     no_data = outcome("Inconclusive", None, "errorRate: no data")
     first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(), analysis=no_data))
-    assert first.phase == "Paused" and first.next_analysis == 2.0  # the pass comes back for it on time
+    assert first.phase == "Paused" and first.next_analysis == RETRY == 1.0  # the pass comes back for it on time
     recorded = {**canary_status(), **first.status}  # the inconclusive result is on record at NOW
-    for seconds, due in ((1, False), (2, True)):
+    for seconds, due in ((RETRY / 2, False), (RETRY, True)):
         later = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=recorded,
                              now=NOW + timedelta(seconds=seconds)))  # fmt: skip
         assert later.analyze is due, seconds
@@ -339,7 +343,7 @@ def test_an_inconclusive_first_analysis_is_tried_again_soon_then_once_per_interv
     step_began = NOW - timedelta(seconds=20)
     young = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
                          analysis=no_data))  # fmt: skip
-    assert young.next_analysis == 2.0
+    assert young.next_analysis == RETRY
     # ...but past the step's first 30 s, no data is queried once per interval, as anything else.
     step_began = NOW - timedelta(seconds=30)
     old = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=canary_status(since=step_began),
@@ -376,7 +380,7 @@ def test_a_cold_canary_is_first_analysed_once_its_warmup_has_passed():
     no_data = outcome("Inconclusive", None, "ttftP95Seconds: no data")
     warm = canary_status(since=NOW - timedelta(seconds=45))
     first = plan(observe(s, stable=track(V1), canary=track(V2, 1), status=warm, analysis=no_data))
-    assert first.next_analysis == 2.0
+    assert first.next_analysis == RETRY
 
 
 def test_the_next_analysis_is_due_an_interval_after_the_last_whatever_woke_the_pass_between():
