@@ -1,5 +1,6 @@
-"""kopf as Slipway runs it: the kopf versions it was tested with, a start-up patch of kopf's index
-toggles (applied on import, on those versions only), and a diff-base storage that keeps nothing."""
+"""kopf as Slipway runs it: the kopf versions it was tested with, two start-up patches (kopf's index
+toggles; managedFields dropped as objects arrive; applied on import, on those versions only), and a
+diff-base storage that keeps nothing."""
 
 from __future__ import annotations
 
@@ -75,6 +76,39 @@ def wake_index_waiters_only_on_change() -> bool:
 
 
 wake_index_waiters_only_on_change()
+
+
+def drop_managed_fields_as_they_arrive() -> bool:
+    """kopf gives each watched object a worker, and at a start every worker holds its object's body
+    until every object of every kind has been indexed (the handlers wait for that): 5 x N bodies at
+    once for N InferenceDeployments, the operator's peak memory. Nothing in Slipway or kopf reads
+    ``metadata.managedFields``, a third of a pod's or a Job's body and more of a Deployment's: here
+    it is dropped from every listed and watched object as it arrives, before it is queued. True if
+    kopf was patched; never on a kopf version it was not tested with (``kopf_refusal``)."""
+    if kopf_refusal() is not None:
+        return False
+    try:
+        from kopf._cogs.clients import watching
+    except ImportError:  # another kopf layout: left as it is
+        return False
+    original = getattr(watching, "continuous_watch", None)
+    if original is None or getattr(original, "_slipway_drops_managed_fields", False):
+        return original is not None
+
+    async def continuous_watch(**kwargs: Any) -> Any:
+        async for event in original(**kwargs):
+            obj = event.get("object") if isinstance(event, dict) else None
+            meta = obj.get("metadata") if isinstance(obj, dict) else None
+            if isinstance(meta, dict):
+                meta.pop("managedFields", None)
+            yield event
+
+    setattr(continuous_watch, "_slipway_drops_managed_fields", True)  # noqa: B010 - a marker
+    watching.continuous_watch = continuous_watch  # type: ignore[assignment]
+    return True
+
+
+drop_managed_fields_as_they_arrive()
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

@@ -85,3 +85,37 @@ def test_no_kopf_handler_needs_the_diff_base_the_operator_does_not_keep() -> Non
     settings = kopf.OperatorSettings()
     slipway.operator.apply_settings(settings)
     assert isinstance(settings.persistence.diffbase_storage, slipway.kopfpatch.NoDiffBase)
+
+
+def test_listed_objects_reach_kopfs_workers_without_managed_fields(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At a start every object's worker holds its body until all kinds are indexed; the bodies kopf
+    queues carry no metadata.managedFields (kopf's own listing, with the API server's answer faked)."""
+    import kopf
+    from kopf._cogs.clients import fetching, watching
+    from kopf._cogs.structs import references
+
+    from slipway.kopfpatch import drop_managed_fields_as_they_arrive
+
+    assert drop_managed_fields_as_they_arrive()
+    managed = [{"manager": "kube-controller-manager", "operation": "Update", "fieldsV1": {"f:status": {}}}]
+    listed = [{"metadata": {"name": f"d-{i}", "namespace": "n", "managedFields": managed}, "spec": {"replicas": 1}}
+              for i in range(3)]  # fmt: skip
+
+    async def fetch_objs(**_: object):  # type: ignore[no-untyped-def]
+        yield listed, "42"
+
+    monkeypatch.setattr(fetching, "fetch_objs", fetch_objs)
+
+    async def scenario() -> list[object]:
+        paused = asyncio.get_running_loop().create_future()
+        paused.set_result(None)  # the operator pauses right after its listing: no watch is opened
+        resource = references.Resource(group="apps", version="v1", plural="deployments", namespaced=True)
+        stream = watching.continuous_watch(settings=kopf.OperatorSettings(), resource=resource,
+                                           namespace="n", operator_pause_waiter=paused)  # fmt: skip
+        return [event async for event in stream]
+
+    events = asyncio.run(scenario())
+    bodies = [e["object"] for e in events if isinstance(e, dict)]  # type: ignore[index]
+    assert [b["metadata"]["name"] for b in bodies] == ["d-0", "d-1", "d-2"]
+    assert all("managedFields" not in b["metadata"] and b["spec"] == {"replicas": 1} for b in bodies)
+    assert events[-1] is watching.Bookmark.LISTED
