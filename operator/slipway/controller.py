@@ -248,6 +248,15 @@ class Cache:
                 continue
         return self._copy(index, key)
 
+    def keys(self, index: str) -> list[tuple[str, ...]]:
+        """Every key of ``index``, copied again while kopf changes it, as :meth:`select`."""
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return list(self.indexes[index])
+            except RuntimeError:
+                continue
+        return list(self.indexes[index])
+
     def names(self, index: str) -> list[str]:
         """The names of every object in ``index`` (its ``("name", namespace, name)`` keys), copied
         again while kopf changes it, as :meth:`select`."""

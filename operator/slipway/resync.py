@@ -134,13 +134,28 @@ def stale(cached: Iterable[Mapping[str, Any]], uids: set[str], version: int) -> 
 
 
 def cached_objects(cache: Cache, index: str) -> list[Mapping[str, Any]]:
-    """Every object an index holds (its "name" entries, or every entry of an index without them)."""
-    store = cache.indexes[index]
+    """Every object an index holds: its "name" entries (each object once), or every entry of an
+    index without them. Only those are unpacked: at a start over 3,000 InferenceDeployments, unpacking
+    every entry under every key on the event loop was half of a heal round."""
+    keys = cache.keys(index)
+    named = [key for key in keys if key and key[0] == "name"]
     seen: dict[str, Mapping[str, Any]] = {}
-    for key in list(store):
+    for key in named or keys:
         for obj in cache.select(index, *key):
             seen[_meta(obj)[0]] = obj
     return list(seen.values())
+
+
+def gone_from(
+    cache: Cache, tables: Mapping[str, Any], listed: Mapping[str, tuple[set[str], int]]
+) -> list[Mapping[str, Any]]:
+    """The cached objects the lists show are gone (a worker thread's work: it unpacks every one)."""
+    return [
+        obj
+        for resource, (uids, version) in listed.items()
+        for index in tables[resource][1]
+        for obj in stale(cached_objects(cache, index), uids, version)
+    ]
 
 
 class Healer:
@@ -187,10 +202,8 @@ class Healer:
             except Exception as exc:  # an absent CRD (HTTPRoute without Gateway API), the API away: next time
                 log.debug("cache heal: cannot list %s: %s", resource, exc)
         self.rounds += 1
-        for resource, (uids, version) in listed.items():
-            for index in tables[resource][1]:
-                for obj in stale(cached_objects(self.cache, index), uids, version):
-                    self._forget(obj)
+        for obj in await asyncio.to_thread(gone_from, self.cache, tables, listed):
+            self._forget(obj)
 
     def _list(self, lister: Lister, selector: str) -> tuple[set[str], int]:
         uids: set[str] = set()

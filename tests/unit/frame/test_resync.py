@@ -76,3 +76,23 @@ def test_listing_events_are_debounced_into_one_round() -> None:
         return len(rounds)
 
     assert asyncio.run(scenario()) == 1
+
+
+def test_the_heal_unpacks_each_object_once_under_its_name_and_reads_indexes_without_names_whole() -> None:
+    child = obj("Deployment", "digits-canary", "c1", "10", owner="digits")
+    copies: list[tuple[str, ...]] = []
+
+    class Store(dict):  # type: ignore[type-arg]
+        def get(self, key: Any, default: Any = None) -> Any:
+            copies.append(key)
+            return super().get(key, default)
+
+    named = Store({("name", "n", "digits-canary"): [child], ("owner", "p"): [child], ("ref", "n", "x"): [child]})
+    unnamed = Store({("owner", "p"): [child]})
+    cache = Cache({"deployments": named, "pods": unnamed})
+    assert resync.cached_objects(cache, "deployments") == [child]
+    assert copies == [("name", "n", "digits-canary")]  # the owner and ref entries are not unpacked
+    assert resync.cached_objects(cache, "pods") == [child]
+    tables = {"deployments": (None, ("deployments", "pods"), True)}
+    assert resync.gone_from(cache, tables, {"deployments": (set(), 100)}) == [child, child]
+    assert resync.gone_from(cache, tables, {"deployments": ({"c1"}, 100)}) == []
