@@ -223,7 +223,7 @@ demo-down: cluster-down  ## stop the demo's cluster
 # publish` keeps a run in bench/runs/, and bench/RESULTS.md is rendered from the kept runs alone.
 .PHONY: bench bench-env bench-report argo-rollouts kwok
 BENCH_ARGS ?=
-bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/out/last/RESULTS.md
+bench: install bench-env controlplane prometheus metrics-server argo-rollouts kwok gie  ## Slipway vs Argo Rollouts, and Slipway at scale: bench/out/last/RESULTS.md
 	$(PY) -m bench all $(BENCH_ARGS)
 
 bench-report: bench-env  ## render bench/RESULTS.md and bench/plots/ again from the kept runs' raw JSON (bench/runs/)

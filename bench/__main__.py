@@ -1,4 +1,4 @@
-"""``python -m bench {all,rollback,at-rest,scale,report,publish}``: see bench/README.md."""
+"""``python -m bench {all,rollback,at-rest,scale,llm-hand,report,publish}``: see bench/README.md."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bench import rundir
 
-SCENARIOS = ("rollback", "at-rest", "scale")
+SCENARIOS = ("rollback", "at-rest", "scale", "llm-hand")
 
 
 def _module(name: str):  # the scenario modules import the cluster tooling: only when run
@@ -16,6 +16,8 @@ def _module(name: str):  # the scenario modules import the cluster tooling: only
         from bench import scenario_a as module
     elif name == "at-rest":
         from bench import scenario_b as module
+    elif name == "llm-hand":
+        from bench import scenario_e as module
     else:
         from bench import scenario_c as module
     return module

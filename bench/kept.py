@@ -16,6 +16,7 @@ from bench import rundir
 from bench.report import NAMES, at_rest_rows, fmt, mib, percentile, rollback_stats, table
 
 SCENARIOS = ("rollback", "at-rest", "scale")  # a file's name starts with its scenario's
+ALSO = ("llm-hand",)  # kept beside them, in runs of their own (scenario E)
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Kept:
 
 
 def scenario_of(stem: str) -> str | None:
-    return next((s for s in SCENARIOS if stem == s or stem.startswith(s + "-")), None)
+    return next((s for s in (*SCENARIOS, *ALSO) if stem == s or stem.startswith(s + "-")), None)
 
 
 def runs(kept: Path = rundir.KEPT) -> list[Kept]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench import kept as kept_runs
 from bench import rundir
+from bench.llm_report import newest, render_llm_hand
 from bench.report import goals, render_at_rest, render_goals, render_rollback, render_scale, render_start, table
 from bench.scale_report import render_at_scale
 
@@ -35,7 +36,7 @@ def load_explanations() -> dict[str, Any]:
 
 def results_markdown(
     run: Path, plots: Path, results: Path, explanations: dict[str, Any], intro: str = ONE_RUN, tail: str = "",
-    at_scale: tuple[str, dict[str, Any]] | None = None,
+    at_scale: tuple[str, dict[str, Any]] | None = None, llm: tuple[str, dict[str, Any]] | None = None,
 ) -> str:  # fmt: skip
     """The page of ``run``'s scenarios; ``tail`` (a Markdown section) ends it. ``at_scale``: the run
     (name, at-rest data) whose scale rows (issue #54) the page shows; by default ``run``'s own."""
@@ -43,6 +44,8 @@ def results_markdown(
     rollback, at_rest, scale = (rundir.read(run, n) for n in ("rollback", "at-rest", "scale"))
     if at_scale is None and at_rest and any("startup" in r for r in at_rest.get("runs", [])):
         at_scale = (run.name, at_rest)
+    if llm is None and (hand := rundir.read(run, "llm-hand")):
+        llm = (run.name, hand)
     failures = rundir.read(run, "failures") or {}
     m, v = meta.get("machine", {}), meta.get("versions", {})
     rel = _relative(plots, results.parent)
@@ -86,6 +89,11 @@ def results_markdown(
         render_start(scale),
         _plot_link(plots / "start.png", rel, (scale or {}).get("start")),
     ]
+    if llm is not None:
+        parts += [
+            "\n## E. An LLM canary in InferencePools: Slipway against weights moved by hand\n",
+            render_llm_hand(*llm),
+        ]
     if failures:
         parts.append("\n## Scenarios that failed in this run\n")
         parts += [f"- `{name}`: {f.get('error')}" for name, f in failures.items()]
@@ -128,7 +136,14 @@ def kept_markdown(kept: Path, plots: Path, results: Path, explanations: dict[str
     found = kept_runs.runs(kept)
     main = kept_runs.main_run(found)
     return results_markdown(
-        main.path, plots, results, explanations, KEPT_RUNS, kept_runs.index(found), kept_runs.at_scale(found)
+        main.path,
+        plots,
+        results,
+        explanations,
+        KEPT_RUNS,
+        kept_runs.index(found),
+        kept_runs.at_scale(found),
+        newest(found),
     )
 
 
