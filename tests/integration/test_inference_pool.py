@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from kubernetes import client
+from prometheus_client import REGISTRY
 
 from localkube.gie import InferenceGateway, gateway
 from localkube.gieconfig import UPSTREAM_HEADER
@@ -126,7 +127,7 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
     custom = client.CustomObjectsApi(kube_api)
     custom.create_namespaced_custom_object("gateway.networking.k8s.io", "v1", namespace, "gateways",
                                            gateway("inference", namespace, inference_gateway.port))  # fmt: skip
-    operator()
+    op = operator()
     model, host = f"llm-{namespace}", f"{namespace}.inference.test"
     completion = {"model": model, "prompt": "count to four", "max_tokens": 4}
     with MlflowClient(cluster.mlflow_url) as mlflow, Watcher(kube_api, namespace) as watcher:
@@ -163,6 +164,13 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
                                       tag_header=UPSTREAM_HEADER, host=host)  # fmt: skip
         with load:
             v2 = publish()
+            # The operator restarted in the middle of the first step: it writes none of what it made (the
+            # pools, pickers, their access, the route, the track Deployments) and the step goes on.
+            wait_for(lambda: watcher.first_time(STEPS[0]) is not None, 240, f"the route at {STEPS[0]}%")
+            made, before = written(kube_api, namespace), passes()
+            op.restart()
+            wait_for(lambda: passes() >= before + 2, 60, "passes of the restarted operator")
+            assert written(kube_api, namespace) == made
             wait_status(kube_api, namespace, "InferenceDeployment", NAME, serving(v2), 420, "v2 promoted")
             good = load.stats()
             answers = load.tagged()
@@ -222,6 +230,42 @@ def test_steps_split_at_the_backends_as_weighted_and_a_faulty_canary_leaves_the_
     )
     assert stats.cut == 0 and not stats.transport_errors, (stats.cut, stats.transport_errors)
     assert stable_errors == [], stable_errors
+
+
+def written(kube_api: client.ApiClient, namespace: str) -> dict[tuple[str, str], str]:
+    """(kind, name) -> metadata.generation (resourceVersion for kinds without one) of every object of the
+    deployment that the operator makes in InferencePool mode: what a write of its would change (a status
+    written by others changes neither)."""
+    selector = f"slipway.dev/deployment={NAME}"
+    custom, apps, core = client.CustomObjectsApi(kube_api), client.AppsV1Api(kube_api), client.CoreV1Api(kube_api)
+    rbac = client.RbacAuthorizationV1Api(kube_api)
+    found: dict[tuple[str, str], str] = {}
+    for group, plural in (
+        ("inference.networking.k8s.io", "inferencepools"),
+        ("gateway.networking.k8s.io", "httproutes"),
+    ):
+        for item in custom.list_namespaced_custom_object(group, "v1", namespace, plural, label_selector=selector)[
+            "items"
+        ]:
+            found[(plural, item["metadata"]["name"])] = str(item["metadata"]["generation"])
+    for kind, lister in (
+        ("deployments", apps.list_namespaced_deployment),
+        ("services", core.list_namespaced_service),
+        ("serviceaccounts", core.list_namespaced_service_account),
+        ("roles", rbac.list_namespaced_role),
+        ("rolebindings", rbac.list_namespaced_role_binding),
+    ):
+        for obj in lister(namespace, label_selector=selector).items:
+            found[(kind, obj.metadata.name)] = str(obj.metadata.generation or obj.metadata.resource_version)
+    kinds = {"inferencepools", "httproutes", "deployments", "services", "serviceaccounts", "roles", "rolebindings"}
+    assert {kind for kind, _ in found} == kinds, found
+    return found
+
+
+def passes() -> float:
+    """InferenceDeployment passes of the in-process operator so far (slipway_reconcile_total)."""
+    return sum(s.value for m in REGISTRY.collect() if m.name == "slipway_reconcile" for s in m.samples
+               if s.name.endswith("_total") and s.labels.get("kind") == "InferenceDeployment")  # fmt: skip
 
 
 def answered(gateway: InferenceGateway, host: str, completion: dict[str, Any]) -> bool:
