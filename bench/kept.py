@@ -54,7 +54,10 @@ def runs(kept: Path = rundir.KEPT) -> list[Kept]:
 
 
 def _scale_rows(k: Kept) -> list[dict[str, Any]]:
-    return [r for r in (k.files.get("at-rest") or {}).get("runs", []) if "startup" in r]
+    """Scenario B's rows of N deployments with their start-up measured (rows with N finished TrainingRuns
+    beside them, ``--at-rest-training-runs``, measure something else: ANALYSIS.md reads them)."""
+    rows = (k.files.get("at-rest") or {}).get("runs", [])
+    return [r for r in rows if "startup" in r and not r.get("training_runs")]
 
 
 def scale_run(found: list[Kept]) -> Kept | None:
@@ -79,6 +82,13 @@ def at_scale(found: list[Kept]) -> tuple[str, dict[str, Any]] | None:
         if older:
             rows += [r for r in _scale_rows(older[-1]) if r.get("system") == system]
             notes.append(f"{system}'s rows from the kept run `{older[-1].name}` (this run measured only the other)")
+    # A size this run did not reach, measured by a later kept run of one system (10,000 alone): its row too.
+    for later in found[found.index(newest) + 1 :]:
+        for r in _scale_rows(later):
+            if not any(o.get("system") == r.get("system") and o.get("n") == r.get("n") for o in rows):
+                rows.append(r)
+                notes.append(f"{r.get('system')} at N = {r.get('n'):,} from the kept run `{later.name}` "
+                             f"(Slipway {later.commit(later.files['at-rest'])})")  # fmt: skip
     return newest.name, {**data, "runs": rows, "notes": notes}
 
 

@@ -107,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="at the largest N, run Slipway again under tracemalloc, keep its top allocations (bench.memprofile)",
     )
+    g.add_argument(
+        "--at-rest-training-runs",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="Slipway: N finished TrainingRuns beside its N deployments (kwok training pods exit 0 after 5 s)",
+    )
     g.add_argument("--at-rest-quiet-seconds", type=float, default=10.0, help="settled: this long without a request")
     g.add_argument("--at-rest-settle-max-seconds", type=float, default=90.0, help="count after this long anyway")
     g.add_argument("--at-rest-keep-cluster-dir", action="store_true", help="keep the stopped cluster's directory")
@@ -145,6 +151,32 @@ def slipway_spec() -> dict[str, Any]:
         "autoscaling": {"minReplicas": 1, "maxReplicas": 1},
         "podTemplate": {"nodeSelector": placement["nodeSelector"], "tolerations": placement["tolerations"]},
     }
+
+
+def training_name(i: int) -> str:
+    return f"t-{i:03d}"
+
+
+def training_object(i: int) -> dict[str, Any]:
+    """A TrainingRun that finishes: its pod on a kwok node, 1 GPU, exits 0 (kwok's stage) and stays,
+    as a finished run's Job and pod stay in a cluster."""
+    placement = kwok.placement()
+    spec = {
+        "model": {"name": "at-rest-runs"},
+        "image": IMAGE,
+        "command": ["python", "-m", "slipway.workloads.train"],
+        "resources": {"gpus": 1, "cpu": "1", "memory": "1Gi"},
+        "nodeSelector": placement["nodeSelector"],
+        "tolerations": placement["tolerations"],
+    }
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingRun", "metadata": {"name": training_name(i)},
+            "spec": spec}  # fmt: skip
+
+
+def count_finished(kube: Kube) -> tuple[int, int]:
+    """(Succeeded, all) of Slipway's TrainingRuns in its namespace, the seed run aside."""
+    items = [o for o in kube.get(object_path("slipway", "trainingruns"))["items"] if o["metadata"]["name"] != "digits"]
+    return sum(1 for o in items if (o.get("status") or {}).get("phase") == "Succeeded"), len(items)
 
 
 def slipway_object(i: int) -> dict[str, Any]:
@@ -256,18 +288,27 @@ def measure(
     timeout = 120 + 2.0 * n
     last: dict[str, Any] = {}
 
+    runs = system == "slipway" and args.at_rest_training_runs
+    if runs:
+        out["training_runs"] = n
+
     def all_ready() -> bool:
         if not controllers.alive(system):
             raise SystemExit(f"the {system} controller exited")
         ready, total, bad = count_ready(admin, system)
         last.update(ready=ready, total=total, bad=bad)
+        if runs:
+            last["training_runs"] = count_finished(admin)
+            if last["training_runs"] != (n, n):
+                return False
         return ready == total == n
 
     try:
         wait_for(all_ready, timeout, f"{n} {system} deployments ready", interval=2)
     except TimeoutError:
         raise TimeoutError(
-            f"{system}: {last.get('ready')}/{n} ready after {timeout:.0f} s: {last.get('bad')}"
+            f"{system}: {last.get('ready')}/{n} ready after {timeout:.0f} s: {last.get('bad')}; TrainingRuns "
+            f"Succeeded/all {last.get('training_runs')}"
         ) from None
     out["ready_seconds"] = round(time.monotonic() - t0, 1)
     out["settle"] = settle(info, user, args.at_rest_quiet_seconds, args.at_rest_settle_max_seconds)
@@ -437,7 +478,8 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
             try:
                 nodes = args.at_rest_kwok_nodes or 2 + -(-2 * max(sizes) // 100)
                 data["config"]["kwok_nodes"] = nodes
-                with kwok.running(info, nodes, run_dir / "at-rest-kwok") as fake:
+                train = 5.0 if args.at_rest_training_runs else 30.0
+                with kwok.running(info, nodes, run_dir / "at-rest-kwok", train_seconds=train) as fake:
                     data["kwok_nodes"] = fake.names
                     controllers = Controllers(info, run_dir, mlflow, prometheus)
                     data["slipway_imported_from"] = controllers.imported_from
@@ -452,9 +494,13 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                     log(f"artifact {data['artifact']}")
                     argo_side = Argo(admin, str(model), str(status.get("modelVersion")), mlflow.url,
                                      prometheus.url)  # fmt: skip
-                    creators = {"slipway": lambda i: [(object_path("slipway", "inferencedeployments"),
-                                                       slipway_object(i))],
-                                "argo": argo_side.objects}  # fmt: skip
+                    runs = args.at_rest_training_runs
+
+                    def slipway_objects(i: int) -> list[tuple[str, dict[str, Any]]]:
+                        made = [(object_path("slipway", "inferencedeployments"), slipway_object(i))]
+                        return made + ([(object_path("slipway", "trainingruns"), training_object(i))] if runs else [])
+
+                    creators = {"slipway": slipway_objects, "argo": argo_side.objects}
                     created = dict.fromkeys(SYSTEMS, 0)
                     for n in sizes:
                         for system in systems:

@@ -46,3 +46,23 @@ def test_requests_at_rest_are_judged_only_over_ten_minutes() -> None:
     )
     longer = {"window_seconds": 600, "runs": [{**r, "seconds": 600} for r in DATA["runs"]]}
     assert "| API requests at rest ≤ Argo's (N = 1,000, per 10 min) | 7 | 7 | met |" in render_at_scale(longer)
+
+
+def test_a_later_kept_run_of_a_larger_size_joins_the_scale_rows_and_training_run_rows_do_not() -> None:
+    from pathlib import Path
+
+    from bench.kept import Kept, at_scale
+
+    def row(system: str, n: int, **more: object) -> dict[str, object]:
+        return {"system": system, "n": n, "startup": {}, "rss_bytes_max": n * 1000, **more}
+
+    def kept(name: str, rows: list[dict[str, object]]) -> Kept:
+        return Kept(name, Path(name), {"versions": {"slipway": name}}, {"at-rest": {"runs": rows}})
+
+    both = kept("a", [row("slipway", 1000), row("argo", 1000), row("slipway", 3000), row("argo", 3000)])
+    alone = kept("b", [row("slipway", 10000), row("slipway", 1000, training_runs=1000)])
+    name, data = at_scale([both, alone])  # type: ignore[misc]
+    assert name == "a"
+    assert sorted((r["system"], r["n"]) for r in data["runs"]) == [
+        ("argo", 1000), ("argo", 3000), ("slipway", 1000), ("slipway", 3000), ("slipway", 10000)]  # fmt: skip
+    assert any("N = 10,000 from the kept run `b`" in note for note in data["notes"])
