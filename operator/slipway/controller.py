@@ -298,8 +298,9 @@ class Cache:
         if cached is None:
             return None
         same_object = mine is not None and mine["metadata"].get("uid") == cached["metadata"].get("uid")
-        # At the same revision the operator's copy is the API server's answer to its own write: never older.
-        if same_object and mine is not None and _revision(mine) >= _revision(cached):
+        # Newer than the watch's: the API server's answer to the operator's own write, not delivered yet.
+        # At the same revision both are that answer: the cache's, and the copy is forgotten.
+        if same_object and mine is not None and _revision(mine) > _revision(cached):
             return mine
         if mine is not None:
             self.caught_up(key, cached)
@@ -317,6 +318,13 @@ class Cache:
         return True
 
     def remember(self, key: Key, obj: dict[str, Any]) -> None:
+        """Keep the answer to the operator's own write until the watch delivers that revision. Not kept
+        when the watch was quicker than the answer: the cache holds that revision (or a newer) already,
+        and nothing would forget the copy while the object is at rest."""
+        seen = self.get(key[0], key[1], key[2])
+        same = seen is not None and (seen.get("metadata") or {}).get("uid") == (obj.get("metadata") or {}).get("uid")
+        if same and seen is not None and _revision(seen) >= _revision(obj) > 0:
+            return
         with self.lock:
             self.written[key] = obj
 

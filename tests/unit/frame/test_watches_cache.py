@@ -165,3 +165,21 @@ def test_a_read_interrupted_by_kopfs_change_is_made_again() -> None:
         pass
     else:
         raise AssertionError("a store changing at every read must not be read as empty")
+
+
+def test_a_write_the_watch_delivered_first_is_not_kept_beside_it() -> None:
+    """The watch can deliver the operator's own write before the write's answer returns: then nothing
+    is remembered (nothing would forget it at rest), and a copy at the cache's revision is dropped."""
+    from slipway.controller import Cache
+
+    key = ("inferencedeployments", "n", "d")
+    index = {("name", "n", "d"): [parent_body("u1", "11", "RolledBack")]}
+    cache = Cache({"inferencedeployments": index})
+    cache.remember(key, parent_body("u1", "11", "RolledBack"))
+    assert key not in cache.written
+    cache.remember(key, parent_body("u1", "12", "Promoted"))  # newer than the watch: kept until it arrives
+    assert cache.parent(key)["status"]["phase"] == "Promoted"
+    index[("name", "n", "d")] = [parent_body("u1", "12", "Promoted")]
+    assert cache.parent(key)["status"]["phase"] == "Promoted" and key not in cache.written
+    cache.remember(key, parent_body("u2", "3", ""))  # another object of that name: kept, whatever the revisions
+    assert key in cache.written
