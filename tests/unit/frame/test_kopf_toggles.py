@@ -119,3 +119,46 @@ def test_listed_objects_reach_kopfs_workers_without_managed_fields(monkeypatch) 
     assert [b["metadata"]["name"] for b in bodies] == ["d-0", "d-1", "d-2"]
     assert all("managedFields" not in b["metadata"] and b["spec"] == {"replicas": 1} for b in bodies)
     assert events[-1] is watching.Bookmark.LISTED
+
+
+def test_a_body_kopf_has_indexed_keeps_only_what_the_handlers_read_and_the_index_has_it_whole() -> None:
+    """At a start every worker holds its event until all kinds are indexed: once kopf's own indexing
+    has run (with Slipway's index handlers), a child's body keeps its metadata only, a Slipway object's
+    its spec too, and the cache's copy is the whole object."""
+    import logging
+
+    import kopf
+    from kopf._cogs.structs import bodies, references
+    from kopf._core.engines import indexing
+
+    import slipway.watches  # noqa: F401 - registers the handlers
+    from slipway.kopfpatch import slim_bodies_once_indexed
+    from slipway.packed import unpacked
+
+    assert slim_bodies_once_indexed()
+    registry = kopf.get_default_registry()
+    indexers = indexing.OperatorIndexers()
+    indexers.ensure(registry._indexing.get_all_handlers())
+    owner = {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment", "name": "d", "uid": "p",
+             "controller": True}  # fmt: skip
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "d-stable", "namespace": "n", "uid": "c", "ownerReferences": [owner],
+                               "labels": {"app.kubernetes.io/managed-by": "slipway"}},
+                  "spec": {"replicas": 2}, "status": {"readyReplicas": 2}}  # fmt: skip
+    idep = {"apiVersion": "slipway.dev/v1alpha1", "kind": "InferenceDeployment",
+            "metadata": {"name": "d", "namespace": "n", "uid": "p"},
+            "spec": {"model": {"name": "m"}}, "status": {"phase": "Promoted"}}  # fmt: skip
+    cases = ((deployment, "deployments", "apps"), (idep, "inferencedeployments", "slipway.dev"))
+    for body, plural, group in cases:
+        index = plural
+        whole = dict(body)
+        resource = references.Resource(group=group, version=body["apiVersion"].split("/")[1], plural=plural,
+                                       namespaced=True)  # fmt: skip
+        event = {"type": None, "object": body}
+        asyncio.run(indexing.index_resource(indexers=indexers, registry=registry, settings=kopf.OperatorSettings(),
+                                            resource=resource, raw_event=event, memory=indexing.IndexingMemory(),
+                                            logger=logging.getLogger("test"), memo=kopf.Memo(),
+                                            body=bodies.Body(body)))  # fmt: skip
+        assert [unpacked(v) for v in indexers.indices[index][("name", "n", body["metadata"]["name"])]] == [whole]
+        kept = {"apiVersion", "kind", "metadata", *(("spec",) if group == "slipway.dev" else ())}
+        assert set(event["object"]) == kept, event["object"]
