@@ -1,6 +1,7 @@
-"""kopf as Slipway runs it: the kopf versions it was tested with, three start-up patches (kopf's index
-toggles; managedFields dropped as objects arrive; bodies slimmed once indexed; applied on import, on
-those versions only), and a diff-base storage that keeps nothing."""
+"""kopf as Slipway runs it: the kopf versions it was tested with, four start-up patches (kopf's index
+toggles; managedFields dropped as objects arrive; bodies slimmed once indexed; discovery repeated
+until the API serves Slipway's kinds; applied on import, on those versions only), and a diff-base
+storage that keeps nothing."""
 
 from __future__ import annotations
 
@@ -155,6 +156,75 @@ def slim_bodies_once_indexed() -> bool:
 
 
 slim_bodies_once_indexed()
+
+# The resources a running operator cannot do without: its own kinds (the CRDs its chart installs) and
+# the built-in kinds it makes. Optional ones (Kueue, JobSet, Gateway API, GIE, KEDA) may be absent.
+REQUIRED_RESOURCES = (
+    ("slipway.dev", "trainingruns"),
+    ("slipway.dev", "modelartifacts"),
+    ("slipway.dev", "inferencedeployments"),
+    ("", "pods"),
+    ("", "services"),
+    ("apps", "deployments"),
+    ("batch", "jobs"),
+    ("autoscaling", "horizontalpodautoscalers"),
+)
+DISCOVERY_DEADLINE = 120.0  # seconds a scan is repeated while a required resource is missing
+DISCOVERY_RETRY = 2.0
+
+
+def missing_resources(found: Any, groups: Any) -> list[str]:
+    """The required resources (of the groups asked, all when None) absent from a discovery's answer."""
+    have = {(r.group, r.plural) for r in found}
+    asked = [(g, p) for g, p in REQUIRED_RESOURCES if groups is None or g in groups]
+    return [f"{p}.{g}" if g else p for g, p in asked if (g, p) not in have]
+
+
+async def scan_until_served(scan: Any, kwargs: dict[str, Any], deadline: float, retry: float) -> Any:
+    """``scan(**kwargs)`` again every ``retry`` seconds while it misses a required resource, for up to
+    ``deadline`` seconds; the last answer."""
+    import asyncio
+    import logging
+    import time
+
+    until = time.monotonic() + deadline
+    while True:
+        found = await scan(**kwargs)
+        missing = missing_resources(found, kwargs.get("groups"))
+        if not missing or time.monotonic() >= until:
+            return found
+        logging.getLogger(__name__).warning(
+            "the API server does not serve %s yet: discovering again in %.0f s", ", ".join(missing), retry
+        )
+        await asyncio.sleep(retry)
+
+
+def rescan_until_served(deadline: float = DISCOVERY_DEADLINE, retry: float = DISCOVERY_RETRY) -> bool:
+    """kopf discovers the API's resources once at start and serves only those it found; without the
+    right to watch CRDs it never looks again. An API server that has just started answers discovery
+    before it serves every group (its CRDs, autoscaling/v2): an operator started then would never
+    watch its own kinds. Here a scan that misses a required resource is repeated every ``retry``
+    seconds for up to ``deadline`` seconds (then kopf goes on with what it found, and says what is
+    unresolved). True if kopf was patched; never on a kopf version it was not tested with."""
+    if kopf_refusal() is not None:
+        return False
+    try:
+        from kopf._cogs.clients import scanning
+    except ImportError:  # another kopf layout: left as it is
+        return False
+    original = getattr(scanning, "scan_resources", None)
+    if original is None or getattr(original, "_slipway_rescans", False):
+        return original is not None
+
+    async def scan_resources(**kwargs: Any) -> Any:
+        return await scan_until_served(original, kwargs, deadline, retry)
+
+    setattr(scan_resources, "_slipway_rescans", True)  # noqa: B010 - a marker
+    scanning.scan_resources = scan_resources  # type: ignore[assignment]
+    return True
+
+
+rescan_until_served()
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

@@ -162,3 +162,41 @@ def test_a_body_kopf_has_indexed_keeps_only_what_the_handlers_read_and_the_index
         assert [unpacked(v) for v in indexers.indices[index][("name", "n", body["metadata"]["name"])]] == [whole]
         kept = {"apiVersion", "kind", "metadata", *(("spec",) if group == "slipway.dev" else ())}
         assert set(event["object"]) == kept, event["object"]
+
+
+def test_a_discovery_that_misses_slipways_kinds_is_repeated_until_the_api_serves_them() -> None:
+    """An API server just started answers discovery before it serves its CRDs: kopf's one scan would
+    leave the operator never watching its own kinds. The scan is repeated until it finds them (and
+    gives up, with what it found, after its deadline); a group of optional kinds is never waited for."""
+    from types import SimpleNamespace
+
+    from kopf._cogs.clients import scanning
+
+    from slipway import kopfpatch
+
+    assert kopfpatch.rescan_until_served()
+    assert getattr(scanning.scan_resources, "_slipway_rescans", False)
+    full = [SimpleNamespace(group=g, plural=p) for g, p in kopfpatch.REQUIRED_RESOURCES]
+    partial = [r for r in full if r.group != "slipway.dev"]
+    assert kopfpatch.missing_resources(partial, None) == [
+        "trainingruns.slipway.dev", "modelartifacts.slipway.dev", "inferencedeployments.slipway.dev"]  # fmt: skip
+    assert kopfpatch.missing_resources(partial, {"kueue.x-k8s.io"}) == []
+
+    def scans(*answers: list[SimpleNamespace]) -> tuple[list[object], object]:
+        calls: list[object] = []
+
+        async def scan(**kwargs: object) -> list[SimpleNamespace]:
+            calls.append(kwargs.get("groups"))
+            return answers[min(len(calls), len(answers)) - 1]
+
+        return calls, scan
+
+    calls, scan = scans(partial, partial, full)
+    found = asyncio.run(kopfpatch.scan_until_served(scan, {"groups": None}, deadline=30, retry=0.01))
+    assert found == full and len(calls) == 3
+    calls, scan = scans(partial)  # never served: given up at the deadline, with what was found
+    found = asyncio.run(kopfpatch.scan_until_served(scan, {"groups": None}, deadline=0.05, retry=0.01))
+    assert found == partial and len(calls) >= 2
+    calls, scan = scans([])  # a rescan of an optional group: answered at once
+    assert asyncio.run(kopfpatch.scan_until_served(scan, {"groups": {"kueue.x-k8s.io"}}, deadline=30, retry=1)) == []
+    assert len(calls) == 1
