@@ -5,6 +5,7 @@ storage that keeps nothing."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import kopf
@@ -79,6 +80,25 @@ def wake_index_waiters_only_on_change() -> bool:
 wake_index_waiters_only_on_change()
 
 
+def _wrap(module_path: str, name: str, marker: str, wrap: Any) -> bool:
+    """Replace ``module_path.name`` (a kopf internal) by ``wrap(original)``, once (``marker`` on the
+    replacement); True if it is in place. Never on a kopf version Slipway was not tested with, nor on
+    another layout of kopf's modules."""
+    if kopf_refusal() is not None:
+        return False
+    try:
+        module = importlib.import_module(module_path)
+    except ImportError:  # another kopf layout: left as it is
+        return False
+    original = getattr(module, name, None)
+    if original is None or getattr(original, marker, False):
+        return original is not None
+    replacement = wrap(original)
+    setattr(replacement, marker, True)
+    setattr(module, name, replacement)
+    return True
+
+
 def drop_managed_fields_as_they_arrive() -> bool:
     """kopf gives each watched object a worker, and at a start every worker holds its object's body
     until every object of every kind has been indexed (the handlers wait for that): 5 x N bodies at
@@ -86,27 +106,19 @@ def drop_managed_fields_as_they_arrive() -> bool:
     ``metadata.managedFields``, a third of a pod's or a Job's body and more of a Deployment's: here
     it is dropped from every listed and watched object as it arrives, before it is queued. True if
     kopf was patched; never on a kopf version it was not tested with (``kopf_refusal``)."""
-    if kopf_refusal() is not None:
-        return False
-    try:
-        from kopf._cogs.clients import watching
-    except ImportError:  # another kopf layout: left as it is
-        return False
-    original = getattr(watching, "continuous_watch", None)
-    if original is None or getattr(original, "_slipway_drops_managed_fields", False):
-        return original is not None
 
-    async def continuous_watch(**kwargs: Any) -> Any:
-        async for event in original(**kwargs):
-            obj = event.get("object") if isinstance(event, dict) else None
-            meta = obj.get("metadata") if isinstance(obj, dict) else None
-            if isinstance(meta, dict):
-                meta.pop("managedFields", None)
-            yield event
+    def wrap(original: Any) -> Any:
+        async def continuous_watch(**kwargs: Any) -> Any:
+            async for event in original(**kwargs):
+                obj = event.get("object") if isinstance(event, dict) else None
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if isinstance(meta, dict):
+                    meta.pop("managedFields", None)
+                yield event
 
-    setattr(continuous_watch, "_slipway_drops_managed_fields", True)  # noqa: B010 - a marker
-    watching.continuous_watch = continuous_watch  # type: ignore[assignment]
-    return True
+        return continuous_watch
+
+    return _wrap("kopf._cogs.clients.watching", "continuous_watch", "_slipway_drops_managed_fields", wrap)
 
 
 drop_managed_fields_as_they_arrive()
@@ -132,27 +144,19 @@ def slim_bodies_once_indexed() -> bool:
     the body it holds keeps only what the event handlers read (:func:`kept_after_indexing`): at a
     restart over 10,000 InferenceDeployments (about 50,000 objects) the held bodies were most of a
     1.6 GB peak. True if kopf was patched; never on a kopf version it was not tested with."""
-    if kopf_refusal() is not None:
-        return False
-    try:
-        from kopf._core.engines import indexing
-    except ImportError:  # another kopf layout: left as it is
-        return False
-    original = getattr(indexing, "index_resource", None)
-    if original is None or getattr(original, "_slipway_slims", False):
-        return original is not None
     from slipway import GROUP
 
-    async def index_resource(**kwargs: Any) -> None:
-        await original(**kwargs)
-        event = kwargs.get("raw_event")
-        obj = event.get("object") if isinstance(event, dict) else None
-        if isinstance(obj, dict):
-            kept_after_indexing(obj, GROUP)
+    def wrap(original: Any) -> Any:
+        async def index_resource(**kwargs: Any) -> None:
+            await original(**kwargs)
+            event = kwargs.get("raw_event")
+            obj = event.get("object") if isinstance(event, dict) else None
+            if isinstance(obj, dict):
+                kept_after_indexing(obj, GROUP)
 
-    setattr(index_resource, "_slipway_slims", True)  # noqa: B010 - a marker
-    indexing.index_resource = index_resource  # type: ignore[assignment]
-    return True
+        return index_resource
+
+    return _wrap("kopf._core.engines.indexing", "index_resource", "_slipway_slims", wrap)
 
 
 slim_bodies_once_indexed()
@@ -206,22 +210,14 @@ def rescan_until_served(deadline: float = DISCOVERY_DEADLINE, retry: float = DIS
     watch its own kinds. Here a scan that misses a required resource is repeated every ``retry``
     seconds for up to ``deadline`` seconds (then kopf goes on with what it found, and says what is
     unresolved). True if kopf was patched; never on a kopf version it was not tested with."""
-    if kopf_refusal() is not None:
-        return False
-    try:
-        from kopf._cogs.clients import scanning
-    except ImportError:  # another kopf layout: left as it is
-        return False
-    original = getattr(scanning, "scan_resources", None)
-    if original is None or getattr(original, "_slipway_rescans", False):
-        return original is not None
 
-    async def scan_resources(**kwargs: Any) -> Any:
-        return await scan_until_served(original, kwargs, deadline, retry)
+    def wrap(original: Any) -> Any:
+        async def scan_resources(**kwargs: Any) -> Any:
+            return await scan_until_served(original, kwargs, deadline, retry)
 
-    setattr(scan_resources, "_slipway_rescans", True)  # noqa: B010 - a marker
-    scanning.scan_resources = scan_resources  # type: ignore[assignment]
-    return True
+        return scan_resources
+
+    return _wrap("kopf._cogs.clients.scanning", "scan_resources", "_slipway_rescans", wrap)
 
 
 rescan_until_served()
