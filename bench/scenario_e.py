@@ -259,11 +259,14 @@ def run_trial(system: str, kube: Kube, mlflow: MlflowClient, gateway_port: int, 
             if system == "slipway":
                 mlflow.set_alias(model, "candidate", version)
                 path = f"/apis/slipway.dev/v1alpha1/namespaces/{namespace}/inferencedeployments/{NAME}"
-                while trial.at_zero is None and time.monotonic() < deadline:
+
+                def decided_and_at_zero() -> bool:
                     last = ((kube.get(path).get("status") or {}).get("lastRollback")) or {}
                     if last.get("modelVersion") == version and trial.decision is None:
                         trial.decision = time.monotonic()
-                    time.sleep(POLL)
+                    return trial.at_zero is not None
+
+                until(decided_and_at_zero, deadline, "the rollback and the route at 0%")
             else:
                 person(hand, trial, version, prometheus, deadline, args)
             if trial.at_zero is None:
@@ -302,15 +305,25 @@ class Alert:
         return now - self.pending >= self.for_seconds
 
 
+def until(check: Any, deadline: float, what: str, interval: float = POLL) -> bool:
+    """Wait for ``check`` until the monotonic ``deadline``; False (the trial records it) if it never held."""
+    try:
+        wait_for(check, max(0.0, deadline - time.monotonic()), what, interval=interval)
+        return True
+    except TimeoutError:
+        return False
+
+
 def person(hand: Hand, trial: Trial, version: str, prometheus: str, deadline: float, args: argparse.Namespace) -> None:
     """Apply the canary, route 20% to it once Ready, and back to 0% when the alert fires (and they react)."""
     hand.apply(hand.deployment("canary", version, 1))
-    while trial.canary_ready is None and time.monotonic() < deadline:
-        time.sleep(POLL)
+    until(lambda: trial.canary_ready is not None, deadline, "the canary's pod Ready")
     hand.route(WEIGHT)
     query, alert = alert_query(hand.namespace, version), Alert(args.hand_for)
     with httpx.Client(base_url=prometheus, timeout=10) as prom:
-        while time.monotonic() < deadline:
+
+        def fires() -> bool:
+            """One evaluation of the alert rule (every ``--hand-eval`` seconds, as Prometheus evaluates it)."""
             answer = prom.get("/api/v1/query", params={"query": query}).json()
             result = (answer.get("data") or {}).get("result") or []
             now = time.monotonic()
@@ -318,14 +331,20 @@ def person(hand: Hand, trial: Trial, version: str, prometheus: str, deadline: fl
             trial.alert_pending = trial.alert_pending or alert.pending
             if fired:
                 trial.decision = now
-                break
-            time.sleep(args.hand_eval)
-    if trial.decision is None:
-        return
-    time.sleep(args.hand_reaction)
+            return fired
+
+        if not until(fires, deadline, "the person's alert", interval=args.hand_eval):
+            return
+    decision = trial.decision or time.monotonic()
+    wait_for(lambda: time.monotonic() >= decision + args.hand_reaction, args.hand_reaction + 5, "their reaction")
     hand.route(0)
-    while trial.at_zero is None and time.monotonic() < deadline:
-        time.sleep(POLL)
+    until(lambda: trial.at_zero is not None, deadline, "the route at 0%")
+
+
+def gone(kube: Kube, namespace: str, version: str) -> bool:
+    """No pod of the canary of ``version`` is left (a rolled-back canary's pods leave after their drain)."""
+    selector = f"slipway.dev/track=canary,slipway.dev/model-version={version}"
+    return not kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
 
 
 def summarize(trials: list[dict[str, Any]]) -> dict[str, Any]:
@@ -414,7 +433,8 @@ def run(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
                             f" s, failed {trial.failed} of {trial.answers}, on the canary after 0% "
                             f"{trial.on_canary_after_zero}/{trial.after_zero}; problems {trial.problems}")  # fmt: skip
                         rundir.write(run_dir, "llm-hand", data)
-                        time.sleep(5)  # the rolled-back canary's pods leave before the next trial
+                        wait_for(functools.partial(gone, admin, NAMESPACES[system], trial.version), 120,
+                                 f"{system}: v{trial.version}'s canary pods gone")  # fmt: skip
     finally:
         if operator is not None:
             operator.stop()
